@@ -1,0 +1,23 @@
+//! cosched-core: the pure scheduling core of cosched.
+//!
+//! No clock, no I/O, no threads: time is an argument, results are returned as [`Decision`]s and
+//! [`Plan`]s, and the same inputs always give the same outputs. The simulator and the daemon
+//! drive this same code. See ARCHITECTURE.md for the invariants it keeps.
+
+pub mod job;
+pub mod machine;
+pub mod partition;
+pub mod partitioner;
+pub mod plan;
+pub mod procset;
+pub mod scheduler;
+
+pub use job::{Class, JobId, JobRequest, Micros, UnknownClass, MICROS_PER_SEC};
+pub use machine::{Machine, MachineError, Topology};
+pub use partition::{Partition, Shape, Span};
+pub use partitioner::{NeverFits, PartitionerKind, UnknownPartitioner};
+pub use plan::{Generation, Plan, PlanEntry, PlanSlice, Role, Rotation, Switch};
+pub use procset::ProcSet;
+pub use scheduler::{
+    Backfill, Config, ConfigError, Decision, Home, JobError, JobState, Scheduler, SubmitError,
+};

@@ -1,0 +1,91 @@
+//! The machine being scheduled: processors on a line or on a `width × height` mesh.
+
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    /// Processors `0..n`, neighbours by number (a multicore machine, a cluster of SMPs).
+    Line,
+    /// Processor `y * width + x` sits at `(x, y)` (the AP1000+ case); partitions are submeshes.
+    Mesh { width: u32, height: u32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Machine {
+    procs: u32,
+    topology: Topology,
+    /// Processors per node; a processor's node is `proc / cpus_per_node`. One node by default.
+    cpus_per_node: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MachineError {
+    #[error("a machine needs at least one processor")]
+    NoProcessors,
+    #[error("a mesh needs a width and a height of at least 1 (got {width}x{height})")]
+    EmptyMesh { width: u32, height: u32 },
+    #[error("{procs} processors do not split into nodes of {cpus_per_node}")]
+    BadNodeSize { procs: u32, cpus_per_node: u32 },
+}
+
+impl Machine {
+    pub fn line(procs: u32) -> Result<Self, MachineError> {
+        if procs == 0 {
+            return Err(MachineError::NoProcessors);
+        }
+        Ok(Machine {
+            procs,
+            topology: Topology::Line,
+            cpus_per_node: procs,
+        })
+    }
+
+    pub fn mesh(width: u32, height: u32) -> Result<Self, MachineError> {
+        let procs = width.checked_mul(height).unwrap_or(0);
+        if width == 0 || height == 0 || procs == 0 {
+            return Err(MachineError::EmptyMesh { width, height });
+        }
+        Ok(Machine {
+            procs,
+            topology: Topology::Mesh { width, height },
+            cpus_per_node: procs,
+        })
+    }
+
+    /// Groups processors into nodes of `cpus_per_node` consecutive numbers.
+    pub fn with_nodes(mut self, cpus_per_node: u32) -> Result<Self, MachineError> {
+        if cpus_per_node == 0 || self.procs % cpus_per_node != 0 {
+            return Err(MachineError::BadNodeSize {
+                procs: self.procs,
+                cpus_per_node,
+            });
+        }
+        self.cpus_per_node = cpus_per_node;
+        Ok(self)
+    }
+
+    pub fn procs(&self) -> u32 {
+        self.procs
+    }
+
+    pub fn topology(&self) -> Topology {
+        self.topology
+    }
+
+    pub fn node_of(&self, proc: u32) -> u32 {
+        proc / self.cpus_per_node
+    }
+
+    pub fn nodes(&self) -> u32 {
+        self.procs / self.cpus_per_node
+    }
+}
+
+impl fmt::Display for Machine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.topology {
+            Topology::Line => write!(f, "{} processors", self.procs),
+            Topology::Mesh { width, height } => write!(f, "a {width}x{height} mesh"),
+        }
+    }
+}

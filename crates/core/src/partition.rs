@@ -1,0 +1,160 @@
+//! Partitions: the processors a job holds, as sorted runs of consecutive processor numbers.
+
+use crate::procset::ProcSet;
+use std::fmt;
+
+/// Consecutive processors `start..start + len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Span {
+    pub start: u32,
+    pub len: u32,
+}
+
+impl Span {
+    pub fn new(start: u32, len: u32) -> Self {
+        Span { start, len }
+    }
+
+    pub fn end(self) -> u32 {
+        self.start + self.len
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.len {
+            1 => write!(f, "{}", self.start),
+            _ => write!(f, "{}-{}", self.start, self.end() - 1),
+        }
+    }
+}
+
+/// What a job asks for: a number of processors, or a `width × height` submesh of a mesh machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Shape {
+    Count(u32),
+    Mesh { width: u32, height: u32 },
+}
+
+impl Shape {
+    pub fn procs(self) -> u64 {
+        match self {
+            Shape::Count(n) => u64::from(n),
+            Shape::Mesh { width, height } => u64::from(width) * u64::from(height),
+        }
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Shape::Count(n) => write!(f, "{n} processors"),
+            Shape::Mesh { width, height } => write!(f, "a {width}x{height} submesh"),
+        }
+    }
+}
+
+/// The processors a job holds: sorted, disjoint runs, adjacent runs merged, so one set of
+/// processors has exactly one representation.
+/// One run for a 1-D block; one run per row for a submesh; several for a scattered set.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Partition {
+    spans: Vec<Span>,
+}
+
+impl Partition {
+    /// Builds a partition from spans; they are sorted and merged, and must not overlap.
+    pub fn from_spans(mut spans: Vec<Span>) -> Self {
+        spans.retain(|s| s.len > 0);
+        spans.sort();
+        debug_assert!(spans.windows(2).all(|w| w[0].end() <= w[1].start));
+        let mut merged: Vec<Span> = Vec::with_capacity(spans.len());
+        for span in spans {
+            match merged.last_mut() {
+                Some(last) if last.end() == span.start => last.len += span.len,
+                _ => merged.push(span),
+            }
+        }
+        Partition { spans: merged }
+    }
+
+    pub fn block(start: u32, len: u32) -> Self {
+        Partition::from_spans(vec![Span::new(start, len)])
+    }
+
+    pub fn spans(&self) -> &[Span] {
+        &self.spans
+    }
+
+    pub fn size(&self) -> u32 {
+        self.spans.iter().map(|s| s.len).sum()
+    }
+
+    pub fn processors(&self) -> impl Iterator<Item = u32> + '_ {
+        self.spans.iter().flat_map(|s| s.start..s.end())
+    }
+
+    /// True when none of this partition's processors is in `busy`.
+    pub fn is_clear_in(&self, busy: &ProcSet) -> bool {
+        self.spans.iter().all(|&s| busy.is_span_clear(s))
+    }
+
+    pub fn mark(&self, busy: &mut ProcSet) {
+        self.spans.iter().for_each(|&s| busy.insert_span(s));
+    }
+
+    pub fn unmark(&self, busy: &mut ProcSet) {
+        self.spans.iter().for_each(|&s| busy.remove_span(s));
+    }
+
+    pub fn overlaps(&self, other: &Partition) -> bool {
+        let (mut i, mut j) = (0, 0);
+        while i < self.spans.len() && j < other.spans.len() {
+            let (a, b) = (self.spans[i], other.spans[j]);
+            if a.start < b.end() && b.start < a.end() {
+                return true;
+            }
+            if a.end() <= b.end() {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        false
+    }
+}
+
+impl fmt::Display for Partition {
+    /// The cpuset list syntax (`0-3,8,10-11`), so it can be written to `cpuset.cpus` as is.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, span) in self.spans.iter().enumerate() {
+            if i > 0 {
+                write!(f, ",")?;
+            }
+            write!(f, "{span}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn displays_as_a_cpuset_list() {
+        let p = Partition::from_spans(vec![Span::new(8, 1), Span::new(0, 4), Span::new(10, 2)]);
+        assert_eq!(p.to_string(), "0-3,8,10-11");
+        assert_eq!(p.size(), 7);
+    }
+
+    #[test]
+    fn overlap_is_exact_at_edges() {
+        let a = Partition::block(0, 4);
+        assert!(!a.overlaps(&Partition::block(4, 4)));
+        assert!(a.overlaps(&Partition::block(3, 1)));
+        let b = Partition::from_spans(vec![Span::new(0, 1), Span::new(10, 1)]);
+        assert!(!b.overlaps(&Partition::block(1, 9)));
+        assert!(b.overlaps(&Partition::block(5, 6)));
+    }
+}

@@ -1,0 +1,448 @@
+//! Partitioners: where in one slice a job's processors go.
+//!
+//! "Does not fit now" (`find` returns `None`) is kept apart from "can never fit" (`check`
+//! returns an error): a job that does not fit now waits; one that can never fit is refused.
+
+use crate::machine::{Machine, Topology};
+use crate::partition::{Partition, Shape, Span};
+use crate::procset::ProcSet;
+use std::fmt;
+use std::str::FromStr;
+
+/// Why a request can never be placed, whatever else is running.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NeverFits {
+    #[error("a job needs at least one processor")]
+    Empty,
+    #[error("{asked} processors requested but the machine has {procs}")]
+    TooMany { asked: u64, procs: u32 },
+    #[error("{shape} requested but the machine is {machine}")]
+    SubmeshTooLarge { shape: Shape, machine: String },
+    #[error("{shape} needs a mesh machine and a 2-D partitioner (the machine is {machine}, the partitioner {partitioner})")]
+    NeedsMesh {
+        shape: Shape,
+        machine: String,
+        partitioner: PartitionerKind,
+    },
+    #[error("{shape} needs a submesh shape (WxH) with the {partitioner} partitioner")]
+    NeedsSubmesh {
+        shape: Shape,
+        partitioner: PartitionerKind,
+    },
+    #[error("{asked} processors need a buddy block of {block}, but the largest block on {procs} processors is {largest}")]
+    BuddyBlockTooLarge {
+        asked: u32,
+        block: u64,
+        largest: u32,
+        procs: u32,
+    },
+}
+
+/// One placement algorithm. Implementations hold no state: the slice's occupancy is passed in.
+pub trait Partitioner {
+    /// `Err` when `shape` can never be placed on `machine` by this partitioner.
+    fn check(&self, machine: &Machine, shape: Shape) -> Result<(), NeverFits>;
+    /// Processors for `shape` none of which is in `busy`, or `None` if there are none now.
+    /// Only called after `check` succeeded.
+    fn find(&self, machine: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition>;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PartitionerKind {
+    /// 1-D: the lowest-numbered free run that is long enough.
+    FirstFit,
+    /// 1-D: the shortest free run that is long enough (lowest on ties).
+    BestFit,
+    /// 1-D: power-of-two blocks aligned to their size, taken from the smallest free buddy.
+    Buddy,
+    /// Any free processors, lowest numbers first (no contiguity: a switched cluster).
+    Scatter,
+    /// 2-D: the first free `w × h` submesh in row-major order.
+    FirstFit2d,
+    /// 2-D (Ding & Bhuyan 1993): first fit, then the same shape rotated (`h × w`).
+    AdaptiveScan,
+}
+
+impl PartitionerKind {
+    pub const ALL: [PartitionerKind; 6] = [
+        PartitionerKind::FirstFit,
+        PartitionerKind::BestFit,
+        PartitionerKind::Buddy,
+        PartitionerKind::Scatter,
+        PartitionerKind::FirstFit2d,
+        PartitionerKind::AdaptiveScan,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PartitionerKind::FirstFit => "first-fit",
+            PartitionerKind::BestFit => "best-fit",
+            PartitionerKind::Buddy => "buddy",
+            PartitionerKind::Scatter => "scatter",
+            PartitionerKind::FirstFit2d => "first-fit-2d",
+            PartitionerKind::AdaptiveScan => "adaptive-scan",
+        }
+    }
+
+    pub fn is_2d(self) -> bool {
+        matches!(
+            self,
+            PartitionerKind::FirstFit2d | PartitionerKind::AdaptiveScan
+        )
+    }
+
+    /// Checks `shape` against the machine's size and shape, then the algorithm's own limits.
+    pub fn check(self, machine: &Machine, shape: Shape) -> Result<(), NeverFits> {
+        if shape.procs() == 0 {
+            return Err(NeverFits::Empty);
+        }
+        if shape.procs() > u64::from(machine.procs()) {
+            return Err(NeverFits::TooMany {
+                asked: shape.procs(),
+                procs: machine.procs(),
+            });
+        }
+        let is_mesh = matches!(machine.topology(), Topology::Mesh { .. });
+        match shape {
+            Shape::Mesh { .. } if !is_mesh || !self.is_2d() => Err(NeverFits::NeedsMesh {
+                shape,
+                machine: machine.to_string(),
+                partitioner: self,
+            }),
+            Shape::Count(_) if self.is_2d() => Err(NeverFits::NeedsSubmesh {
+                shape,
+                partitioner: self,
+            }),
+            _ => self.get().check(machine, shape),
+        }
+    }
+
+    pub fn find(self, machine: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+        self.get().find(machine, busy, shape)
+    }
+
+    fn get(self) -> &'static dyn Partitioner {
+        match self {
+            PartitionerKind::FirstFit => &FirstFit,
+            PartitionerKind::BestFit => &BestFit,
+            PartitionerKind::Buddy => &Buddy,
+            PartitionerKind::Scatter => &Scatter,
+            PartitionerKind::FirstFit2d => &Submesh { rotate: false },
+            PartitionerKind::AdaptiveScan => &Submesh { rotate: true },
+        }
+    }
+}
+
+impl fmt::Display for PartitionerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown partitioner '{0}' (known: first-fit, best-fit, buddy, scatter, first-fit-2d, adaptive-scan)")]
+pub struct UnknownPartitioner(pub String);
+
+impl FromStr for PartitionerKind {
+    type Err = UnknownPartitioner;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PartitionerKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| UnknownPartitioner(s.to_string()))
+    }
+}
+
+fn count(shape: Shape) -> u32 {
+    match shape {
+        Shape::Count(n) => n,
+        Shape::Mesh { width, height } => width * height,
+    }
+}
+
+struct FirstFit;
+
+impl Partitioner for FirstFit {
+    fn check(&self, _: &Machine, _: Shape) -> Result<(), NeverFits> {
+        Ok(())
+    }
+
+    fn find(&self, _: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+        let n = count(shape);
+        busy.runs(false)
+            .find(|run| run.len >= n)
+            .map(|run| Partition::block(run.start, n))
+    }
+}
+
+struct BestFit;
+
+impl Partitioner for BestFit {
+    fn check(&self, _: &Machine, _: Shape) -> Result<(), NeverFits> {
+        Ok(())
+    }
+
+    fn find(&self, _: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+        let n = count(shape);
+        busy.runs(false)
+            .filter(|run| run.len >= n)
+            .min_by_key(|run| (run.len, run.start))
+            .map(|run| Partition::block(run.start, n))
+    }
+}
+
+struct Scatter;
+
+impl Partitioner for Scatter {
+    fn check(&self, _: &Machine, _: Shape) -> Result<(), NeverFits> {
+        Ok(())
+    }
+
+    fn find(&self, _: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+        let mut needed = count(shape);
+        let mut spans = Vec::new();
+        for run in busy.runs(false) {
+            let take = run.len.min(needed);
+            spans.push(Span::new(run.start, take));
+            needed -= take;
+            if needed == 0 {
+                return Some(Partition::from_spans(spans));
+            }
+        }
+        None
+    }
+}
+
+struct Buddy;
+
+impl Buddy {
+    /// The largest power-of-two block that fits on `procs` processors.
+    fn largest(procs: u32) -> u32 {
+        1 << (31 - procs.leading_zeros())
+    }
+
+    /// Aligned blocks of `size` lying wholly inside the free runs, in increasing order.
+    fn free_blocks(busy: &ProcSet, size: u32) -> impl Iterator<Item = u32> + '_ {
+        busy.runs(false).flat_map(move |run| {
+            let first = run.start.div_ceil(size) * size;
+            (first..run.end().saturating_sub(size - 1)).step_by(size as usize)
+        })
+    }
+}
+
+impl Partitioner for Buddy {
+    fn check(&self, machine: &Machine, shape: Shape) -> Result<(), NeverFits> {
+        let asked = count(shape);
+        let block = u64::from(asked).next_power_of_two();
+        let largest = Buddy::largest(machine.procs());
+        if block > u64::from(largest) {
+            return Err(NeverFits::BuddyBlockTooLarge {
+                asked,
+                block,
+                largest,
+                procs: machine.procs(),
+            });
+        }
+        Ok(())
+    }
+
+    fn find(&self, machine: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+        let block = count(shape).next_power_of_two();
+        let top = Buddy::largest(machine.procs());
+        // Take the block from the smallest free buddy that holds it, so large buddies stay whole:
+        // a free block of `size` whose parent block is not wholly free is the smallest there is.
+        let mut size = block;
+        loop {
+            let parent_free = |start: u32| {
+                let parent = Span::new(start / (2 * size) * (2 * size), 2 * size);
+                parent.end() <= machine.procs() && busy.is_span_clear(parent)
+            };
+            let found = Buddy::free_blocks(busy, size).find(|&s| size == top || !parent_free(s));
+            if let Some(start) = found {
+                return Some(Partition::block(start, block));
+            }
+            if size == top {
+                return None;
+            }
+            size *= 2;
+        }
+    }
+}
+
+/// Submesh partitioners on a `width × height` mesh: first fit, optionally trying the rotation.
+struct Submesh {
+    rotate: bool,
+}
+
+impl Submesh {
+    fn mesh(machine: &Machine) -> (u32, u32) {
+        match machine.topology() {
+            Topology::Mesh { width, height } => (width, height),
+            Topology::Line => (machine.procs(), 1),
+        }
+    }
+
+    fn orientations(&self, shape: Shape) -> Vec<(u32, u32)> {
+        let Shape::Mesh { width, height } = shape else {
+            return Vec::new();
+        };
+        if self.rotate && width != height {
+            vec![(width, height), (height, width)]
+        } else {
+            vec![(width, height)]
+        }
+    }
+
+    fn first_fit(mesh: (u32, u32), busy: &ProcSet, w: u32, h: u32) -> Option<Partition> {
+        let (mw, mh) = mesh;
+        if w > mw || h > mh {
+            return None;
+        }
+        for y in 0..=(mh - h) {
+            let mut x = 0;
+            'scan: while x + w <= mw {
+                for dy in 0..h {
+                    let row_start = (y + dy) * mw + x;
+                    if let Some(hit) = busy.next(row_start, true).filter(|&p| p < row_start + w) {
+                        // Nothing starting at or left of the busy column can fit: jump past it.
+                        x = hit - (y + dy) * mw + 1;
+                        continue 'scan;
+                    }
+                }
+                let spans = (0..h).map(|dy| Span::new((y + dy) * mw + x, w)).collect();
+                return Some(Partition::from_spans(spans));
+            }
+        }
+        None
+    }
+}
+
+impl Partitioner for Submesh {
+    fn check(&self, machine: &Machine, shape: Shape) -> Result<(), NeverFits> {
+        let (mw, mh) = Submesh::mesh(machine);
+        if self
+            .orientations(shape)
+            .iter()
+            .any(|&(w, h)| w <= mw && h <= mh)
+        {
+            Ok(())
+        } else {
+            Err(NeverFits::SubmeshTooLarge {
+                shape,
+                machine: machine.to_string(),
+            })
+        }
+    }
+
+    fn find(&self, machine: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+        let mesh = Submesh::mesh(machine);
+        self.orientations(shape)
+            .into_iter()
+            .find_map(|(w, h)| Submesh::first_fit(mesh, busy, w, h))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(procs: u32, spans: &[(u32, u32)]) -> ProcSet {
+        let mut set = ProcSet::new(procs);
+        for &(s, l) in spans {
+            set.insert_span(Span::new(s, l));
+        }
+        set
+    }
+
+    fn find(kind: PartitionerKind, m: &Machine, b: &ProcSet, shape: Shape) -> Option<String> {
+        kind.check(m, shape).unwrap();
+        kind.find(m, b, shape).map(|p| p.to_string())
+    }
+
+    #[test]
+    fn one_dimensional_choices_differ_as_designed() {
+        let m = Machine::line(16).unwrap();
+        // Free: 0-2 (3), 6-7 (2), 12-15 (4).
+        let b = busy(16, &[(3, 3), (8, 4)]);
+        let two = Shape::Count(2);
+        assert_eq!(find(PartitionerKind::FirstFit, &m, &b, two).unwrap(), "0-1");
+        assert_eq!(find(PartitionerKind::BestFit, &m, &b, two).unwrap(), "6-7");
+        // 0-1 sits in a broken 4-block already, so buddy takes it too.
+        assert_eq!(find(PartitionerKind::Buddy, &m, &b, two).unwrap(), "0-1");
+        assert_eq!(
+            find(PartitionerKind::Scatter, &m, &b, Shape::Count(5)).unwrap(),
+            "0-2,6-7"
+        );
+        assert_eq!(
+            find(PartitionerKind::FirstFit, &m, &b, Shape::Count(4)).unwrap(),
+            "12-15"
+        );
+        assert_eq!(find(PartitionerKind::FirstFit, &m, &b, Shape::Count(5)), None);
+    }
+
+    #[test]
+    fn buddy_keeps_large_blocks_whole() {
+        let m = Machine::line(16).unwrap();
+        // 0-3 busy: a 1-proc job goes to 4 (inside the broken 4-7 buddy), not to 8.
+        let b = busy(16, &[(0, 2), (2, 1)]);
+        assert_eq!(find(PartitionerKind::Buddy, &m, &b, Shape::Count(1)).unwrap(), "3");
+        let b = busy(16, &[(0, 4)]);
+        assert_eq!(find(PartitionerKind::Buddy, &m, &b, Shape::Count(1)).unwrap(), "4");
+        assert_eq!(find(PartitionerKind::Buddy, &m, &b, Shape::Count(3)).unwrap(), "4-7");
+        assert_eq!(find(PartitionerKind::Buddy, &m, &b, Shape::Count(5)).unwrap(), "8-15");
+    }
+
+    #[test]
+    fn never_fits_is_an_error_not_a_wait() {
+        let m = Machine::line(338).unwrap();
+        let k = PartitionerKind::FirstFit;
+        assert_eq!(k.check(&m, Shape::Count(0)), Err(NeverFits::Empty));
+        assert!(matches!(
+            k.check(&m, Shape::Count(339)),
+            Err(NeverFits::TooMany { asked: 339, procs: 338 })
+        ));
+        assert!(matches!(
+            PartitionerKind::Buddy.check(&m, Shape::Count(257)),
+            Err(NeverFits::BuddyBlockTooLarge { block: 512, largest: 256, .. })
+        ));
+        assert!(PartitionerKind::Buddy.check(&m, Shape::Count(256)).is_ok());
+        let mesh_shape = Shape::Mesh { width: 2, height: 2 };
+        assert!(matches!(k.check(&m, mesh_shape), Err(NeverFits::NeedsMesh { .. })));
+    }
+
+    #[test]
+    fn submesh_first_fit_and_adaptive_scan() {
+        let m = Machine::mesh(4, 4).unwrap();
+        // Column 0 rows 0-3 and row 0 busy except (3,0):
+        //   B B B .
+        //   B . . .
+        //   B . . .
+        //   B . . .
+        let b = busy(16, &[(0, 3), (4, 1), (8, 1), (12, 1)]);
+        let tall = Shape::Mesh { width: 1, height: 4 };
+        assert_eq!(find(PartitionerKind::FirstFit2d, &m, &b, tall).unwrap(), "3,7,11,15");
+        let wide = Shape::Mesh { width: 3, height: 2 };
+        assert_eq!(find(PartitionerKind::FirstFit2d, &m, &b, wide).unwrap(), "5-7,9-11");
+        // 4x1 never fits unrotated here, but rotated to 1x4 it does.
+        let row = Shape::Mesh { width: 4, height: 1 };
+        assert_eq!(find(PartitionerKind::FirstFit2d, &m, &b, row), None);
+        assert_eq!(find(PartitionerKind::AdaptiveScan, &m, &b, row).unwrap(), "3,7,11,15");
+        let m2 = Machine::mesh(4, 2).unwrap();
+        let shape = Shape::Mesh { width: 1, height: 4 };
+        assert!(PartitionerKind::FirstFit2d.check(&m2, shape).is_err());
+        assert!(PartitionerKind::AdaptiveScan.check(&m2, shape).is_ok());
+        assert!(matches!(
+            PartitionerKind::AdaptiveScan.check(&m2, Shape::Count(2)),
+            Err(NeverFits::NeedsSubmesh { .. })
+        ));
+    }
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_refused() {
+        for kind in PartitionerKind::ALL {
+            assert_eq!(kind.name().parse::<PartitionerKind>().unwrap(), kind);
+        }
+        let err = "worst-fit".parse::<PartitionerKind>().unwrap_err();
+        assert!(err.to_string().contains("unknown partitioner 'worst-fit'"));
+    }
+}

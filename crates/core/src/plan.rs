@@ -1,0 +1,221 @@
+//! Plans: what runs where in each slice, and when each slice runs.
+//!
+//! A [`Plan`] is a snapshot of the matrix. A [`Generation`] pins a plan to time: from slot
+//! `first_slot` on, slot `k` runs slice `(k - first_slot + first_slice) mod slices`, and slot `k`
+//! starts at `epoch + k * quantum` ([`Rotation`]). Every agent can compute the current slice
+//! from the clock alone; nobody has to broadcast "switch now".
+
+use crate::job::{JobId, Micros};
+use crate::partition::Partition;
+use std::collections::BTreeSet;
+
+/// Why a job is in a slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    /// The job's own slice (its row of the matrix).
+    Own,
+    /// Another slice where the job's processors happen to be free (multiple tasks).
+    Alternate,
+    /// An express job: present in every slice.
+    Express,
+    /// A standby job soaking up cells nobody else uses.
+    Standby,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanEntry {
+    pub job: JobId,
+    pub partition: Partition,
+    pub role: Role,
+}
+
+/// One row of the Ousterhout matrix: the jobs that run together during its slots.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlanSlice {
+    pub entries: Vec<PlanEntry>,
+}
+
+impl PlanSlice {
+    pub fn jobs(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.entries.iter().map(|e| e.job)
+    }
+
+    pub fn contains(&self, job: JobId) -> bool {
+        self.entries.iter().any(|e| e.job == job)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub slices: Vec<PlanSlice>,
+}
+
+/// The jobs to stop and to start at the boundary between two consecutive slots.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Switch {
+    pub stop: Vec<JobId>,
+    pub start: Vec<JobId>,
+}
+
+impl Plan {
+    /// Slices in which `job` runs, in order.
+    pub fn slices_of(&self, job: JobId) -> Vec<usize> {
+        (0..self.slices.len())
+            .filter(|&s| self.slices[s].contains(job))
+            .collect()
+    }
+
+    /// Every job in the plan, once, in increasing id order.
+    pub fn jobs(&self) -> BTreeSet<JobId> {
+        self.slices.iter().flat_map(|s| s.jobs()).collect()
+    }
+
+    /// What changes when slice `from` hands over to slice `to` (a job in both keeps running).
+    pub fn switch(&self, from: usize, to: usize) -> Switch {
+        let before: BTreeSet<JobId> = self.slices[from].jobs().collect();
+        let after: BTreeSet<JobId> = self.slices[to].jobs().collect();
+        Switch {
+            stop: before.difference(&after).copied().collect(),
+            start: after.difference(&before).copied().collect(),
+        }
+    }
+}
+
+/// The slot clock: slot `k` is `[epoch + k*quantum, epoch + (k+1)*quantum)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rotation {
+    pub epoch: Micros,
+    pub quantum: Micros,
+}
+
+impl Rotation {
+    pub fn new(epoch: Micros, quantum: Micros) -> Self {
+        assert!(quantum > 0, "a quantum must be positive");
+        Rotation { epoch, quantum }
+    }
+
+    pub fn slot_start(&self, slot: i64) -> Micros {
+        self.epoch + slot * self.quantum
+    }
+
+    /// The slot running at time `t`.
+    pub fn slot_at(&self, t: Micros) -> i64 {
+        (t - self.epoch).div_euclid(self.quantum)
+    }
+
+    /// The first slot starting at or after `t`: where a change made at `t` can take effect.
+    pub fn next_boundary(&self, t: Micros) -> i64 {
+        let slot = self.slot_at(t);
+        if self.slot_start(slot) == t {
+            slot
+        } else {
+            slot + 1
+        }
+    }
+}
+
+/// A plan pinned to time: in force from slot `first_slot` until the next generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Generation {
+    pub number: u64,
+    pub first_slot: i64,
+    /// The slice that runs in `first_slot`: rotation continues where the last generation was,
+    /// so frequent changes do not keep restarting at slice 0 and starving the last slices.
+    pub first_slice: usize,
+    pub plan: Plan,
+}
+
+impl Generation {
+    /// The generation that follows `previous` (if any) from `first_slot` on.
+    pub fn follow(previous: Option<&Generation>, plan: Plan, first_slot: i64) -> Generation {
+        let count = plan.slices.len().max(1);
+        let (number, first_slice) = match previous {
+            Some(prev) => (
+                prev.number + 1,
+                prev.slice_for_slot(first_slot).unwrap_or(0) % count,
+            ),
+            None => (1, 0),
+        };
+        Generation {
+            number,
+            first_slot,
+            first_slice,
+            plan,
+        }
+    }
+
+    /// The slice that runs in `slot`, or `None` when the plan is empty (or the slot precedes it).
+    pub fn slice_for_slot(&self, slot: i64) -> Option<usize> {
+        let count = self.plan.slices.len() as i64;
+        if count == 0 || slot < self.first_slot {
+            return None;
+        }
+        Some(((slot - self.first_slot + self.first_slice as i64) % count) as usize)
+    }
+
+    /// Position of `slice` in the cycle that begins at `first_slot` (0 = first to run).
+    pub fn position_of(&self, slice: usize) -> usize {
+        let count = self.plan.slices.len();
+        (slice + count - self.first_slice) % count
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::partition::Partition;
+
+    fn slice(jobs: &[JobId]) -> PlanSlice {
+        PlanSlice {
+            entries: jobs
+                .iter()
+                .map(|&job| PlanEntry {
+                    job,
+                    partition: Partition::block(0, 1),
+                    role: Role::Own,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn slot_arithmetic_never_drifts() {
+        let r = Rotation::new(1_000, 100);
+        assert_eq!(r.slot_at(1_000), 0);
+        assert_eq!(r.slot_at(1_099), 0);
+        assert_eq!(r.slot_at(999), -1);
+        assert_eq!(r.next_boundary(1_100), 1);
+        assert_eq!(r.next_boundary(1_101), 2);
+        assert_eq!(r.slot_start(1_000_000), 1_000 + 100_000_000);
+    }
+
+    #[test]
+    fn rotation_continues_across_generations() {
+        let plan = Plan {
+            slices: vec![slice(&[1]), slice(&[2]), slice(&[3])],
+        };
+        let g1 = Generation::follow(None, plan.clone(), 10);
+        assert_eq!(g1.slice_for_slot(9), None);
+        assert_eq!(
+            (10..14).map(|k| g1.slice_for_slot(k).unwrap()).collect::<Vec<_>>(),
+            vec![0, 1, 2, 0]
+        );
+        // A change taking effect at slot 15 starts where g1 would have been: slice 2.
+        let g2 = Generation::follow(Some(&g1), plan, 15);
+        assert_eq!((g2.number, g2.first_slice), (2, 2));
+        assert_eq!(g2.slice_for_slot(16), Some(0));
+        assert_eq!(g2.position_of(2), 0);
+        assert_eq!(g2.position_of(0), 1);
+    }
+
+    #[test]
+    fn switch_stops_leavers_and_starts_entrants_only() {
+        let plan = Plan {
+            slices: vec![slice(&[1, 2]), slice(&[2, 3])],
+        };
+        let sw = plan.switch(0, 1);
+        assert_eq!(sw.stop, vec![1]);
+        assert_eq!(sw.start, vec![3]);
+        assert_eq!(plan.slices_of(2), vec![0, 1]);
+    }
+}

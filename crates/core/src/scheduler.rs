@@ -1,0 +1,735 @@
+//! The scheduler: an Ousterhout matrix driven by events, returning decisions and plans.
+//!
+//! Rows (slices) hold their *own* jobs on disjoint processors. After every change each slice is
+//! filled, in this order: its own jobs, then alternates (jobs of other slices whose processors
+//! are free here, in placement order), then standby jobs. Express jobs hold their processors in
+//! every slice. A slice left with no job of its own is dropped.
+
+use crate::job::{Class, JobId, JobRequest, Micros};
+use crate::machine::Machine;
+use crate::partition::Partition;
+use crate::partitioner::{NeverFits, PartitionerKind};
+use crate::plan::{Plan, PlanEntry, PlanSlice, Role};
+use crate::procset::ProcSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How the wait queue is served when its head does not fit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backfill {
+    /// Strict order: nothing passes a job that does not fit.
+    None,
+    /// EASY: later jobs may start if they do not delay the head's reservation (MPL 1 only).
+    Easy,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub partitioner: PartitionerKind,
+    /// Most slices (multiprogramming level); 1 is pure space sharing.
+    pub mpl: u32,
+    /// Run jobs in other slices where their processors are free (multiple tasks).
+    pub alternates: bool,
+    pub backfill: Backfill,
+    /// After a job leaves, move jobs up into earlier slices where their processors are free.
+    pub repack: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            partitioner: PartitionerKind::FirstFit,
+            mpl: 4,
+            alternates: true,
+            backfill: Backfill::None,
+            repack: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("the multiprogramming level (--mpl) must be at least 1")]
+    ZeroMpl,
+    #[error("EASY backfilling is space sharing only: it needs --mpl 1 (got {0})")]
+    BackfillNeedsMplOne(u32),
+    #[error("the {partitioner} partitioner needs a mesh machine, not {machine}")]
+    PartitionerNeedsMesh {
+        partitioner: PartitionerKind,
+        machine: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("job {0} is already known")]
+    Duplicate(JobId),
+    #[error("job {job} can never run: {reason}")]
+    NeverFits { job: JobId, reason: NeverFits },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    #[error("no job {0}")]
+    Unknown(JobId),
+}
+
+/// Where a placed job lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Home {
+    /// Its own slice, by stable id (slice positions shift when slices are dropped).
+    Slice(SliceId),
+    Express,
+    Standby,
+}
+
+pub type SliceId = u64;
+
+/// What a call decided, in order; the caller acts on these (the core never does).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Queued {
+        job: JobId,
+    },
+    Placed {
+        job: JobId,
+        partition: Partition,
+        home: Home,
+    },
+    Removed {
+        job: JobId,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobState {
+    Queued,
+    Placed {
+        partition: Partition,
+        home: Home,
+        placed_at: Micros,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Job {
+    request: JobRequest,
+    /// Submission order: the queue's tie-break within a class.
+    seq: u64,
+    state: JobState,
+    /// Placement order: the order in which jobs claim alternate cells.
+    placed_seq: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Slice {
+    id: SliceId,
+    own: Vec<JobId>,
+    /// Own jobs' processors plus every express job's: where nothing new may be placed.
+    taken: ProcSet,
+    alternates: Vec<JobId>,
+    /// `taken` plus the alternates: where no further alternate may go.
+    busy: ProcSet,
+    standby: Vec<JobId>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    machine: Machine,
+    config: Config,
+    jobs: BTreeMap<JobId, Job>,
+    queue: BTreeSet<(Class, u64, JobId)>,
+    slices: Vec<Slice>,
+    /// Placed jobs with a slice of their own, by placement order (candidates for alternates).
+    placed: BTreeMap<u64, JobId>,
+    express: BTreeMap<u64, JobId>,
+    express_procs: ProcSet,
+    standby: BTreeMap<u64, JobId>,
+    standby_procs: ProcSet,
+    next_seq: u64,
+    next_slice: SliceId,
+}
+
+impl Scheduler {
+    pub fn new(machine: Machine, config: Config) -> Result<Self, ConfigError> {
+        if config.mpl == 0 {
+            return Err(ConfigError::ZeroMpl);
+        }
+        if config.backfill == Backfill::Easy && config.mpl != 1 {
+            return Err(ConfigError::BackfillNeedsMplOne(config.mpl));
+        }
+        let is_mesh = matches!(machine.topology(), crate::machine::Topology::Mesh { .. });
+        if config.partitioner.is_2d() && !is_mesh {
+            return Err(ConfigError::PartitionerNeedsMesh {
+                partitioner: config.partitioner,
+                machine: machine.to_string(),
+            });
+        }
+        let procs = machine.procs();
+        Ok(Scheduler {
+            machine,
+            config,
+            jobs: BTreeMap::new(),
+            queue: BTreeSet::new(),
+            slices: Vec::new(),
+            placed: BTreeMap::new(),
+            express: BTreeMap::new(),
+            express_procs: ProcSet::new(procs),
+            standby: BTreeMap::new(),
+            standby_procs: ProcSet::new(procs),
+            next_seq: 0,
+            next_slice: 0,
+        })
+    }
+
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn state(&self, job: JobId) -> Option<&JobState> {
+        self.jobs.get(&job).map(|j| &j.state)
+    }
+
+    pub fn class(&self, job: JobId) -> Option<Class> {
+        self.jobs.get(&job).map(|j| j.request.class)
+    }
+
+    /// Waiting jobs in the order they will be considered.
+    pub fn queued(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.queue.iter().map(|&(_, _, id)| id)
+    }
+
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn slice_count(&self) -> usize {
+        self.slices.len()
+    }
+
+    /// Checks a request without changing anything: `Err` if it can never run here.
+    pub fn check(&self, request: &JobRequest) -> Result<(), SubmitError> {
+        if self.jobs.contains_key(&request.id) {
+            return Err(SubmitError::Duplicate(request.id));
+        }
+        self.config
+            .partitioner
+            .check(&self.machine, request.shape)
+            .map_err(|reason| SubmitError::NeverFits {
+                job: request.id,
+                reason,
+            })
+    }
+
+    /// A new job arrives at `now`: it is placed at once if it fits, else queued.
+    pub fn submit(
+        &mut self,
+        request: JobRequest,
+        now: Micros,
+    ) -> Result<Vec<Decision>, SubmitError> {
+        self.check(&request)?;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.queue.insert((request.class, seq, request.id));
+        let id = request.id;
+        self.jobs.insert(
+            id,
+            Job {
+                request,
+                seq,
+                state: JobState::Queued,
+                placed_seq: 0,
+            },
+        );
+        let mut decisions = Vec::new();
+        self.schedule(now, &mut decisions);
+        if matches!(self.jobs[&id].state, JobState::Queued) {
+            decisions.insert(0, Decision::Queued { job: id });
+        }
+        Ok(decisions)
+    }
+
+    /// A job ends (finished, cancelled or killed) at `now`; waiting jobs may take its place.
+    pub fn remove(&mut self, job: JobId, now: Micros) -> Result<Vec<Decision>, JobError> {
+        let removed = self.jobs.remove(&job).ok_or(JobError::Unknown(job))?;
+        self.unplace(&removed);
+        let mut decisions = vec![Decision::Removed { job }];
+        self.schedule(now, &mut decisions);
+        Ok(decisions)
+    }
+
+    /// Changes a job's class. A queued job moves in the queue; a placed job that changes layer
+    /// (to or from express or standby) is placed again; between interactive and batch it stays.
+    pub fn set_class(
+        &mut self,
+        job: JobId,
+        class: Class,
+        now: Micros,
+    ) -> Result<Vec<Decision>, JobError> {
+        let entry = self.jobs.get(&job).ok_or(JobError::Unknown(job))?;
+        let old = entry.request.class;
+        let layer = |c: Class| match c {
+            Class::Express => 0,
+            Class::Interactive | Class::Batch => 1,
+            Class::Standby => 2,
+        };
+        let mut decisions = Vec::new();
+        let replace = matches!(entry.state, JobState::Queued) || layer(old) != layer(class);
+        if replace {
+            let mut moved = self.jobs.remove(&job).expect("looked up above");
+            self.unplace(&moved);
+            moved.request.class = class;
+            moved.state = JobState::Queued;
+            self.queue.insert((class, moved.seq, job));
+            self.jobs.insert(job, moved);
+            self.schedule(now, &mut decisions);
+        } else {
+            self.jobs.get_mut(&job).expect("looked up above").request.class = class;
+        }
+        Ok(decisions)
+    }
+
+    /// The matrix as it stands: every slice with the jobs that run in it.
+    pub fn plan(&self) -> Plan {
+        let express: Vec<PlanEntry> = self
+            .express
+            .values()
+            .map(|&id| self.entry(id, Role::Express))
+            .collect();
+        let mut slices: Vec<PlanSlice> = self
+            .slices
+            .iter()
+            .map(|slice| {
+                let mut entries = express.clone();
+                entries.extend(
+                    slice
+                        .own
+                        .iter()
+                        .filter(|&&id| self.partition(id).is_clear_in(&self.express_procs))
+                        .map(|&id| self.entry(id, Role::Own)),
+                );
+                entries.extend(slice.alternates.iter().map(|&id| self.entry(id, Role::Alternate)));
+                entries.extend(slice.standby.iter().map(|&id| self.entry(id, Role::Standby)));
+                PlanSlice { entries }
+            })
+            .collect();
+        if slices.is_empty() && (!self.express.is_empty() || !self.standby.is_empty()) {
+            let mut entries = express;
+            entries.extend(
+                self.standby
+                    .values()
+                    .filter(|&&id| self.partition(id).is_clear_in(&self.express_procs))
+                    .map(|&id| self.entry(id, Role::Standby)),
+            );
+            slices.push(PlanSlice { entries });
+        }
+        Plan { slices }
+    }
+
+    fn entry(&self, job: JobId, role: Role) -> PlanEntry {
+        PlanEntry {
+            job,
+            partition: self.partition(job).clone(),
+            role,
+        }
+    }
+
+    fn partition(&self, job: JobId) -> &Partition {
+        match &self.jobs[&job].state {
+            JobState::Placed { partition, .. } => partition,
+            JobState::Queued => unreachable!("job {job} is in the matrix but not placed"),
+        }
+    }
+
+    fn slice_index(&self, id: SliceId) -> usize {
+        self.slices
+            .iter()
+            .position(|s| s.id == id)
+            .expect("a placed job's slice exists")
+    }
+
+    /// Serves the queue in order: express, interactive, batch (one strict line, or EASY), then
+    /// standby. Each layer stops at its first job that does not fit.
+    fn schedule(&mut self, now: Micros, decisions: &mut Vec<Decision>) {
+        let waiting: Vec<(Class, u64, JobId)> = self.queue.iter().copied().collect();
+        let mut express_blocked = false;
+        let mut standby_blocked = false;
+        let mut head: Option<Reservation> = None;
+        for key @ (class, _, id) in waiting {
+            let shape = self.jobs[&id].request.shape;
+            let found = match class {
+                Class::Express if !express_blocked => {
+                    let found = self.find(&self.express_procs, shape).map(|p| (p, Home::Express));
+                    express_blocked = found.is_none();
+                    found
+                }
+                Class::Interactive | Class::Batch => match &head {
+                    None => {
+                        let found = self.find_own(shape);
+                        if found.is_none() {
+                            head = Some(self.reserve(id, now));
+                        }
+                        found
+                    }
+                    Some(reservation) => self.find_backfill(id, reservation, now),
+                },
+                Class::Standby if !standby_blocked => {
+                    let found = self.find_standby(shape).map(|p| (p, Home::Standby));
+                    standby_blocked = found.is_none();
+                    found
+                }
+                _ => None,
+            };
+            if let Some((partition, home)) = found {
+                self.queue.remove(&key);
+                let home = self.place(id, partition.clone(), home, now);
+                decisions.push(Decision::Placed {
+                    job: id,
+                    partition,
+                    home,
+                });
+            }
+        }
+    }
+
+    fn find(&self, busy: &ProcSet, shape: crate::partition::Shape) -> Option<Partition> {
+        self.config.partitioner.find(&self.machine, busy, shape)
+    }
+
+    /// The first slice where the job fits on its own, else a new slice if the MPL allows.
+    /// `Home::Slice(next_slice)` stands for "a new slice".
+    fn find_own(&self, shape: crate::partition::Shape) -> Option<(Partition, Home)> {
+        self.slices
+            .iter()
+            .find_map(|s| self.find(&s.taken, shape).map(|p| (p, Home::Slice(s.id))))
+            .or_else(|| {
+                (self.slices.len() < self.config.mpl as usize)
+                    .then(|| self.find(&self.express_procs, shape))
+                    .flatten()
+                    .map(|p| (p, Home::Slice(self.next_slice)))
+            })
+    }
+
+    fn find_standby(&self, shape: crate::partition::Shape) -> Option<Partition> {
+        let free_of = |busy: &ProcSet| {
+            let mut map = busy.clone();
+            map.union_with(&self.standby_procs);
+            self.find(&map, shape)
+        };
+        if self.slices.is_empty() {
+            return free_of(&self.express_procs);
+        }
+        self.slices.iter().find_map(|s| free_of(&s.busy))
+    }
+
+    /// EASY: when the head cannot start, the earliest time (by estimates) it could, and where.
+    fn reserve(&self, head: JobId, now: Micros) -> Reservation {
+        let shape = self.jobs[&head].request.shape;
+        let Some(slice) = self.slices.first().filter(|_| self.config.backfill == Backfill::Easy)
+        else {
+            return Reservation::Strict;
+        };
+        let mut ending: Vec<(Micros, JobId)> = slice
+            .own
+            .iter()
+            .map(|&id| {
+                let job = &self.jobs[&id];
+                let JobState::Placed { placed_at, .. } = job.state else {
+                    unreachable!("own jobs are placed")
+                };
+                let end = job
+                    .request
+                    .estimate
+                    .map_or(Micros::MAX, |e| placed_at.saturating_add(e).max(now));
+                (end, id)
+            })
+            .collect();
+        ending.sort_unstable();
+        let mut map = slice.taken.clone();
+        for (end, id) in ending {
+            if end == Micros::MAX {
+                break;
+            }
+            self.partition(id).unmark(&mut map);
+            if let Some(partition) = self.find(&map, shape) {
+                return Reservation::At {
+                    shadow: end,
+                    partition,
+                };
+            }
+        }
+        // A running job without an estimate (or express processors in the way): no promise can
+        // be computed, so nothing may pass the head.
+        Reservation::Strict
+    }
+
+    fn find_backfill(
+        &self,
+        id: JobId,
+        reservation: &Reservation,
+        now: Micros,
+    ) -> Option<(Partition, Home)> {
+        let (shadow, reserved) = match reservation {
+            Reservation::Strict => return None,
+            Reservation::At { shadow, partition } => (*shadow, partition),
+        };
+        let job = &self.jobs[&id];
+        let slice = self.slices.first()?;
+        let shape = job.request.shape;
+        let ends_in_time = job
+            .request
+            .estimate
+            .is_some_and(|e| now.saturating_add(e) <= shadow);
+        let home = Home::Slice(slice.id);
+        // Prefer processors outside the reservation: then the end time does not matter.
+        let mut map = slice.taken.clone();
+        reserved.mark(&mut map);
+        if let Some(p) = self.find(&map, shape) {
+            return Some((p, home));
+        }
+        ends_in_time
+            .then(|| self.find(&slice.taken, shape))
+            .flatten()
+            .map(|p| (p, home))
+    }
+
+    /// Puts a job in the matrix and refreshes what depends on it. Returns its home.
+    fn place(&mut self, id: JobId, partition: Partition, home: Home, now: Micros) -> Home {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        match home {
+            Home::Express => {
+                partition.mark(&mut self.express_procs);
+                self.express.insert(seq, id);
+            }
+            Home::Standby => {
+                partition.mark(&mut self.standby_procs);
+                self.standby.insert(seq, id);
+            }
+            Home::Slice(slice_id) => {
+                if slice_id == self.next_slice {
+                    self.next_slice += 1;
+                    self.slices.push(Slice {
+                        id: slice_id,
+                        own: Vec::new(),
+                        taken: self.express_procs.clone(),
+                        alternates: Vec::new(),
+                        busy: self.express_procs.clone(),
+                        standby: Vec::new(),
+                    });
+                }
+                self.placed.insert(seq, id);
+            }
+        }
+        let job = self.jobs.get_mut(&id).expect("placing a known job");
+        job.placed_seq = seq;
+        job.state = JobState::Placed {
+            partition: partition.clone(),
+            home,
+            placed_at: now,
+        };
+        match home {
+            Home::Express => self.refresh_all(),
+            Home::Standby => {
+                for slice in &mut self.slices {
+                    if partition.is_clear_in(&slice.busy) {
+                        slice.standby.push(id);
+                    }
+                }
+            }
+            Home::Slice(slice_id) => {
+                let index = self.slice_index(slice_id);
+                let slice = &mut self.slices[index];
+                slice.own.push(id);
+                partition.mark(&mut slice.taken);
+                self.refill(index);
+                // The newest placement is last in alternate order: it only takes what is left.
+                if self.config.alternates {
+                    for (i, slice) in self.slices.iter_mut().enumerate() {
+                        if i != index && partition.is_clear_in(&slice.busy) {
+                            slice.alternates.push(id);
+                            partition.mark(&mut slice.busy);
+                            let jobs = &self.jobs;
+                            slice.standby.retain(|s| {
+                                !job_partition(jobs, *s).overlaps(&partition)
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        home
+    }
+
+    /// Takes a job out of the queue or the matrix, refreshing what depended on it.
+    fn unplace(&mut self, job: &Job) {
+        let id = job.request.id;
+        let JobState::Placed {
+            partition, home, ..
+        } = &job.state
+        else {
+            self.queue.remove(&(job.request.class, job.seq, id));
+            return;
+        };
+        match *home {
+            Home::Express => {
+                self.express.remove(&job.placed_seq);
+                partition.unmark(&mut self.express_procs);
+                self.refresh_all();
+            }
+            Home::Standby => {
+                self.standby.remove(&job.placed_seq);
+                partition.unmark(&mut self.standby_procs);
+                for slice in &mut self.slices {
+                    slice.standby.retain(|&s| s != id);
+                }
+            }
+            Home::Slice(slice_id) => {
+                self.placed.remove(&job.placed_seq);
+                let index = self.slice_index(slice_id);
+                self.slices[index].own.retain(|&j| j != id);
+                let mut stale: Vec<usize> = (0..self.slices.len())
+                    .filter(|&i| i == index || self.slices[i].alternates.contains(&id))
+                    .collect();
+                if self.slices[index].own.is_empty() {
+                    self.slices.remove(index);
+                    stale.retain(|&i| i != index);
+                    stale.iter_mut().filter(|i| **i > index).for_each(|i| *i -= 1);
+                } else {
+                    self.retake(index);
+                }
+                if self.config.repack && self.repack() {
+                    self.refresh_all();
+                } else {
+                    stale.into_iter().for_each(|i| self.refill(i));
+                }
+            }
+        }
+    }
+
+    /// Moves own jobs up into earlier slices where their processors are free, dropping slices
+    /// left empty. Returns whether anything moved.
+    fn repack(&mut self) -> bool {
+        let mut moved = false;
+        let mut from = self.slices.len();
+        while from > 1 {
+            from -= 1;
+            for id in self.slices[from].own.clone() {
+                let partition = job_partition(&self.jobs, id).clone();
+                let Some(to) = (0..from).find(|&to| partition.is_clear_in(&self.slices[to].taken))
+                else {
+                    continue;
+                };
+                moved = true;
+                self.slices[from].own.retain(|&j| j != id);
+                self.slices[to].own.push(id);
+                partition.mark(&mut self.slices[to].taken);
+                let to_id = self.slices[to].id;
+                if let JobState::Placed { home, .. } =
+                    &mut self.jobs.get_mut(&id).expect("own jobs exist").state
+                {
+                    *home = Home::Slice(to_id);
+                }
+            }
+            if self.slices[from].own.is_empty() {
+                self.slices.remove(from);
+            }
+        }
+        if moved {
+            // Keep each slice's own jobs in placement order, as alternates are.
+            for slice in &mut self.slices {
+                let jobs = &self.jobs;
+                slice.own.sort_by_key(|id| jobs[id].placed_seq);
+            }
+        }
+        moved
+    }
+
+    /// Checks that the incrementally kept slices equal a recomputation from scratch.
+    /// For tests and debug assertions; returns what differs.
+    pub fn audit(&self) -> Result<(), String> {
+        let mut fresh = self.clone();
+        fresh.refresh_all();
+        for (kept, recomputed) in self.slices.iter().zip(&fresh.slices) {
+            let differs = kept.taken != recomputed.taken
+                || kept.busy != recomputed.busy
+                || kept.alternates != recomputed.alternates
+                || kept.standby != recomputed.standby;
+            if differs {
+                return Err(format!(
+                    "slice {} drifted: kept alternates {:?} standby {:?}, recomputed {:?} {:?}",
+                    kept.id,
+                    kept.alternates,
+                    kept.standby,
+                    recomputed.alternates,
+                    recomputed.standby
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Recomputes `taken` of every slice (express set changed) and refills all.
+    fn refresh_all(&mut self) {
+        for i in 0..self.slices.len() {
+            self.retake(i);
+            self.refill(i);
+        }
+    }
+
+    /// Recomputes a slice's `taken` from its own jobs and the express set.
+    fn retake(&mut self, index: usize) {
+        let mut taken = self.express_procs.clone();
+        for &id in &self.slices[index].own {
+            job_partition(&self.jobs, id).mark(&mut taken);
+        }
+        self.slices[index].taken = taken;
+    }
+
+    /// Recomputes a slice's alternates and standby jobs from scratch, greedily in placement order.
+    fn refill(&mut self, index: usize) {
+        let slice = &self.slices[index];
+        let mut busy = slice.taken.clone();
+        let mut alternates = Vec::new();
+        if self.config.alternates {
+            for &id in self.placed.values() {
+                let partition = job_partition(&self.jobs, id);
+                // Own jobs never qualify: their processors are already in `taken`.
+                if partition.is_clear_in(&busy) {
+                    partition.mark(&mut busy);
+                    alternates.push(id);
+                }
+            }
+        }
+        let standby = self
+            .standby
+            .values()
+            .copied()
+            .filter(|&id| job_partition(&self.jobs, id).is_clear_in(&busy))
+            .collect();
+        let slice = &mut self.slices[index];
+        slice.busy = busy;
+        slice.alternates = alternates;
+        slice.standby = standby;
+    }
+}
+
+fn job_partition(jobs: &BTreeMap<JobId, Job>, id: JobId) -> &Partition {
+    match &jobs[&id].state {
+        JobState::Placed { partition, .. } => partition,
+        JobState::Queued => unreachable!("job {id} is in the matrix but not placed"),
+    }
+}
+
+/// What the head of the queue is owed while later jobs are considered.
+enum Reservation {
+    /// No backfilling: nothing passes the head.
+    Strict,
+    At {
+        shadow: Micros,
+        partition: Partition,
+    },
+}

@@ -1,0 +1,303 @@
+//! Small schedules computed by hand, checked exactly.
+
+use cosched_core::*;
+
+fn sched(procs: u32, config: Config) -> Scheduler {
+    Scheduler::new(Machine::line(procs).unwrap(), config).unwrap()
+}
+
+fn gang(mpl: u32) -> Config {
+    Config {
+        mpl,
+        ..Config::default()
+    }
+}
+
+fn submit(s: &mut Scheduler, id: JobId, n: u32, class: Class, now: Micros) -> Vec<Decision> {
+    let decisions = s
+        .submit(JobRequest::new(id, Shape::Count(n)).class(class), now)
+        .unwrap();
+    s.audit().unwrap();
+    decisions
+}
+
+fn batch(s: &mut Scheduler, id: JobId, n: u32) -> Vec<Decision> {
+    submit(s, id, n, Class::Batch, 0)
+}
+
+fn remove(s: &mut Scheduler, id: JobId) -> Vec<Decision> {
+    let decisions = s.remove(id, 0).unwrap();
+    s.audit().unwrap();
+    decisions
+}
+
+/// The plan as text: one line per slice, `job@cpus` with a role mark (`+` alternate,
+/// `!` express, `~` standby).
+fn show(s: &Scheduler) -> Vec<String> {
+    s.plan()
+        .slices
+        .iter()
+        .map(|slice| {
+            slice
+                .entries
+                .iter()
+                .map(|e| {
+                    let mark = match e.role {
+                        Role::Own => "",
+                        Role::Alternate => "+",
+                        Role::Express => "!",
+                        Role::Standby => "~",
+                    };
+                    format!("{}{mark}@{}", e.job, e.partition)
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+#[test]
+fn a_job_in_two_of_three_slices_gets_two_thirds() {
+    let mut s = sched(4, gang(3));
+    batch(&mut s, 1, 4);
+    batch(&mut s, 2, 2);
+    batch(&mut s, 3, 2);
+    batch(&mut s, 4, 2);
+    assert_eq!(show(&s), ["1@0-3", "2@0-1 3@2-3", "4@0-1 3+@2-3"]);
+    let plan = s.plan();
+    assert_eq!(plan.slices_of(3), vec![1, 2]);
+    assert_eq!(plan.slices_of(2), vec![1]);
+
+    // The slice left with no job of its own is dropped; its alternate goes with it.
+    remove(&mut s, 4);
+    assert_eq!(show(&s), ["1@0-3", "2@0-1 3@2-3"]);
+    remove(&mut s, 1);
+    assert_eq!(show(&s), ["2@0-1 3@2-3"]);
+    remove(&mut s, 2);
+    remove(&mut s, 3);
+    assert!(s.plan().slices.is_empty());
+    assert_eq!(s.slice_count(), 0);
+}
+
+#[test]
+fn alternates_off_leaves_idle_cells_idle() {
+    let mut s = sched(
+        4,
+        Config {
+            alternates: false,
+            ..gang(3)
+        },
+    );
+    for (id, n) in [(1, 4), (2, 2), (3, 2), (4, 2)] {
+        batch(&mut s, id, n);
+    }
+    assert_eq!(show(&s), ["1@0-3", "2@0-1 3@2-3", "4@0-1"]);
+}
+
+#[test]
+fn a_new_own_job_displaces_alternates_not_the_reverse() {
+    let mut s = sched(4, gang(2));
+    batch(&mut s, 1, 2);
+    batch(&mut s, 2, 4);
+    remove(&mut s, 2);
+    batch(&mut s, 3, 4);
+    batch(&mut s, 4, 2);
+    assert_eq!(show(&s), ["1@0-1 4@2-3", "3@0-3"]);
+    remove(&mut s, 3);
+    batch(&mut s, 5, 1);
+    // Job 5 opens slice 1 at cpu 0; job 1 (0-1) cannot join it there, job 4 (2-3) can.
+    assert_eq!(show(&s), ["1@0-1 4@2-3", "5@0 4+@2-3"]);
+    batch(&mut s, 6, 1);
+    assert_eq!(show(&s), ["1@0-1 4@2-3", "5@0 6@1 4+@2-3"]);
+    // Job 7 is placed on cpus 2-3 of slice 1 as if job 4's alternate were not there.
+    batch(&mut s, 7, 2);
+    assert_eq!(show(&s), ["1@0-1 4@2-3", "5@0 6@1 7@2-3"]);
+}
+
+#[test]
+fn the_queue_waits_for_the_mpl_and_classes_jump_it() {
+    let mut s = sched(4, gang(2));
+    batch(&mut s, 1, 4);
+    batch(&mut s, 2, 4);
+    assert_eq!(batch(&mut s, 3, 1), vec![Decision::Queued { job: 3 }]);
+    assert_eq!(
+        submit(&mut s, 4, 1, Class::Interactive, 0),
+        vec![Decision::Queued { job: 4 }]
+    );
+    assert_eq!(s.queued().collect::<Vec<_>>(), vec![4, 3]);
+    let decisions = remove(&mut s, 1);
+    assert_eq!(
+        decisions,
+        vec![
+            Decision::Removed { job: 1 },
+            Decision::Placed {
+                job: 4,
+                partition: Partition::block(0, 1),
+                home: Home::Slice(2),
+            },
+            Decision::Placed {
+                job: 3,
+                partition: Partition::block(1, 1),
+                home: Home::Slice(2),
+            },
+        ]
+    );
+    assert_eq!(show(&s), ["2@0-3", "4@0 3@1"]);
+}
+
+#[test]
+fn strict_order_blocks_small_jobs_behind_a_big_head() {
+    let mut s = sched(4, gang(1));
+    batch(&mut s, 1, 2);
+    batch(&mut s, 2, 4);
+    assert_eq!(batch(&mut s, 3, 1), vec![Decision::Queued { job: 3 }]);
+    assert_eq!(show(&s), ["1@0-1"]);
+}
+
+#[test]
+fn easy_backfills_only_what_does_not_delay_the_head() {
+    let easy = Config {
+        mpl: 1,
+        alternates: false,
+        backfill: Backfill::Easy,
+        ..Config::default()
+    };
+    let mut s = sched(4, easy);
+    let job = |id, n, est| JobRequest::new(id, Shape::Count(n)).estimate(est);
+    s.submit(job(1, 2, 100), 0).unwrap();
+    // The head (4 cpus) can start at 100 when job 1 ends, on 0-3.
+    assert_eq!(s.submit(job(2, 4, 10), 0).unwrap(), vec![Decision::Queued { job: 2 }]);
+    // Would run past 100 on reserved cpus: waits.
+    assert_eq!(s.submit(job(3, 2, 200), 10).unwrap(), vec![Decision::Queued { job: 3 }]);
+    // Ends by 100: may use the head's cpus now.
+    let placed = s.submit(job(4, 2, 90), 10).unwrap();
+    assert!(matches!(placed[0], Decision::Placed { job: 4, .. }));
+    assert_eq!(show(&s), ["1@0-1 4@2-3"]);
+    // When both end, the head starts before job 3.
+    s.remove(1, 100).unwrap();
+    let decisions = s.remove(4, 100).unwrap();
+    assert!(matches!(decisions[1], Decision::Placed { job: 2, .. }));
+    assert_eq!(s.queued().collect::<Vec<_>>(), vec![3]);
+}
+
+#[test]
+fn express_preempts_everything_it_overlaps_in_every_slice() {
+    let mut s = sched(4, gang(2));
+    batch(&mut s, 1, 4);
+    batch(&mut s, 2, 2);
+    submit(&mut s, 9, 2, Class::Express, 0);
+    assert_eq!(show(&s), ["9!@0-1", "9!@0-1"]);
+    // New work avoids express cpus; job 3 goes beside job 2 in slice 1 (2-3).
+    batch(&mut s, 3, 2);
+    assert_eq!(show(&s), ["9!@0-1", "9!@0-1 3@2-3"]);
+    remove(&mut s, 9);
+    assert_eq!(show(&s), ["1@0-3", "2@0-1 3@2-3"]);
+}
+
+#[test]
+fn standby_soaks_up_idle_cells_and_yields_them() {
+    let mut s = sched(4, gang(1));
+    submit(&mut s, 7, 2, Class::Standby, 0);
+    // Alone on the machine, a standby job runs in a slice of its own making.
+    assert_eq!(show(&s), ["7~@0-1"]);
+    batch(&mut s, 1, 2);
+    // The batch job ignores standby when placing: it takes 0-1 and the standby job stops.
+    assert_eq!(show(&s), ["1@0-1"]);
+    remove(&mut s, 1);
+    assert_eq!(show(&s), ["7~@0-1"]);
+    batch(&mut s, 2, 2);
+    assert_eq!(show(&s), ["2@0-1"]);
+    batch(&mut s, 3, 1);
+    assert_eq!(show(&s), ["2@0-1 3@2"]);
+    remove(&mut s, 2);
+    // Cpus 0-1 are idle again: the standby job runs beside job 3.
+    assert_eq!(show(&s), ["3@2 7~@0-1"]);
+}
+
+#[test]
+fn class_changes_move_jobs_between_layers() {
+    let mut s = sched(4, gang(1));
+    batch(&mut s, 1, 4);
+    batch(&mut s, 2, 2);
+    assert_eq!(s.queued().collect::<Vec<_>>(), vec![2]);
+    let decisions = s.set_class(2, Class::Express, 5).unwrap();
+    assert!(matches!(decisions[0], Decision::Placed { job: 2, home: Home::Express, .. }));
+    assert_eq!(show(&s), ["2!@0-1"]);
+    s.set_class(2, Class::Standby, 6).unwrap();
+    s.audit().unwrap();
+    assert_eq!(show(&s), ["1@0-3"]);
+    assert_eq!(s.class(2), Some(Class::Standby));
+}
+
+#[test]
+fn repacking_folds_slices_back_together() {
+    let config = |repack| Config {
+        repack,
+        ..gang(3)
+    };
+    for (repack, expected) in [
+        (false, vec!["3@3 2+@0-2", "2@0-2 3+@3", "4@0-1 3+@3"]),
+        (true, vec!["3@3 4@0-1", "2@0-2 3+@3"]),
+    ] {
+        let mut s = sched(4, config(repack));
+        batch(&mut s, 1, 3);
+        batch(&mut s, 2, 3);
+        batch(&mut s, 3, 1);
+        batch(&mut s, 4, 2);
+        assert_eq!(show(&s), ["1@0-2 3@3", "2@0-2 3+@3", "4@0-1 3+@3"]);
+        remove(&mut s, 1);
+        assert_eq!(show(&s), expected, "repack {repack}");
+    }
+}
+
+#[test]
+fn bad_requests_are_errors_not_waits() {
+    let mut s = sched(8, gang(2));
+    let err = s.submit(JobRequest::new(1, Shape::Count(9)), 0).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "job 1 can never run: 9 processors requested but the machine has 8"
+    );
+    assert!(s.submit(JobRequest::new(2, Shape::Count(0)), 0).is_err());
+    s.submit(JobRequest::new(3, Shape::Count(1)), 0).unwrap();
+    assert_eq!(
+        s.submit(JobRequest::new(3, Shape::Count(1)), 0),
+        Err(SubmitError::Duplicate(3))
+    );
+    assert_eq!(s.remove(42, 0), Err(JobError::Unknown(42)));
+    assert_eq!(s.job_count(), 1);
+    assert_eq!(
+        Scheduler::new(Machine::line(4).unwrap(), gang(0)).unwrap_err(),
+        ConfigError::ZeroMpl
+    );
+    let easy4 = Config {
+        backfill: Backfill::Easy,
+        ..gang(4)
+    };
+    assert!(Scheduler::new(Machine::line(4).unwrap(), easy4).is_err());
+    let mesh_on_line = Config {
+        partitioner: PartitionerKind::AdaptiveScan,
+        ..gang(2)
+    };
+    assert!(Scheduler::new(Machine::line(4).unwrap(), mesh_on_line).is_err());
+}
+
+#[test]
+fn submeshes_on_a_mesh_with_adaptive_scan() {
+    let config = Config {
+        partitioner: PartitionerKind::AdaptiveScan,
+        ..gang(2)
+    };
+    let mut s = Scheduler::new(Machine::mesh(4, 4).unwrap(), config).unwrap();
+    let mesh = |w, h| Shape::Mesh {
+        width: w,
+        height: h,
+    };
+    s.submit(JobRequest::new(1, mesh(4, 3)), 0).unwrap();
+    // 2x4 fits in slice 0 in neither orientation: it opens slice 1.
+    s.submit(JobRequest::new(2, mesh(2, 4)), 0).unwrap();
+    // 1x4 does not fit upright in slice 0, but rotated it fills the last row.
+    s.submit(JobRequest::new(3, mesh(1, 4)), 0).unwrap();
+    s.audit().unwrap();
+    assert_eq!(show(&s), ["1@0-11 3@12-15", "2@0-1,4-5,8-9,12-13"]);
+}
