@@ -377,7 +377,10 @@ mod tests {
             find(PartitionerKind::FirstFit, &m, &b, Shape::Count(4)).unwrap(),
             "12-15"
         );
-        assert_eq!(find(PartitionerKind::FirstFit, &m, &b, Shape::Count(5)), None);
+        assert_eq!(
+            find(PartitionerKind::FirstFit, &m, &b, Shape::Count(5)),
+            None
+        );
     }
 
     #[test]
@@ -385,11 +388,23 @@ mod tests {
         let m = Machine::line(16).unwrap();
         // 0-3 busy: a 1-proc job goes to 4 (inside the broken 4-7 buddy), not to 8.
         let b = busy(16, &[(0, 2), (2, 1)]);
-        assert_eq!(find(PartitionerKind::Buddy, &m, &b, Shape::Count(1)).unwrap(), "3");
+        assert_eq!(
+            find(PartitionerKind::Buddy, &m, &b, Shape::Count(1)).unwrap(),
+            "3"
+        );
         let b = busy(16, &[(0, 4)]);
-        assert_eq!(find(PartitionerKind::Buddy, &m, &b, Shape::Count(1)).unwrap(), "4");
-        assert_eq!(find(PartitionerKind::Buddy, &m, &b, Shape::Count(3)).unwrap(), "4-7");
-        assert_eq!(find(PartitionerKind::Buddy, &m, &b, Shape::Count(5)).unwrap(), "8-15");
+        assert_eq!(
+            find(PartitionerKind::Buddy, &m, &b, Shape::Count(1)).unwrap(),
+            "4"
+        );
+        assert_eq!(
+            find(PartitionerKind::Buddy, &m, &b, Shape::Count(3)).unwrap(),
+            "4-7"
+        );
+        assert_eq!(
+            find(PartitionerKind::Buddy, &m, &b, Shape::Count(5)).unwrap(),
+            "8-15"
+        );
     }
 
     #[test]
@@ -399,15 +414,28 @@ mod tests {
         assert_eq!(k.check(&m, Shape::Count(0)), Err(NeverFits::Empty));
         assert!(matches!(
             k.check(&m, Shape::Count(339)),
-            Err(NeverFits::TooMany { asked: 339, procs: 338 })
+            Err(NeverFits::TooMany {
+                asked: 339,
+                procs: 338
+            })
         ));
         assert!(matches!(
             PartitionerKind::Buddy.check(&m, Shape::Count(257)),
-            Err(NeverFits::BuddyBlockTooLarge { block: 512, largest: 256, .. })
+            Err(NeverFits::BuddyBlockTooLarge {
+                block: 512,
+                largest: 256,
+                ..
+            })
         ));
         assert!(PartitionerKind::Buddy.check(&m, Shape::Count(256)).is_ok());
-        let mesh_shape = Shape::Mesh { width: 2, height: 2 };
-        assert!(matches!(k.check(&m, mesh_shape), Err(NeverFits::NeedsMesh { .. })));
+        let mesh_shape = Shape::Mesh {
+            width: 2,
+            height: 2,
+        };
+        assert!(matches!(
+            k.check(&m, mesh_shape),
+            Err(NeverFits::NeedsMesh { .. })
+        ));
     }
 
     #[test]
@@ -419,16 +447,37 @@ mod tests {
         //   B . . .
         //   B . . .
         let b = busy(16, &[(0, 3), (4, 1), (8, 1), (12, 1)]);
-        let tall = Shape::Mesh { width: 1, height: 4 };
-        assert_eq!(find(PartitionerKind::FirstFit2d, &m, &b, tall).unwrap(), "3,7,11,15");
-        let wide = Shape::Mesh { width: 3, height: 2 };
-        assert_eq!(find(PartitionerKind::FirstFit2d, &m, &b, wide).unwrap(), "5-7,9-11");
+        let tall = Shape::Mesh {
+            width: 1,
+            height: 4,
+        };
+        assert_eq!(
+            find(PartitionerKind::FirstFit2d, &m, &b, tall).unwrap(),
+            "3,7,11,15"
+        );
+        let wide = Shape::Mesh {
+            width: 3,
+            height: 2,
+        };
+        assert_eq!(
+            find(PartitionerKind::FirstFit2d, &m, &b, wide).unwrap(),
+            "5-7,9-11"
+        );
         // 4x1 never fits unrotated here, but rotated to 1x4 it does.
-        let row = Shape::Mesh { width: 4, height: 1 };
+        let row = Shape::Mesh {
+            width: 4,
+            height: 1,
+        };
         assert_eq!(find(PartitionerKind::FirstFit2d, &m, &b, row), None);
-        assert_eq!(find(PartitionerKind::AdaptiveScan, &m, &b, row).unwrap(), "3,7,11,15");
+        assert_eq!(
+            find(PartitionerKind::AdaptiveScan, &m, &b, row).unwrap(),
+            "3,7,11,15"
+        );
         let m2 = Machine::mesh(4, 2).unwrap();
-        let shape = Shape::Mesh { width: 1, height: 4 };
+        let shape = Shape::Mesh {
+            width: 1,
+            height: 4,
+        };
         assert!(PartitionerKind::FirstFit2d.check(&m2, shape).is_err());
         assert!(PartitionerKind::AdaptiveScan.check(&m2, shape).is_ok());
         assert!(matches!(

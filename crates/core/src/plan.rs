@@ -197,7 +197,9 @@ mod tests {
         let g1 = Generation::follow(None, plan.clone(), 10);
         assert_eq!(g1.slice_for_slot(9), None);
         assert_eq!(
-            (10..14).map(|k| g1.slice_for_slot(k).unwrap()).collect::<Vec<_>>(),
+            (10..14)
+                .map(|k| g1.slice_for_slot(k).unwrap())
+                .collect::<Vec<_>>(),
             vec![0, 1, 2, 0]
         );
         // A change taking effect at slot 15 starts where g1 would have been: slice 2.

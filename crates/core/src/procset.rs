@@ -106,10 +106,7 @@ impl ProcSet {
     }
 
     pub fn is_disjoint(&self, other: &ProcSet) -> bool {
-        self.words
-            .iter()
-            .zip(&other.words)
-            .all(|(a, b)| a & b == 0)
+        self.words.iter().zip(&other.words).all(|(a, b)| a & b == 0)
     }
 
     /// The first processor at or after `from` whose membership equals `member`, if any.

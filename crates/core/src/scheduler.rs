@@ -193,6 +193,13 @@ impl Scheduler {
         self.jobs.get(&job).map(|j| &j.state)
     }
 
+    /// Every job the scheduler holds, queued or placed, by id.
+    pub fn jobs(&self) -> impl Iterator<Item = (JobId, Class, &JobState)> + '_ {
+        self.jobs
+            .iter()
+            .map(|(&id, job)| (id, job.request.class, &job.state))
+    }
+
     pub fn class(&self, job: JobId) -> Option<Class> {
         self.jobs.get(&job).map(|j| j.request.class)
     }
@@ -287,7 +294,11 @@ impl Scheduler {
             self.jobs.insert(job, moved);
             self.schedule(now, &mut decisions);
         } else {
-            self.jobs.get_mut(&job).expect("looked up above").request.class = class;
+            self.jobs
+                .get_mut(&job)
+                .expect("looked up above")
+                .request
+                .class = class;
         }
         Ok(decisions)
     }
@@ -311,8 +322,18 @@ impl Scheduler {
                         .filter(|&&id| self.partition(id).is_clear_in(&self.express_procs))
                         .map(|&id| self.entry(id, Role::Own)),
                 );
-                entries.extend(slice.alternates.iter().map(|&id| self.entry(id, Role::Alternate)));
-                entries.extend(slice.standby.iter().map(|&id| self.entry(id, Role::Standby)));
+                entries.extend(
+                    slice
+                        .alternates
+                        .iter()
+                        .map(|&id| self.entry(id, Role::Alternate)),
+                );
+                entries.extend(
+                    slice
+                        .standby
+                        .iter()
+                        .map(|&id| self.entry(id, Role::Standby)),
+                );
                 PlanSlice { entries }
             })
             .collect();
@@ -362,7 +383,9 @@ impl Scheduler {
             let shape = self.jobs[&id].request.shape;
             let found = match class {
                 Class::Express if !express_blocked => {
-                    let found = self.find(&self.express_procs, shape).map(|p| (p, Home::Express));
+                    let found = self
+                        .find(&self.express_procs, shape)
+                        .map(|p| (p, Home::Express));
                     express_blocked = found.is_none();
                     found
                 }
@@ -428,7 +451,10 @@ impl Scheduler {
     /// EASY: when the head cannot start, the earliest time (by estimates) it could, and where.
     fn reserve(&self, head: JobId, now: Micros) -> Reservation {
         let shape = self.jobs[&head].request.shape;
-        let Some(slice) = self.slices.first().filter(|_| self.config.backfill == Backfill::Easy)
+        let Some(slice) = self
+            .slices
+            .first()
+            .filter(|_| self.config.backfill == Backfill::Easy)
         else {
             return Reservation::Strict;
         };
@@ -553,9 +579,9 @@ impl Scheduler {
                             slice.alternates.push(id);
                             partition.mark(&mut slice.busy);
                             let jobs = &self.jobs;
-                            slice.standby.retain(|s| {
-                                !job_partition(jobs, *s).overlaps(&partition)
-                            });
+                            slice
+                                .standby
+                                .retain(|s| !job_partition(jobs, *s).overlaps(&partition));
                         }
                     }
                 }
@@ -597,7 +623,10 @@ impl Scheduler {
                 if self.slices[index].own.is_empty() {
                     self.slices.remove(index);
                     stale.retain(|&i| i != index);
-                    stale.iter_mut().filter(|i| **i > index).for_each(|i| *i -= 1);
+                    stale
+                        .iter_mut()
+                        .filter(|i| **i > index)
+                        .for_each(|i| *i -= 1);
                 } else {
                     self.retake(index);
                 }

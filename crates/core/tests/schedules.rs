@@ -166,9 +166,15 @@ fn easy_backfills_only_what_does_not_delay_the_head() {
     let job = |id, n, est| JobRequest::new(id, Shape::Count(n)).estimate(est);
     s.submit(job(1, 2, 100), 0).unwrap();
     // The head (4 cpus) can start at 100 when job 1 ends, on 0-3.
-    assert_eq!(s.submit(job(2, 4, 10), 0).unwrap(), vec![Decision::Queued { job: 2 }]);
+    assert_eq!(
+        s.submit(job(2, 4, 10), 0).unwrap(),
+        vec![Decision::Queued { job: 2 }]
+    );
     // Would run past 100 on reserved cpus: waits.
-    assert_eq!(s.submit(job(3, 2, 200), 10).unwrap(), vec![Decision::Queued { job: 3 }]);
+    assert_eq!(
+        s.submit(job(3, 2, 200), 10).unwrap(),
+        vec![Decision::Queued { job: 3 }]
+    );
     // Ends by 100: may use the head's cpus now.
     let placed = s.submit(job(4, 2, 90), 10).unwrap();
     assert!(matches!(placed[0], Decision::Placed { job: 4, .. }));
@@ -221,7 +227,14 @@ fn class_changes_move_jobs_between_layers() {
     batch(&mut s, 2, 2);
     assert_eq!(s.queued().collect::<Vec<_>>(), vec![2]);
     let decisions = s.set_class(2, Class::Express, 5).unwrap();
-    assert!(matches!(decisions[0], Decision::Placed { job: 2, home: Home::Express, .. }));
+    assert!(matches!(
+        decisions[0],
+        Decision::Placed {
+            job: 2,
+            home: Home::Express,
+            ..
+        }
+    ));
     assert_eq!(show(&s), ["2!@0-1"]);
     s.set_class(2, Class::Standby, 6).unwrap();
     s.audit().unwrap();
@@ -231,10 +244,7 @@ fn class_changes_move_jobs_between_layers() {
 
 #[test]
 fn repacking_folds_slices_back_together() {
-    let config = |repack| Config {
-        repack,
-        ..gang(3)
-    };
+    let config = |repack| Config { repack, ..gang(3) };
     for (repack, expected) in [
         (false, vec!["3@3 2+@0-2", "2@0-2 3+@3", "4@0-1 3+@3"]),
         (true, vec!["3@3 4@0-1", "2@0-2 3+@3"]),
@@ -253,7 +263,9 @@ fn repacking_folds_slices_back_together() {
 #[test]
 fn bad_requests_are_errors_not_waits() {
     let mut s = sched(8, gang(2));
-    let err = s.submit(JobRequest::new(1, Shape::Count(9)), 0).unwrap_err();
+    let err = s
+        .submit(JobRequest::new(1, Shape::Count(9)), 0)
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "job 1 can never run: 9 processors requested but the machine has 8"

@@ -1,0 +1,253 @@
+//! Invariants of the matrix under random sequences of events (proptest prints the failing
+//! sequence, shrunk, and its seed; set PROPTEST_CASES to run more).
+
+use cosched_core::*;
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Submit { procs: u32, class: Class, est: i64 },
+    Remove { pick: usize },
+    SetClass { pick: usize, class: Class },
+}
+
+fn class() -> impl Strategy<Value = Class> {
+    prop_oneof![
+        1 => Just(Class::Express),
+        2 => Just(Class::Interactive),
+        6 => Just(Class::Batch),
+        2 => Just(Class::Standby),
+    ]
+}
+
+fn op(max_procs: u32) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (1..=max_procs, class(), 1i64..1000).prop_map(|(procs, class, est)| Op::Submit { procs, class, est }),
+        3 => any::<usize>().prop_map(|pick| Op::Remove { pick }),
+        1 => (any::<usize>(), class()).prop_map(|(pick, class)| Op::SetClass { pick, class }),
+    ]
+}
+
+fn config() -> impl Strategy<Value = Config> {
+    (
+        prop_oneof![
+            Just(PartitionerKind::FirstFit),
+            Just(PartitionerKind::BestFit),
+            Just(PartitionerKind::Buddy),
+            Just(PartitionerKind::Scatter),
+        ],
+        1u32..6,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(partitioner, mpl, alternates, repack, easy)| Config {
+            partitioner,
+            mpl,
+            alternates,
+            repack,
+            backfill: if easy && mpl == 1 {
+                Backfill::Easy
+            } else {
+                Backfill::None
+            },
+        })
+}
+
+fn scenario() -> impl Strategy<Value = (u32, Config, Vec<Op>)> {
+    (1u32..40, config()).prop_flat_map(|(procs, config)| {
+        (
+            Just(procs),
+            Just(config),
+            proptest::collection::vec(op(procs + 2), 1..60),
+        )
+    })
+}
+
+/// Applies the ops, checking every invariant after each; returns the plans seen.
+fn run(procs: u32, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, TestCaseError> {
+    let mut s = Scheduler::new(Machine::line(procs).unwrap(), config.clone()).unwrap();
+    let mut live: Vec<JobId> = Vec::new();
+    let mut plans = Vec::new();
+    for (step, op) in ops.iter().enumerate() {
+        let now = step as Micros * 10;
+        match op {
+            Op::Submit {
+                procs: n,
+                class,
+                est,
+            } => {
+                let id = step as JobId;
+                let request = JobRequest::new(id, Shape::Count(*n))
+                    .class(*class)
+                    .estimate(*est);
+                let never = config
+                    .partitioner
+                    .check(s.machine(), Shape::Count(*n))
+                    .is_err();
+                match s.submit(request, now) {
+                    Ok(_) => {
+                        prop_assert!(!never, "job {id} of {n} accepted but can never fit");
+                        live.push(id);
+                    }
+                    Err(e) => prop_assert!(never, "job {id} refused: {e}"),
+                }
+            }
+            Op::Remove { pick } if !live.is_empty() => {
+                let id = live.remove(pick % live.len());
+                s.remove(id, now).unwrap();
+            }
+            Op::SetClass { pick, class } if !live.is_empty() => {
+                let id = live[pick % live.len()];
+                s.set_class(id, *class, now).unwrap();
+            }
+            _ => {}
+        }
+        check(&s, config)
+            .map_err(|e| TestCaseError::fail(format!("after step {step} ({op:?}): {e}")))?;
+        plans.push(s.plan());
+    }
+    for id in live.drain(..) {
+        s.remove(id, 0).unwrap();
+        check(&s, config).map_err(TestCaseError::fail)?;
+    }
+    prop_assert!(
+        s.plan().slices.is_empty(),
+        "jobs gone but plan {:?}",
+        s.plan()
+    );
+    prop_assert_eq!(s.slice_count(), 0);
+    prop_assert_eq!(s.queued().count(), 0);
+    Ok(plans)
+}
+
+fn check(s: &Scheduler, config: &Config) -> Result<(), String> {
+    s.audit()?;
+    let plan = s.plan();
+    let procs = s.machine().procs();
+    if s.slice_count() > config.mpl as usize {
+        return Err(format!(
+            "{} slices over MPL {}",
+            s.slice_count(),
+            config.mpl
+        ));
+    }
+    let mut express = ProcSet::new(procs);
+    for (_, _, state) in s.jobs() {
+        if let JobState::Placed {
+            partition,
+            home: Home::Express,
+            ..
+        } = state
+        {
+            partition.mark(&mut express);
+        }
+    }
+    for (index, slice) in plan.slices.iter().enumerate() {
+        let mut used = ProcSet::new(procs);
+        let mut not_standby = ProcSet::new(procs);
+        for entry in &slice.entries {
+            // No processor double-booked in a slice.
+            if !entry.partition.is_clear_in(&used) {
+                return Err(format!(
+                    "slice {index}: job {} overlaps another job",
+                    entry.job
+                ));
+            }
+            entry.partition.mark(&mut used);
+            if entry.role != Role::Standby {
+                entry.partition.mark(&mut not_standby);
+            }
+            // A job has its whole partition in every slice it is in.
+            match s.state(entry.job) {
+                Some(JobState::Placed { partition, .. }) if *partition == entry.partition => {}
+                other => {
+                    return Err(format!(
+                        "slice {index}: job {} listed on {} but is {other:?}",
+                        entry.job, entry.partition
+                    ))
+                }
+            }
+        }
+        // Fill is maximal: a job left out of a slice really does not fit there. (With express
+        // jobs present, preempted own jobs hold cells the plan does not show: skip.)
+        if !express.is_empty() {
+            continue;
+        }
+        for (id, class, state) in s.jobs() {
+            let JobState::Placed { partition, .. } = state else {
+                continue;
+            };
+            let fills = match class {
+                Class::Standby => true,
+                Class::Interactive | Class::Batch => config.alternates,
+                Class::Express => false,
+            };
+            if fills && !slice.contains(id) && partition.is_clear_in(&not_standby) {
+                return Err(format!("slice {index}: job {id} fits here but is left out"));
+            }
+        }
+    }
+    for (id, class, state) in s.jobs() {
+        match state {
+            // Every placed job is in its own slice (unless an express job preempts it).
+            JobState::Placed {
+                partition,
+                home: Home::Slice(_),
+                ..
+            } => {
+                let own = plan.slices.iter().any(|sl| {
+                    sl.entries
+                        .iter()
+                        .any(|e| e.job == id && e.role == Role::Own)
+                });
+                if !own && partition.is_clear_in(&express) {
+                    return Err(format!("job {id} is placed but not in its own slice"));
+                }
+            }
+            JobState::Placed {
+                home: Home::Express,
+                ..
+            } => {
+                if plan.slices.iter().any(|sl| !sl.contains(id)) {
+                    return Err(format!("express job {id} missing from a slice"));
+                }
+            }
+            JobState::Placed {
+                home: Home::Standby,
+                ..
+            } => {}
+            // A normal job never waits on an empty machine.
+            JobState::Queued => {
+                let normal = matches!(class, Class::Interactive | Class::Batch);
+                if normal && s.slice_count() == 0 && express.is_empty() {
+                    return Err(format!("job {id} waits while the machine is empty"));
+                }
+            }
+        }
+    }
+    // Every slice of the matrix has a job of its own.
+    for (index, slice) in plan.slices.iter().enumerate().take(s.slice_count()) {
+        let own = slice.entries.iter().any(|e| e.role == Role::Own);
+        if !own && express.is_empty() {
+            return Err(format!("slice {index} has no job of its own"));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn invariants_hold_after_every_event((procs, config, ops) in scenario()) {
+        run(procs, &config, &ops)?;
+    }
+
+    #[test]
+    fn the_same_inputs_give_the_same_plans((procs, config, ops) in scenario()) {
+        let first = run(procs, &config, &ops)?;
+        let second = run(procs, &config, &ops)?;
+        prop_assert_eq!(first, second);
+    }
+}
