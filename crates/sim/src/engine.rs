@@ -1,0 +1,387 @@
+//! The virtual-clock replay: arrivals and completions drive the core; every change becomes a
+//! plan generation at the next slot boundary, exactly as the daemon will apply it.
+//!
+//! Quanta are never stepped one by one. Between two generations the matrix is fixed, so a job
+//! in `k` of `R` slices runs in known slot positions of every cycle, and its completion time
+//! is computed directly from its remaining work.
+
+use crate::workload::{Dropped, SimJob};
+use cosched_core::{
+    Backfill, Config, ConfigError, Decision, Generation, JobId, JobRequest, Machine, MachineError,
+    Micros, PartitionerKind, Rotation, Scheduler, Shape, SubmitError,
+};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Space sharing, strict first come first served.
+    Fcfs,
+    /// Space sharing with EASY backfilling on the requested times.
+    Easy,
+    /// The Ousterhout matrix: up to `mpl` slices taking turns each quantum.
+    Gang,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Fcfs => "fcfs",
+            Policy::Easy => "easy",
+            Policy::Gang => "gang",
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy '{0}' (known: fcfs, easy, gang)")]
+pub struct UnknownPolicy(pub String);
+
+impl FromStr for Policy {
+    type Err = UnknownPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Policy::Fcfs, Policy::Easy, Policy::Gang]
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| UnknownPolicy(s.to_string()))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimConfig {
+    pub procs: u32,
+    pub policy: Policy,
+    /// Gang only: most slices.
+    pub mpl: u32,
+    /// Gang only: slot length.
+    pub quantum: Micros,
+    pub partitioner: PartitionerKind,
+    /// Gang only: jobs also run in other slices where their processors are free.
+    pub alternates: bool,
+    pub repack: bool,
+    /// Gang only: time lost at every slot boundary while more than one slice exists.
+    pub switch_overhead: Micros,
+}
+
+impl SimConfig {
+    pub fn new(procs: u32, policy: Policy) -> SimConfig {
+        SimConfig {
+            procs,
+            policy,
+            mpl: 4,
+            quantum: 100_000,
+            partitioner: PartitionerKind::FirstFit,
+            alternates: true,
+            repack: false,
+            switch_overhead: 0,
+        }
+    }
+
+    fn core_config(&self) -> Config {
+        let gang = self.policy == Policy::Gang;
+        Config {
+            partitioner: self.partitioner,
+            mpl: if gang { self.mpl } else { 1 },
+            alternates: gang && self.alternates,
+            backfill: if self.policy == Policy::Easy {
+                Backfill::Easy
+            } else {
+                Backfill::None
+            },
+            repack: gang && self.repack,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Machine(#[from] MachineError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("the quantum must be positive (got {0} µs)")]
+    Quantum(Micros),
+    #[error("the switch overhead ({overhead} µs) must be shorter than the quantum ({quantum} µs)")]
+    Overhead { overhead: Micros, quantum: Micros },
+    #[error("the simulation stalled with {0} jobs unfinished (a scheduler bug: please report it with the command line)")]
+    Stalled(usize),
+}
+
+/// What happened to one job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobResult {
+    pub id: u64,
+    pub record: usize,
+    pub submit: Micros,
+    /// When it first ran.
+    pub start: Micros,
+    pub end: Micros,
+    /// Its run time alone on its processors (the work).
+    pub run: Micros,
+    pub procs: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// In completion order.
+    pub results: Vec<JobResult>,
+    pub dropped: Dropped,
+    /// Plan generations applied (each a change of the matrix).
+    pub generations: u64,
+}
+
+struct Running {
+    remaining: Micros,
+    /// Positions in the current cycle (0 = the slot the generation started with), sorted.
+    positions: Vec<usize>,
+    start: Option<Micros>,
+    completion: Micros,
+}
+
+struct Replay<'a> {
+    config: &'a SimConfig,
+    jobs: HashMap<JobId, &'a SimJob>,
+    sched: Scheduler,
+    rotation: Rotation,
+    generation: Option<Generation>,
+    generation_start: Micros,
+    running: BTreeMap<JobId, Running>,
+    completions: BinaryHeap<Reverse<(Micros, JobId)>>,
+    results: Vec<JobResult>,
+}
+
+impl Replay<'_> {
+    fn slices(&self) -> usize {
+        self.generation.as_ref().map_or(0, |g| g.plan.slices.len())
+    }
+
+    fn useful_per_slot(&self) -> Micros {
+        self.config.quantum - self.config.switch_overhead
+    }
+
+    /// Work a job did from the current generation's start to `to` (a slot boundary).
+    fn work_done(&self, job: &Running, to: Micros) -> Micros {
+        let slices = self.slices();
+        if job.positions.is_empty() {
+            0
+        } else if slices == 1 {
+            to - self.generation_start
+        } else {
+            let slots = (to - self.generation_start) / self.config.quantum;
+            let cycles = slots / slices as i64;
+            let partial = slots % slices as i64;
+            let in_partial = job
+                .positions
+                .iter()
+                .filter(|&&p| (p as i64) < partial)
+                .count();
+            (cycles * job.positions.len() as i64 + in_partial as i64) * self.useful_per_slot()
+        }
+    }
+
+    /// When a job with `job.remaining` work finishes under the current generation.
+    fn completion(&self, job: &Running) -> Micros {
+        let slices = self.slices();
+        if job.positions.is_empty() {
+            return Micros::MAX;
+        }
+        if slices == 1 {
+            return self.generation_start + job.remaining;
+        }
+        let useful = self.useful_per_slot();
+        let k = job.positions.len() as i64;
+        let last = (job.remaining + useful - 1) / useful - 1; // index of the last slot it needs
+        let cycle = last / k;
+        let position = job.positions[(last % k) as usize] as i64;
+        let slot_start =
+            self.generation_start + (cycle * slices as i64 + position) * self.config.quantum;
+        slot_start + self.config.switch_overhead + (job.remaining - last * useful)
+    }
+
+    /// Makes the matrix as it stands now the plan in force from `at` (a slot boundary).
+    fn apply(&mut self, at: Micros) {
+        let done: Vec<(JobId, Micros)> = self
+            .running
+            .iter()
+            .map(|(&id, job)| (id, self.work_done(job, at)))
+            .collect();
+        for (id, work) in done {
+            let job = self.running.get_mut(&id).expect("listed above");
+            job.remaining -= work;
+            debug_assert!(job.remaining > 0, "job {id} finished before {at} unnoticed");
+        }
+        let first_slot = match self.config.policy {
+            Policy::Gang => self.rotation.slot_at(at),
+            Policy::Fcfs | Policy::Easy => 0,
+        };
+        let generation =
+            Generation::follow(self.generation.as_ref(), self.sched.plan(), first_slot);
+        let mut positions: BTreeMap<JobId, Vec<usize>> = BTreeMap::new();
+        for (index, slice) in generation.plan.slices.iter().enumerate() {
+            for job in slice.jobs() {
+                positions
+                    .entry(job)
+                    .or_default()
+                    .push(generation.position_of(index));
+            }
+        }
+        self.generation = Some(generation);
+        self.generation_start = at;
+        for &id in positions.keys() {
+            self.running.entry(id).or_insert_with(|| Running {
+                remaining: self.jobs[&id].run,
+                positions: Vec::new(),
+                start: None,
+                completion: Micros::MAX,
+            });
+        }
+        let ids: Vec<JobId> = self.running.keys().copied().collect();
+        for id in ids {
+            let mut job = self.running.remove(&id).expect("listed above");
+            job.positions = positions.remove(&id).unwrap_or_default();
+            job.positions.sort_unstable();
+            if let (None, Some(&first)) = (job.start, job.positions.first()) {
+                let offset = if self.slices() > 1 { first as i64 } else { 0 };
+                job.start = Some(at + offset * self.config.quantum);
+            }
+            job.completion = self.completion(&job);
+            if job.completion != Micros::MAX {
+                self.completions.push(Reverse((job.completion, id)));
+            }
+            self.running.insert(id, job);
+        }
+    }
+
+    /// The earliest pending completion, skipping stale heap entries.
+    fn next_completion(&mut self) -> Option<Micros> {
+        while let Some(&Reverse((time, id))) = self.completions.peek() {
+            if self.running.get(&id).is_some_and(|j| j.completion == time) {
+                return Some(time);
+            }
+            self.completions.pop();
+        }
+        None
+    }
+
+    fn finish_due(&mut self, now: Micros) {
+        while self.next_completion() == Some(now) {
+            let Reverse((_, id)) = self.completions.pop().expect("peeked");
+            let job = self.running.remove(&id).expect("validated");
+            let sim_job = self.jobs[&id];
+            self.results.push(JobResult {
+                id,
+                record: sim_job.record,
+                submit: sim_job.submit,
+                start: job.start.expect("a finished job ran"),
+                end: now,
+                run: sim_job.run,
+                procs: sim_job.procs,
+            });
+            self.sched
+                .remove(id, now)
+                .expect("a running job is known to the scheduler");
+        }
+    }
+
+    /// Where a change made at `now` takes effect.
+    fn boundary(&self, now: Micros) -> Micros {
+        match self.config.policy {
+            Policy::Gang => self.rotation.slot_start(self.rotation.next_boundary(now)),
+            Policy::Fcfs | Policy::Easy => now,
+        }
+    }
+}
+
+/// Replays `jobs` (sorted by submit time) under `config`. `progress(done, total)` is called
+/// now and then with the number of finished jobs.
+pub fn simulate(
+    jobs: &[SimJob],
+    mut dropped: Dropped,
+    config: &SimConfig,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Outcome, SimError> {
+    if config.quantum <= 0 {
+        return Err(SimError::Quantum(config.quantum));
+    }
+    if config.switch_overhead < 0 || config.switch_overhead >= config.quantum {
+        return Err(SimError::Overhead {
+            overhead: config.switch_overhead,
+            quantum: config.quantum,
+        });
+    }
+    let machine = Machine::line(config.procs)?;
+    let mut replay = Replay {
+        config,
+        jobs: jobs.iter().map(|j| (j.id, j)).collect(),
+        sched: Scheduler::new(machine, config.core_config())?,
+        rotation: Rotation::new(0, config.quantum),
+        generation: None,
+        generation_start: 0,
+        running: BTreeMap::new(),
+        completions: BinaryHeap::new(),
+        results: Vec::with_capacity(jobs.len()),
+    };
+    let mut generations = 0;
+    let mut next_arrival = 0;
+    let mut pending: Option<Micros> = None;
+    let mut reported = 0;
+    loop {
+        let arrival = jobs.get(next_arrival).map(|j| j.submit);
+        let completion = replay.next_completion();
+        // At equal times: completions free processors first, then arrivals join, then the
+        // switch applies everything decided at that instant.
+        let now = [completion, arrival, pending].into_iter().flatten().min();
+        let Some(now) = now else { break };
+        let mut changed = false;
+        if completion == Some(now) {
+            replay.finish_due(now);
+            changed = true;
+        }
+        while jobs.get(next_arrival).is_some_and(|j| j.submit == now) {
+            let job = &jobs[next_arrival];
+            next_arrival += 1;
+            let request = JobRequest::new(job.id, Shape::Count(job.procs)).estimate(job.estimate);
+            match replay.sched.submit(request, now) {
+                Ok(decisions) => {
+                    changed |= decisions
+                        .iter()
+                        .any(|d| matches!(d, Decision::Placed { .. }))
+                }
+                Err(SubmitError::NeverFits { .. }) => dropped.never_fits += 1,
+                Err(e @ SubmitError::Duplicate(_)) => {
+                    unreachable!("trace ids are record indices: {e}")
+                }
+            }
+        }
+        if changed && pending.is_none() {
+            pending = Some(replay.boundary(now));
+        }
+        if pending == Some(now) {
+            replay.apply(now);
+            generations += 1;
+            pending = None;
+        }
+        if replay.results.len() >= reported + 1024 {
+            reported = replay.results.len();
+            progress(reported, jobs.len());
+        }
+    }
+    let unfinished = replay.sched.job_count() + replay.running.len();
+    if unfinished > 0 {
+        return Err(SimError::Stalled(unfinished));
+    }
+    progress(replay.results.len(), jobs.len());
+    Ok(Outcome {
+        results: replay.results,
+        dropped,
+        generations,
+    })
+}

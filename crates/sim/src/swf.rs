@@ -1,0 +1,285 @@
+//! The Standard Workload Format (SWF 2.2) of the Parallel Workloads Archive: reader and writer.
+//!
+//! A file is `;` header lines (`; Key: value` or free comments), then one job per line with 18
+//! whitespace-separated numeric fields, `-1` meaning unknown. Plain or gzip-compressed files are
+//! read alike (detected by the gzip magic bytes, not the name).
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+pub const FIELDS: usize = 18;
+
+/// Field names, in order, as the SWF definition gives them (used in error messages).
+pub const FIELD_NAMES: [&str; FIELDS] = [
+    "job number",
+    "submit time",
+    "wait time",
+    "run time",
+    "allocated processors",
+    "average CPU time",
+    "used memory",
+    "requested processors",
+    "requested time",
+    "requested memory",
+    "status",
+    "user id",
+    "group id",
+    "executable",
+    "queue",
+    "partition",
+    "preceding job",
+    "think time",
+];
+
+/// One job line. Values are kept as read (fractional CPU times exist in some logs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub fields: [f64; FIELDS],
+}
+
+impl Record {
+    pub fn unknown() -> Self {
+        Record {
+            fields: [-1.0; FIELDS],
+        }
+    }
+
+    fn int(&self, index: usize) -> i64 {
+        self.fields[index] as i64
+    }
+
+    pub fn job_number(&self) -> i64 {
+        self.int(0)
+    }
+    pub fn submit(&self) -> i64 {
+        self.int(1)
+    }
+    pub fn run_time(&self) -> i64 {
+        self.int(3)
+    }
+    pub fn allocated_procs(&self) -> i64 {
+        self.int(4)
+    }
+    pub fn requested_procs(&self) -> i64 {
+        self.int(7)
+    }
+    pub fn requested_time(&self) -> i64 {
+        self.int(8)
+    }
+
+    /// Allocated processors (field 5), falling back to requested (field 8) when unknown.
+    pub fn procs(&self) -> i64 {
+        match self.allocated_procs() {
+            n if n > 0 => n,
+            _ => self.requested_procs(),
+        }
+    }
+}
+
+/// The header: every `;` line kept verbatim, plus the `Key: value` pairs found in them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Header {
+    pub lines: Vec<String>,
+}
+
+impl Header {
+    /// The value of the first `; Key: value` line with this key (case-insensitive).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.lines.iter().find_map(|line| {
+            let (k, v) = line.trim_start_matches(';').split_once(':')?;
+            k.trim().eq_ignore_ascii_case(key).then(|| v.trim())
+        })
+    }
+
+    /// The leading integer of a value, so "338 (batch partition; 512 total)" gives 338.
+    pub fn get_int(&self, key: &str) -> Option<i64> {
+        let value = self.get(key)?;
+        let digits: String = value.chars().take_while(|c| c.is_ascii_digit()).collect();
+        digits.parse().ok()
+    }
+
+    /// The machine size the log declares: MaxProcs, else MaxNodes.
+    pub fn max_procs(&self) -> Option<i64> {
+        self.get_int("MaxProcs")
+            .or_else(|| self.get_int("MaxNodes"))
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Trace {
+    pub header: Header,
+    pub records: Vec<Record>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SwfError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}:{line}: expected {FIELDS} fields, found {found}")]
+    FieldCount {
+        path: PathBuf,
+        line: usize,
+        found: usize,
+    },
+    #[error("{path}:{line}: field {field} ({name}): '{text}' is not a number")]
+    NotANumber {
+        path: PathBuf,
+        line: usize,
+        field: usize,
+        name: &'static str,
+        text: String,
+    },
+    #[error("{path}: no job records")]
+    Empty { path: PathBuf },
+}
+
+/// Reads a plain or gzip-compressed SWF file.
+pub fn read_path(path: &Path) -> Result<Trace, SwfError> {
+    let io_err = |source| SwfError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = BufReader::new(File::open(path).map_err(io_err)?);
+    let gzipped = file.fill_buf().map_err(io_err)?.starts_with(&[0x1f, 0x8b]);
+    let reader: Box<dyn BufRead> = if gzipped {
+        Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(file)))
+    } else {
+        Box::new(file)
+    };
+    read(reader, path)
+}
+
+/// Reads SWF text; `path` only names the source in errors.
+pub fn read(mut reader: impl BufRead, path: &Path) -> Result<Trace, SwfError> {
+    let mut trace = Trace::default();
+    let mut line = String::new();
+    let mut number = 0;
+    loop {
+        line.clear();
+        let read = reader.read_line(&mut line).map_err(|source| SwfError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if read == 0 {
+            break;
+        }
+        number += 1;
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        if text.starts_with(';') {
+            trace.header.lines.push(text.to_string());
+            continue;
+        }
+        trace.records.push(parse_record(text, path, number)?);
+    }
+    if trace.records.is_empty() {
+        return Err(SwfError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(trace)
+}
+
+fn parse_record(text: &str, path: &Path, line: usize) -> Result<Record, SwfError> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.len() != FIELDS {
+        return Err(SwfError::FieldCount {
+            path: path.to_path_buf(),
+            line,
+            found: words.len(),
+        });
+    }
+    let mut record = Record::unknown();
+    for (i, word) in words.iter().enumerate() {
+        record.fields[i] = word
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| SwfError::NotANumber {
+                path: path.to_path_buf(),
+                line,
+                field: i + 1,
+                name: FIELD_NAMES[i],
+                text: word.to_string(),
+            })?;
+    }
+    Ok(record)
+}
+
+/// Writes a trace: its header lines as they are, then one line per record.
+pub fn write(trace: &Trace, mut out: impl Write) -> io::Result<()> {
+    let mut text = String::new();
+    for line in &trace.header.lines {
+        writeln!(out, "{line}")?;
+    }
+    for record in &trace.records {
+        text.clear();
+        for (i, value) in record.fields.iter().enumerate() {
+            if i > 0 {
+                text.push(' ');
+            }
+            if value.fract() == 0.0 {
+                let _ = write!(text, "{}", *value as i64);
+            } else {
+                let _ = write!(text, "{value}");
+            }
+        }
+        writeln!(out, "{text}")?;
+    }
+    out.flush()
+}
+
+/// Reads everything from a reader into a trace (for tests and stdin).
+pub fn read_bytes(bytes: impl Read, name: &str) -> Result<Trace, SwfError> {
+    read(BufReader::new(bytes), Path::new(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "; Version: 2.2\n; MaxNodes: 338 (batch partition; 512 total)\n; Note: free text\n\n1 0 5 100 4 -1 -1 4 200 -1 1 3 1 -1 1 -1 -1 -1\n2 10 -1 50 -1 12.5 -1 8 -1 -1 1 3 1 -1 1 -1 -1 -1\n";
+
+    #[test]
+    fn header_keys_and_leading_integers() {
+        let trace = read_bytes(SAMPLE.as_bytes(), "sample.swf").unwrap();
+        assert_eq!(trace.header.get("version"), Some("2.2"));
+        assert_eq!(trace.header.max_procs(), Some(338));
+        assert_eq!(trace.records.len(), 2);
+        assert_eq!(trace.records[0].procs(), 4);
+        // Allocated unknown: falls back to requested.
+        assert_eq!(trace.records[1].procs(), 8);
+        assert_eq!(trace.records[1].fields[5], 12.5);
+    }
+
+    #[test]
+    fn round_trips_through_the_writer() {
+        let trace = read_bytes(SAMPLE.as_bytes(), "sample.swf").unwrap();
+        let mut out = Vec::new();
+        write(&trace, &mut out).unwrap();
+        let again = read_bytes(out.as_slice(), "again.swf").unwrap();
+        assert_eq!(trace, again);
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .contains("2 10 -1 50 -1 12.5 -1 8"));
+    }
+
+    #[test]
+    fn errors_name_the_file_line_and_field() {
+        let bad = "; x\n1 0 5 100 4 -1 -1 4 200 -1 1 3 1 -1 1 -1 -1 -1\n2 10 -1 fifty -1 -1 -1 8 -1 -1 1 3 1 -1 1 -1 -1 -1\n";
+        let err = read_bytes(bad.as_bytes(), "t.swf").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "t.swf:3: field 4 (run time): 'fifty' is not a number"
+        );
+        let short = "1 0 5 100\n";
+        let err = read_bytes(short.as_bytes(), "t.swf").unwrap_err();
+        assert_eq!(err.to_string(), "t.swf:1: expected 18 fields, found 4");
+        let err = read_bytes("; only a header\n".as_bytes(), "h.swf").unwrap_err();
+        assert_eq!(err.to_string(), "h.swf: no job records");
+    }
+}
