@@ -2,6 +2,7 @@
 
 use crate::procset::ProcSet;
 use std::fmt;
+use std::sync::Arc;
 
 /// Consecutive processors `start..start + len`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,9 +58,11 @@ impl fmt::Display for Shape {
 /// The processors a job holds: sorted, disjoint runs, adjacent runs merged, so one set of
 /// processors has exactly one representation.
 /// One run for a 1-D block; one run per row for a submesh; several for a scattered set.
+/// Shared, immutable spans: plans copy partitions into every slice a job is in, so a clone
+/// must not allocate.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Partition {
-    spans: Vec<Span>,
+    spans: Arc<[Span]>,
 }
 
 impl Partition {
@@ -75,7 +78,9 @@ impl Partition {
                 _ => merged.push(span),
             }
         }
-        Partition { spans: merged }
+        Partition {
+            spans: merged.into(),
+        }
     }
 
     pub fn block(start: u32, len: u32) -> Self {

@@ -12,6 +12,7 @@ use crate::partitioner::{NeverFits, PartitionerKind};
 use crate::plan::{Plan, PlanEntry, PlanSlice, Role};
 use crate::procset::ProcSet;
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
 /// How the wait queue is served when its head does not fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -373,49 +374,74 @@ impl Scheduler {
     }
 
     /// Serves the queue in order: express, interactive, batch (one strict line, or EASY), then
-    /// standby. Each layer stops at its first job that does not fit.
+    /// standby. Each layer stops at its first job that does not fit, so a call costs the jobs
+    /// it places plus one, not the length of the queue (EASY scans the line, as it must).
     fn schedule(&mut self, now: Micros, decisions: &mut Vec<Decision>) {
-        let waiting: Vec<(Class, u64, JobId)> = self.queue.iter().copied().collect();
-        let mut express_blocked = false;
-        let mut standby_blocked = false;
-        let mut head: Option<Reservation> = None;
-        for key @ (class, _, id) in waiting {
-            let shape = self.jobs[&id].request.shape;
-            let found = match class {
-                Class::Express if !express_blocked => {
-                    let found = self
-                        .find(&self.express_procs, shape)
-                        .map(|p| (p, Home::Express));
-                    express_blocked = found.is_none();
-                    found
-                }
-                Class::Interactive | Class::Batch => match &head {
-                    None => {
-                        let found = self.find_own(shape);
-                        if found.is_none() {
-                            head = Some(self.reserve(id, now));
-                        }
-                        found
-                    }
-                    Some(reservation) => self.find_backfill(id, reservation, now),
-                },
-                Class::Standby if !standby_blocked => {
-                    let found = self.find_standby(shape).map(|p| (p, Home::Standby));
-                    standby_blocked = found.is_none();
-                    found
-                }
-                _ => None,
+        while let Some(key) = self.first_waiting(Class::Express, Some(Class::Interactive)) {
+            let shape = self.jobs[&key.2].request.shape;
+            let Some(partition) = self.find(&self.express_procs, shape) else {
+                break;
             };
-            if let Some((partition, home)) = found {
-                self.queue.remove(&key);
-                let home = self.place(id, partition.clone(), home, now);
-                decisions.push(Decision::Placed {
-                    job: id,
-                    partition,
-                    home,
-                });
-            }
+            self.commit(key, partition, Home::Express, now, decisions);
         }
+        while let Some(key) = self.first_waiting(Class::Interactive, Some(Class::Standby)) {
+            let shape = self.jobs[&key.2].request.shape;
+            if let Some((partition, home)) = self.find_own(shape) {
+                self.commit(key, partition, home, now, decisions);
+                continue;
+            }
+            let reservation = self.reserve(key.2, now);
+            if !matches!(reservation, Reservation::Strict) {
+                let behind: Vec<(Class, u64, JobId)> = self
+                    .queue
+                    .range((
+                        Bound::Excluded(key),
+                        Bound::Excluded((Class::Standby, 0, 0)),
+                    ))
+                    .copied()
+                    .collect();
+                for later in behind {
+                    if let Some((partition, home)) = self.find_backfill(later.2, &reservation, now)
+                    {
+                        self.commit(later, partition, home, now, decisions);
+                    }
+                }
+            }
+            break;
+        }
+        while let Some(key) = self.first_waiting(Class::Standby, None) {
+            let shape = self.jobs[&key.2].request.shape;
+            let Some(partition) = self.find_standby(shape) else {
+                break;
+            };
+            self.commit(key, partition, Home::Standby, now, decisions);
+        }
+    }
+
+    /// The first waiting job of the classes from `from` up to (not including) `until`.
+    fn first_waiting(&self, from: Class, until: Option<Class>) -> Option<(Class, u64, JobId)> {
+        let end = until.map_or(Bound::Unbounded, |c| Bound::Excluded((c, 0, 0)));
+        self.queue
+            .range((Bound::Included((from, 0, 0)), end))
+            .next()
+            .copied()
+    }
+
+    fn commit(
+        &mut self,
+        key: (Class, u64, JobId),
+        partition: Partition,
+        home: Home,
+        now: Micros,
+        decisions: &mut Vec<Decision>,
+    ) {
+        self.queue.remove(&key);
+        let home = self.place(key.2, partition.clone(), home, now);
+        decisions.push(Decision::Placed {
+            job: key.2,
+            partition,
+            home,
+        });
     }
 
     fn find(&self, busy: &ProcSet, shape: crate::partition::Shape) -> Option<Partition> {

@@ -224,39 +224,48 @@ impl Replay<'_> {
         };
         let generation =
             Generation::follow(self.generation.as_ref(), self.sched.plan(), first_slot);
-        let mut positions: BTreeMap<JobId, Vec<usize>> = BTreeMap::new();
+        for job in self.running.values_mut() {
+            job.positions.clear();
+        }
         for (index, slice) in generation.plan.slices.iter().enumerate() {
-            for job in slice.jobs() {
-                positions
-                    .entry(job)
-                    .or_default()
-                    .push(generation.position_of(index));
+            let position = generation.position_of(index);
+            for id in slice.jobs() {
+                let run = self.jobs[&id].run;
+                let job = self.running.entry(id).or_insert_with(|| Running {
+                    remaining: run,
+                    positions: Vec::new(),
+                    start: None,
+                    completion: Micros::MAX,
+                });
+                job.positions.push(position);
             }
         }
         self.generation = Some(generation);
         self.generation_start = at;
-        for &id in positions.keys() {
-            self.running.entry(id).or_insert_with(|| Running {
-                remaining: self.jobs[&id].run,
-                positions: Vec::new(),
-                start: None,
-                completion: Micros::MAX,
-            });
-        }
-        let ids: Vec<JobId> = self.running.keys().copied().collect();
-        for id in ids {
-            let mut job = self.running.remove(&id).expect("listed above");
-            job.positions = positions.remove(&id).unwrap_or_default();
+        let (slices, quantum) = (self.slices(), self.config.quantum);
+        let mut changed = Vec::with_capacity(self.running.len());
+        for (&id, job) in self.running.iter_mut() {
             job.positions.sort_unstable();
             if let (None, Some(&first)) = (job.start, job.positions.first()) {
-                let offset = if self.slices() > 1 { first as i64 } else { 0 };
-                job.start = Some(at + offset * self.config.quantum);
+                let offset = if slices > 1 { first as i64 } else { 0 };
+                job.start = Some(at + offset * quantum);
             }
-            job.completion = self.completion(&job);
-            if job.completion != Micros::MAX {
-                self.completions.push(Reverse((job.completion, id)));
+            changed.push(id);
+        }
+        for id in changed {
+            let job = &self.running[&id];
+            let completion = self.completion(job);
+            // An unchanged completion is already in the heap: pushing it again would only
+            // grow the heap with entries to skip later.
+            if completion != job.completion {
+                self.running
+                    .get_mut(&id)
+                    .expect("iterated above")
+                    .completion = completion;
+                if completion != Micros::MAX {
+                    self.completions.push(Reverse((completion, id)));
+                }
             }
-            self.running.insert(id, job);
         }
     }
 

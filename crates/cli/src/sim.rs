@@ -1,0 +1,354 @@
+//! `cosched sim` and `cosched generate`.
+
+use anyhow::{bail, Context, Result};
+use clap::{ArgGroup, Args};
+use cosched_core::{PartitionerKind, MICROS_PER_SEC};
+use cosched_sim::swf::{self, Trace};
+use cosched_sim::{generate::generate as generate_trace, *};
+use serde::Serialize;
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+const DEFAULT_GENERATED_PROCS: u32 = 128;
+const DEFAULT_MPL: u32 = 4;
+const DEFAULT_QUANTUM_S: f64 = 0.1;
+
+/// Replay a workload through the scheduler with a virtual clock and print its metrics.
+#[derive(Args)]
+#[command(
+    group(ArgGroup::new("workload").required(true).args(["trace", "generate"])),
+    after_help = "Examples:\n  \
+  cosched sim --generate 10000 --seed 7 --procs 128 --policy gang --mpl 4\n  \
+  cosched sim --trace ../shared/traces/CTC-SP2-1996-3.1-cln.swf.gz --policy easy --json\n  \
+  cosched sim --trace log.swf --policy gang --mpl 8 --no-alternates --out jobs.swf\n\n\
+Traces in the Standard Workload Format (plain or .gz) come from the Parallel Workloads Archive \
+(search for \"Parallel Workloads Archive\"; logs under its 'logs' pages). Records with run \
+time <= 0, processors <= 0 or a negative submit time are dropped and counted, as are jobs \
+that can never fit the machine."
+)]
+pub struct SimArgs {
+    /// SWF trace to replay (plain or gzip)
+    #[arg(long, value_name = "PATH")]
+    trace: Option<PathBuf>,
+    /// Generate this many jobs from the Lublin-Feitelson model instead of reading a trace
+    #[arg(long, value_name = "JOBS")]
+    generate: Option<usize>,
+    /// Seed of the generated workload (same seed, same jobs)
+    #[arg(long, default_value_t = 1, requires = "generate")]
+    seed: u64,
+    /// Processors of the machine [default: the trace's MaxProcs (else MaxNodes), or 128 when
+    /// generating]
+    #[arg(long, value_name = "N")]
+    procs: Option<u32>,
+    /// fcfs: space sharing, strict order; easy: space sharing with EASY backfilling;
+    /// gang: time-shared slices (the Ousterhout matrix)
+    #[arg(long, default_value = "gang", value_parser = parse_policy)]
+    policy: Policy,
+    /// Gang: most slices (multiprogramming level) [default: 4]
+    #[arg(long, value_name = "K")]
+    mpl: Option<u32>,
+    /// Gang: slot length in seconds [default: 0.1]
+    #[arg(long, value_name = "SECONDS")]
+    quantum: Option<f64>,
+    /// Gang: seconds lost at every slot switch while more than one slice exists [default: 0]
+    #[arg(long, value_name = "SECONDS")]
+    switch_overhead: Option<f64>,
+    /// first-fit, best-fit, buddy (power-of-two blocks) or scatter (any free processors)
+    #[arg(long, default_value = "first-fit", value_parser = parse_partitioner)]
+    partitioner: PartitionerKind,
+    /// Gang: do not run jobs in other slices where their processors are free
+    #[arg(long)]
+    no_alternates: bool,
+    /// Gang: move jobs into earlier slices when a job leaves, to drop slices sooner
+    #[arg(long)]
+    repack: bool,
+    /// Print one JSON object instead of the table
+    #[arg(long)]
+    json: bool,
+    /// Write every replayed job as SWF with its actual wait and run time ('-' for stdout)
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+/// Write a synthetic workload (Lublin-Feitelson model) as SWF.
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// How many jobs
+    #[arg(long)]
+    jobs: usize,
+    /// Processors of the machine the workload is for
+    #[arg(long, default_value_t = DEFAULT_GENERATED_PROCS)]
+    procs: u32,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output file [default: stdout]
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+fn parse_policy(s: &str) -> Result<Policy, String> {
+    s.parse().map_err(|e: UnknownPolicy| e.to_string())
+}
+
+fn parse_partitioner(s: &str) -> Result<PartitionerKind, String> {
+    let kind: PartitionerKind = s
+        .parse()
+        .map_err(|e: cosched_core::UnknownPartitioner| e.to_string())?;
+    if kind.is_2d() {
+        return Err(format!("'{s}' places submeshes; the simulator's machine is 1-D (use first-fit, best-fit, buddy or scatter)"));
+    }
+    Ok(kind)
+}
+
+fn seconds(name: &str, value: f64, allow_zero: bool) -> Result<i64> {
+    let ok = value.is_finite() && (value > 0.0 || allow_zero && value == 0.0);
+    if !ok || value > 1e9 {
+        bail!(
+            "{name} must be a {} number of seconds (got {value})",
+            if allow_zero {
+                "non-negative"
+            } else {
+                "positive"
+            }
+        );
+    }
+    let micros = (value * MICROS_PER_SEC as f64).round() as i64;
+    if micros == 0 && !allow_zero {
+        bail!("{name} must be at least 1 µs (got {value} s)");
+    }
+    Ok(micros)
+}
+
+fn open_out(path: &Path) -> Result<Box<dyn Write>> {
+    if path == Path::new("-") {
+        return Ok(Box::new(BufWriter::new(io::stdout().lock())));
+    }
+    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    Ok(Box::new(BufWriter::new(file)))
+}
+
+#[derive(Serialize)]
+struct Report {
+    workload: String,
+    dropped: u64,
+    dropped_by_reason: Dropped,
+    procs: u32,
+    policy: String,
+    mpl: Option<u32>,
+    quantum_s: Option<f64>,
+    partitioner: String,
+    alternates: Option<bool>,
+    repack: Option<bool>,
+    switch_overhead_s: Option<f64>,
+    #[serde(flatten)]
+    metrics: Metrics,
+    generations: u64,
+    wall_seconds: f64,
+}
+
+pub fn run(args: SimArgs) -> Result<()> {
+    let gang = args.policy == Policy::Gang;
+    for (given, flag) in [
+        (args.mpl.is_some(), "--mpl"),
+        (args.quantum.is_some(), "--quantum"),
+        (args.switch_overhead.is_some(), "--switch-overhead"),
+        (args.no_alternates, "--no-alternates"),
+        (args.repack, "--repack"),
+    ] {
+        if given && !gang {
+            bail!(
+                "{flag} applies to --policy gang only (the policy is {})",
+                args.policy
+            );
+        }
+    }
+    let (trace, workload): (Trace, String) = match (&args.trace, args.generate) {
+        (Some(path), _) => (swf::read_path(path)?, path.display().to_string()),
+        (None, Some(jobs)) => {
+            if jobs == 0 {
+                bail!("--generate needs at least 1 job");
+            }
+            let procs = args.procs.unwrap_or(DEFAULT_GENERATED_PROCS);
+            if procs == 0 {
+                bail!("--procs must be at least 1");
+            }
+            (
+                generate_trace(jobs, procs, args.seed),
+                format!("lublin-feitelson:{jobs}:seed={}", args.seed),
+            )
+        }
+        (None, None) => unreachable!("clap requires --trace or --generate"),
+    };
+    let procs = match args.procs {
+        Some(0) => bail!("--procs must be at least 1"),
+        Some(n) => n,
+        None => match trace.header.max_procs() {
+            Some(n) if n > 0 && n <= i64::from(u32::MAX) => n as u32,
+            _ => trace
+                .records
+                .iter()
+                .map(|r| r.procs())
+                .max()
+                .filter(|&n| n > 0)
+                .context("the trace declares no MaxProcs or MaxNodes and no job has processors: give --procs")?
+                .min(i64::from(u32::MAX)) as u32,
+        },
+    };
+    let mut config = SimConfig::new(procs, args.policy);
+    config.partitioner = args.partitioner;
+    config.mpl = args.mpl.unwrap_or(DEFAULT_MPL);
+    config.quantum = seconds(
+        "--quantum",
+        args.quantum.unwrap_or(DEFAULT_QUANTUM_S),
+        false,
+    )?;
+    config.switch_overhead = seconds(
+        "--switch-overhead",
+        args.switch_overhead.unwrap_or(0.0),
+        true,
+    )?;
+    config.alternates = !args.no_alternates;
+    config.repack = args.repack;
+
+    let started = Instant::now();
+    let (jobs, dropped) = jobs_from_trace(&trace);
+    let mut bar = Progress::new(io::stderr().is_terminal());
+    let outcome = simulate(&jobs, dropped, &config, &mut |done, total| {
+        bar.show(done, total)
+    })?;
+    bar.finish();
+    let wall_seconds = started.elapsed().as_secs_f64();
+
+    if let Some(path) = &args.out {
+        let note = format!("replayed by cosched sim, policy {}, {procs} processors; wait and run time are the simulated ones", args.policy);
+        let mut out = open_out(path)?;
+        swf::write(&results_as_swf(&trace, &outcome.results, &note), &mut out)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let quantum_s = config.quantum as f64 / MICROS_PER_SEC as f64;
+    let report = Report {
+        workload,
+        dropped: outcome.dropped.total(),
+        dropped_by_reason: outcome.dropped,
+        procs,
+        policy: args.policy.to_string(),
+        mpl: gang.then_some(config.mpl),
+        quantum_s: gang.then_some(quantum_s),
+        partitioner: config.partitioner.to_string(),
+        alternates: gang.then_some(config.alternates),
+        repack: gang.then_some(config.repack),
+        switch_overhead_s: gang.then_some(config.switch_overhead as f64 / MICROS_PER_SEC as f64),
+        metrics: metrics(&outcome.results, procs),
+        generations: outcome.generations,
+        wall_seconds,
+    };
+    if args.out.as_deref() == Some(Path::new("-")) {
+        // The SWF went to stdout: keep it clean and put the summary on stderr.
+        print_report(&report, args.json, &mut io::stderr().lock())
+    } else {
+        print_report(&report, args.json, &mut io::stdout().lock())
+    }
+}
+
+fn print_report(report: &Report, json: bool, out: &mut dyn Write) -> Result<()> {
+    if json {
+        serde_json::to_writer(&mut *out, report)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let m = &report.metrics;
+    let d = &report.dropped_by_reason;
+    let mut setup = format!(
+        "{} on {} processors, policy {}",
+        report.workload, report.procs, report.policy
+    );
+    if let (Some(mpl), Some(q), Some(alt)) = (report.mpl, report.quantum_s, report.alternates) {
+        setup += &format!(
+            " (MPL {mpl}, quantum {q} s, alternates {})",
+            if alt { "on" } else { "off" }
+        );
+        if report.repack == Some(true) {
+            setup += ", repacking";
+        }
+    }
+    setup += &format!(", partitioner {}", report.partitioner);
+    writeln!(out, "{setup}")?;
+    writeln!(out, "  jobs replayed            {}", m.jobs)?;
+    writeln!(
+        out,
+        "  dropped                  {} (run time <= 0: {}, processors <= 0: {}, submit < 0: {}, never fits: {})",
+        report.dropped, d.run_time_not_positive, d.procs_not_positive, d.submit_negative, d.never_fits
+    )?;
+    writeln!(out, "  utilization              {:.4}", m.utilization)?;
+    writeln!(
+        out,
+        "  mean response            {:.1} s (median {:.1} s)",
+        m.mean_response_s, m.median_response_s
+    )?;
+    writeln!(out, "  mean wait                {:.1} s", m.mean_wait_s)?;
+    writeln!(out, "  mean slowdown            {:.2}", m.mean_slowdown)?;
+    writeln!(
+        out,
+        "  mean bounded slowdown    {:.2} (tau 10 s; p95 {:.2})",
+        m.mean_bounded_slowdown, m.p95_bounded_slowdown
+    )?;
+    writeln!(out, "  makespan                 {:.0} s", m.makespan_s)?;
+    writeln!(out, "  plan generations         {}", report.generations)?;
+    let rate = (m.jobs as f64 + report.dropped as f64) / report.wall_seconds.max(1e-9);
+    writeln!(
+        out,
+        "  wall time                {:.3} s ({:.0} jobs/s)",
+        report.wall_seconds, rate
+    )?;
+    Ok(())
+}
+
+/// A one-line progress bar on stderr, only when stderr is a terminal.
+struct Progress {
+    enabled: bool,
+    shown: bool,
+}
+
+impl Progress {
+    fn new(enabled: bool) -> Self {
+        Progress {
+            enabled,
+            shown: false,
+        }
+    }
+
+    fn show(&mut self, done: usize, total: usize) {
+        if !self.enabled || total == 0 {
+            return;
+        }
+        let width = 40;
+        let filled = done * width / total;
+        eprint!(
+            "\r[{}{}] {done}/{total} jobs",
+            "#".repeat(filled),
+            ".".repeat(width - filled)
+        );
+        self.shown = true;
+    }
+
+    fn finish(&mut self) {
+        if self.shown {
+            eprint!("\r{}\r", " ".repeat(70));
+        }
+    }
+}
+
+pub fn generate(args: GenerateArgs) -> Result<()> {
+    if args.jobs == 0 {
+        bail!("--jobs must be at least 1");
+    }
+    if args.procs == 0 {
+        bail!("--procs must be at least 1");
+    }
+    let trace = generate_trace(args.jobs, args.procs, args.seed);
+    let path = args.out.unwrap_or_else(|| PathBuf::from("-"));
+    let mut out = open_out(&path)?;
+    swf::write(&trace, &mut out).with_context(|| format!("cannot write {}", path.display()))
+}
