@@ -11,7 +11,7 @@ use cosched_core::{
     Micros, PartitionerKind, Rotation, Scheduler, Shape, SubmitError,
 };
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -138,23 +138,29 @@ pub struct Outcome {
     pub generations: u64,
 }
 
+/// Per-job replay state, indexed by the job's position in the input (its core job id).
+#[derive(Clone, Default)]
 struct Running {
     remaining: Micros,
     /// Positions in the current cycle (0 = the slot the generation started with), sorted.
     positions: Vec<usize>,
     start: Option<Micros>,
     completion: Micros,
+    /// Where the job sits in `Replay::active`, while it is there.
+    slot_in_active: Option<usize>,
 }
 
 struct Replay<'a> {
     config: &'a SimConfig,
-    jobs: HashMap<JobId, &'a SimJob>,
+    jobs: &'a [SimJob],
     sched: Scheduler,
     rotation: Rotation,
     generation: Option<Generation>,
     generation_start: Micros,
-    running: BTreeMap<JobId, Running>,
-    completions: BinaryHeap<Reverse<(Micros, JobId)>>,
+    state: Vec<Running>,
+    /// Jobs that have been in a plan and have not finished.
+    active: Vec<usize>,
+    completions: BinaryHeap<Reverse<(Micros, usize)>>,
     results: Vec<JobResult>,
 }
 
@@ -208,15 +214,16 @@ impl Replay<'_> {
 
     /// Makes the matrix as it stands now the plan in force from `at` (a slot boundary).
     fn apply(&mut self, at: Micros) {
-        let done: Vec<(JobId, Micros)> = self
-            .running
-            .iter()
-            .map(|(&id, job)| (id, self.work_done(job, at)))
-            .collect();
-        for (id, work) in done {
-            let job = self.running.get_mut(&id).expect("listed above");
+        for i in 0..self.active.len() {
+            let index = self.active[i];
+            let work = self.work_done(&self.state[index], at);
+            let job = &mut self.state[index];
             job.remaining -= work;
-            debug_assert!(job.remaining > 0, "job {id} finished before {at} unnoticed");
+            debug_assert!(
+                job.remaining > 0,
+                "job {index} finished before {at} unnoticed"
+            );
+            job.positions.clear();
         }
         let first_slot = match self.config.policy {
             Policy::Gang => self.rotation.slot_at(at),
@@ -224,46 +231,35 @@ impl Replay<'_> {
         };
         let generation =
             Generation::follow(self.generation.as_ref(), self.sched.plan(), first_slot);
-        for job in self.running.values_mut() {
-            job.positions.clear();
-        }
-        for (index, slice) in generation.plan.slices.iter().enumerate() {
-            let position = generation.position_of(index);
-            for id in slice.jobs() {
-                let run = self.jobs[&id].run;
-                let job = self.running.entry(id).or_insert_with(|| Running {
-                    remaining: run,
-                    positions: Vec::new(),
-                    start: None,
-                    completion: Micros::MAX,
-                });
-                job.positions.push(position);
+        for (slice, entries) in generation.plan.slices.iter().enumerate() {
+            let position = generation.position_of(slice);
+            for id in entries.jobs() {
+                let index = id as usize;
+                if self.state[index].slot_in_active.is_none() {
+                    self.state[index].slot_in_active = Some(self.active.len());
+                    self.active.push(index);
+                }
+                self.state[index].positions.push(position);
             }
         }
         self.generation = Some(generation);
         self.generation_start = at;
         let (slices, quantum) = (self.slices(), self.config.quantum);
-        let mut changed = Vec::with_capacity(self.running.len());
-        for (&id, job) in self.running.iter_mut() {
+        for i in 0..self.active.len() {
+            let index = self.active[i];
+            let job = &mut self.state[index];
             job.positions.sort_unstable();
             if let (None, Some(&first)) = (job.start, job.positions.first()) {
                 let offset = if slices > 1 { first as i64 } else { 0 };
                 job.start = Some(at + offset * quantum);
             }
-            changed.push(id);
-        }
-        for id in changed {
-            let job = &self.running[&id];
-            let completion = self.completion(job);
+            let completion = self.completion(&self.state[index]);
             // An unchanged completion is already in the heap: pushing it again would only
             // grow the heap with entries to skip later.
-            if completion != job.completion {
-                self.running
-                    .get_mut(&id)
-                    .expect("iterated above")
-                    .completion = completion;
+            if completion != self.state[index].completion {
+                self.state[index].completion = completion;
                 if completion != Micros::MAX {
-                    self.completions.push(Reverse((completion, id)));
+                    self.completions.push(Reverse((completion, index)));
                 }
             }
         }
@@ -271,8 +267,9 @@ impl Replay<'_> {
 
     /// The earliest pending completion, skipping stale heap entries.
     fn next_completion(&mut self) -> Option<Micros> {
-        while let Some(&Reverse((time, id))) = self.completions.peek() {
-            if self.running.get(&id).is_some_and(|j| j.completion == time) {
+        while let Some(&Reverse((time, index))) = self.completions.peek() {
+            let job = &self.state[index];
+            if job.slot_in_active.is_some() && job.completion == time {
                 return Some(time);
             }
             self.completions.pop();
@@ -282,11 +279,16 @@ impl Replay<'_> {
 
     fn finish_due(&mut self, now: Micros) {
         while self.next_completion() == Some(now) {
-            let Reverse((_, id)) = self.completions.pop().expect("peeked");
-            let job = self.running.remove(&id).expect("validated");
-            let sim_job = self.jobs[&id];
+            let Reverse((_, index)) = self.completions.pop().expect("peeked");
+            let job = std::mem::take(&mut self.state[index]);
+            let at = job.slot_in_active.expect("validated");
+            self.active.swap_remove(at);
+            if let Some(&moved) = self.active.get(at) {
+                self.state[moved].slot_in_active = Some(at);
+            }
+            let sim_job = &self.jobs[index];
             self.results.push(JobResult {
-                id,
+                id: sim_job.id,
                 record: sim_job.record,
                 submit: sim_job.submit,
                 start: job.start.expect("a finished job ran"),
@@ -295,7 +297,7 @@ impl Replay<'_> {
                 procs: sim_job.procs,
             });
             self.sched
-                .remove(id, now)
+                .remove(index as JobId, now)
                 .expect("a running job is known to the scheduler");
         }
     }
@@ -329,12 +331,20 @@ pub fn simulate(
     let machine = Machine::line(config.procs)?;
     let mut replay = Replay {
         config,
-        jobs: jobs.iter().map(|j| (j.id, j)).collect(),
+        jobs,
         sched: Scheduler::new(machine, config.core_config())?,
         rotation: Rotation::new(0, config.quantum),
         generation: None,
         generation_start: 0,
-        running: BTreeMap::new(),
+        state: jobs
+            .iter()
+            .map(|j| Running {
+                remaining: j.run,
+                completion: Micros::MAX,
+                ..Running::default()
+            })
+            .collect(),
+        active: Vec::new(),
         completions: BinaryHeap::new(),
         results: Vec::with_capacity(jobs.len()),
     };
@@ -356,8 +366,10 @@ pub fn simulate(
         }
         while jobs.get(next_arrival).is_some_and(|j| j.submit == now) {
             let job = &jobs[next_arrival];
+            // The core knows each job by its position in the input.
+            let request = JobRequest::new(next_arrival as JobId, Shape::Count(job.procs))
+                .estimate(job.estimate);
             next_arrival += 1;
-            let request = JobRequest::new(job.id, Shape::Count(job.procs)).estimate(job.estimate);
             match replay.sched.submit(request, now) {
                 Ok(decisions) => {
                     changed |= decisions
@@ -366,7 +378,7 @@ pub fn simulate(
                 }
                 Err(SubmitError::NeverFits { .. }) => dropped.never_fits += 1,
                 Err(e @ SubmitError::Duplicate(_)) => {
-                    unreachable!("trace ids are record indices: {e}")
+                    unreachable!("positions are unique: {e}")
                 }
             }
         }
@@ -383,7 +395,7 @@ pub fn simulate(
             progress(reported, jobs.len());
         }
     }
-    let unfinished = replay.sched.job_count() + replay.running.len();
+    let unfinished = replay.sched.job_count() + replay.active.len();
     if unfinished > 0 {
         return Err(SimError::Stalled(unfinished));
     }
