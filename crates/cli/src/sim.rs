@@ -38,6 +38,14 @@ pub struct SimArgs {
     /// Seed of the generated workload (same seed, same jobs)
     #[arg(long, default_value_t = 1, requires = "generate")]
     seed: u64,
+    /// Multiply the generated arrival rate (2 doubles the offered load)
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        requires = "generate",
+        value_name = "FACTOR"
+    )]
+    load_scale: f64,
     /// Processors of the machine [default: the trace's MaxProcs (else MaxNodes), or 128 when
     /// generating]
     #[arg(long, value_name = "N")]
@@ -83,6 +91,9 @@ pub struct GenerateArgs {
     procs: u32,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Multiply the arrival rate (2 doubles the offered load)
+    #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
+    load_scale: f64,
     /// Output file [default: stdout]
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
@@ -119,6 +130,13 @@ fn seconds(name: &str, value: f64, allow_zero: bool) -> Result<i64> {
         bail!("{name} must be at least 1 µs (got {value} s)");
     }
     Ok(micros)
+}
+
+fn check_load_scale(scale: f64) -> Result<()> {
+    if !(scale.is_finite() && scale > 0.0 && scale <= 1e6) {
+        bail!("--load-scale must be a positive factor (got {scale})");
+    }
+    Ok(())
 }
 
 fn open_out(path: &Path) -> Result<Box<dyn Write>> {
@@ -174,10 +192,13 @@ pub fn run(args: SimArgs) -> Result<()> {
             if procs == 0 {
                 bail!("--procs must be at least 1");
             }
-            (
-                generate_trace(jobs, procs, args.seed),
-                format!("lublin-feitelson:{jobs}:seed={}", args.seed),
-            )
+            check_load_scale(args.load_scale)?;
+            let trace = generate_trace(jobs, procs, args.seed, args.load_scale);
+            let name = format!(
+                "lublin-feitelson:{jobs}:seed={}:load-scale={}",
+                args.seed, args.load_scale
+            );
+            (trace, name)
         }
         (None, None) => unreachable!("clap requires --trace or --generate"),
     };
@@ -347,7 +368,8 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     if args.procs == 0 {
         bail!("--procs must be at least 1");
     }
-    let trace = generate_trace(args.jobs, args.procs, args.seed);
+    check_load_scale(args.load_scale)?;
+    let trace = generate_trace(args.jobs, args.procs, args.seed, args.load_scale);
     let path = args.out.unwrap_or_else(|| PathBuf::from("-"));
     let mut out = open_out(&path)?;
     swf::write(&trace, &mut out).with_context(|| format!("cannot write {}", path.display()))

@@ -1,1 +1,115 @@
-fn main() {}
+//! Placement and rotation on large matrices: 128, 4,096 and 65,536 processors, MPL 1 to 16.
+//!
+//! The matrix is filled so the new job fits only in the last slice (the worst case for
+//! first fit: every slice is searched), with 64 jobs per slice and alternates on.
+//! Target (issue 2): one placement on 65,536 processors × 16 slices under 100 µs median.
+
+use cosched_core::*;
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
+use std::hint::black_box;
+use std::time::Duration;
+
+const SIZES: [u32; 3] = [128, 4_096, 65_536];
+const MPLS: [u32; 5] = [1, 2, 4, 8, 16];
+
+/// A matrix of `mpl` slices: all full but the last, which has one job's worth of room.
+fn filled(procs: u32, mpl: u32) -> (Scheduler, JobId) {
+    let config = Config {
+        mpl,
+        ..Config::default()
+    };
+    let mut s = Scheduler::new(Machine::line(procs).unwrap(), config).unwrap();
+    let job = procs / 64;
+    let mut id = 0;
+    for slice in 0..mpl {
+        let per_slice = if slice + 1 == mpl { 63 } else { 64 };
+        for _ in 0..per_slice {
+            s.submit(JobRequest::new(id, Shape::Count(job)), 0).unwrap();
+            id += 1;
+        }
+    }
+    assert_eq!(s.slice_count(), mpl as usize);
+    (s, id)
+}
+
+fn placement(c: &mut Criterion) {
+    let mut group = c.benchmark_group("place");
+    group
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    for procs in SIZES {
+        for mpl in MPLS {
+            let (sched, next) = filled(procs, mpl);
+            let request = JobRequest::new(next, Shape::Count(procs / 64));
+            group.bench_with_input(
+                BenchmarkId::new(format!("{procs}procs"), format!("mpl{mpl}")),
+                &(),
+                |b, _| {
+                    b.iter_batched_ref(
+                        || sched.clone(),
+                        |s| black_box(s.submit(request.clone(), 1).unwrap()),
+                        BatchSize::LargeInput,
+                    )
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+/// One cycle of rotation as the agent sees it: the plan, then the stop/start sets at every
+/// slot boundary of the cycle.
+fn rotation(c: &mut Criterion) {
+    let mut group = c.benchmark_group("rotate");
+    group
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    for procs in SIZES {
+        for mpl in MPLS {
+            let (sched, _) = filled(procs, mpl);
+            group.bench_with_input(
+                BenchmarkId::new(format!("{procs}procs"), format!("mpl{mpl}")),
+                &(),
+                |b, _| {
+                    b.iter(|| {
+                        let generation = Generation::follow(None, sched.plan(), 0);
+                        let slices = generation.plan.slices.len() as i64;
+                        for slot in 0..slices {
+                            let from = generation.slice_for_slot(slot).unwrap();
+                            let to = generation.slice_for_slot(slot + 1).unwrap();
+                            black_box(generation.plan.switch(from, to));
+                        }
+                    })
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+/// Removing a job: its slice's alternates are recomputed, queued jobs are tried.
+fn removal(c: &mut Criterion) {
+    let mut group = c.benchmark_group("remove");
+    group
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    for procs in SIZES {
+        let mpl = 16;
+        let (sched, _) = filled(procs, mpl);
+        group.bench_with_input(
+            BenchmarkId::new(format!("{procs}procs"), format!("mpl{mpl}")),
+            &(),
+            |b, _| {
+                b.iter_batched_ref(
+                    || sched.clone(),
+                    |s| black_box(s.remove(64, 1).unwrap()),
+                    BatchSize::LargeInput,
+                )
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, placement, rotation, removal);
+criterion_main!(benches);

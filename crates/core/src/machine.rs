@@ -54,7 +54,7 @@ impl Machine {
 
     /// Groups processors into nodes of `cpus_per_node` consecutive numbers.
     pub fn with_nodes(mut self, cpus_per_node: u32) -> Result<Self, MachineError> {
-        if cpus_per_node == 0 || self.procs % cpus_per_node != 0 {
+        if cpus_per_node == 0 || !self.procs.is_multiple_of(cpus_per_node) {
             return Err(MachineError::BadNodeSize {
                 procs: self.procs,
                 cpus_per_node,
@@ -87,5 +87,24 @@ impl fmt::Display for Machine {
             Topology::Line => write!(f, "{} processors", self.procs),
             Topology::Mesh { width, height } => write!(f, "a {width}x{height} mesh"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processors_know_their_node() {
+        let m = Machine::line(8).unwrap().with_nodes(2).unwrap();
+        assert_eq!(
+            (m.nodes(), m.node_of(0), m.node_of(1), m.node_of(7)),
+            (4, 0, 0, 3)
+        );
+        assert_eq!(Machine::line(8).unwrap().nodes(), 1);
+        assert!(Machine::line(8).unwrap().with_nodes(3).is_err());
+        assert_eq!(Machine::line(0), Err(MachineError::NoProcessors));
+        assert!(Machine::mesh(0, 4).is_err());
+        assert_eq!(Machine::mesh(4, 2).unwrap().procs(), 8);
     }
 }

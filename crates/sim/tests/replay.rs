@@ -116,7 +116,7 @@ fn a_job_in_two_of_three_slices_gets_two_thirds_of_the_time() {
 
 #[test]
 fn results_are_reproducible_and_never_fit_jobs_are_counted() {
-    let trace = cosched_sim::generate::generate(500, 64, 42);
+    let trace = cosched_sim::generate::generate(500, 64, 42, 1.0);
     let (mut w, dropped) = jobs_from_trace(&trace);
     w[3].procs = 65;
     let config = SimConfig {

@@ -61,3 +61,36 @@ fn the_small_nasa_log_replays_under_every_policy() {
         assert!(m.mean_bounded_slowdown >= 1.0);
     }
 }
+
+#[test]
+fn generated_workloads_match_the_reference_distributions() {
+    // The reference is another implementation's output (10,000 jobs, 256 processors): compare
+    // distributions, not values. Its arrivals are denser (offered load 1.06), so they are not
+    // compared; run times and sizes are.
+    let reference = load("lublin_256.swf.gz");
+    let ours = cosched_sim::generate::generate(10_000, 256, 11, 1.0);
+    let quartiles = |t: &swf::Trace| {
+        let mut runs: Vec<i64> = t.records.iter().map(|r| r.run_time()).collect();
+        runs.sort_unstable();
+        [runs.len() / 4, runs.len() / 2, 3 * runs.len() / 4].map(|i| runs[i] as f64)
+    };
+    for (a, b) in quartiles(&reference).iter().zip(quartiles(&ours)) {
+        assert!((a / b - 1.0).abs() < 0.3, "run-time quartiles {a} vs {b}");
+    }
+    let size_stats = |t: &swf::Trace| {
+        let n = t.records.len() as f64;
+        let serial = t.records.iter().filter(|r| r.procs() == 1).count() as f64 / n;
+        let mean = t.records.iter().map(|r| r.procs() as f64).sum::<f64>() / n;
+        (serial, mean)
+    };
+    let (ref_serial, ref_mean) = size_stats(&reference);
+    let (serial, mean) = size_stats(&ours);
+    assert!(
+        (ref_serial - serial).abs() < 0.03,
+        "serial {ref_serial} vs {serial}"
+    );
+    assert!(
+        (ref_mean / mean - 1.0).abs() < 0.15,
+        "mean size {ref_mean} vs {mean}"
+    );
+}

@@ -1,0 +1,35 @@
+"""Prints the median of every Criterion benchmark under a folder, and the issue 2 targets."""
+import json
+import pathlib
+import platform
+import sys
+
+root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target/criterion")
+rows = []
+for est in sorted(root.glob("**/new/estimates.json")):
+    bench = json.loads((est.parent / "benchmark.json").read_text())
+    median_ns = json.loads(est.read_text())["median"]["point_estimate"]
+    rows.append((bench["full_id"], median_ns))
+
+def fmt(ns):
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+print(f"machine: {platform.node()}, {cpu}, {len([l for l in open('/proc/cpuinfo') if l.startswith('processor')])} CPUs")
+print(f"{'benchmark':45} {'median':>10}")
+for name, ns in rows:
+    print(f"{name:45} {fmt(ns):>10}")
+medians = dict(rows)
+targets = [
+    ("place/65536procs/mpl16", 100e3, "placing one job, 65,536 processors x 16 slices"),
+    ("ctc-sp2/gang-mpl4", 1e9, "CTC-SP2 full trace, gang MPL 4, alternates"),
+]
+print()
+for name, target, what in targets:
+    if name in medians:
+        ns = medians[name]
+        verdict = "meets" if ns < target else "MISSES"
+        print(f"target: {what}: median {fmt(ns)} vs {fmt(target)} -> {ns / target:.3f} of the target ({verdict})")

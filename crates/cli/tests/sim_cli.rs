@@ -1,0 +1,220 @@
+//! The `cosched sim` and `cosched generate` commands as a user runs them.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn cosched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cosched"))
+        .args(args)
+        .output()
+        .expect("the cosched binary runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cosched-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn json_has_the_documented_keys() {
+    let out = cosched(&["sim", "--generate", "300", "--seed", "3", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "jobs",
+        "dropped",
+        "procs",
+        "policy",
+        "utilization",
+        "mean_response_s",
+        "mean_wait_s",
+        "mean_slowdown",
+        "mean_bounded_slowdown",
+        "p95_bounded_slowdown",
+        "makespan_s",
+        "wall_seconds",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key} in {v}");
+    }
+    assert_eq!(v["jobs"], 300);
+    assert_eq!(v["procs"], 128);
+    assert_eq!(v["policy"], "gang");
+    assert_eq!(v["mpl"], 4);
+}
+
+#[test]
+fn the_same_arguments_give_the_same_figures() {
+    let strip = |out: Output| {
+        let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("wall_seconds");
+        v
+    };
+    let args = [
+        "sim",
+        "--generate",
+        "500",
+        "--seed",
+        "9",
+        "--policy",
+        "easy",
+        "--json",
+    ];
+    assert_eq!(strip(cosched(&args)), strip(cosched(&args)));
+}
+
+#[test]
+fn generated_traces_replay_and_results_come_back_as_swf() {
+    let trace = temp("gen.swf");
+    let out = cosched(&[
+        "generate",
+        "--jobs",
+        "50",
+        "--procs",
+        "32",
+        "--seed",
+        "4",
+        "--out",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let results = temp("out.swf");
+    let out = cosched(&[
+        "sim",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        "gang",
+        "--mpl",
+        "2",
+        "--out",
+        results.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["procs"], 32, "the machine size comes from the header");
+    let text = std::fs::read_to_string(&results).unwrap();
+    let records: Vec<&str> = text.lines().filter(|l| !l.starts_with(';')).collect();
+    assert_eq!(records.len(), 50);
+    assert!(text.contains("; Note: replayed by cosched sim"));
+    // Every job got a real wait (field 3) instead of the generator's -1.
+    assert!(records
+        .iter()
+        .all(|r| r.split_whitespace().nth(2).unwrap() != "-1"));
+}
+
+#[test]
+fn jobs_larger_than_the_machine_are_counted_not_fatal() {
+    let out = cosched(&["sim", "--generate", "200", "--procs", "128", "--json"]);
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let trace = temp("big.swf");
+    cosched(&[
+        "generate",
+        "--jobs",
+        "200",
+        "--procs",
+        "128",
+        "--out",
+        trace.to_str().unwrap(),
+    ]);
+    let out = cosched(&[
+        "sim",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--procs",
+        "8",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let never = v["dropped_by_reason"]["never_fits"].as_u64().unwrap();
+    assert!(never > 0);
+    assert_eq!(
+        v["jobs"].as_u64().unwrap() + never,
+        all["jobs"].as_u64().unwrap()
+    );
+}
+
+#[test]
+fn a_malformed_trace_names_file_line_and_field() {
+    let trace = temp("bad.swf");
+    std::fs::write(
+        &trace,
+        "; MaxProcs: 8\n1 0 -1 10 2 -1 -1 2 -1 -1 1 -1 -1 -1 -1 -1 -1 -1\n2 5 -1 10 x -1 -1 2 -1 -1 1 -1 -1 -1 -1 -1 -1 -1\n",
+    )
+    .unwrap();
+    let out = cosched(&["sim", "--trace", trace.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("bad.swf:3: field 5 (allocated processors): 'x' is not a number"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_options_get_one_clear_line_and_a_non_zero_exit() {
+    for (args, code, needle) in [
+        (
+            vec!["sim", "--trace", "/nonexistent.swf"],
+            1,
+            "/nonexistent.swf: No such file",
+        ),
+        (
+            vec!["sim", "--generate", "10", "--policy", "fcfs", "--mpl", "2"],
+            1,
+            "--mpl applies to --policy gang only",
+        ),
+        (
+            vec!["sim", "--generate", "10", "--quantum", "0"],
+            1,
+            "--quantum must be a positive number",
+        ),
+        (
+            vec![
+                "sim",
+                "--generate",
+                "10",
+                "--quantum",
+                "0.1",
+                "--switch-overhead",
+                "0.2",
+            ],
+            1,
+            "shorter than the quantum",
+        ),
+        (vec!["sim", "--generate", "10", "--mpl", "0"], 1, "--mpl"),
+        (vec!["sim", "--generate", "0"], 1, "at least 1 job"),
+        (
+            vec!["sim", "--generate", "10", "--procs", "0"],
+            1,
+            "--procs must be at least 1",
+        ),
+        (
+            vec!["sim", "--generate", "10", "--partitioner", "worst-fit"],
+            2,
+            "unknown partitioner 'worst-fit'",
+        ),
+        (
+            vec!["sim", "--generate", "10", "--partitioner", "adaptive-scan"],
+            2,
+            "places submeshes",
+        ),
+        (
+            vec!["sim", "--generate", "10", "--policy", "lottery"],
+            2,
+            "unknown policy 'lottery'",
+        ),
+        (vec!["sim"], 2, "--trace"),
+    ] {
+        let out = cosched(&args);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+    }
+}
