@@ -72,6 +72,10 @@ pub struct SimArgs {
     /// Gang: move jobs into earlier slices when a job leaves, to drop slices sooner
     #[arg(long)]
     repack: bool,
+    /// Gang: EASY backfilling into slices (jobs behind a waiting head may start if, by their
+    /// requested times stretched by the MPL, they cannot delay it)
+    #[arg(long)]
+    backfill: bool,
     /// Print one JSON object instead of the table
     #[arg(long)]
     json: bool,
@@ -159,6 +163,7 @@ struct Report {
     partitioner: String,
     alternates: Option<bool>,
     repack: Option<bool>,
+    backfill: Option<bool>,
     switch_overhead_s: Option<f64>,
     #[serde(flatten)]
     metrics: Metrics,
@@ -174,6 +179,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         (args.switch_overhead.is_some(), "--switch-overhead"),
         (args.no_alternates, "--no-alternates"),
         (args.repack, "--repack"),
+        (args.backfill, "--backfill"),
     ] {
         if given && !gang {
             bail!(
@@ -232,6 +238,7 @@ pub fn run(args: SimArgs) -> Result<()> {
     )?;
     config.alternates = !args.no_alternates;
     config.repack = args.repack;
+    config.backfill = args.backfill;
 
     let started = Instant::now();
     let (jobs, dropped) = jobs_from_trace(&trace);
@@ -260,6 +267,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         partitioner: config.partitioner.to_string(),
         alternates: gang.then_some(config.alternates),
         repack: gang.then_some(config.repack),
+        backfill: gang.then_some(config.backfill),
         switch_overhead_s: gang.then_some(config.switch_overhead as f64 / MICROS_PER_SEC as f64),
         metrics: metrics(&outcome.results, procs),
         generations: outcome.generations,
@@ -292,6 +300,9 @@ fn print_report(report: &Report, json: bool, out: &mut dyn Write) -> Result<()> 
         );
         if report.repack == Some(true) {
             setup += ", repacking";
+        }
+        if report.backfill == Some(true) {
+            setup += ", EASY backfilling";
         }
     }
     setup += &format!(", partitioner {}", report.partitioner);

@@ -19,7 +19,8 @@ use std::ops::Bound;
 pub enum Backfill {
     /// Strict order: nothing passes a job that does not fit.
     None,
-    /// EASY: later jobs may start if they do not delay the head's reservation (MPL 1 only).
+    /// EASY: later jobs may start if they do not delay the head's reservation. With several
+    /// slices, estimates are stretched by the MPL and the head reserves its earliest slice.
     Easy,
 }
 
@@ -51,8 +52,6 @@ impl Default for Config {
 pub enum ConfigError {
     #[error("the multiprogramming level (--mpl) must be at least 1")]
     ZeroMpl,
-    #[error("EASY backfilling is space sharing only: it needs --mpl 1 (got {0})")]
-    BackfillNeedsMplOne(u32),
     #[error("the {partitioner} partitioner needs a mesh machine, not {machine}")]
     PartitionerNeedsMesh {
         partitioner: PartitionerKind,
@@ -154,9 +153,6 @@ impl Scheduler {
     pub fn new(machine: Machine, config: Config) -> Result<Self, ConfigError> {
         if config.mpl == 0 {
             return Err(ConfigError::ZeroMpl);
-        }
-        if config.backfill == Backfill::Easy && config.mpl != 1 {
-            return Err(ConfigError::BackfillNeedsMplOne(config.mpl));
         }
         let is_mesh = matches!(machine.topology(), crate::machine::Topology::Mesh { .. });
         if config.partitioner.is_2d() && !is_mesh {
@@ -474,78 +470,90 @@ impl Scheduler {
         self.slices.iter().find_map(|s| free_of(&s.busy))
     }
 
-    /// EASY: when the head cannot start, the earliest time (by estimates) it could, and where.
-    fn reserve(&self, head: JobId, now: Micros) -> Reservation {
-        let shape = self.jobs[&head].request.shape;
-        let Some(slice) = self
-            .slices
-            .first()
-            .filter(|_| self.config.backfill == Backfill::Easy)
-        else {
-            return Reservation::Strict;
-        };
-        let mut ending: Vec<(Micros, JobId)> = slice
-            .own
-            .iter()
-            .map(|&id| {
-                let job = &self.jobs[&id];
-                let JobState::Placed { placed_at, .. } = job.state else {
-                    unreachable!("own jobs are placed")
-                };
-                let end = job
-                    .request
-                    .estimate
-                    .map_or(Micros::MAX, |e| placed_at.saturating_add(e).max(now));
-                (end, id)
-            })
-            .collect();
-        ending.sort_unstable();
-        let mut map = slice.taken.clone();
-        for (end, id) in ending {
-            if end == Micros::MAX {
-                break;
-            }
-            self.partition(id).unmark(&mut map);
-            if let Some(partition) = self.find(&map, shape) {
-                return Reservation::At {
-                    shadow: end,
-                    partition,
-                };
-            }
-        }
-        // A running job without an estimate (or express processors in the way): no promise can
-        // be computed, so nothing may pass the head.
-        Reservation::Strict
+    /// A job's estimated wall time in the matrix: a job gets at least one slot in `mpl`, so its
+    /// estimate stretched by the MPL bounds its end (exact for space sharing, MPL 1).
+    fn stretched(&self, estimate: Micros) -> Micros {
+        estimate.saturating_mul(Micros::from(self.config.mpl))
     }
 
+    /// EASY: when the head cannot start, the earliest time (by stretched estimates) it could,
+    /// in which slice and on which processors. With several slices each is a virtual machine
+    /// running at `1/mpl` speed (Zhang, Franke, Moreira & Sivasubramaniam 2000).
+    fn reserve(&self, head: JobId, now: Micros) -> Reservation {
+        if self.config.backfill != Backfill::Easy {
+            return Reservation::Strict;
+        }
+        let shape = self.jobs[&head].request.shape;
+        let mut best = Reservation::Strict;
+        for slice in &self.slices {
+            let mut ending: Vec<(Micros, JobId)> = slice
+                .own
+                .iter()
+                .map(|&id| {
+                    let job = &self.jobs[&id];
+                    let JobState::Placed { placed_at, .. } = job.state else {
+                        unreachable!("own jobs are placed")
+                    };
+                    let end = job.request.estimate.map_or(Micros::MAX, |e| {
+                        placed_at.saturating_add(self.stretched(e)).max(now)
+                    });
+                    (end, id)
+                })
+                .collect();
+            ending.sort_unstable();
+            let mut map = slice.taken.clone();
+            // A running job without an estimate (or express processors in the way) gives no
+            // promise for this slice.
+            for (end, id) in ending.into_iter().take_while(|&(end, _)| end < Micros::MAX) {
+                self.partition(id).unmark(&mut map);
+                if let Some(partition) = self.find(&map, shape) {
+                    let earlier = !matches!(best, Reservation::At { shadow, .. } if shadow <= end);
+                    if earlier {
+                        best = Reservation::At {
+                            slice: slice.id,
+                            shadow: end,
+                            partition,
+                        };
+                    }
+                    break;
+                }
+            }
+        }
+        best
+    }
+
+    /// A slice and processors for a job behind the head, if it cannot delay the head: in the
+    /// head's reserved slice it must avoid the reserved processors or end before the shadow
+    /// time; other slices are not the head's.
     fn find_backfill(
         &self,
         id: JobId,
         reservation: &Reservation,
         now: Micros,
     ) -> Option<(Partition, Home)> {
-        let (shadow, reserved) = match reservation {
-            Reservation::Strict => return None,
-            Reservation::At { shadow, partition } => (*shadow, partition),
+        let Reservation::At {
+            slice: reserved_slice,
+            shadow,
+            partition: reserved,
+        } = reservation
+        else {
+            return None;
         };
         let job = &self.jobs[&id];
-        let slice = self.slices.first()?;
         let shape = job.request.shape;
         let ends_in_time = job
             .request
             .estimate
-            .is_some_and(|e| now.saturating_add(e) <= shadow);
-        let home = Home::Slice(slice.id);
-        // Prefer processors outside the reservation: then the end time does not matter.
-        let mut map = slice.taken.clone();
-        reserved.mark(&mut map);
-        if let Some(p) = self.find(&map, shape) {
-            return Some((p, home));
-        }
-        ends_in_time
-            .then(|| self.find(&slice.taken, shape))
-            .flatten()
-            .map(|p| (p, home))
+            .is_some_and(|e| now.saturating_add(self.stretched(e)) <= *shadow);
+        self.slices.iter().find_map(|slice| {
+            let home = Home::Slice(slice.id);
+            if slice.id != *reserved_slice || ends_in_time {
+                return self.find(&slice.taken, shape).map(|p| (p, home));
+            }
+            let mut map = slice.taken.clone();
+            reserved.mark(&mut map);
+            self.find(&map, shape).map(|p| (p, home))
+        })
     }
 
     /// Puts a job in the matrix and refreshes what depends on it. Returns its home.
@@ -784,6 +792,7 @@ enum Reservation {
     /// No backfilling: nothing passes the head.
     Strict,
     At {
+        slice: SliceId,
         shadow: Micros,
         partition: Partition,
     },

@@ -46,11 +46,7 @@ fn config() -> impl Strategy<Value = Config> {
             mpl,
             alternates,
             repack,
-            backfill: if easy && mpl == 1 {
-                Backfill::Easy
-            } else {
-                Backfill::None
-            },
+            backfill: if easy { Backfill::Easy } else { Backfill::None },
         })
 }
 

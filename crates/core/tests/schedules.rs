@@ -282,11 +282,6 @@ fn bad_requests_are_errors_not_waits() {
         Scheduler::new(Machine::line(4).unwrap(), gang(0)).unwrap_err(),
         ConfigError::ZeroMpl
     );
-    let easy4 = Config {
-        backfill: Backfill::Easy,
-        ..gang(4)
-    };
-    assert!(Scheduler::new(Machine::line(4).unwrap(), easy4).is_err());
     let mesh_on_line = Config {
         partitioner: PartitionerKind::AdaptiveScan,
         ..gang(2)
@@ -312,4 +307,36 @@ fn submeshes_on_a_mesh_with_adaptive_scan() {
     s.submit(JobRequest::new(3, mesh(1, 4)), 0).unwrap();
     s.audit().unwrap();
     assert_eq!(show(&s), ["1@0-11 3@12-15", "2@0-1,4-5,8-9,12-13"]);
+}
+
+#[test]
+fn backfilling_into_slices_respects_the_heads_reserved_slice() {
+    let config = Config {
+        backfill: Backfill::Easy,
+        alternates: false,
+        ..gang(2)
+    };
+    let mut s = sched(4, config);
+    let job = |id, n, est| JobRequest::new(id, Shape::Count(n)).estimate(est);
+    // Slice 0: job 1 on 0-1 (ends by 100 x MPL 2 = 200). Slice 1: job 2 on 0-3 (ends by 1000).
+    s.submit(job(1, 2, 100), 0).unwrap();
+    s.submit(job(2, 4, 500), 0).unwrap();
+    // The head needs 4 cpus: its earliest slice is 0, at 200, on 0-3.
+    assert_eq!(
+        s.submit(job(3, 4, 10), 0).unwrap(),
+        vec![Decision::Queued { job: 3 }]
+    );
+    // Too long to end by 200 in slice 0, and slice 1 is full: waits.
+    assert_eq!(
+        s.submit(job(4, 2, 150), 0).unwrap(),
+        vec![Decision::Queued { job: 4 }]
+    );
+    // 2 x 90 = 180 <= 200: backfills into slice 0 beside job 1.
+    let placed = s.submit(job(5, 2, 90), 0).unwrap();
+    assert!(
+        matches!(placed[0], Decision::Placed { job: 5, .. }),
+        "{placed:?}"
+    );
+    assert_eq!(show(&s), ["1@0-1 5@2-3", "2@0-3"]);
+    s.audit().unwrap();
 }

@@ -67,6 +67,8 @@ pub struct SimConfig {
     /// Gang only: jobs also run in other slices where their processors are free.
     pub alternates: bool,
     pub repack: bool,
+    /// Gang only: EASY backfilling into slices (estimates stretched by the MPL).
+    pub backfill: bool,
     /// Gang only: time lost at every slot boundary while more than one slice exists.
     pub switch_overhead: Micros,
 }
@@ -81,6 +83,7 @@ impl SimConfig {
             partitioner: PartitionerKind::FirstFit,
             alternates: true,
             repack: false,
+            backfill: false,
             switch_overhead: 0,
         }
     }
@@ -91,7 +94,7 @@ impl SimConfig {
             partitioner: self.partitioner,
             mpl: if gang { self.mpl } else { 1 },
             alternates: gang && self.alternates,
-            backfill: if self.policy == Policy::Easy {
+            backfill: if self.policy == Policy::Easy || gang && self.backfill {
                 Backfill::Easy
             } else {
                 Backfill::None

@@ -158,3 +158,30 @@ fn bad_configurations_are_refused() {
         .contains("at least one processor"));
     assert!(run(gang(2, 0)).to_string().contains("--mpl"));
 }
+
+#[test]
+fn gang_backfilling_lets_short_jobs_pass_a_blocked_head() {
+    // 4 cpus, MPL 2: A (2 cpus) in slice 0, B (4) in slice 1; C (4) must wait: its earliest
+    // slice is 0, at 0 + 100 s x MPL 2 = 200 s by the estimates. D (2 cpus, 40 s) arrives at
+    // 1 s: 1 + 40 x 2 = 81 <= 200, so it backfills beside A and shares A's slots (every other
+    // second from 2 s: done at 81 s). A then ends at 199 s, C runs 199-218 s, B ends last.
+    let w = jobs(&[
+        (0, 100, 2, 100),
+        (0, 500, 4, 500),
+        (0, 10, 4, 10),
+        (1, 40, 2, 40),
+    ]);
+    let backfill = SimConfig {
+        backfill: true,
+        ..gang(4, 2)
+    };
+    assert_eq!(
+        replay(&w, &backfill),
+        [(0.0, 199.0), (1.0, 610.0), (199.0, 218.0), (2.0, 81.0)]
+    );
+    let strict = replay(&w, &gang(4, 2));
+    assert!(
+        strict[3].0 >= strict[2].0,
+        "without backfilling D waits for C: {strict:?}"
+    );
+}
