@@ -19,8 +19,10 @@ def fmt(ns):
 
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 print(f"machine: {platform.node()}, {cpu}, {len([l for l in open('/proc/cpuinfo') if l.startswith('processor')])} CPUs")
+import re
+natural = lambda row: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", row[0])]
 print(f"{'benchmark':45} {'median':>10}")
-for name, ns in rows:
+for name, ns in sorted(rows, key=natural):
     print(f"{name:45} {fmt(ns):>10}")
 medians = dict(rows)
 targets = [

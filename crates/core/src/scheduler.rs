@@ -547,12 +547,19 @@ impl Scheduler {
             .is_some_and(|e| now.saturating_add(self.stretched(e)) <= *shadow);
         self.slices.iter().find_map(|slice| {
             let home = Home::Slice(slice.id);
-            if slice.id != *reserved_slice || ends_in_time {
+            if slice.id != *reserved_slice {
                 return self.find(&slice.taken, shape).map(|p| (p, home));
             }
+            // Prefer processors outside the reservation: then the end time does not matter.
             let mut map = slice.taken.clone();
             reserved.mark(&mut map);
-            self.find(&map, shape).map(|p| (p, home))
+            self.find(&map, shape)
+                .or_else(|| {
+                    ends_in_time
+                        .then(|| self.find(&slice.taken, shape))
+                        .flatten()
+                })
+                .map(|p| (p, home))
         })
     }
 
