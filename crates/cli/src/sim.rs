@@ -12,8 +12,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 const DEFAULT_GENERATED_PROCS: u32 = 128;
-const DEFAULT_MPL: u32 = 4;
-const DEFAULT_QUANTUM_S: f64 = 0.1;
 
 /// Replay a workload through the scheduler with a virtual clock and print its metrics.
 #[derive(Args)]
@@ -225,17 +223,13 @@ pub fn run(args: SimArgs) -> Result<()> {
     };
     let mut config = SimConfig::new(procs, args.policy);
     config.partitioner = args.partitioner;
-    config.mpl = args.mpl.unwrap_or(DEFAULT_MPL);
-    config.quantum = seconds(
-        "--quantum",
-        args.quantum.unwrap_or(DEFAULT_QUANTUM_S),
-        false,
-    )?;
-    config.switch_overhead = seconds(
-        "--switch-overhead",
-        args.switch_overhead.unwrap_or(0.0),
-        true,
-    )?;
+    config.mpl = args.mpl.unwrap_or(config.mpl);
+    if let Some(quantum) = args.quantum {
+        config.quantum = seconds("--quantum", quantum, false)?;
+    }
+    if let Some(overhead) = args.switch_overhead {
+        config.switch_overhead = seconds("--switch-overhead", overhead, true)?;
+    }
     config.alternates = !args.no_alternates;
     config.repack = args.repack;
     config.backfill = args.backfill;

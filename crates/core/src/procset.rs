@@ -44,10 +44,6 @@ impl ProcSet {
         }
     }
 
-    pub fn capacity(&self) -> u32 {
-        self.len
-    }
-
     pub fn contains(&self, proc: u32) -> bool {
         proc < self.len && self.words[(proc / 64) as usize] >> (proc % 64) & 1 == 1
     }

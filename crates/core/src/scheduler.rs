@@ -7,7 +7,7 @@
 
 use crate::job::{Class, JobId, JobRequest, Micros};
 use crate::machine::Machine;
-use crate::partition::Partition;
+use crate::partition::{Partition, Shape};
 use crate::partitioner::{NeverFits, PartitionerKind};
 use crate::plan::{Plan, PlanEntry, PlanSlice, Role};
 use crate::procset::ProcSet;
@@ -356,10 +356,7 @@ impl Scheduler {
     }
 
     fn partition(&self, job: JobId) -> &Partition {
-        match &self.jobs[&job].state {
-            JobState::Placed { partition, .. } => partition,
-            JobState::Queued => unreachable!("job {job} is in the matrix but not placed"),
-        }
+        job_partition(&self.jobs, job)
     }
 
     fn slice_index(&self, id: SliceId) -> usize {
@@ -440,13 +437,13 @@ impl Scheduler {
         });
     }
 
-    fn find(&self, busy: &ProcSet, shape: crate::partition::Shape) -> Option<Partition> {
+    fn find(&self, busy: &ProcSet, shape: Shape) -> Option<Partition> {
         self.config.partitioner.find(&self.machine, busy, shape)
     }
 
     /// The first slice where the job fits on its own, else a new slice if the MPL allows.
     /// `Home::Slice(next_slice)` stands for "a new slice".
-    fn find_own(&self, shape: crate::partition::Shape) -> Option<(Partition, Home)> {
+    fn find_own(&self, shape: Shape) -> Option<(Partition, Home)> {
         self.slices
             .iter()
             .find_map(|s| self.find(&s.taken, shape).map(|p| (p, Home::Slice(s.id))))
@@ -458,7 +455,7 @@ impl Scheduler {
             })
     }
 
-    fn find_standby(&self, shape: crate::partition::Shape) -> Option<Partition> {
+    fn find_standby(&self, shape: Shape) -> Option<Partition> {
         let free_of = |busy: &ProcSet| {
             let mut map = busy.clone();
             map.union_with(&self.standby_procs);
