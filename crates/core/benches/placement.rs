@@ -5,7 +5,10 @@
 //! Target (issue 2): one placement on 65,536 processors × 16 slices under 100 µs median.
 
 use cosched_core::*;
-use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BatchSize, BenchmarkGroup, BenchmarkId, Criterion,
+};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -32,11 +35,17 @@ fn filled(procs: u32, mpl: u32) -> (Scheduler, JobId) {
     (s, id)
 }
 
-fn placement(c: &mut Criterion) {
-    let mut group = c.benchmark_group("place");
+/// Short runs: each case takes microseconds, and there are 35 of them on a 2-core machine.
+fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    let mut group = c.benchmark_group(name);
     group
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
+    group
+}
+
+fn placement(c: &mut Criterion) {
+    let mut group = group(c, "place");
     for procs in SIZES {
         for mpl in MPLS {
             let (sched, next) = filled(procs, mpl);
@@ -60,10 +69,7 @@ fn placement(c: &mut Criterion) {
 /// One cycle of rotation as the agent sees it: the plan, then the stop/start sets at every
 /// slot boundary of the cycle.
 fn rotation(c: &mut Criterion) {
-    let mut group = c.benchmark_group("rotate");
-    group
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1));
+    let mut group = group(c, "rotate");
     for procs in SIZES {
         for mpl in MPLS {
             let (sched, _) = filled(procs, mpl);
@@ -89,10 +95,7 @@ fn rotation(c: &mut Criterion) {
 
 /// Removing a job: its slice's alternates are recomputed, queued jobs are tried.
 fn removal(c: &mut Criterion) {
-    let mut group = c.benchmark_group("remove");
-    group
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1));
+    let mut group = group(c, "remove");
     for procs in SIZES {
         let mpl = 16;
         let (sched, _) = filled(procs, mpl);
