@@ -1,0 +1,84 @@
+//! Replay invariants over random small workloads and configurations (proptest shrinks a
+//! failure to a minimal workload and prints it; PROPTEST_CASES runs more).
+
+use cosched_core::{PartitionerKind, MICROS_PER_SEC};
+use cosched_sim::*;
+use proptest::prelude::*;
+
+fn workload(procs: u32) -> impl Strategy<Value = Vec<SimJob>> {
+    proptest::collection::vec((0i64..400, 1i64..300, 1..=procs, 0i64..3), 1..40).prop_map(
+        |mut specs| {
+            specs.sort_by_key(|s| s.0);
+            specs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (submit, run, n, over))| SimJob {
+                    id: i as u64,
+                    record: i,
+                    submit: submit * MICROS_PER_SEC,
+                    run: run * MICROS_PER_SEC,
+                    procs: n,
+                    // Requested times are upper bounds, sometimes generous.
+                    estimate: run * (1 + over) * MICROS_PER_SEC,
+                })
+                .collect()
+        },
+    )
+}
+
+fn config(procs: u32) -> impl Strategy<Value = SimConfig> {
+    (
+        prop_oneof![Just(Policy::Fcfs), Just(Policy::Easy), Just(Policy::Gang)],
+        1u32..6,
+        prop_oneof![
+            Just(PartitionerKind::FirstFit),
+            Just(PartitionerKind::BestFit),
+            Just(PartitionerKind::Buddy),
+            Just(PartitionerKind::Scatter),
+        ],
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just(0i64), Just(MICROS_PER_SEC / 10)],
+    )
+        .prop_map(
+            move |(policy, mpl, partitioner, alternates, backfill, repack, overhead)| SimConfig {
+                procs,
+                policy,
+                mpl,
+                quantum: MICROS_PER_SEC,
+                partitioner,
+                alternates,
+                backfill,
+                repack,
+                switch_overhead: overhead,
+            },
+        )
+}
+
+fn scenario() -> impl Strategy<Value = (Vec<SimJob>, SimConfig)> {
+    (1u32..24).prop_flat_map(|procs| (workload(procs), config(procs)))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_job_runs_to_completion_never_faster_than_alone((jobs, config) in scenario()) {
+        let outcome = simulate(&jobs, Dropped::default(), &config, &mut |_, _| {}).unwrap();
+        let ran = outcome.results.len() as u64 + outcome.dropped.never_fits;
+        prop_assert_eq!(ran, jobs.len() as u64);
+        for r in &outcome.results {
+            prop_assert!(r.submit <= r.start && r.start < r.end, "{:?}", r);
+            prop_assert!(r.end - r.start >= r.run, "faster than dedicated: {:?}", r);
+            if config.policy != Policy::Gang {
+                // Space sharing: a job runs without interruption once started.
+                prop_assert_eq!(r.end - r.start, r.run);
+            }
+        }
+        let m = metrics(&outcome.results, config.procs);
+        prop_assert!(m.utilization <= 1.0 + 1e-9, "utilization {}", m.utilization);
+        let again = simulate(&jobs, Dropped::default(), &config, &mut |_, _| {}).unwrap();
+        prop_assert_eq!(outcome, again);
+    }
+}
