@@ -22,7 +22,7 @@ const DEFAULT_GENERATED_PROCS: u32 = 128;
   cosched sim --trace ../shared/traces/CTC-SP2-1996-3.1-cln.swf.gz --policy easy --json\n  \
   cosched sim --trace log.swf --policy gang --mpl 8 --no-alternates --out jobs.swf\n\n\
 Traces in the Standard Workload Format (plain or .gz) come from the Parallel Workloads Archive \
-(search for \"Parallel Workloads Archive\"; logs under its 'logs' pages). Records with run \
+(https://www.cs.huji.ac.il/labs/parallel/workload/; take the cleaned logs). Records with run \
 time <= 0, processors <= 0 or a negative submit time are dropped and counted, as are jobs \
 that can never fit the machine."
 )]
