@@ -14,10 +14,23 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cosched-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A file path in the temporary folder, removed when dropped.
+struct Temp(PathBuf);
+
+impl Temp {
+    fn to_str(&self) -> Option<&str> {
+        self.0.to_str()
+    }
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn temp(name: &str) -> Temp {
+    Temp(std::env::temp_dir().join(format!("cosched-cli-test-{}-{name}", std::process::id())))
 }
 
 #[test]
@@ -98,7 +111,7 @@ fn generated_traces_replay_and_results_come_back_as_swf() {
     assert!(out.status.success(), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["procs"], 32, "the machine size comes from the header");
-    let text = std::fs::read_to_string(&results).unwrap();
+    let text = std::fs::read_to_string(&results.0).unwrap();
     let records: Vec<&str> = text.lines().filter(|l| !l.starts_with(';')).collect();
     assert_eq!(records.len(), 50);
     assert!(text.contains("; Note: replayed by cosched sim"));
@@ -144,7 +157,7 @@ fn jobs_larger_than_the_machine_are_counted_not_fatal() {
 fn a_malformed_trace_names_file_line_and_field() {
     let trace = temp("bad.swf");
     std::fs::write(
-        &trace,
+        &trace.0,
         "; MaxProcs: 8\n1 0 -1 10 2 -1 -1 2 -1 -1 1 -1 -1 -1 -1 -1 -1 -1\n2 5 -1 10 x -1 -1 2 -1 -1 1 -1 -1 -1 -1 -1 -1 -1\n",
     )
     .unwrap();
