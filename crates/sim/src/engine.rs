@@ -147,6 +147,8 @@ struct Running {
     remaining: Micros,
     /// Positions in the current cycle (0 = the slot the generation started with), sorted.
     positions: Vec<usize>,
+    /// When it first ran: set from the plan when placed, and cleared again if the next
+    /// generation comes before that slot does.
     start: Option<Micros>,
     completion: Micros,
     /// Where the job sits in `Replay::active`, while it is there.
@@ -252,6 +254,10 @@ impl Replay<'_> {
             let index = self.active[i];
             let job = &mut self.state[index];
             job.positions.sort_unstable();
+            // A start promised by the last generation for a slot it never reached is void.
+            if job.start.is_some_and(|start| start >= at) {
+                job.start = None;
+            }
             if let (None, Some(&first)) = (job.start, job.positions.first()) {
                 let offset = if slices > 1 { first as i64 } else { 0 };
                 job.start = Some(at + offset * quantum);
