@@ -1,0 +1,471 @@
+//! The real actuator: a cgroup per job under one cosched parent, in every hierarchy it uses.
+//!
+//! Stopping uses the cgroup v2 freezer (`cgroup.freeze`, confirmed in `cgroup.events`), the
+//! v1 freezer (`freezer.state`, confirmed when it reads FROZEN), or SIGSTOP/SIGCONT to every
+//! process (confirmed in `/proc/PID/stat`). Processors and weights use whichever tree has the
+//! controller: on a hybrid machine the v2 freezer works beside the v1 cpuset and cpu trees.
+
+use crate::layout::Layout;
+use crate::procfs;
+use crate::{check_name, Actuator, CgroupError, Pid, Result, CONFIRM_TIMEOUT};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Freezer {
+    /// `cgroup.freeze` in the v2 tree.
+    V2,
+    /// `freezer.state` in the v1 freezer tree.
+    V1,
+    /// SIGSTOP and SIGCONT to every process of the job.
+    Signals,
+}
+
+impl fmt::Display for Freezer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Freezer::V2 => "cgroup v2 freezer",
+            Freezer::V1 => "cgroup v1 freezer",
+            Freezer::Signals => "SIGSTOP/SIGCONT",
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tree {
+    V2,
+    V1,
+}
+
+#[derive(Debug)]
+pub struct Cgroups {
+    freezer: Freezer,
+    /// The cosched parent in the v2 tree and in each v1 tree used.
+    v2: Option<PathBuf>,
+    v1_freezer: Option<PathBuf>,
+    v1_cpuset: Option<PathBuf>,
+    v1_cpu: Option<PathBuf>,
+    cpuset: Option<Tree>,
+    weight: Option<Tree>,
+    jobs: BTreeSet<String>,
+    /// An empty v1 cgroup kept frozen while we live: the first v1 freeze flips a kernel static
+    /// key, which otherwise costs every freeze about 65 µs more (measured, notes).
+    v1_keepalive: Option<PathBuf>,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
+    move |source| CgroupError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn write(path: &Path, value: &str) -> Result<()> {
+    fs::write(path, value).map_err(io_err(path))
+}
+
+fn read(path: &Path) -> Result<String> {
+    fs::read_to_string(path).map_err(io_err(path))
+}
+
+fn mkdir(path: &Path) -> Result<()> {
+    match fs::create_dir(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(io_err(path)(e)),
+        _ => Ok(()),
+    }
+}
+
+/// Re-reads `path` until `done` accepts it, spinning first and then sleeping briefly: change
+/// notifications on `cgroup.events` are rate-limited (one per ~12 ms), re-reading is not.
+fn confirm(path: &Path, wanted: &'static str, done: impl Fn(&str) -> bool) -> Result<Duration> {
+    let start = Instant::now();
+    loop {
+        let text = read(path)?;
+        if done(&text) {
+            return Ok(start.elapsed());
+        }
+        let waited = start.elapsed();
+        if waited > CONFIRM_TIMEOUT {
+            return Err(CgroupError::NotConfirmed {
+                path: path.to_path_buf(),
+                wanted,
+                state: text.trim().replace('\n', " "),
+                waited,
+            });
+        }
+        if waited > Duration::from_micros(200) {
+            std::thread::sleep(Duration::from_micros(20));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+fn signal(pid: Pid, signal: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    if unsafe { libc::kill(pid, signal) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+impl Cgroups {
+    /// Opens (creating as needed) the parent cgroup `parent` in every hierarchy the chosen
+    /// freezer, the cpuset and the cpu weight need. `freezer: None` picks the best available:
+    /// the v2 freezer, else v1, else signals.
+    pub fn open(layout: &Layout, parent: &str, freezer: Option<Freezer>) -> Result<Cgroups> {
+        check_name(parent)?;
+        let controllers = layout.v2_controllers();
+        let has = |c: &str| controllers.iter().any(|x| x == c);
+        let v2 = match &layout.v2 {
+            Some(root) => {
+                let dir = root.join(parent);
+                mkdir(&dir)?;
+                Some(dir)
+            }
+            None => None,
+        };
+        let v2_freeze = v2
+            .as_ref()
+            .is_some_and(|d| d.join("cgroup.freeze").exists());
+        let freezer = match freezer {
+            Some(Freezer::V2) if !v2_freeze => {
+                return Err(CgroupError::Unsupported(
+                    "no cgroup v2 freezer here (no cgroup2 mount, or a kernel before 5.2)".into(),
+                ))
+            }
+            Some(Freezer::V1) if layout.v1_freezer.is_none() => {
+                return Err(CgroupError::Unsupported(
+                    "no cgroup v1 freezer hierarchy is mounted".into(),
+                ))
+            }
+            Some(chosen) => chosen,
+            None if v2_freeze => Freezer::V2,
+            None if layout.v1_freezer.is_some() => Freezer::V1,
+            None => Freezer::Signals,
+        };
+        let cpuset = if has("cpuset") {
+            Some(Tree::V2)
+        } else {
+            layout.v1_cpuset.as_ref().map(|_| Tree::V1)
+        };
+        let weight = if has("cpu") {
+            Some(Tree::V2)
+        } else {
+            layout.v1_cpu.as_ref().map(|_| Tree::V1)
+        };
+        if let Some(dir) = &v2 {
+            // Pass the v2 controllers we use down to the jobs (root, then our parent).
+            let wanted: Vec<&str> = [(cpuset, "cpuset"), (weight, "cpu")]
+                .into_iter()
+                .filter(|(tree, _)| *tree == Some(Tree::V2))
+                .map(|(_, name)| name)
+                .collect();
+            for name in wanted {
+                let enable = format!("+{name}");
+                for level in [dir.parent().unwrap_or(dir), dir.as_path()] {
+                    write(&level.join("cgroup.subtree_control"), &enable)?;
+                }
+            }
+        }
+        let v1_dir = |root: &Option<PathBuf>, used: bool| -> Result<Option<PathBuf>> {
+            match root {
+                Some(root) if used => {
+                    let dir = root.join(parent);
+                    mkdir(&dir)?;
+                    Ok(Some(dir))
+                }
+                _ => Ok(None),
+            }
+        };
+        let v1_freezer = v1_dir(&layout.v1_freezer, freezer == Freezer::V1)?;
+        let v1_cpuset = v1_dir(&layout.v1_cpuset, cpuset == Some(Tree::V1))?;
+        let v1_cpu = v1_dir(&layout.v1_cpu, weight == Some(Tree::V1))?;
+        if let Some(dir) = &v1_cpuset {
+            // A v1 cpuset takes no task until it has processors and memory nodes.
+            inherit_cpuset(dir)?;
+        }
+        if v2.is_none() && v1_freezer.is_none() && v1_cpuset.is_none() && v1_cpu.is_none() {
+            return Err(CgroupError::Unsupported(
+                "no cgroup hierarchy is mounted to hold a job's processes".into(),
+            ));
+        }
+        let mut cgroups = Cgroups {
+            freezer,
+            v2,
+            v1_freezer,
+            v1_cpuset,
+            v1_cpu,
+            cpuset,
+            weight,
+            jobs: BTreeSet::new(),
+            v1_keepalive: None,
+        };
+        if let Some(dir) = &cgroups.v1_freezer {
+            let keepalive = dir.join("keepalive");
+            mkdir(&keepalive)?;
+            write(&keepalive.join("freezer.state"), "FROZEN")?;
+            cgroups.v1_keepalive = Some(keepalive);
+        }
+        Ok(cgroups)
+    }
+
+    pub fn freezer(&self) -> Freezer {
+        self.freezer
+    }
+
+    /// The job's directory in every hierarchy in use, v2 first.
+    fn dirs(&self, job: &str) -> impl Iterator<Item = PathBuf> + '_ {
+        let job = job.to_string();
+        [&self.v2, &self.v1_freezer, &self.v1_cpuset, &self.v1_cpu]
+            .into_iter()
+            .flatten()
+            .map(move |parent| parent.join(&job))
+    }
+
+    fn known(&self, job: &str) -> Result<()> {
+        if self.jobs.contains(job) {
+            Ok(())
+        } else {
+            Err(CgroupError::UnknownJob(job.to_string()))
+        }
+    }
+
+    fn signal_all(&self, job: &str, sig: libc::c_int) -> Result<()> {
+        for pid in self.pids(job)? {
+            match signal(pid, sig) {
+                Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
+                    return Err(CgroupError::Io {
+                        path: PathBuf::from(format!("/proc/{pid}")),
+                        source: e,
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until every process of the job is (or is no longer) stopped by a signal.
+    fn confirm_signals(&self, job: &str, stopped: bool) -> Result<Duration> {
+        let start = Instant::now();
+        let wanted = if stopped { "stopped" } else { "running" };
+        for pid in self.pids(job)? {
+            // A process that has exited has nothing left to stop or continue.
+            while let Ok(procfs::Stat { state, .. }) = procfs::stat(pid) {
+                if matches!(state, 'T' | 't' | 'Z' | 'X') == stopped || state == 'Z' {
+                    break;
+                }
+                let waited = start.elapsed();
+                if waited > CONFIRM_TIMEOUT {
+                    return Err(CgroupError::SignalNotConfirmed {
+                        job: job.to_string(),
+                        pid,
+                        wanted,
+                        state,
+                        waited,
+                    });
+                }
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        Ok(start.elapsed())
+    }
+
+    /// Removes the parent cgroups (which must hold no job) and the v1 keep-alive group.
+    pub fn close(mut self) -> Result<()> {
+        self.release_keepalive()?;
+        for parent in [&self.v2, &self.v1_freezer, &self.v1_cpuset, &self.v1_cpu]
+            .into_iter()
+            .flatten()
+        {
+            match fs::remove_dir(parent) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(io_err(parent)(e))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn release_keepalive(&mut self) -> Result<()> {
+        if let Some(keepalive) = self.v1_keepalive.take() {
+            write(&keepalive.join("freezer.state"), "THAWED")?;
+            fs::remove_dir(&keepalive).map_err(io_err(&keepalive))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        let _ = self.release_keepalive();
+    }
+}
+
+/// Copies the parent's `cpuset.cpus` and `cpuset.mems` into a new v1 cpuset.
+fn inherit_cpuset(dir: &Path) -> Result<()> {
+    let parent = dir.parent().unwrap_or(dir);
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let value = read(&parent.join(file))?;
+        if read(&dir.join(file))?.trim().is_empty() {
+            write(&dir.join(file), value.trim())?;
+        }
+    }
+    Ok(())
+}
+
+impl Actuator for Cgroups {
+    fn describe(&self) -> String {
+        let tree = |t: Option<Tree>| match t {
+            Some(Tree::V2) => "cgroup v2",
+            Some(Tree::V1) => "cgroup v1",
+            None => "unavailable",
+        };
+        format!(
+            "stop: {}; processors: {} cpuset; weight: {} cpu",
+            self.freezer,
+            tree(self.cpuset),
+            tree(self.weight)
+        )
+    }
+
+    fn create(&mut self, job: &str) -> Result<()> {
+        check_name(job)?;
+        for dir in self.dirs(job).collect::<Vec<_>>() {
+            mkdir(&dir)?;
+        }
+        if let Some(parent) = &self.v1_cpuset {
+            inherit_cpuset(&parent.join(job))?;
+        }
+        self.jobs.insert(job.to_string());
+        Ok(())
+    }
+
+    fn add(&mut self, job: &str, pid: Pid) -> Result<()> {
+        self.known(job)?;
+        for dir in self.dirs(job) {
+            write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn pids(&self, job: &str) -> Result<Vec<Pid>> {
+        self.known(job)?;
+        let dir = self.dirs(job).next().expect("open() ensures one hierarchy");
+        let text = read(&dir.join("cgroup.procs"))?;
+        Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+    }
+
+    fn set_cpus(&mut self, job: &str, cpus: &str) -> Result<()> {
+        self.known(job)?;
+        let dir = match self.cpuset {
+            Some(Tree::V2) => self.v2.as_ref(),
+            Some(Tree::V1) => self.v1_cpuset.as_ref(),
+            None => None,
+        }
+        .ok_or_else(|| CgroupError::Unsupported("no cpuset controller on this machine".into()))?;
+        write(&dir.join(job).join("cpuset.cpus"), cpus)
+    }
+
+    fn set_weight(&mut self, job: &str, weight: u32) -> Result<()> {
+        self.known(job)?;
+        let weight = weight.clamp(1, 10_000);
+        match (self.weight, &self.v2, &self.v1_cpu) {
+            (Some(Tree::V2), Some(dir), _) => {
+                write(&dir.join(job).join("cpu.weight"), &weight.to_string())
+            }
+            (Some(Tree::V1), _, Some(dir)) => {
+                // v1 shares: 1024 is the default weight 100.
+                let shares = (u64::from(weight) * 1024 / 100).clamp(2, 262_144);
+                write(&dir.join(job).join("cpu.shares"), &shares.to_string())
+            }
+            _ => Err(CgroupError::Unsupported(
+                "no cpu controller on this machine".into(),
+            )),
+        }
+    }
+
+    fn freeze(&mut self, job: &str) -> Result<Duration> {
+        self.known(job)?;
+        match self.freezer {
+            Freezer::V2 => {
+                let dir = self.v2.as_ref().expect("v2 freezer has a v2 dir").join(job);
+                write(&dir.join("cgroup.freeze"), "1")?;
+                confirm(&dir.join("cgroup.events"), "frozen", |t| {
+                    t.lines().any(|l| l.trim() == "frozen 1")
+                })
+            }
+            Freezer::V1 => {
+                let file = self
+                    .v1_freezer
+                    .as_ref()
+                    .expect("v1 freezer dir")
+                    .join(job)
+                    .join("freezer.state");
+                write(&file, "FROZEN")?;
+                confirm(&file, "FROZEN", |t| t.trim() == "FROZEN")
+            }
+            Freezer::Signals => {
+                self.signal_all(job, libc::SIGSTOP)?;
+                self.confirm_signals(job, true)
+            }
+        }
+    }
+
+    fn thaw(&mut self, job: &str) -> Result<Duration> {
+        self.known(job)?;
+        match self.freezer {
+            Freezer::V2 => {
+                let dir = self.v2.as_ref().expect("v2 freezer has a v2 dir").join(job);
+                write(&dir.join("cgroup.freeze"), "0")?;
+                confirm(&dir.join("cgroup.events"), "thawed", |t| {
+                    t.lines().any(|l| l.trim() == "frozen 0")
+                })
+            }
+            Freezer::V1 => {
+                let file = self
+                    .v1_freezer
+                    .as_ref()
+                    .expect("v1 freezer dir")
+                    .join(job)
+                    .join("freezer.state");
+                write(&file, "THAWED")?;
+                confirm(&file, "THAWED", |t| t.trim() == "THAWED")
+            }
+            Freezer::Signals => {
+                self.signal_all(job, libc::SIGCONT)?;
+                self.confirm_signals(job, false)
+            }
+        }
+    }
+
+    fn kill(&mut self, job: &str) -> Result<()> {
+        self.known(job)?;
+        let cgroup_kill = self.v2.as_ref().map(|d| d.join(job).join("cgroup.kill"));
+        match cgroup_kill.filter(|f| f.exists()) {
+            Some(file) => write(&file, "1")?,
+            None => self.signal_all(job, libc::SIGKILL)?,
+        }
+        // A v1-frozen or SIGSTOPped process dies only once it runs again.
+        self.thaw(job).map(|_| ())
+    }
+
+    fn remove(&mut self, job: &str) -> Result<()> {
+        self.known(job)?;
+        self.thaw(job)?;
+        for dir in self.dirs(job).collect::<Vec<_>>() {
+            match fs::remove_dir(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err(&dir)(e)),
+                _ => {}
+            }
+        }
+        self.jobs.remove(job);
+        Ok(())
+    }
+}

@@ -1,0 +1,126 @@
+//! An in-memory actuator for tests of logic: it records every call and keeps the state a real
+//! one would (members, processors, weight, frozen), and refuses what a real one refuses.
+
+use crate::{check_name, Actuator, CgroupError, Pid, Result};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FakeCall {
+    Create(String),
+    Add(String, Pid),
+    SetCpus(String, String),
+    SetWeight(String, u32),
+    Freeze(String),
+    Thaw(String),
+    Kill(String),
+    Remove(String),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FakeJob {
+    pub pids: Vec<Pid>,
+    pub cpus: Option<String>,
+    pub weight: u32,
+    pub frozen: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Fake {
+    pub calls: Vec<FakeCall>,
+    pub jobs: BTreeMap<String, FakeJob>,
+}
+
+impl Fake {
+    fn job(&mut self, job: &str) -> Result<&mut FakeJob> {
+        self.jobs
+            .get_mut(job)
+            .ok_or_else(|| CgroupError::UnknownJob(job.to_string()))
+    }
+
+    /// Jobs currently frozen, in name order.
+    pub fn frozen(&self) -> Vec<&str> {
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.frozen)
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+}
+
+impl Actuator for Fake {
+    fn describe(&self) -> String {
+        "fake (in memory)".to_string()
+    }
+
+    fn create(&mut self, job: &str) -> Result<()> {
+        check_name(job)?;
+        self.calls.push(FakeCall::Create(job.to_string()));
+        self.jobs.entry(job.to_string()).or_insert(FakeJob {
+            weight: 100,
+            ..FakeJob::default()
+        });
+        Ok(())
+    }
+
+    fn add(&mut self, job: &str, pid: Pid) -> Result<()> {
+        self.job(job)?.pids.push(pid);
+        self.calls.push(FakeCall::Add(job.to_string(), pid));
+        Ok(())
+    }
+
+    fn pids(&self, job: &str) -> Result<Vec<Pid>> {
+        self.jobs
+            .get(job)
+            .map(|j| j.pids.clone())
+            .ok_or_else(|| CgroupError::UnknownJob(job.to_string()))
+    }
+
+    fn set_cpus(&mut self, job: &str, cpus: &str) -> Result<()> {
+        self.job(job)?.cpus = Some(cpus.to_string());
+        self.calls
+            .push(FakeCall::SetCpus(job.to_string(), cpus.to_string()));
+        Ok(())
+    }
+
+    fn set_weight(&mut self, job: &str, weight: u32) -> Result<()> {
+        self.job(job)?.weight = weight.clamp(1, 10_000);
+        self.calls
+            .push(FakeCall::SetWeight(job.to_string(), weight));
+        Ok(())
+    }
+
+    fn freeze(&mut self, job: &str) -> Result<Duration> {
+        self.job(job)?.frozen = true;
+        self.calls.push(FakeCall::Freeze(job.to_string()));
+        Ok(Duration::ZERO)
+    }
+
+    fn thaw(&mut self, job: &str) -> Result<Duration> {
+        self.job(job)?.frozen = false;
+        self.calls.push(FakeCall::Thaw(job.to_string()));
+        Ok(Duration::ZERO)
+    }
+
+    fn kill(&mut self, job: &str) -> Result<()> {
+        let entry = self.job(job)?;
+        entry.pids.clear();
+        entry.frozen = false;
+        self.calls.push(FakeCall::Kill(job.to_string()));
+        Ok(())
+    }
+
+    fn remove(&mut self, job: &str) -> Result<()> {
+        let entry = self.job(job)?;
+        entry.frozen = false;
+        if !entry.pids.is_empty() {
+            return Err(CgroupError::Io {
+                path: format!("fake/{job}").into(),
+                source: std::io::Error::from_raw_os_error(libc::EBUSY),
+            });
+        }
+        self.jobs.remove(job);
+        self.calls.push(FakeCall::Remove(job.to_string()));
+        Ok(())
+    }
+}

@@ -1,0 +1,95 @@
+//! cosched-cgroups: the only code that stops, continues and places a job's processes.
+//!
+//! One [`Actuator`] trait, implemented by [`Cgroups`] (cgroup v2, cgroup v1, or signals for
+//! stopping, chosen by [`Freezer`]) and by [`Fake`] for tests of logic. Every stop and continue
+//! is read back from the kernel with a bounded wait: an `Ok` means the kernel confirmed it.
+//! Facts behind the choices are in `../shared/notes/linux-mechanisms.md`.
+
+mod cgroup;
+mod fake;
+mod layout;
+pub mod procfs;
+
+pub use cgroup::{Cgroups, Freezer};
+pub use fake::{Fake, FakeCall};
+pub use layout::Layout;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub type Pid = i32;
+
+/// How long a stop or continue may take to be confirmed before it is an error. Measured here:
+/// 0.1 ms median, 3 ms p99 for 256 processes (v2); 0.9 s with the controller not real-time.
+pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not {wanted} after {waited:?} (reads '{state}')")]
+    NotConfirmed {
+        path: PathBuf,
+        wanted: &'static str,
+        state: String,
+        waited: Duration,
+    },
+    #[error("pid {pid} (job {job}): still {state} after {waited:?}, expected {wanted}")]
+    SignalNotConfirmed {
+        job: String,
+        pid: Pid,
+        wanted: &'static str,
+        state: char,
+        waited: Duration,
+    },
+    #[error("job {0} has no cgroup here (not created, or already removed)")]
+    UnknownJob(String),
+    #[error("job name '{0}' is not usable as a cgroup name (letters, digits, '-', '_', '.' only)")]
+    BadJobName(String),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+pub type Result<T, E = CgroupError> = std::result::Result<T, E>;
+
+/// What an actuator does to one job's processes. Jobs are named by the caller (`job-42`).
+pub trait Actuator {
+    /// A one-line description: which mechanism does what.
+    fn describe(&self) -> String;
+    /// Makes the job's (empty) groups.
+    fn create(&mut self, job: &str) -> Result<()>;
+    /// Moves a process into the job; its future children follow.
+    fn add(&mut self, job: &str, pid: Pid) -> Result<()>;
+    /// Every process of the job.
+    fn pids(&self, job: &str) -> Result<Vec<Pid>>;
+    /// Restricts the job to processors given in cpuset list syntax (`0-3,8`).
+    fn set_cpus(&mut self, job: &str, cpus: &str) -> Result<()>;
+    /// Sets the job's CPU weight on the cgroup v2 scale, 1 to 10,000 (100 is the default).
+    fn set_weight(&mut self, job: &str, weight: u32) -> Result<()>;
+    /// Stops every process of the job; returns once the kernel confirms it, with the wait.
+    fn freeze(&mut self, job: &str) -> Result<Duration>;
+    /// Lets every process run again; returns once the kernel confirms it, with the wait.
+    fn thaw(&mut self, job: &str) -> Result<Duration>;
+    /// Kills every process of the job (continuing them first, so a stopped job dies too).
+    fn kill(&mut self, job: &str) -> Result<()>;
+    /// Removes the job's groups. They must be empty; the job is continued first regardless,
+    /// so an error never leaves it stopped.
+    fn remove(&mut self, job: &str) -> Result<()>;
+}
+
+fn check_name(job: &str) -> Result<()> {
+    let ok = !job.is_empty()
+        && job != "."
+        && job != ".."
+        && job
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(CgroupError::BadJobName(job.to_string()))
+    }
+}

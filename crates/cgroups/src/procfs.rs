@@ -1,0 +1,68 @@
+//! What `/proc/PID/stat` says of a process: its state letter and the CPU time it has used.
+
+use crate::{CgroupError, Pid, Result};
+use std::path::PathBuf;
+
+/// State letter and user + system CPU time in clock ticks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stat {
+    pub state: char,
+    pub cpu_ticks: u64,
+}
+
+/// Reads `/proc/PID/stat`. The command name (field 2) may hold spaces and parentheses, so the
+/// fields are counted from the last `)`.
+pub fn stat(pid: Pid) -> Result<Stat> {
+    let path = PathBuf::from(format!("/proc/{pid}/stat"));
+    let text = std::fs::read_to_string(&path).map_err(|source| CgroupError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    parse_stat(&text).ok_or_else(|| CgroupError::Io {
+        path,
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, "unexpected format"),
+    })
+}
+
+fn parse_stat(text: &str) -> Option<Stat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3 of the line, utime 14, stime 15.
+    let state = fields.first()?.chars().next()?;
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(Stat {
+        state,
+        cpu_ticks: utime + stime,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_with_spaces_and_parentheses() {
+        let line =
+            "1234 (a b) c)) R 1 1234 1234 0 -1 4194304 100 0 0 0 57 3 0 0 20 0 1 0 1000 1000 100";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat {
+                state: 'R',
+                cpu_ticks: 60
+            })
+        );
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn reads_this_process_and_names_a_missing_one() {
+        let me = stat(std::process::id() as Pid).unwrap();
+        assert!(matches!(me.state, 'R' | 'S'), "{me:?}");
+        let err = stat(i32::MAX).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("/proc/{}/stat: ", i32::MAX)),
+            "{err}"
+        );
+    }
+}

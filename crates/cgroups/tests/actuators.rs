@@ -1,0 +1,183 @@
+//! One suite, run against every actuator: the cgroup v2 freezer, the v1 freezer, signals (each
+//! on real processes in real cgroups; needs root) and the fake. "Frozen" is checked by what the
+//! processes do, not by what the actuator says: their CPU time must not move.
+
+use cosched_cgroups::procfs;
+use cosched_cgroups::*;
+use std::io::Write;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A shell that spins, and once it reads a line from stdin forks a second spinning process:
+/// so a child made after `add` can be seen to land in the job too.
+fn spinner() -> Child {
+    Command::new("sh")
+        .args(["-c", "read go; (while :; do :; done) & while :; do :; done"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("sh runs")
+}
+
+/// Waits at most 5 s for the child to end (a test must not hang on a process that survived).
+fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
+    for _ in 0..500 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    panic!("pid {} outlived its job's kill", child.id());
+}
+
+fn cpu_ticks(pids: &[Pid]) -> u64 {
+    pids.iter()
+        .filter_map(|&p| procfs::stat(p).ok())
+        .map(|s| s.cpu_ticks)
+        .sum()
+}
+
+/// Whether the processes used any CPU over 150 ms (USER_HZ 100: a running spinner gains
+/// about 15 ticks; a frozen one none).
+fn burning(pids: &[Pid]) -> bool {
+    let before = cpu_ticks(pids);
+    std::thread::sleep(Duration::from_millis(150));
+    cpu_ticks(pids) > before
+}
+
+/// `flag` reads the fake's own idea of frozen; real actuators are judged by CPU time alone.
+fn suite<A: Actuator>(act: &mut A, job: &str, real: bool, flag: impl Fn(&A) -> bool) {
+    // The fake touches no process: it gets a made-up pid.
+    let mut child = real.then(spinner);
+    let pid = child.as_ref().map_or(4242, |c| c.id() as Pid);
+    act.create(job).unwrap();
+    act.add(job, pid).unwrap();
+    if let Some(child) = child.as_mut() {
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    }
+    if real {
+        // The forked spinner joined the job by itself.
+        for _ in 0..200 {
+            if act.pids(job).unwrap().len() == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(act.pids(job).unwrap().len(), 2, "{:?}", act.pids(job));
+    } else {
+        assert_eq!(act.pids(job).unwrap(), vec![pid]);
+    }
+    let pids = act.pids(job).unwrap();
+    let frozen = |act: &A| if real { !burning(&pids) } else { flag(act) };
+
+    act.set_cpus(job, "0").unwrap();
+    act.set_weight(job, 50).unwrap();
+    for _ in 0..3 {
+        act.freeze(job).unwrap();
+        assert!(frozen(act), "frozen but using CPU ({})", act.describe());
+        act.thaw(job).unwrap();
+        assert!(!frozen(act), "thawed but not running ({})", act.describe());
+    }
+    // Killing a frozen job works: the actuator continues it so it can die.
+    act.freeze(job).unwrap();
+    act.kill(job).unwrap();
+    if let Some(child) = child.as_mut() {
+        assert!(!wait_bounded(child).success());
+    }
+    assert!(!flag(act));
+    if real {
+        for _ in 0..200 {
+            if act.pids(job).unwrap().is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    act.remove(job).unwrap();
+    assert!(matches!(act.pids(job), Err(CgroupError::UnknownJob(_))));
+    assert!(matches!(act.freeze(job), Err(CgroupError::UnknownJob(_))));
+    assert!(matches!(
+        act.create("../escape"),
+        Err(CgroupError::BadJobName(_))
+    ));
+}
+
+fn real(freezer: Freezer) {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "the cgroup tests need root (CI runs as root)"
+    );
+    let layout = Layout::detect().unwrap();
+    let parent = format!("cosched-test-{}-{freezer:?}", std::process::id());
+    // What the mounts promise; a v2 tree on a kernel before 5.2 has no freezer and fails here.
+    let available = match freezer {
+        Freezer::V2 => layout.v2.is_some(),
+        Freezer::V1 => layout.v1_freezer.is_some(),
+        Freezer::Signals => true,
+    };
+    let mut act = match Cgroups::open(&layout, &parent, Some(freezer)) {
+        Ok(act) => act,
+        Err(CgroupError::Unsupported(why)) if !available => {
+            eprintln!("{freezer}: not on this machine ({why}), as the layout says: {layout}");
+            return;
+        }
+        Err(e) => panic!("{freezer} on {layout}: {e}"),
+    };
+    assert_eq!(act.freezer(), freezer);
+    let job = "job-1";
+    let outcome = catch_unwind(AssertUnwindSafe(|| suite(&mut act, job, true, |_| false)));
+    // Whatever happened, leave nothing frozen or running behind.
+    let _ = act.kill(job);
+    std::thread::sleep(Duration::from_millis(50));
+    let _ = act.remove(job);
+    let closed = act.close();
+    if let Err(panic) = outcome {
+        resume_unwind(panic);
+    }
+    closed.unwrap();
+}
+
+#[test]
+fn cgroup_v2_freezer() {
+    real(Freezer::V2);
+}
+
+#[test]
+fn cgroup_v1_freezer() {
+    real(Freezer::V1);
+}
+
+#[test]
+fn signals() {
+    real(Freezer::Signals);
+}
+
+#[test]
+fn fake() {
+    let mut fake = Fake::default();
+    suite(&mut fake, "job-1", false, |f| !f.frozen().is_empty());
+    assert_eq!(fake.calls.first(), Some(&FakeCall::Create("job-1".into())));
+    assert!(fake
+        .calls
+        .contains(&FakeCall::SetCpus("job-1".into(), "0".into())));
+}
+
+#[test]
+fn the_best_freezer_is_chosen_and_described() {
+    assert_eq!(unsafe { libc::geteuid() }, 0, "needs root");
+    let layout = Layout::detect().unwrap();
+    let parent = format!("cosched-test-{}-best", std::process::id());
+    let act = Cgroups::open(&layout, &parent, None).unwrap();
+    let expected = if layout.v2.is_some() {
+        Freezer::V2
+    } else if layout.v1_freezer.is_some() {
+        Freezer::V1
+    } else {
+        Freezer::Signals
+    };
+    assert_eq!(act.freezer(), expected);
+    assert!(act.describe().starts_with("stop: "), "{}", act.describe());
+    act.close().unwrap();
+}
