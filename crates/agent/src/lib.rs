@@ -1,0 +1,263 @@
+//! cosched-agent: applies plan generations on one node.
+//!
+//! The [`Applier`] turns "slot `k` begins" into actuator calls: in `gang` mode it freezes the
+//! jobs that leave and then thaws the jobs that enter (strictly in that order: thawing first
+//! made the freeze confirmation 44 ms to 0.9 s slower, notes); in `moderate` mode it moves CPU
+//! weight instead; in `implicit` and `local` modes it only places jobs on their processors.
+//! [`clock`] provides the real-time slot clock that calls it.
+
+pub mod clock;
+mod stats;
+
+pub use stats::{Samples, Summary};
+
+use cosched_cgroups::{Actuator, CgroupError};
+use cosched_core::{Generation, JobId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+/// How the processes of a slice are made to run together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Jobs outside the current slice are frozen.
+    Gang,
+    /// Nothing is frozen: the current slice's jobs get full weight, the others almost none.
+    Moderate,
+    /// No switching; jobs are told to spin briefly then block (space sharing only).
+    Implicit,
+    /// No control at all: plain Linux, the baseline.
+    Local,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Gang => "gang",
+            Mode::Moderate => "moderate",
+            Mode::Implicit => "implicit",
+            Mode::Local => "local",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode '{0}' (known: gang, moderate, implicit, local)")]
+pub struct UnknownMode(pub String);
+
+impl FromStr for Mode {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Mode::Gang, Mode::Moderate, Mode::Implicit, Mode::Local]
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| UnknownMode(s.to_string()))
+    }
+}
+
+/// cgroup v2 `cpu.weight` of the favoured and of the other jobs in moderate mode: 10,000 : 1
+/// left a disfavoured busy job 0.04 % of a CPU here (cpu.shares 10240 : 2, notes).
+pub const FAVOURED_WEIGHT: u32 = 10_000;
+pub const DISFAVOURED_WEIGHT: u32 = 1;
+pub const NORMAL_WEIGHT: u32 = 100;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("job {job}: {source}")]
+    Actuator { job: JobId, source: CgroupError },
+}
+
+/// The cgroup name of a job.
+pub fn job_name(job: JobId) -> String {
+    format!("job-{job}")
+}
+
+/// What one slot boundary did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SwitchRecord {
+    pub slot: i64,
+    pub stopped: Vec<JobId>,
+    pub started: Vec<JobId>,
+    /// From the first actuator call to the last confirmation.
+    pub duration: Duration,
+}
+
+pub struct Applier<A: Actuator> {
+    actuator: A,
+    mode: Mode,
+    current: Option<Generation>,
+    pending: Vec<Generation>,
+    /// Jobs the agent knows (their cgroups exist), with the processors last set.
+    jobs: BTreeMap<JobId, Option<String>>,
+    /// Jobs now allowed to run (gang: thawed; moderate: favoured).
+    running: BTreeSet<JobId>,
+}
+
+impl<A: Actuator> Applier<A> {
+    pub fn new(actuator: A, mode: Mode) -> Self {
+        Applier {
+            actuator,
+            mode,
+            current: None,
+            pending: Vec::new(),
+            jobs: BTreeMap::new(),
+            running: BTreeSet::new(),
+        }
+    }
+
+    pub fn actuator(&self) -> &A {
+        &self.actuator
+    }
+
+    /// Hands the actuator back (after `release_all`), e.g. to remove the jobs' cgroups.
+    pub fn into_actuator(self) -> A {
+        self.actuator
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Takes charge of a job whose cgroup exists: in gang mode it stays frozen until its slot.
+    pub fn adopt(&mut self, job: JobId) -> Result<(), AgentError> {
+        let name = job_name(job);
+        let act = |e| AgentError::Actuator { job, source: e };
+        match self.mode {
+            Mode::Gang => {
+                self.actuator.freeze(&name).map_err(act)?;
+            }
+            Mode::Moderate => self
+                .actuator
+                .set_weight(&name, DISFAVOURED_WEIGHT)
+                .map_err(act)?,
+            Mode::Implicit | Mode::Local => {}
+        }
+        self.jobs.insert(job, None);
+        Ok(())
+    }
+
+    /// Forgets a job (it ended): it is thawed first, so it is never left frozen.
+    pub fn release(&mut self, job: JobId) -> Result<(), AgentError> {
+        self.running.remove(&job);
+        if self.jobs.remove(&job).is_some() && self.mode == Mode::Gang {
+            self.actuator
+                .thaw(&job_name(job))
+                .map_err(|e| AgentError::Actuator { job, source: e })?;
+        }
+        Ok(())
+    }
+
+    /// Queues a generation; it takes effect at the boundary of its `first_slot`.
+    pub fn publish(&mut self, generation: Generation) {
+        self.pending
+            .retain(|g| g.first_slot < generation.first_slot);
+        self.pending.push(generation);
+    }
+
+    /// Applies the boundary into `slot`: any generation due by now, then the switch.
+    pub fn enter_slot(&mut self, slot: i64) -> Result<SwitchRecord, AgentError> {
+        let started_at = Instant::now();
+        if let Some(due) = self.pending.iter().rposition(|g| g.first_slot <= slot) {
+            let generation = self.pending.drain(..=due).next_back().expect("found");
+            self.place(&generation)?;
+            self.current = Some(generation);
+        }
+        let wanted: BTreeSet<JobId> = match (&self.current, self.mode) {
+            (Some(g), Mode::Gang | Mode::Moderate) => g
+                .slice_for_slot(slot)
+                .map(|s| {
+                    g.plan.slices[s]
+                        .jobs()
+                        .filter(|j| self.jobs.contains_key(j))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            (_, Mode::Implicit | Mode::Local) | (None, _) => BTreeSet::new(),
+        };
+        let stop: Vec<JobId> = self.running.difference(&wanted).copied().collect();
+        let start: Vec<JobId> = wanted.difference(&self.running).copied().collect();
+        // Stop everything that leaves before anything enters.
+        for &job in &stop {
+            let name = job_name(job);
+            let act = |e| AgentError::Actuator { job, source: e };
+            match self.mode {
+                Mode::Gang => self.actuator.freeze(&name).map(|_| ()).map_err(act)?,
+                Mode::Moderate => self
+                    .actuator
+                    .set_weight(&name, DISFAVOURED_WEIGHT)
+                    .map_err(act)?,
+                Mode::Implicit | Mode::Local => {}
+            }
+            self.running.remove(&job);
+        }
+        for &job in &start {
+            let name = job_name(job);
+            let act = |e| AgentError::Actuator { job, source: e };
+            match self.mode {
+                Mode::Gang => self.actuator.thaw(&name).map(|_| ()).map_err(act)?,
+                Mode::Moderate => self
+                    .actuator
+                    .set_weight(&name, FAVOURED_WEIGHT)
+                    .map_err(act)?,
+                Mode::Implicit | Mode::Local => {}
+            }
+            self.running.insert(job);
+        }
+        Ok(SwitchRecord {
+            slot,
+            stopped: stop,
+            started: start,
+            duration: started_at.elapsed(),
+        })
+    }
+
+    /// Gives each known job of a new generation its processors (local mode leaves them be).
+    fn place(&mut self, generation: &Generation) -> Result<(), AgentError> {
+        if self.mode == Mode::Local {
+            return Ok(());
+        }
+        for slice in &generation.plan.slices {
+            for entry in &slice.entries {
+                let cpus = entry.partition.to_string();
+                if let Some(last) = self.jobs.get_mut(&entry.job) {
+                    if last.as_deref() != Some(cpus.as_str()) {
+                        self.actuator
+                            .set_cpus(&job_name(entry.job), &cpus)
+                            .map_err(|e| AgentError::Actuator {
+                                job: entry.job,
+                                source: e,
+                            })?;
+                        *last = Some(cpus);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets every job run freely again (clean stop, or losing the control plane): thawed and
+    /// at normal weight. Every job is attempted; the first error is returned.
+    pub fn release_all(&mut self) -> Result<(), AgentError> {
+        let mut first_error = None;
+        for &job in self.jobs.keys() {
+            let name = job_name(job);
+            let outcome = match self.mode {
+                Mode::Gang => self.actuator.thaw(&name).map(|_| ()),
+                Mode::Moderate => self.actuator.set_weight(&name, NORMAL_WEIGHT),
+                Mode::Implicit | Mode::Local => Ok(()),
+            };
+            if let Err(source) = outcome {
+                first_error.get_or_insert(AgentError::Actuator { job, source });
+            }
+        }
+        self.running = self.jobs.keys().copied().collect();
+        first_error.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,90 @@
+//! Per-switch measurements kept as samples, summarised as p50 / p99 / max / count.
+
+use std::time::Duration;
+
+/// Samples in microseconds. Bounded: past `capacity` the oldest half is dropped, so a
+/// long-running daemon keeps recent behaviour without growing.
+#[derive(Clone, Debug)]
+pub struct Samples {
+    values: Vec<u64>,
+    capacity: usize,
+    total: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub p50: u64,
+    pub p99: u64,
+    pub max: u64,
+    /// Every sample ever recorded, including dropped ones.
+    pub count: u64,
+}
+
+impl Samples {
+    pub fn new(capacity: usize) -> Self {
+        Samples {
+            values: Vec::new(),
+            capacity: capacity.max(2),
+            total: 0,
+        }
+    }
+
+    pub fn record(&mut self, value: Duration) {
+        if self.values.len() == self.capacity {
+            self.values.drain(..self.capacity / 2);
+        }
+        self.values
+            .push(value.as_micros().min(u128::from(u64::MAX)) as u64);
+        self.total += 1;
+    }
+
+    /// Nearest-rank percentiles of the samples kept.
+    pub fn summary(&self) -> Summary {
+        let mut sorted = self.values.clone();
+        sorted.sort_unstable();
+        let at = |q: f64| {
+            if sorted.is_empty() {
+                0
+            } else {
+                let rank = (q * sorted.len() as f64).ceil() as usize;
+                sorted[rank.clamp(1, sorted.len()) - 1]
+            }
+        };
+        Summary {
+            p50: at(0.5),
+            p99: at(0.99),
+            max: sorted.last().copied().unwrap_or(0),
+            count: self.total,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_nearest_rank_and_bounded_memory() {
+        let mut s = Samples::new(1000);
+        for us in 1..=100 {
+            s.record(Duration::from_micros(us));
+        }
+        assert_eq!(
+            s.summary(),
+            Summary {
+                p50: 50,
+                p99: 99,
+                max: 100,
+                count: 100
+            }
+        );
+        let mut small = Samples::new(10);
+        for us in 0..25 {
+            small.record(Duration::from_micros(us));
+        }
+        assert!(small.values.len() <= 10);
+        assert_eq!(small.summary().count, 25);
+        assert_eq!(small.summary().max, 24);
+        assert_eq!(Samples::new(4).summary(), Summary::default());
+    }
+}
