@@ -40,12 +40,17 @@ pub fn sleep_until(deadline: Micros) {
 
 /// Puts the calling thread at SCHED_FIFO `priority`. Without it a thaw can return 30 ms to a
 /// second late with the CPUs busy (notes): the caller should say so when this fails.
+/// With SCHED_RESET_ON_FORK: a process started from this thread must not inherit real-time
+/// priority (a spinning job would own a CPU, and the v1 cpu controller refuses real-time
+/// tasks into a group with no real-time budget: EINVAL on `cgroup.procs`).
 pub fn make_realtime(priority: i32) -> std::io::Result<()> {
     let param = libc::sched_param {
         sched_priority: priority,
     };
     // SAFETY: `param` is valid; 0 means the calling thread.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0 {
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) }
+        == 0
+    {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
