@@ -127,18 +127,7 @@ impl<A: Actuator> Applier<A> {
 
     /// Takes charge of a job whose cgroup exists: in gang mode it stays frozen until its slot.
     pub fn adopt(&mut self, job: JobId) -> Result<(), AgentError> {
-        let name = job_name(job);
-        let act = |e| AgentError::Actuator { job, source: e };
-        match self.mode {
-            Mode::Gang => {
-                self.actuator.freeze(&name).map_err(act)?;
-            }
-            Mode::Moderate => self
-                .actuator
-                .set_weight(&name, DISFAVOURED_WEIGHT)
-                .map_err(act)?,
-            Mode::Implicit | Mode::Local => {}
-        }
+        self.steer(job, false)?;
         self.jobs.insert(job, None);
         Ok(())
     }
@@ -185,29 +174,11 @@ impl<A: Actuator> Applier<A> {
         let start: Vec<JobId> = wanted.difference(&self.running).copied().collect();
         // Stop everything that leaves before anything enters.
         for &job in &stop {
-            let name = job_name(job);
-            let act = |e| AgentError::Actuator { job, source: e };
-            match self.mode {
-                Mode::Gang => self.actuator.freeze(&name).map(|_| ()).map_err(act)?,
-                Mode::Moderate => self
-                    .actuator
-                    .set_weight(&name, DISFAVOURED_WEIGHT)
-                    .map_err(act)?,
-                Mode::Implicit | Mode::Local => {}
-            }
+            self.steer(job, false)?;
             self.running.remove(&job);
         }
         for &job in &start {
-            let name = job_name(job);
-            let act = |e| AgentError::Actuator { job, source: e };
-            match self.mode {
-                Mode::Gang => self.actuator.thaw(&name).map(|_| ()).map_err(act)?,
-                Mode::Moderate => self
-                    .actuator
-                    .set_weight(&name, FAVOURED_WEIGHT)
-                    .map_err(act)?,
-                Mode::Implicit | Mode::Local => {}
-            }
+            self.steer(job, true)?;
             self.running.insert(job);
         }
         Ok(SwitchRecord {
@@ -216,6 +187,19 @@ impl<A: Actuator> Applier<A> {
             started: start,
             duration: started_at.elapsed(),
         })
+    }
+
+    /// Lets a job run (`run`) or holds it back, as the mode does it.
+    fn steer(&mut self, job: JobId, run: bool) -> Result<(), AgentError> {
+        let name = job_name(job);
+        let outcome = match (self.mode, run) {
+            (Mode::Gang, true) => self.actuator.thaw(&name).map(|_| ()),
+            (Mode::Gang, false) => self.actuator.freeze(&name).map(|_| ()),
+            (Mode::Moderate, true) => self.actuator.set_weight(&name, FAVOURED_WEIGHT),
+            (Mode::Moderate, false) => self.actuator.set_weight(&name, DISFAVOURED_WEIGHT),
+            (Mode::Implicit | Mode::Local, _) => Ok(()),
+        };
+        outcome.map_err(|source| AgentError::Actuator { job, source })
     }
 
     /// Gives each known job of a new generation its processors (local mode leaves them be).

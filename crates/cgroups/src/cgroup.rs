@@ -275,6 +275,36 @@ impl Cgroups {
         Ok(start.elapsed())
     }
 
+    /// Freezes or thaws a job by the chosen mechanism and waits for the kernel to confirm.
+    fn set_frozen(&mut self, job: &str, frozen: bool) -> Result<Duration> {
+        self.known(job)?;
+        match self.freezer {
+            Freezer::V2 => {
+                let dir = self.v2.as_ref().expect("v2 freezer has a v2 dir").join(job);
+                let (value, wanted) = if frozen {
+                    ("1", "frozen 1")
+                } else {
+                    ("0", "frozen 0")
+                };
+                write(&dir.join("cgroup.freeze"), value)?;
+                confirm(&dir.join("cgroup.events"), wanted, |t| {
+                    t.lines().any(|l| l.trim() == wanted)
+                })
+            }
+            Freezer::V1 => {
+                let parent = self.v1_freezer.as_ref().expect("v1 freezer has a v1 dir");
+                let file = parent.join(job).join("freezer.state");
+                let wanted = if frozen { "FROZEN" } else { "THAWED" };
+                write(&file, wanted)?;
+                confirm(&file, wanted, |t| t.trim() == wanted)
+            }
+            Freezer::Signals => {
+                self.signal_all(job, if frozen { libc::SIGSTOP } else { libc::SIGCONT })?;
+                self.confirm_signals(job, frozen)
+            }
+        }
+    }
+
     /// Removes the parent cgroups (which must hold no job) and the v1 keep-alive group.
     pub fn close(mut self) -> Result<()> {
         self.release_keepalive()?;
@@ -391,57 +421,11 @@ impl Actuator for Cgroups {
     }
 
     fn freeze(&mut self, job: &str) -> Result<Duration> {
-        self.known(job)?;
-        match self.freezer {
-            Freezer::V2 => {
-                let dir = self.v2.as_ref().expect("v2 freezer has a v2 dir").join(job);
-                write(&dir.join("cgroup.freeze"), "1")?;
-                confirm(&dir.join("cgroup.events"), "frozen", |t| {
-                    t.lines().any(|l| l.trim() == "frozen 1")
-                })
-            }
-            Freezer::V1 => {
-                let file = self
-                    .v1_freezer
-                    .as_ref()
-                    .expect("v1 freezer dir")
-                    .join(job)
-                    .join("freezer.state");
-                write(&file, "FROZEN")?;
-                confirm(&file, "FROZEN", |t| t.trim() == "FROZEN")
-            }
-            Freezer::Signals => {
-                self.signal_all(job, libc::SIGSTOP)?;
-                self.confirm_signals(job, true)
-            }
-        }
+        self.set_frozen(job, true)
     }
 
     fn thaw(&mut self, job: &str) -> Result<Duration> {
-        self.known(job)?;
-        match self.freezer {
-            Freezer::V2 => {
-                let dir = self.v2.as_ref().expect("v2 freezer has a v2 dir").join(job);
-                write(&dir.join("cgroup.freeze"), "0")?;
-                confirm(&dir.join("cgroup.events"), "thawed", |t| {
-                    t.lines().any(|l| l.trim() == "frozen 0")
-                })
-            }
-            Freezer::V1 => {
-                let file = self
-                    .v1_freezer
-                    .as_ref()
-                    .expect("v1 freezer dir")
-                    .join(job)
-                    .join("freezer.state");
-                write(&file, "THAWED")?;
-                confirm(&file, "THAWED", |t| t.trim() == "THAWED")
-            }
-            Freezer::Signals => {
-                self.signal_all(job, libc::SIGCONT)?;
-                self.confirm_signals(job, false)
-            }
-        }
+        self.set_frozen(job, false)
     }
 
     fn kill(&mut self, job: &str) -> Result<()> {
