@@ -5,26 +5,7 @@ use cosched_core::{PartitionerKind, MICROS_PER_SEC};
 use cosched_sim::*;
 use proptest::prelude::*;
 
-fn workload(procs: u32) -> impl Strategy<Value = Vec<SimJob>> {
-    proptest::collection::vec((0i64..400, 1i64..300, 1..=procs, 0i64..3), 1..40).prop_map(
-        |mut specs| {
-            specs.sort_by_key(|s| s.0);
-            specs
-                .into_iter()
-                .enumerate()
-                .map(|(i, (submit, run, n, over))| SimJob {
-                    id: i as u64,
-                    record: i,
-                    submit: submit * MICROS_PER_SEC,
-                    run: run * MICROS_PER_SEC,
-                    procs: n,
-                    // Requested times are upper bounds, sometimes generous.
-                    estimate: run * (1 + over) * MICROS_PER_SEC,
-                })
-                .collect()
-        },
-    )
-}
+mod common;
 
 fn config(procs: u32) -> impl Strategy<Value = SimConfig> {
     (
@@ -57,7 +38,10 @@ fn config(procs: u32) -> impl Strategy<Value = SimConfig> {
 }
 
 fn scenario() -> impl Strategy<Value = (Vec<SimJob>, SimConfig)> {
-    (1u32..24).prop_flat_map(|procs| (workload(procs), config(procs)))
+    (1u32..24).prop_flat_map(|procs| {
+        let jobs = common::workload(procs, 40, 0..400, 1..300, MICROS_PER_SEC);
+        (jobs, config(procs))
+    })
 }
 
 proptest! {

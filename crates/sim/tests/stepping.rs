@@ -10,6 +10,8 @@ use cosched_core::{
 use cosched_sim::*;
 use proptest::prelude::*;
 
+mod common;
+
 const Q: Micros = 1_000_000;
 
 /// (start, end) per job, by stepping slot after slot.
@@ -98,23 +100,8 @@ fn stepped(jobs: &[SimJob], config: &SimConfig) -> Vec<(Micros, Micros)> {
 
 fn scenario() -> impl Strategy<Value = (Vec<SimJob>, SimConfig)> {
     (1u32..10).prop_flat_map(|procs| {
-        let jobs = proptest::collection::vec((0i64..80, 1i64..60, 1..=procs, 0i64..3), 1..16)
-            .prop_map(|mut specs| {
-                specs.sort_by_key(|s| s.0);
-                specs
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, (submit, run, n, over))| SimJob {
-                        id: i as u64,
-                        record: i,
-                        // Arrivals land inside slots as well as on their boundaries.
-                        submit: submit * Q / 2,
-                        run: run * Q / 2,
-                        procs: n,
-                        estimate: run * (1 + over) * Q / 2,
-                    })
-                    .collect::<Vec<_>>()
-            });
+        // Half-quantum units: arrivals land inside slots as well as on their boundaries.
+        let jobs = common::workload(procs, 16, 0..80, 1..60, Q / 2);
         let config = (
             1u32..5,
             prop_oneof![
