@@ -43,6 +43,26 @@ fn actuator_round(act: &mut Cgroups, switches: usize) -> (f64, f64) {
     (percentile(&times, 0.5), percentile(&times, 0.99))
 }
 
+/// Kills both groups' processes, reaps them, and removes the groups.
+fn cleanup(act: &mut Cgroups, children: &mut Vec<Child>) {
+    for job in ["job-a", "job-b"] {
+        let _ = act.kill(job);
+    }
+    for mut child in children.drain(..) {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    for job in ["job-a", "job-b"] {
+        for _ in 0..400 {
+            if act.pids(job).map_or(true, |p| p.is_empty()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = act.remove(job);
+    }
+}
+
 fn raw_round(raw: &str, a: &str, b: &str, switches: usize) -> (f64, f64) {
     let out = Command::new(raw)
         .args([a, b, &switches.to_string()])
@@ -112,47 +132,45 @@ fn main() {
         for job in ["job-a", "job-b"] {
             act.create(job).unwrap();
             for child in spinners(n) {
-                act.add(job, child.id() as Pid).unwrap();
+                let added = act.add(job, child.id() as Pid);
                 children.push(child);
+                if let Err(e) = added {
+                    cleanup(&mut act, &mut children);
+                    panic!("{e}");
+                }
             }
         }
-        act.freeze("job-b").unwrap();
-        let (mut raw_p50, mut raw_p99, mut ours_p50, mut ours_p99) =
-            (vec![], vec![], vec![], vec![]);
-        for _ in 0..3 {
-            let (p50, p99) = raw_round(&raw, &dir("job-a"), &dir("job-b"), switches);
-            raw_p50.push(p50);
-            raw_p99.push(p99);
-            // raw_switch makes an even number of switches when SWITCHES is even: A runs again.
-            let (p50, p99) = actuator_round(&mut act, switches);
-            ours_p50.push(p50);
-            ours_p99.push(p99);
-        }
-        let median = |v: &mut Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        let (r50, r99, o50, o99) = (
-            median(&mut raw_p50),
-            median(&mut raw_p99),
-            median(&mut ours_p50),
-            median(&mut ours_p99),
-        );
-        println!(
-            "| {n} | {r50:.0} | {r99:.0} | {o50:.0} | {o99:.0} | {:.2} |",
-            o50 / r50
-        );
-        for job in ["job-a", "job-b"] {
-            act.kill(job).unwrap();
-        }
-        for mut child in children {
-            let _ = child.wait();
-        }
-        for job in ["job-a", "job-b"] {
-            while !act.pids(job).unwrap().is_empty() {
-                std::thread::sleep(Duration::from_millis(5));
+        let measured = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            act.freeze("job-b").unwrap();
+            let (mut raw_p50, mut raw_p99, mut ours_p50, mut ours_p99) =
+                (vec![], vec![], vec![], vec![]);
+            for _ in 0..3 {
+                let (p50, p99) = raw_round(&raw, &dir("job-a"), &dir("job-b"), switches);
+                raw_p50.push(p50);
+                raw_p99.push(p99);
+                let (p50, p99) = actuator_round(&mut act, switches);
+                ours_p50.push(p50);
+                ours_p99.push(p99);
             }
-            act.remove(job).unwrap();
+            let median = |v: &mut Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let (r50, r99) = (median(&mut raw_p50), median(&mut raw_p99));
+            let (o50, o99) = (median(&mut ours_p50), median(&mut ours_p99));
+            format!(
+                "| {n} | {r50:.0} | {r99:.0} | {o50:.0} | {o99:.0} | {:.2} |",
+                o50 / r50
+            )
+        }));
+        // Whatever happened, no spinner is left running or frozen.
+        cleanup(&mut act, &mut children);
+        match measured {
+            Ok(row) => println!("{row}"),
+            Err(panic) => {
+                let _ = act.close();
+                std::panic::resume_unwind(panic);
+            }
         }
     }
     act.close().unwrap();
