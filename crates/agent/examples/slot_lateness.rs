@@ -53,7 +53,7 @@ fn main() {
     // Both CPUs busy, as during gang scheduling.
     let mut load: Vec<Child> = (0..2)
         .map(|_| {
-            Command::new("sh")
+            cosched_cgroups::die_with_parent(&mut Command::new("sh"))
                 .args(["-c", "while :; do :; done"])
                 .spawn()
                 .expect("sh runs")

@@ -110,7 +110,7 @@ fn local_touches_nothing_and_released_jobs_are_thawed() {
 fn job_process(code: i32) -> Child {
     let work = "i=0; while [ $i -lt 1200000 ]; do i=$((i+1)); done";
     let script = format!("read go; ({work}) & {work}; wait $!; exit {code}");
-    Command::new("sh")
+    cosched_cgroups::die_with_parent(&mut Command::new("sh"))
         .args(["-c", &script])
         .stdin(Stdio::piped())
         .spawn()
@@ -179,7 +179,7 @@ fn overlapping(samples: &[Sample], switches: &[(i64, i64)]) -> (usize, usize) {
 fn control_overlaps() -> (usize, usize) {
     let mut spinners: Vec<Child> = (0..4)
         .map(|_| {
-            Command::new("sh")
+            cosched_cgroups::die_with_parent(&mut Command::new("sh"))
                 .args(["-c", "while :; do :; done"])
                 .spawn()
                 .unwrap()

@@ -16,7 +16,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 fn spinners(n: usize) -> Vec<Child> {
     (0..n)
         .map(|_| {
-            Command::new("sh")
+            cosched_cgroups::die_with_parent(&mut Command::new("sh"))
                 .args(["-c", "while :; do :; done"])
                 .stdout(Stdio::null())
                 .spawn()

@@ -93,3 +93,20 @@ fn check_name(job: &str) -> Result<()> {
         Err(CgroupError::BadJobName(job.to_string()))
     }
 }
+
+/// Makes a child die (SIGKILL) when the thread that spawns it exits: for test and benchmark
+/// workloads, so a run that panics or is killed leaves no spinning process behind. (Jobs must
+/// not use it: a job outlives its daemon.)
+pub fn die_with_parent(command: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe, as pre_exec requires.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        })
+    }
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 /// A shell that spins, and once it reads a line from stdin forks a second spinning process:
 /// so a child made after `add` can be seen to land in the job too.
 fn spinner() -> Child {
-    Command::new("sh")
+    cosched_cgroups::die_with_parent(&mut Command::new("sh"))
         .args(["-c", "read go; (while :; do :; done) & while :; do :; done"])
         .stdin(Stdio::piped())
         .spawn()
