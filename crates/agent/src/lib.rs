@@ -132,13 +132,11 @@ impl<A: Actuator> Applier<A> {
         Ok(())
     }
 
-    /// Forgets a job (it ended): it is thawed first, so it is never left frozen.
+    /// Forgets a job (it ended): it is let loose first, so it is never left frozen.
     pub fn release(&mut self, job: JobId) -> Result<(), AgentError> {
         self.running.remove(&job);
-        if self.jobs.remove(&job).is_some() && self.mode == Mode::Gang {
-            self.actuator
-                .thaw(&job_name(job))
-                .map_err(|e| AgentError::Actuator { job, source: e })?;
+        if self.jobs.remove(&job).is_some() {
+            self.let_loose(job)?;
         }
         Ok(())
     }
@@ -209,17 +207,18 @@ impl<A: Actuator> Applier<A> {
         }
         for slice in &generation.plan.slices {
             for entry in &slice.entries {
+                let Some(last) = self.jobs.get_mut(&entry.job) else {
+                    continue;
+                };
                 let cpus = entry.partition.to_string();
-                if let Some(last) = self.jobs.get_mut(&entry.job) {
-                    if last.as_deref() != Some(cpus.as_str()) {
-                        self.actuator
-                            .set_cpus(&job_name(entry.job), &cpus)
-                            .map_err(|e| AgentError::Actuator {
-                                job: entry.job,
-                                source: e,
-                            })?;
-                        *last = Some(cpus);
-                    }
+                if last.as_deref() != Some(cpus.as_str()) {
+                    self.actuator
+                        .set_cpus(&job_name(entry.job), &cpus)
+                        .map_err(|source| AgentError::Actuator {
+                            job: entry.job,
+                            source,
+                        })?;
+                    *last = Some(cpus);
                 }
             }
         }
@@ -229,19 +228,25 @@ impl<A: Actuator> Applier<A> {
     /// Lets every job run freely again (clean stop, or losing the control plane): thawed and
     /// at normal weight. Every job is attempted; the first error is returned.
     pub fn release_all(&mut self) -> Result<(), AgentError> {
+        let jobs: Vec<JobId> = self.jobs.keys().copied().collect();
         let mut first_error = None;
-        for &job in self.jobs.keys() {
-            let name = job_name(job);
-            let outcome = match self.mode {
-                Mode::Gang => self.actuator.thaw(&name).map(|_| ()),
-                Mode::Moderate => self.actuator.set_weight(&name, NORMAL_WEIGHT),
-                Mode::Implicit | Mode::Local => Ok(()),
-            };
-            if let Err(source) = outcome {
-                first_error.get_or_insert(AgentError::Actuator { job, source });
+        for job in jobs {
+            if let Err(error) = self.let_loose(job) {
+                first_error.get_or_insert(error);
             }
         }
         self.running = self.jobs.keys().copied().collect();
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Undoes what the mode did to a job: thawed (gang) or back at normal weight (moderate).
+    fn let_loose(&mut self, job: JobId) -> Result<(), AgentError> {
+        let name = job_name(job);
+        let outcome = match self.mode {
+            Mode::Gang => self.actuator.thaw(&name).map(|_| ()),
+            Mode::Moderate => self.actuator.set_weight(&name, NORMAL_WEIGHT),
+            Mode::Implicit | Mode::Local => Ok(()),
+        };
+        outcome.map_err(|source| AgentError::Actuator { job, source })
     }
 }

@@ -84,6 +84,11 @@ fn moderate_moves_weight_and_freezes_nothing() {
         (weight(&a, "job-1"), weight(&a, "job-2")),
         (NORMAL_WEIGHT, NORMAL_WEIGHT)
     );
+    // A job that ends is let loose too.
+    a.enter_slot(12).unwrap();
+    assert_eq!(weight(&a, "job-2"), DISFAVOURED_WEIGHT);
+    a.release(2).unwrap();
+    assert_eq!(weight(&a, "job-2"), NORMAL_WEIGHT);
 }
 
 #[test]
