@@ -429,7 +429,7 @@ impl Scheduler {
         decisions: &mut Vec<Decision>,
     ) {
         self.queue.remove(&key);
-        let home = self.place(key.2, partition.clone(), home, now);
+        self.place(key.2, partition.clone(), home, now);
         decisions.push(Decision::Placed {
             job: key.2,
             partition,
@@ -560,8 +560,8 @@ impl Scheduler {
         })
     }
 
-    /// Puts a job in the matrix and refreshes what depends on it. Returns its home.
-    fn place(&mut self, id: JobId, partition: Partition, home: Home, now: Micros) -> Home {
+    /// Puts a job in the matrix and refreshes what depends on it.
+    fn place(&mut self, id: JobId, partition: Partition, home: Home, now: Micros) {
         let seq = self.next_seq;
         self.next_seq += 1;
         match home {
@@ -625,7 +625,6 @@ impl Scheduler {
                 }
             }
         }
-        home
     }
 
     /// Takes a job out of the queue or the matrix, refreshing what depended on it.
