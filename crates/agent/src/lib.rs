@@ -7,8 +7,11 @@
 //! [`clock`] provides the real-time slot clock that calls it.
 
 pub mod clock;
+mod idle;
+pub mod skew;
 mod stats;
 
+pub use idle::IdleTracker;
 pub use stats::{Samples, Summary};
 
 use cosched_cgroups::{Actuator, CgroupError};
@@ -116,6 +119,16 @@ impl<A: Actuator> Applier<A> {
         &self.actuator
     }
 
+    /// For what the modes do not cover (kill a cancelled job, thaw a suspended one).
+    pub fn actuator_mut(&mut self) -> &mut A {
+        &mut self.actuator
+    }
+
+    /// Jobs allowed to run now (gang: thawed; moderate: favoured).
+    pub fn running(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.running.iter().copied()
+    }
+
     /// Hands the actuator back (after `release_all`), e.g. to remove the jobs' cgroups.
     pub fn into_actuator(self) -> A {
         self.actuator
@@ -130,6 +143,85 @@ impl<A: Actuator> Applier<A> {
         self.steer(job, false)?;
         self.jobs.insert(job, None);
         Ok(())
+    }
+
+    /// Makes a job's cgroup (or finds it again after a restart), puts it on `cpus` and takes
+    /// charge of it: frozen until its slot in gang mode, continued in the other modes (a job
+    /// suspended earlier must run again).
+    pub fn admit(&mut self, job: JobId, cpus: Option<&str>) -> Result<(), AgentError> {
+        let name = job_name(job);
+        let fail = |source| AgentError::Actuator { job, source };
+        self.actuator.create(&name).map_err(fail)?;
+        if let (Some(cpus), false) = (cpus, self.mode == Mode::Local) {
+            self.actuator.set_cpus(&name, cpus).map_err(fail)?;
+        }
+        if self.mode != Mode::Gang {
+            self.actuator.thaw(&name).map_err(fail)?;
+        }
+        self.adopt(job)?;
+        self.jobs.insert(
+            job,
+            cpus.filter(|_| self.mode != Mode::Local).map(String::from),
+        );
+        Ok(())
+    }
+
+    /// Takes a job out of the rotation and stops it, whatever the mode (`cosched suspend`).
+    pub fn suspend(&mut self, job: JobId) -> Result<(), AgentError> {
+        self.running.remove(&job);
+        self.jobs.remove(&job);
+        self.actuator
+            .freeze(&job_name(job))
+            .map(|_| ())
+            .map_err(|source| AgentError::Actuator { job, source })
+    }
+
+    /// Forgets a job that ended and clears its cgroup: it is let loose, what is left of it is
+    /// killed, and the cgroup removed. Removal fails while killed processes are still exiting;
+    /// call again later.
+    pub fn discard(&mut self, job: JobId) -> Result<(), AgentError> {
+        self.release(job)?;
+        let name = job_name(job);
+        let fail = |source| AgentError::Actuator { job, source };
+        if !self.actuator.pids(&name).map_err(fail)?.is_empty() {
+            self.actuator.kill(&name).map_err(fail)?;
+        }
+        self.actuator.remove(&name).map_err(fail)
+    }
+
+    /// Jobs the agent has in charge.
+    pub fn jobs(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.jobs.keys().copied()
+    }
+
+    /// The jobs that will start at the boundary into `slot`, as things stand now.
+    pub fn entrants(&self, slot: i64) -> Vec<JobId> {
+        let generation = self
+            .pending
+            .iter()
+            .rev()
+            .find(|g| g.first_slot <= slot)
+            .or(self.current.as_ref());
+        self.wanted(generation, slot)
+            .difference(&self.running)
+            .copied()
+            .collect()
+    }
+
+    /// The known jobs that `generation` runs in `slot` (none outside gang and moderate modes).
+    fn wanted(&self, generation: Option<&Generation>, slot: i64) -> BTreeSet<JobId> {
+        match (generation, self.mode) {
+            (Some(g), Mode::Gang | Mode::Moderate) => g
+                .slice_for_slot(slot)
+                .map(|s| {
+                    g.plan.slices[s]
+                        .jobs()
+                        .filter(|j| self.jobs.contains_key(j))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            _ => BTreeSet::new(),
+        }
     }
 
     /// Forgets a job (it ended): it is let loose first, so it is never left frozen.
@@ -156,18 +248,7 @@ impl<A: Actuator> Applier<A> {
             self.place(&generation)?;
             self.current = Some(generation);
         }
-        let wanted: BTreeSet<JobId> = match (&self.current, self.mode) {
-            (Some(g), Mode::Gang | Mode::Moderate) => g
-                .slice_for_slot(slot)
-                .map(|s| {
-                    g.plan.slices[s]
-                        .jobs()
-                        .filter(|j| self.jobs.contains_key(j))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            (_, Mode::Implicit | Mode::Local) | (None, _) => BTreeSet::new(),
-        };
+        let wanted = self.wanted(self.current.as_ref(), slot);
         let stop: Vec<JobId> = self.running.difference(&wanted).copied().collect();
         let start: Vec<JobId> = wanted.difference(&self.running).copied().collect();
         // Stop everything that leaves before anything enters.

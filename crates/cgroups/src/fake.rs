@@ -1,8 +1,9 @@
 //! An in-memory actuator for tests of logic: it records every call and keeps the state a real
 //! one would (members, processors, weight, frozen), and refuses what a real one refuses.
 
-use crate::{check_name, Actuator, CgroupError, Pid, Result};
+use crate::{check_name, Actuator, CgroupError, Pid, ReleaseStep, Result};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +24,8 @@ pub struct FakeJob {
     pub cpus: Option<String>,
     pub weight: u32,
     pub frozen: bool,
+    /// What `cpu_usage` reports; tests set it.
+    pub cpu: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -122,5 +125,20 @@ impl Actuator for Fake {
         self.jobs.remove(job);
         self.calls.push(FakeCall::Remove(job.to_string()));
         Ok(())
+    }
+
+    fn join_files(&self, job: &str) -> Result<Vec<PathBuf>> {
+        self.pids(job).map(|_| Vec::new())
+    }
+
+    fn release_steps(&self, job: &str) -> Result<Vec<ReleaseStep>> {
+        self.pids(job).map(|_| Vec::new())
+    }
+
+    fn cpu_usage(&self, job: &str) -> Result<Duration> {
+        self.jobs
+            .get(job)
+            .map(|j| j.cpu)
+            .ok_or_else(|| CgroupError::UnknownJob(job.to_string()))
     }
 }

@@ -10,7 +10,7 @@ mod fake;
 mod layout;
 pub mod procfs;
 
-pub use cgroup::{Cgroups, Freezer};
+pub use cgroup::{release, Cgroups, Freezer, ReleaseStep};
 pub use fake::{Fake, FakeCall};
 pub use layout::Layout;
 
@@ -21,6 +21,9 @@ pub type Pid = i32;
 
 /// How long a stop or continue may take to be confirmed before it is an error. Measured here:
 /// 0.1 ms median, 3 ms p99 for 256 processes (v2); 0.9 s with the controller not real-time.
+/// The CPU weight a job has when nobody favours it (cgroup v2's default).
+pub const DEFAULT_WEIGHT: u32 = 100;
+
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +81,14 @@ pub trait Actuator {
     /// Removes the job's groups. They must be empty; the job is continued first regardless,
     /// so an error never leaves it stopped.
     fn remove(&mut self, job: &str) -> Result<()>;
+    /// The `cgroup.procs` files a new process writes itself into (before it executes the job),
+    /// so that nothing it starts can escape the job by forking early.
+    fn join_files(&self, job: &str) -> Result<Vec<PathBuf>>;
+    /// What lets the job run freely again, as steps another process can take without this
+    /// actuator ([`release`]): the job's supervisor takes them when the daemon dies.
+    fn release_steps(&self, job: &str) -> Result<Vec<ReleaseStep>>;
+    /// CPU time used so far by every process of the job.
+    fn cpu_usage(&self, job: &str) -> Result<Duration>;
 }
 
 fn check_name(job: &str) -> Result<()> {

@@ -24,6 +24,40 @@ pub fn stat(pid: Pid) -> Result<Stat> {
     })
 }
 
+/// Converts clock ticks (as `/proc/PID/stat` counts CPU time) to a duration.
+pub fn ticks_to_duration(ticks: u64) -> std::time::Duration {
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    std::time::Duration::from_micros(ticks * 1_000_000 / per_second)
+}
+
+/// Total CPU time a thread has run, in nanoseconds (`/proc/PID/task/TID/schedstat`, first
+/// field). For a task running now it includes the current stretch, so it is exact to the read.
+pub fn task_runtime_ns(pid: Pid, tid: Pid) -> Result<u64> {
+    let path = PathBuf::from(format!("/proc/{pid}/task/{tid}/schedstat"));
+    let text = std::fs::read_to_string(&path).map_err(|source| CgroupError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    text.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| CgroupError::Io {
+            path,
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "unexpected format"),
+        })
+}
+
+/// The threads of a process (empty when it is gone).
+pub fn tasks(pid: Pid) -> Vec<Pid> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();

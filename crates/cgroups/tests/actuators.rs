@@ -99,6 +99,24 @@ fn suite<A: Actuator>(act: &mut A, job: &str, real: bool, flag: impl Fn(&A) -> b
         act.thaw(job).unwrap();
         assert!(running(act), "thawed but not running ({})", act.describe());
     }
+    // The release steps, taken by another process (here: this one, without the actuator),
+    // continue a frozen job and reset its weight. (The fake has no state outside itself.)
+    if real {
+        act.freeze(job).unwrap();
+        release(&act.release_steps(job).unwrap()).unwrap();
+        assert!(
+            running(act),
+            "released but not running ({})",
+            act.describe()
+        );
+        let used = act.cpu_usage(job).unwrap();
+        assert!(
+            burns_within(&pids, Duration::from_secs(5)) && act.cpu_usage(job).unwrap() > used,
+            "a spinning job's CPU usage does not grow ({})",
+            act.describe()
+        );
+        assert!(act.join_files(job).unwrap().iter().all(|f| f.exists()));
+    }
     // Killing a frozen job works: the actuator continues it so it can die.
     act.freeze(job).unwrap();
     act.kill(job).unwrap();

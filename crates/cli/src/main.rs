@@ -1,11 +1,15 @@
 //! `cosched`: the command line. Argument parsing and output only; the work is in the crates.
 //!
-//! Exit codes: 0 success, 1 the command failed (bad input file, bad option value, I/O),
-//! 2 the command line itself is malformed (from the argument parser).
+//! Exit codes: 0 success, 1 the command failed (bad input file, bad option value, I/O, a
+//! request the daemon refused), 2 the command line itself is malformed (from the argument
+//! parser). `cosched run` exits with its job's code instead (128 + signal when killed).
 
+mod client;
+mod daemon;
 mod sim;
 
 use clap::{Parser, Subcommand};
+use cosched_daemon::protocol::Request;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -15,7 +19,9 @@ use std::process::ExitCode;
     about = "Gang scheduler and coscheduler for parallel jobs on Linux",
     long_about = "cosched gives each parallel job its own processors where they fit (space \
 sharing), opens time-shared slices where they do not (an Ousterhout matrix), and runs every \
-process of a job at the same moments.\n\nThis build has the trace simulator; the daemon comes next."
+process of a job at the same moments.\n\nStart `cosched daemon` (as root), then submit jobs \
+with `cosched run -n N -- CMD`; `cosched ps`, `matrix` and `stats` show what it does. \
+`cosched sim` replays workload traces through the same scheduling core."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -24,15 +30,42 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    Daemon(daemon::DaemonArgs),
+    Run(client::RunArgs),
+    Ps(client::PsArgs),
+    Matrix(client::MatrixArgs),
+    Stats(client::StatsArgs),
+    /// Cancel a job: SIGTERM, then SIGKILL after a grace period
+    Cancel(client::JobArgs),
+    /// Take a job out of the rotation and stop it
+    Suspend(client::JobArgs),
+    /// Put a suspended job back into the rotation
+    Resume(client::JobArgs),
+    Class(client::ClassArgs),
     Sim(sim::SimArgs),
     Generate(sim::GenerateArgs),
+    #[command(hide = true)]
+    Supervise(daemon::SuperviseArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Daemon(args) => daemon::run(args),
+        Command::Run(args) => match client::run(args) {
+            Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
+            Err(error) => Err(error),
+        },
+        Command::Ps(args) => client::ps(args),
+        Command::Matrix(args) => client::matrix(args),
+        Command::Stats(args) => client::stats(args),
+        Command::Cancel(args) => client::act(args, |job| Request::Cancel { job }),
+        Command::Suspend(args) => client::act(args, |job| Request::Suspend { job }),
+        Command::Resume(args) => client::act(args, |job| Request::Resume { job }),
+        Command::Class(args) => client::class(args),
         Command::Sim(args) => sim::run(args),
         Command::Generate(args) => sim::generate(args),
+        Command::Supervise(args) => daemon::supervise(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

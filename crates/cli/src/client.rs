@@ -1,0 +1,530 @@
+//! The client commands: `run`, `ps`, `matrix`, `stats`, `cancel`, `suspend`, `resume`, `class`.
+//! Each opens the daemon's socket, sends one request and prints the reply.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use cosched_daemon::protocol::{
+    ExitInfo, JobView, MatrixView, Reply, Request, RunRequest, StatsView, SummaryView,
+};
+use cosched_daemon::unix;
+use std::io::Write;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Where to find the daemon (every client command has it).
+#[derive(Args, Clone)]
+pub struct Socket {
+    /// The daemon's socket
+    #[arg(long, env = "COSCHED_SOCKET", default_value = crate::daemon::DEFAULT_SOCKET,
+          value_name = "PATH", global = true)]
+    socket: PathBuf,
+}
+
+const REPLY_LIMIT: usize = 64 << 20;
+
+fn connect(socket: &Path) -> Result<UnixStream> {
+    UnixStream::connect(socket).with_context(|| {
+        format!(
+            "cannot reach the daemon at {} (is `cosched daemon` running? set --socket or COSCHED_SOCKET)",
+            socket.display()
+        )
+    })
+}
+
+fn send(stream: &UnixStream, request: &Request, fds: &[RawFd]) -> Result<()> {
+    let mut line = serde_json::to_vec(request)?;
+    line.push(b'\n');
+    unix::send_with_fds(stream, &line, fds).context("sending the request")
+}
+
+fn receive(stream: &UnixStream) -> Result<Option<Reply>> {
+    match unix::read_line(stream, REPLY_LIMIT) {
+        Ok(Some(line)) => Ok(Some(
+            serde_json::from_slice(&line).context("the daemon's reply is not understood")?,
+        )),
+        Ok(None) => Ok(None),
+        Err(unix::LineError::Io(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(e.into())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One request, one reply; a refusal becomes an error with the daemon's words.
+fn ask(socket: &Path, request: &Request) -> Result<Reply> {
+    let stream = connect(socket)?;
+    send(&stream, request, &[])?;
+    match receive(&stream)? {
+        Some(Reply::Error { error, .. }) => bail!("{error}"),
+        Some(reply) => Ok(reply),
+        None => bail!("the daemon closed the connection without a reply"),
+    }
+}
+
+/// Run a parallel job under the daemon (like AP/Linux's prun): blocks, shares this terminal,
+/// and exits with the job's exit code.
+#[derive(Args)]
+#[command(after_help = "Examples:\n  \
+  cosched run -n 2 -- mpirun -np 2 --bind-to none ./stencil\n  \
+  cosched run -n 1 --class interactive -- make -j1\n  \
+  cosched run -n 4 --detach --output sim.log -- ./sim --steps 1000\n\n\
+The job runs as you, in this directory, with this environment plus COSCHED_JOB_ID and \
+COSCHED_CPUS (its processors). No shell is involved: write `sh -c '...'` for one. The exit \
+code is the job's (128 + the signal when it was killed). Ctrl-C cancels the job. If the daemon \
+restarts meanwhile, the job keeps running and this command waits for it.")]
+pub struct RunArgs {
+    /// Processors the job needs
+    #[arg(short = 'n', long = "procs", value_name = "N")]
+    procs: u32,
+    /// express (root only), interactive, batch or standby
+    #[arg(long, default_value = "batch")]
+    class: String,
+    /// A name shown by ps [default: the program's name]
+    #[arg(long)]
+    name: Option<String>,
+    /// Print the job id and return at once; the job keeps this terminal's output
+    #[arg(long)]
+    detach: bool,
+    /// With --detach: append the job's stdout and stderr to this file
+    #[arg(long, requires = "detach", value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+    #[command(flatten)]
+    socket: Socket,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn catch_interrupts() {
+    // SAFETY: the handler only stores to an atomic; SA_RESTART is off so blocking reads return.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_interrupt as *const () as usize;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
+    }
+}
+
+pub fn run(args: RunArgs) -> Result<i32> {
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let cwd = std::env::current_dir().context("this directory")?;
+    let cwd = cwd
+        .to_str()
+        .ok_or_else(|| anyhow!("the working directory {} is not UTF-8", cwd.display()))?
+        .to_string();
+    let null = std::fs::File::open("/dev/null").context("/dev/null")?;
+    let output = match &args.output {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("{}", path.display()))?,
+        ),
+        None => None,
+    };
+    let stdin = if args.detach { null.as_raw_fd() } else { 0 };
+    let (stdout, stderr) = match &output {
+        Some(file) => (file.as_raw_fd(), file.as_raw_fd()),
+        None => (1, 2),
+    };
+    let request = Request::Run(RunRequest {
+        argv: args.command,
+        env,
+        cwd,
+        procs: args.procs,
+        class: Some(args.class),
+        name: args.name,
+        detach: args.detach,
+        stdio: true,
+    });
+    let socket = args.socket.socket;
+    let stream = connect(&socket)?;
+    send(&stream, &request, &[stdin, stdout, stderr])?;
+    let job = match receive(&stream)? {
+        Some(Reply::Submitted { job, .. }) => job,
+        Some(Reply::Error { error, .. }) => bail!("{error}"),
+        _ => bail!("the daemon closed the connection without a reply"),
+    };
+    if args.detach {
+        println!("{job}");
+        return Ok(0);
+    }
+    catch_interrupts();
+    wait_for(&socket, job, stream)
+}
+
+/// Waits for the end of `job` on `stream`; cancels it on Ctrl-C; outlives daemon restarts.
+fn wait_for(socket: &Path, job: u64, mut stream: UnixStream) -> Result<i32> {
+    let mut cancelled = false;
+    let mut told_lost = false;
+    loop {
+        stream.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let outcome = receive(&stream);
+        if INTERRUPTED.load(Ordering::SeqCst) && !cancelled {
+            cancelled = true;
+            eprintln!("cosched: cancelling job {job}");
+            if let Err(error) = ask(socket, &Request::Cancel { job }) {
+                eprintln!("cosched: {error:#}");
+            }
+        }
+        match outcome {
+            Ok(Some(Reply::Ended { state, exit, .. })) => {
+                return Ok(exit_status(job, &state, exit))
+            }
+            Ok(Some(Reply::Error { error, .. })) => bail!("{error}"),
+            Ok(Some(_)) => bail!("unexpected reply while waiting for job {job}"),
+            Err(e) if is_timeout(&e) => continue,
+            Ok(None) | Err(_) => {
+                if !told_lost {
+                    told_lost = true;
+                    eprintln!(
+                        "cosched: lost the daemon; job {job} keeps running, waiting for the daemon to come back"
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(250));
+                if let Ok(again) = UnixStream::connect(socket) {
+                    if send(&again, &Request::Wait { job, stdio: true }, &[0, 1, 2]).is_ok() {
+                        stream = again;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn is_timeout(error: &anyhow::Error) -> bool {
+    error.downcast_ref::<std::io::Error>().is_some_and(|e| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+        )
+    }) || error
+        .downcast_ref::<unix::LineError>()
+        .is_some_and(|e| matches!(e, unix::LineError::Io(io) if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted)))
+}
+
+fn exit_status(job: u64, state: &str, exit: Option<ExitInfo>) -> i32 {
+    match exit {
+        Some(exit) => exit.shell_status(),
+        None => {
+            eprintln!("cosched: job {job} {state} without running to its end");
+            1
+        }
+    }
+}
+
+/// List jobs.
+#[derive(Args)]
+pub struct PsArgs {
+    /// Include jobs that ended
+    #[arg(long)]
+    all: bool,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    socket: Socket,
+}
+
+fn elapsed(job: &JobView, now: i64) -> String {
+    match job.started_us {
+        Some(start) => {
+            let seconds = (job.ended_us.unwrap_or(now) - start) / 1_000_000;
+            format!(
+                "{}:{:02}:{:02}",
+                seconds / 3600,
+                seconds / 60 % 60,
+                seconds % 60
+            )
+        }
+        None => "-".into(),
+    }
+}
+
+pub fn ps(args: PsArgs) -> Result<()> {
+    let Reply::Jobs { jobs, .. } = ask(&args.socket.socket, &Request::Ps { all: args.all })? else {
+        bail!("unexpected reply to ps");
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&jobs)?);
+        return Ok(());
+    }
+    let now = cosched_agent::clock::now_micros();
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{:>5} {:<12} {:<8} {:<11} {:>3} {:<8} {:<9} {:<7} {:>9} {:>5}  COMMAND",
+        "ID", "NAME", "USER", "CLASS", "N", "CPUS", "STATE", "SLICES", "ELAPSED", "EXIT"
+    )?;
+    for job in &jobs {
+        let slices = job
+            .slices
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let exit = match job.exit {
+            Some(ExitInfo { code: Some(c), .. }) => c.to_string(),
+            Some(ExitInfo {
+                signal: Some(s), ..
+            }) => format!("sig{s}"),
+            _ => "-".into(),
+        };
+        writeln!(
+            out,
+            "{:>5} {:<12} {:<8} {:<11} {:>3} {:<8} {:<9} {:<7} {:>9} {:>5}  {}",
+            job.id,
+            truncate(&job.name, 12),
+            truncate(&job.user, 8),
+            job.class,
+            job.procs,
+            job.cpus.as_deref().unwrap_or("-"),
+            job.state,
+            if slices.is_empty() {
+                "-".into()
+            } else {
+                slices
+            },
+            elapsed(job, now),
+            exit,
+            truncate(&job.argv.join(" "), 40)
+        )?;
+    }
+    Ok(())
+}
+
+fn truncate(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        text.chars()
+            .take(width - 1)
+            .chain(std::iter::once('~'))
+            .collect()
+    }
+}
+
+/// Show the Ousterhout matrix: slices by processors, the running slice marked.
+#[derive(Args)]
+pub struct MatrixArgs {
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    socket: Socket,
+}
+
+/// Expands a cpuset list (`0-2,5`) into processor numbers.
+fn cpus_of(list: &str) -> Vec<usize> {
+    list.split(',')
+        .filter_map(|part| match part.split_once('-') {
+            Some((a, b)) => Some((a.parse().ok()?..=b.parse().ok()?).collect::<Vec<usize>>()),
+            None => Some(vec![part.parse().ok()?]),
+        })
+        .flatten()
+        .collect()
+}
+
+pub fn matrix(args: MatrixArgs) -> Result<()> {
+    let Reply::Matrix { matrix, .. } = ask(&args.socket.socket, &Request::Matrix)? else {
+        bail!("unexpected reply to matrix");
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&matrix)?);
+        return Ok(());
+    }
+    print!("{}", render_matrix(&matrix));
+    Ok(())
+}
+
+fn render_matrix(m: &MatrixView) -> String {
+    let procs = m.procs as usize;
+    let width = m
+        .slices
+        .iter()
+        .flatten()
+        .map(|e| e.job.to_string().len())
+        .max()
+        .unwrap_or(1)
+        .max(procs.saturating_sub(1).to_string().len());
+    let mut out = format!(
+        "{} mode, quantum {} ms, generation {}, slot {}\n",
+        m.mode,
+        m.quantum_us as f64 / 1000.0,
+        m.generation,
+        m.slot
+    );
+    out += &format!("{:>9} ", "cpu");
+    for cpu in 0..procs {
+        out += &format!(" {cpu:>width$}");
+    }
+    out.push('\n');
+    for (index, slice) in m.slices.iter().enumerate() {
+        let mut cells = vec![".".to_string(); procs];
+        for entry in slice {
+            for cpu in cpus_of(&entry.cpus) {
+                if cpu < procs {
+                    cells[cpu] = entry.job.to_string();
+                }
+            }
+        }
+        let mark = if m.running_slice == Some(index) {
+            '*'
+        } else {
+            ' '
+        };
+        out += &format!("{mark} slice {index:>1} ");
+        for cell in cells {
+            out += &format!(" {cell:>width$}");
+        }
+        out.push('\n');
+    }
+    if m.slices.is_empty() {
+        out += "  (no job placed)\n";
+    }
+    if !m.queued.is_empty() {
+        let queued: Vec<String> = m.queued.iter().map(|j| j.to_string()).collect();
+        out += &format!("queued: {}\n", queued.join(" "));
+    }
+    out += "* = the slice running now\n";
+    out
+}
+
+/// Show switch statistics: slot lateness, switch time and skew (p50/p99/max).
+#[derive(Args)]
+pub struct StatsArgs {
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    socket: Socket,
+}
+
+pub fn stats(args: StatsArgs) -> Result<()> {
+    let Reply::Stats { stats, .. } = ask(&args.socket.socket, &Request::Stats)? else {
+        bail!("unexpected reply to stats");
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+        return Ok(());
+    }
+    print!("{}", render_stats(&stats));
+    Ok(())
+}
+
+fn render_stats(s: &StatsView) -> String {
+    let mut out = format!(
+        "{} mode, quantum {} ms, {}{}\n",
+        s.mode,
+        s.quantum_ms,
+        s.actuator,
+        if s.realtime {
+            ""
+        } else {
+            " (clock NOT real-time)"
+        }
+    );
+    out += &format!(
+        "{:<28} {:>8} {:>8} {:>8} {:>8}\n",
+        "(µs)", "p50", "p99", "max", "count"
+    );
+    let row = |name: &str, v: &SummaryView| {
+        format!(
+            "{name:<28} {:>8} {:>8} {:>8} {:>8}\n",
+            v.p50, v.p99, v.max, v.count
+        )
+    };
+    out += &row("slot lateness", &s.lateness_us);
+    out += &row("switch (stop + start)", &s.switch_us);
+    out += &row("skew (first to last task)", &s.skew_us);
+    out += &format!(
+        "jobs: {} running, {} queued, {} ended; {} idle departures; {} missed slots\n",
+        s.jobs_running, s.jobs_queued, s.jobs_ended, s.idle_departures, s.missed_slots
+    );
+    out
+}
+
+/// Act on one job: cancel, suspend or resume it.
+#[derive(Args)]
+pub struct JobArgs {
+    /// The job id (from `cosched ps`)
+    job: u64,
+    #[command(flatten)]
+    socket: Socket,
+}
+
+pub fn act(args: JobArgs, make: fn(u64) -> Request) -> Result<()> {
+    if let Reply::Done { message, .. } = ask(&args.socket.socket, &make(args.job))? {
+        println!("{message}");
+    }
+    Ok(())
+}
+
+/// Change a job's class (owners may lower it; only root may raise it or use express).
+#[derive(Args)]
+pub struct ClassArgs {
+    job: u64,
+    /// express, interactive, batch or standby
+    class: String,
+    #[command(flatten)]
+    socket: Socket,
+}
+
+pub fn class(args: ClassArgs) -> Result<()> {
+    let request = Request::Class {
+        job: args.job,
+        class: args.class,
+    };
+    if let Reply::Done { message, .. } = ask(&args.socket.socket, &request)? {
+        println!("{message}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cosched_daemon::protocol::MatrixEntryView;
+
+    #[test]
+    fn the_matrix_is_drawn_with_the_running_slice_marked() {
+        let entry = |job, cpus: &str| MatrixEntryView {
+            job,
+            cpus: cpus.into(),
+            role: "own".into(),
+        };
+        let m = MatrixView {
+            procs: 4,
+            mode: "gang".into(),
+            epoch_us: 0,
+            quantum_us: 100_000,
+            slot: 7,
+            running_slice: Some(1),
+            generation: 3,
+            slices: vec![
+                vec![entry(1, "0-1"), entry(2, "2-3")],
+                vec![entry(3, "0-3")],
+            ],
+            queued: vec![4],
+        };
+        let text = render_matrix(&m);
+        assert!(text.contains("  slice 0   1 1 2 2"), "{text}");
+        assert!(text.contains("* slice 1   3 3 3 3"), "{text}");
+        assert!(text.contains("queued: 4"), "{text}");
+        assert_eq!(cpus_of("0-2,5"), vec![0, 1, 2, 5]);
+    }
+}

@@ -1,0 +1,136 @@
+//! `cosched daemon --check`: what this machine offers and which actuator the daemon would use.
+//! It probes for real (a scratch cgroup, a real-time thread), then removes what it made.
+
+use cosched_cgroups::{Actuator, Cgroups, Layout};
+use serde::Serialize;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Feature {
+    pub name: &'static str,
+    pub available: bool,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub features: Vec<Feature>,
+    /// The actuator the daemon would use, or why none can be used.
+    pub actuator: Result<String, String>,
+    pub cpus: u32,
+}
+
+impl Report {
+    pub fn usable(&self) -> bool {
+        self.actuator.is_ok()
+    }
+}
+
+fn feature(name: &'static str, available: bool, detail: impl Into<String>) -> Feature {
+    Feature {
+        name,
+        available,
+        detail: detail.into(),
+    }
+}
+
+fn realtime_thread() -> Result<(), String> {
+    std::thread::spawn(|| cosched_agent::clock::make_realtime(50))
+        .join()
+        .map_err(|_| "the probe thread panicked".to_string())?
+        .map_err(|e| e.to_string())
+}
+
+pub fn check() -> Report {
+    let mut features = Vec::new();
+    let layout = match Layout::detect() {
+        Ok(layout) => layout,
+        Err(error) => {
+            return Report {
+                features,
+                actuator: Err(format!("/proc/self/mountinfo: {error}")),
+                cpus: crate::usable_cpus(),
+            }
+        }
+    };
+    let v2_controllers = layout.v2_controllers();
+    let v2_has = |c: &str| v2_controllers.iter().any(|x| x == c);
+    let probe = format!("cosched-check-{}", std::process::id());
+    let v2_freeze = layout.v2.as_ref().map(|root| {
+        let dir = root.join(&probe);
+        let made = std::fs::create_dir(&dir).is_ok();
+        let has = dir.join("cgroup.freeze").exists();
+        if made {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        (root.clone(), has)
+    });
+    features.push(match &v2_freeze {
+        Some((root, true)) => feature("cgroup v2 freezer", true, format!("{}", root.display())),
+        Some((root, false)) => feature(
+            "cgroup v2 freezer",
+            false,
+            format!(
+                "{} has no cgroup.freeze (kernel before 5.2?)",
+                root.display()
+            ),
+        ),
+        None => feature("cgroup v2 freezer", false, "no cgroup2 mount"),
+    });
+    features.push(match &layout.v1_freezer {
+        Some(dir) => feature("cgroup v1 freezer", true, dir.display().to_string()),
+        None => feature("cgroup v1 freezer", false, "not mounted"),
+    });
+    features.push(if v2_has("cpuset") {
+        feature("cpuset", true, "cgroup v2")
+    } else if let Some(dir) = &layout.v1_cpuset {
+        feature("cpuset", true, format!("cgroup v1 at {}", dir.display()))
+    } else {
+        feature(
+            "cpuset",
+            false,
+            "no cpuset controller: jobs cannot be kept on their processors",
+        )
+    });
+    features.push(if v2_has("cpu") {
+        feature("cpu weight", true, "cgroup v2 cpu.weight")
+    } else if let Some(dir) = &layout.v1_cpu {
+        feature(
+            "cpu weight",
+            true,
+            format!("cgroup v1 cpu.shares at {}", dir.display()),
+        )
+    } else {
+        feature(
+            "cpu weight",
+            false,
+            "no cpu controller: moderate mode cannot work",
+        )
+    });
+    features.push(match realtime_thread() {
+        Ok(()) => feature(
+            "real-time priority",
+            true,
+            "SCHED_FIFO for the clock thread",
+        ),
+        Err(error) => feature(
+            "real-time priority",
+            false,
+            format!("{error}: switches will be late by milliseconds under load"),
+        ),
+    });
+    let actuator = match Cgroups::open(&layout, &probe, None) {
+        Ok(cgroups) => {
+            let description = cgroups.describe();
+            cgroups
+                .close()
+                .map(|()| description)
+                .map_err(|e| e.to_string())
+        }
+        Err(error) => Err(error.to_string()),
+    };
+    Report {
+        features,
+        actuator,
+        cpus: crate::usable_cpus(),
+    }
+}

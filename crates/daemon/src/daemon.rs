@@ -1,0 +1,877 @@
+//! The daemon's state: the core's scheduler, every job record (mirrored in the store), the
+//! current generation, and what waits on jobs. Every change goes through one lock; the agent
+//! thread is told what to do by message and never takes this lock.
+
+use crate::agent_loop::{AgentEvent, AgentMsg, Reply as AgentReply, Stats, CANCEL_GRACE};
+use crate::protocol::{
+    validate_run, ExitInfo, JobView, MatrixEntryView, MatrixView, RunRequest, StatsView,
+    SummaryView,
+};
+use crate::store::{JobRecord, JobStatus, Store};
+use crate::supervisor::{self, LaunchSpec};
+use crate::unix::Credentials;
+use cosched_agent::clock::now_micros;
+use cosched_agent::{Mode, Summary};
+use cosched_core::{
+    Class, Decision, Generation, JobId, JobRequest, JobState, Micros, Rotation, Scheduler, Shape,
+};
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// What a client did wrong or may not do; the message goes back to it as is.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("no job {0}")]
+    NoSuchJob(JobId),
+    #[error("job {job} belongs to uid {owner}; only its owner or root may {action} it")]
+    NotOwner {
+        job: JobId,
+        owner: u32,
+        action: &'static str,
+    },
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("job {job} has {state}; cannot {action} it")]
+    WrongState {
+        job: JobId,
+        state: &'static str,
+        action: &'static str,
+    },
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnStop {
+    /// Jobs keep running, unscheduled; a restarted daemon adopts them again.
+    Leave,
+    Cancel,
+}
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub state_dir: PathBuf,
+    pub mode: Mode,
+    pub rotation: Rotation,
+    /// The program that runs `supervise` (this very binary).
+    pub supervisor_exe: PathBuf,
+}
+
+/// A supervisor connection to watch, started once the lock is released.
+pub struct Watcher {
+    pub job: JobId,
+    pub stream: UnixStream,
+    pub child: Option<Child>,
+}
+
+pub struct Inner {
+    settings: Settings,
+    scheduler: Scheduler,
+    records: BTreeMap<JobId, JobRecord>,
+    store: Box<dyn Store>,
+    /// Descriptors of jobs not started yet.
+    stdio: BTreeMap<JobId, [OwnedFd; 3]>,
+    waiters: BTreeMap<JobId, Vec<Sender<JobRecord>>>,
+    generation: Option<Generation>,
+    agent: Sender<AgentMsg>,
+    /// Supervisor connections to start watching (see [`Watcher`]).
+    pub new_watchers: Vec<Watcher>,
+}
+
+fn internal(error: impl std::fmt::Display) -> ApiError {
+    ApiError::Internal(error.to_string())
+}
+
+fn class_of(record: &JobRecord) -> Class {
+    record.class.parse().unwrap_or(Class::Batch)
+}
+
+impl Inner {
+    pub fn new(
+        settings: Settings,
+        scheduler: Scheduler,
+        store: Box<dyn Store>,
+        agent: Sender<AgentMsg>,
+    ) -> Inner {
+        Inner {
+            settings,
+            scheduler,
+            records: BTreeMap::new(),
+            store,
+            stdio: BTreeMap::new(),
+            waiters: BTreeMap::new(),
+            generation: None,
+            agent,
+            new_watchers: Vec::new(),
+        }
+    }
+
+    fn dir(&self, sub: &str) -> PathBuf {
+        self.settings.state_dir.join(sub)
+    }
+
+    fn spec_file(&self, job: JobId) -> PathBuf {
+        self.dir("jobs").join(format!("job-{job}.json"))
+    }
+
+    fn exit_file(&self, job: JobId) -> PathBuf {
+        self.dir("jobs").join(format!("job-{job}.exit"))
+    }
+
+    fn socket_file(&self, job: JobId) -> PathBuf {
+        self.dir("run").join(format!("job-{job}.sock"))
+    }
+
+    fn save(&mut self, job: JobId) -> Result<(), ApiError> {
+        let record = &self.records[&job];
+        self.store.put(record).map_err(internal)
+    }
+
+    fn record(&self, job: JobId) -> Result<&JobRecord, ApiError> {
+        self.records.get(&job).ok_or(ApiError::NoSuchJob(job))
+    }
+
+    fn owned(
+        &self,
+        job: JobId,
+        who: &Credentials,
+        action: &'static str,
+    ) -> Result<&JobRecord, ApiError> {
+        let record = self.record(job)?;
+        if who.is_root() || who.uid == record.owner.uid {
+            Ok(record)
+        } else {
+            Err(ApiError::NotOwner {
+                job,
+                owner: record.owner.uid,
+                action,
+            })
+        }
+    }
+
+    fn ask<T>(&self, build: impl FnOnce(AgentReply<T>) -> AgentMsg) -> Result<T, ApiError> {
+        let (reply, answer) = channel();
+        self.agent
+            .send(build(reply))
+            .map_err(|_| internal("the agent thread has stopped"))?;
+        answer
+            .recv()
+            .map_err(|_| internal("the agent thread has stopped"))?
+            .map_err(ApiError::Internal)
+    }
+
+    fn tell(&self, message: AgentMsg) {
+        // The agent thread only stops at shutdown, when nothing more matters.
+        let _ = self.agent.send(message);
+    }
+
+    /// A new job from `who`.
+    pub fn submit(
+        &mut self,
+        who: &Credentials,
+        run: RunRequest,
+        stdio: Option<[OwnedFd; 3]>,
+        now: Micros,
+    ) -> Result<JobId, ApiError> {
+        validate_run(&run).map_err(ApiError::Invalid)?;
+        let class = match &run.class {
+            Some(name) => name
+                .parse::<Class>()
+                .map_err(|e| ApiError::Invalid(e.to_string()))?,
+            None => Class::Batch,
+        };
+        if class == Class::Express && !who.is_root() {
+            return Err(ApiError::Forbidden(
+                "only root may submit to the express class".into(),
+            ));
+        }
+        let probe = JobRequest::new(JobId::MAX, Shape::Count(run.procs));
+        self.scheduler.check(&probe).map_err(|e| {
+            ApiError::Invalid(
+                e.to_string()
+                    .replace(&format!("job {} ", JobId::MAX), "the job "),
+            )
+        })?;
+        let id = self.store.next_id().map_err(internal)?;
+        let record = JobRecord {
+            id,
+            name: run
+                .name
+                .clone()
+                .unwrap_or_else(|| program_name(&run.argv[0])),
+            owner: who.clone(),
+            class: class.name().to_string(),
+            procs: run.procs,
+            argv: run.argv,
+            env: run.env,
+            cwd: run.cwd,
+            status: JobStatus::Queued,
+            launched: false,
+            cancel_requested: false,
+            submitted_us: now,
+            started_us: None,
+            ended_us: None,
+            exit: None,
+            note: None,
+        };
+        self.records.insert(id, record);
+        self.save(id)?;
+        if let Some(stdio) = stdio {
+            self.stdio.insert(id, stdio);
+        }
+        self.enqueue(id, now)?;
+        Ok(id)
+    }
+
+    /// Hands a job to the scheduler and acts on what it decides.
+    fn enqueue(&mut self, job: JobId, now: Micros) -> Result<(), ApiError> {
+        let record = &self.records[&job];
+        let request = JobRequest::new(job, Shape::Count(record.procs)).class(class_of(record));
+        let decisions = self.scheduler.submit(request, now).map_err(internal)?;
+        self.apply(decisions, now);
+        Ok(())
+    }
+
+    fn unschedule(&mut self, job: JobId, now: Micros) {
+        if self.scheduler.state(job).is_some() {
+            let decisions = self.scheduler.remove(job, now).expect("present");
+            self.apply(decisions, now);
+        }
+    }
+
+    /// Acts on the scheduler's decisions, then publishes the new matrix if it changed.
+    fn apply(&mut self, decisions: Vec<Decision>, now: Micros) {
+        for decision in decisions {
+            match decision {
+                Decision::Placed { job, partition, .. } => {
+                    if let Err(error) = self.start(job, partition.to_string(), now) {
+                        self.fail(job, &error.to_string(), now);
+                    }
+                }
+                Decision::Queued { job } => {
+                    let launched = self.records.get(&job).is_some_and(|r| r.launched);
+                    if launched {
+                        // Its processes exist: they wait stopped.
+                        if let Err(error) = self.ask(|reply| AgentMsg::Suspend { job, reply }) {
+                            log(format_args!("job {job}: {error}"));
+                        }
+                    }
+                }
+                Decision::Removed { .. } => {}
+            }
+        }
+        self.publish(now);
+    }
+
+    fn publish(&mut self, now: Micros) {
+        let plan = self.scheduler.plan();
+        if self.generation.as_ref().is_some_and(|g| g.plan == plan) {
+            return;
+        }
+        let first_slot = self.settings.rotation.next_boundary(now);
+        let generation = Generation::follow(self.generation.as_ref(), plan, first_slot);
+        self.generation = Some(generation.clone());
+        self.tell(AgentMsg::Publish(generation));
+    }
+
+    /// A placed job: launched now, or (launched earlier) taken back into the rotation.
+    fn start(&mut self, job: JobId, cpus: String, now: Micros) -> Result<(), ApiError> {
+        let admitted = self.ask(|reply| AgentMsg::Admit {
+            job,
+            cpus: Some(cpus.clone()),
+            reply,
+        })?;
+        let record = self
+            .records
+            .get_mut(&job)
+            .expect("placed jobs have records");
+        record.status = JobStatus::Running;
+        if !record.launched {
+            self.launch(job, &cpus, admitted, now)?;
+        }
+        self.save(job)
+    }
+
+    fn launch(
+        &mut self,
+        job: JobId,
+        cpus: &str,
+        admitted: crate::agent_loop::Admitted,
+        now: Micros,
+    ) -> Result<(), ApiError> {
+        let record = &self.records[&job];
+        let mut env = record.env.clone();
+        let mut set_default = |key: &str, value: &str| {
+            if !env.iter().any(|(k, _)| k == key) {
+                env.push((key.to_string(), value.to_string()));
+            }
+        };
+        if self.settings.mode == Mode::Implicit {
+            // Spin briefly, then yield or block (Arpaci-Dusseau; Solsona).
+            set_default("OMPI_MCA_mpi_yield_when_idle", "1");
+            set_default("GOMP_SPINCOUNT", "10000");
+            set_default("COSCHED_WAIT", "spinblock");
+        }
+        env.retain(|(k, _)| k != "COSCHED_JOB_ID" && k != "COSCHED_CPUS");
+        env.push(("COSCHED_JOB_ID".into(), job.to_string()));
+        env.push(("COSCHED_CPUS".into(), cpus.to_string()));
+        let spec = LaunchSpec {
+            job,
+            argv: record.argv.clone(),
+            env,
+            cwd: record.cwd.clone(),
+            uid: record.owner.uid,
+            gid: record.owner.gid,
+            groups: record.owner.groups.clone(),
+            join_files: admitted.join_files,
+            release: admitted.release,
+            exit_file: self.exit_file(job),
+            socket: self.socket_file(job),
+        };
+        let spec_file = self.spec_file(job);
+        write_private(&spec_file, &serde_json::to_vec(&spec).expect("serializes"))
+            .map_err(|e| internal(format_args!("{}: {e}", spec_file.display())))?;
+        let _ = std::fs::remove_file(&spec.socket);
+        let listener = UnixListener::bind(&spec.socket)
+            .map_err(|e| internal(format_args!("{}: {e}", spec.socket.display())))?;
+        let stdio = match self.stdio.remove(&job) {
+            Some(stdio) => stdio,
+            None => self.default_stdio(job)?,
+        };
+        let child = supervisor::spawn(&self.settings.supervisor_exe, &spec_file, listener, stdio)
+            .map_err(|e| {
+            internal(format_args!(
+                "starting the supervisor {}: {e}",
+                self.settings.supervisor_exe.display()
+            ))
+        })?;
+        let stream = UnixStream::connect(&spec.socket)
+            .map_err(|e| internal(format_args!("{}: {e}", spec.socket.display())))?;
+        let record = self.records.get_mut(&job).expect("exists");
+        record.launched = true;
+        record.started_us = Some(now);
+        self.new_watchers.push(Watcher {
+            job,
+            stream,
+            child: Some(child),
+        });
+        Ok(())
+    }
+
+    /// A job whose client is gone (recovered after a restart): no input, output to a file in
+    /// the state directory owned by the job's user.
+    fn default_stdio(&self, job: JobId) -> Result<[OwnedFd; 3], ApiError> {
+        let owner = &self.records[&job].owner;
+        let out_path = self.dir("output").join(format!("job-{job}.out"));
+        let open = || {
+            let null = std::fs::File::open("/dev/null")?;
+            let out = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&out_path)?;
+            std::os::unix::fs::chown(&out_path, Some(owner.uid), Some(owner.gid))?;
+            let err = out.try_clone()?;
+            Ok::<_, std::io::Error>([null.into(), out.into(), err.into()])
+        };
+        open().map_err(|e| internal(format_args!("{}: {e}", out_path.display())))
+    }
+
+    /// A job that could not be started ends here, with the reason kept.
+    fn fail(&mut self, job: JobId, why: &str, now: Micros) {
+        log(format_args!("job {job}: {why}"));
+        if let Some(record) = self.records.get_mut(&job) {
+            record.note = Some(why.to_string());
+        }
+        self.end(job, JobStatus::Lost, None, now);
+    }
+
+    /// Records how a job ended, frees its cells and wakes whoever waits for it.
+    pub fn end(&mut self, job: JobId, status: JobStatus, exit: Option<ExitInfo>, now: Micros) {
+        let Some(record) = self.records.get_mut(&job) else {
+            return;
+        };
+        if record.status.ended() {
+            return;
+        }
+        let launched = record.launched;
+        record.status = if record.cancel_requested && status == JobStatus::Done {
+            JobStatus::Cancelled
+        } else {
+            status
+        };
+        record.exit = exit;
+        record.ended_us = Some(now);
+        if let Err(error) = self.save(job) {
+            log(format_args!("job {job}: {error}"));
+        }
+        self.stdio.remove(&job);
+        if launched {
+            self.tell(AgentMsg::Discard { job });
+        }
+        for file in [self.spec_file(job), self.socket_file(job)] {
+            let _ = std::fs::remove_file(file);
+        }
+        self.unschedule(job, now);
+        let record = self.records[&job].clone();
+        for waiter in self.waiters.remove(&job).unwrap_or_default() {
+            let _ = waiter.send(record.clone());
+        }
+    }
+
+    /// Registers interest in a job's end; an ended job answers at once. Descriptors sent
+    /// along serve a job that has not started (its first client left with the old daemon).
+    pub fn wait(
+        &mut self,
+        job: JobId,
+        stdio: Option<[OwnedFd; 3]>,
+    ) -> Result<std::sync::mpsc::Receiver<JobRecord>, ApiError> {
+        let record = self.record(job)?.clone();
+        let (sender, receiver) = channel();
+        if record.status.ended() {
+            let _ = sender.send(record);
+        } else {
+            if let (Some(stdio), false) = (stdio, record.launched) {
+                self.stdio.entry(job).or_insert(stdio);
+            }
+            self.waiters.entry(job).or_default().push(sender);
+        }
+        Ok(receiver)
+    }
+
+    pub fn cancel(
+        &mut self,
+        who: &Credentials,
+        job: JobId,
+        now: Micros,
+    ) -> Result<String, ApiError> {
+        let record = self.owned(job, who, "cancel")?;
+        if record.status.ended() {
+            return Err(ApiError::WrongState {
+                job,
+                state: "already ended",
+                action: "cancel",
+            });
+        }
+        if !record.launched {
+            self.records.get_mut(&job).expect("exists").cancel_requested = true;
+            self.end(job, JobStatus::Cancelled, None, now);
+            return Ok(format!("job {job} cancelled before it started"));
+        }
+        self.records.get_mut(&job).expect("exists").cancel_requested = true;
+        self.save(job)?;
+        self.unschedule(job, now);
+        self.tell(AgentMsg::Cancel { job });
+        Ok(format!(
+            "job {job}: SIGTERM sent (SIGKILL in {} s if it is still there)",
+            CANCEL_GRACE / 1_000_000
+        ))
+    }
+
+    pub fn suspend(
+        &mut self,
+        who: &Credentials,
+        job: JobId,
+        now: Micros,
+    ) -> Result<String, ApiError> {
+        let record = self.owned(job, who, "suspend")?;
+        match (record.status, record.launched) {
+            (JobStatus::Running | JobStatus::Idle, _) | (JobStatus::Queued, true) => {}
+            (status, _) => {
+                return Err(ApiError::WrongState {
+                    job,
+                    state: state_phrase(status, record.launched),
+                    action: "suspend",
+                })
+            }
+        }
+        self.records.get_mut(&job).expect("exists").status = JobStatus::Suspended;
+        self.save(job)?;
+        self.unschedule(job, now);
+        self.ask(|reply| AgentMsg::Suspend { job, reply })?;
+        Ok(format!("job {job} suspended"))
+    }
+
+    pub fn resume(
+        &mut self,
+        who: &Credentials,
+        job: JobId,
+        now: Micros,
+    ) -> Result<String, ApiError> {
+        let record = self.owned(job, who, "resume")?;
+        if record.status != JobStatus::Suspended {
+            return Err(ApiError::WrongState {
+                job,
+                state: state_phrase(record.status, record.launched),
+                action: "resume",
+            });
+        }
+        self.records.get_mut(&job).expect("exists").status = JobStatus::Queued;
+        self.save(job)?;
+        self.enqueue(job, now)?;
+        Ok(format!(
+            "job {job} resumed ({})",
+            self.records[&job].status.name()
+        ))
+    }
+
+    pub fn set_class(
+        &mut self,
+        who: &Credentials,
+        job: JobId,
+        class: &str,
+        now: Micros,
+    ) -> Result<String, ApiError> {
+        let class: Class = class
+            .parse()
+            .map_err(|e: cosched_core::UnknownClass| ApiError::Invalid(e.to_string()))?;
+        let record = self.owned(job, who, "change the class of")?;
+        if record.status.ended() {
+            return Err(ApiError::WrongState {
+                job,
+                state: "already ended",
+                action: "change the class of",
+            });
+        }
+        let old = class_of(record);
+        // Classes are ordered from most to least urgent: a smaller one is a raise.
+        if class < old && !who.is_root() {
+            return Err(ApiError::Forbidden(format!(
+                "only root may raise a job's class ({old} to {class}); owners may lower it"
+            )));
+        }
+        self.records.get_mut(&job).expect("exists").class = class.name().to_string();
+        self.save(job)?;
+        if self.scheduler.state(job).is_some() {
+            let decisions = self.scheduler.set_class(job, class, now).expect("present");
+            self.apply(decisions, now);
+        }
+        Ok(format!("job {job}: class {old} -> {class}"))
+    }
+
+    /// The agent found a running job idle: its cells go to others; it runs unscheduled.
+    pub fn went_idle(&mut self, job: JobId, now: Micros) {
+        let Some(record) = self.records.get_mut(&job) else {
+            return;
+        };
+        if record.status != JobStatus::Running {
+            return;
+        }
+        record.status = JobStatus::Idle;
+        let _ = self.save(job);
+        self.unschedule(job, now);
+        self.tell(AgentMsg::LetLoose { job });
+    }
+
+    /// An idle job computes again: back into the rotation (or the queue).
+    pub fn woke(&mut self, job: JobId, now: Micros) {
+        if self.records.get(&job).map(|r| r.status) != Some(JobStatus::Idle) {
+            return;
+        }
+        self.records.get_mut(&job).expect("exists").status = JobStatus::Queued;
+        let _ = self.save(job);
+        if let Err(error) = self.enqueue(job, now) {
+            log(format_args!("job {job}: {error}"));
+        }
+    }
+
+    pub fn jobs(&self, all: bool) -> Vec<JobView> {
+        let plan = self.generation.as_ref().map(|g| &g.plan);
+        self.records
+            .values()
+            .filter(|r| all || !r.status.ended())
+            .map(|r| JobView {
+                id: r.id,
+                name: r.name.clone(),
+                uid: r.owner.uid,
+                user: user_name(r.owner.uid),
+                class: r.class.clone(),
+                procs: r.procs,
+                state: state_phrase(r.status, r.launched).to_string(),
+                cpus: match self.scheduler.state(r.id) {
+                    Some(JobState::Placed { partition, .. }) => Some(partition.to_string()),
+                    _ => None,
+                },
+                slices: plan.map(|p| p.slices_of(r.id)).unwrap_or_default(),
+                submitted_us: r.submitted_us,
+                started_us: r.started_us,
+                ended_us: r.ended_us,
+                exit: r.exit,
+                argv: r.argv.clone(),
+                note: r.note.clone(),
+            })
+            .collect()
+    }
+
+    pub fn matrix(&self, now: Micros) -> MatrixView {
+        let rotation = self.settings.rotation;
+        let slot = rotation.slot_at(now);
+        let (slices, running_slice, number) = match &self.generation {
+            Some(g) => (
+                g.plan
+                    .slices
+                    .iter()
+                    .map(|s| {
+                        s.entries
+                            .iter()
+                            .map(|e| MatrixEntryView {
+                                job: e.job,
+                                cpus: e.partition.to_string(),
+                                role: format!("{:?}", e.role).to_lowercase(),
+                            })
+                            .collect()
+                    })
+                    .collect(),
+                g.slice_for_slot(slot),
+                g.number,
+            ),
+            None => (Vec::new(), None, 0),
+        };
+        MatrixView {
+            procs: self.scheduler.machine().procs(),
+            mode: self.settings.mode.to_string(),
+            epoch_us: rotation.epoch,
+            quantum_us: rotation.quantum,
+            slot,
+            running_slice,
+            generation: number,
+            slices,
+            queued: self.scheduler.queued().collect(),
+        }
+    }
+
+    pub fn stats(&self, stats: &Stats) -> StatsView {
+        let view = |s: Summary| SummaryView {
+            p50: s.p50,
+            p99: s.p99,
+            max: s.max,
+            count: s.count,
+        };
+        let count = |f: fn(&JobRecord) -> bool| self.records.values().filter(|r| f(r)).count();
+        StatsView {
+            mode: self.settings.mode.to_string(),
+            quantum_ms: self.settings.rotation.quantum as f64 / 1000.0,
+            actuator: stats.actuator.clone(),
+            realtime: stats.realtime,
+            lateness_us: view(stats.lateness.summary()),
+            switch_us: view(stats.switch.summary()),
+            skew_us: view(stats.skew.summary()),
+            missed_slots: stats.missed_slots,
+            jobs_running: count(|r| r.status == JobStatus::Running),
+            jobs_queued: count(|r| r.status == JobStatus::Queued),
+            jobs_ended: count(|r| r.status.ended()),
+            idle_departures: stats.idle_departures,
+        }
+    }
+
+    /// After a restart: every unfinished job is taken back, in submission order.
+    pub fn recover(&mut self, records: Vec<JobRecord>, now: Micros) {
+        for record in records {
+            let job = record.id;
+            let ended = record.status.ended();
+            self.records.insert(job, record);
+            if !ended {
+                self.readopt(job, now);
+            }
+        }
+    }
+
+    fn readopt(&mut self, job: JobId, now: Micros) {
+        let record = &self.records[&job];
+        if !record.launched {
+            if let Err(error) = self.enqueue(job, now) {
+                self.fail(job, &error.to_string(), now);
+            }
+            return;
+        }
+        if let Some(exit) = supervisor::kept_exit(&self.exit_file(job)) {
+            self.ended_while_away(job, exit, now);
+            return;
+        }
+        let stream = match UnixStream::connect(self.socket_file(job)) {
+            Ok(stream) => stream,
+            Err(error) => {
+                match supervisor::kept_exit(&self.exit_file(job)) {
+                    Some(exit) => self.ended_while_away(job, exit, now),
+                    None => {
+                        self.fail(job, &format!("its supervisor is gone ({error})"), now);
+                    }
+                }
+                return;
+            }
+        };
+        self.new_watchers.push(Watcher {
+            job,
+            stream,
+            child: None,
+        });
+        let suspended = record.status == JobStatus::Suspended;
+        let readmitted = if suspended {
+            self.ask(|reply| AgentMsg::Admit {
+                job,
+                cpus: None,
+                reply,
+            })
+            .and_then(|_| self.ask(|reply| AgentMsg::Suspend { job, reply }))
+        } else {
+            self.records.get_mut(&job).expect("exists").status = JobStatus::Queued;
+            self.enqueue(job, now)
+        };
+        if let Err(error) = readmitted {
+            log(format_args!("job {job}: taking it back: {error}"));
+        }
+    }
+
+    fn ended_while_away(&mut self, job: JobId, exit: ExitInfo, now: Micros) {
+        let _ = std::fs::remove_file(self.exit_file(job));
+        self.end(job, JobStatus::Done, Some(exit), now);
+    }
+
+    /// The supervisor reported the end.
+    pub fn exited(&mut self, job: JobId, exit: ExitInfo, now: Micros) {
+        self.end(job, JobStatus::Done, Some(exit), now);
+    }
+}
+
+fn state_phrase(status: JobStatus, launched: bool) -> &'static str {
+    match (status, launched) {
+        (JobStatus::Queued, true) => "waiting",
+        (status, _) => status.name(),
+    }
+}
+
+fn program_name(argv0: &str) -> String {
+    let base = argv0.rsplit('/').next().unwrap_or(argv0);
+    base.chars().take(crate::protocol::MAX_NAME_CHARS).collect()
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// The user's name from the password database, or the number.
+pub fn user_name(uid: u32) -> String {
+    let mut buffer = vec![0 as libc::c_char; 4096];
+    // SAFETY: a zeroed passwd is valid; getpwuid_r writes within `buffer`.
+    unsafe {
+        let mut entry: libc::passwd = std::mem::zeroed();
+        let mut result = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(
+            uid,
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut result,
+        );
+        if rc == 0 && !result.is_null() {
+            return std::ffi::CStr::from_ptr(entry.pw_name)
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    uid.to_string()
+}
+
+pub fn log(message: impl std::fmt::Display) {
+    eprintln!("cosched daemon: {message}");
+}
+
+/// The daemon's shared state.
+pub struct Shared {
+    inner: Mutex<Inner>,
+    pub stats: Arc<Mutex<Stats>>,
+}
+
+impl Shared {
+    pub fn new(inner: Inner, stats: Arc<Mutex<Stats>>) -> Arc<Shared> {
+        Arc::new(Shared {
+            inner: Mutex::new(inner),
+            stats,
+        })
+    }
+
+    /// Runs `f` on the state; then starts watching any supervisor it launched or found.
+    pub fn with<T>(self: &Arc<Self>, f: impl FnOnce(&mut Inner, Micros) -> T) -> T {
+        let mut inner = self.lock();
+        let out = f(&mut inner, now_micros());
+        let watchers = std::mem::take(&mut inner.new_watchers);
+        drop(inner);
+        for watcher in watchers {
+            let shared = Arc::clone(self);
+            std::thread::spawn(move || shared.watch(watcher));
+        }
+        out
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock is a bug; the state is still the best we have.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits for a supervisor's report of the end, records it, and confirms.
+    fn watch(self: Arc<Self>, watcher: Watcher) {
+        let Watcher { job, stream, child } = watcher;
+        let report = crate::unix::read_line(&stream, 4096);
+        let exit = match report {
+            Ok(Some(line)) => serde_json::from_slice::<ExitInfo>(&line).ok(),
+            _ => None,
+        };
+        match exit {
+            Some(exit) => {
+                self.with(|inner, now| inner.exited(job, exit, now));
+                use std::io::Write;
+                let _ = (&stream).write_all(b"ok\n");
+            }
+            None => {
+                // The supervisor died without a word: its kept status, if any, tells the end.
+                self.with(|inner, now| {
+                    let kept = supervisor::kept_exit(&inner.exit_file(job));
+                    match kept {
+                        Some(exit) => inner.ended_while_away(job, exit, now),
+                        None => inner.fail(job, "its supervisor died", now),
+                    }
+                });
+            }
+        }
+        if let Some(mut child) = child {
+            let _ = child.wait();
+        }
+    }
+
+    /// Handles the agent's reports until the agent stops.
+    pub fn listen_to_agent(self: Arc<Self>, events: std::sync::mpsc::Receiver<AgentEvent>) {
+        for event in events {
+            match event {
+                AgentEvent::Idle(job) => {
+                    self.stats.lock().expect("stats").idle_departures += 1;
+                    self.with(|inner, now| inner.went_idle(job, now));
+                }
+                AgentEvent::Woke(job) => self.with(|inner, now| inner.woke(job, now)),
+            }
+        }
+    }
+
+    /// Clean stop: the agent lets every job loose (or kills them) and stops.
+    pub fn stop(self: &Arc<Self>, on_stop: OnStop) -> Result<(), ApiError> {
+        let inner = self.lock();
+        inner.ask(|reply| AgentMsg::Stop {
+            cancel: on_stop == OnStop::Cancel,
+            reply,
+        })
+    }
+}

@@ -1,0 +1,310 @@
+//! The API on the daemon's Unix socket: one JSON object per line each way.
+//!
+//! A client sends one request per connection. `run` may carry the job's stdin, stdout and
+//! stderr as descriptors (`SCM_RIGHTS`), so the job reads and writes the caller's own files and
+//! terminal, even while the daemon is down. Replies are `{"ok": true, ...}` or
+//! `{"ok": false, "error": "..."}`; `run` and `wait` send a second reply when the job ends.
+
+use cosched_core::JobId;
+use serde::{Deserialize, Serialize};
+
+/// Longest request line: a command line and environment fit easily; anything larger is refused.
+pub const MAX_REQUEST_BYTES: usize = 1 << 20;
+/// Longest job name.
+pub const MAX_NAME_CHARS: usize = 64;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    Run(RunRequest),
+    /// Waits for a job to end (a `run` whose daemon restarted reconnects with this); may carry
+    /// stdio descriptors for a job that has not started yet.
+    Wait {
+        job: JobId,
+        #[serde(default)]
+        stdio: bool,
+    },
+    Ps {
+        #[serde(default)]
+        all: bool,
+    },
+    Matrix,
+    Stats,
+    Cancel {
+        job: JobId,
+    },
+    Suspend {
+        job: JobId,
+    },
+    Resume {
+        job: JobId,
+    },
+    Class {
+        job: JobId,
+        class: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    pub procs: u32,
+    #[serde(default)]
+    pub class: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Reply once with the job id instead of waiting for the end.
+    #[serde(default)]
+    pub detach: bool,
+    /// Three descriptors (stdin, stdout, stderr) come with the request.
+    #[serde(default)]
+    pub stdio: bool,
+}
+
+/// How a job ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitInfo {
+    /// The exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that killed it, when it was killed.
+    pub signal: Option<i32>,
+}
+
+impl ExitInfo {
+    /// A shell's convention: the code, or 128 + the signal.
+    pub fn shell_status(&self) -> i32 {
+        match (self.code, self.signal) {
+            (Some(code), _) => code,
+            (None, Some(signal)) => 128 + signal,
+            (None, None) => 1,
+        }
+    }
+}
+
+/// Rejects what no job can be made of, naming the first thing wrong.
+pub fn validate_run(run: &RunRequest) -> Result<(), String> {
+    let has_nul = |s: &str| s.contains('\0');
+    if run.argv.is_empty() || run.argv[0].is_empty() {
+        return Err("no command given (argv is empty)".into());
+    }
+    if let Some(arg) = run.argv.iter().find(|a| has_nul(a)) {
+        return Err(format!("argument {arg:?} holds a NUL byte"));
+    }
+    for (key, value) in &run.env {
+        if key.is_empty() || key.contains('=') || has_nul(key) || has_nul(value) {
+            return Err(format!(
+                "environment variable name {key:?} is not usable (empty, '=' or NUL)"
+            ));
+        }
+    }
+    if !run.cwd.starts_with('/') || has_nul(&run.cwd) {
+        return Err(format!(
+            "working directory {:?} is not an absolute path",
+            run.cwd
+        ));
+    }
+    if run.procs == 0 {
+        return Err("a job needs at least one processor (-n 1 or more)".into());
+    }
+    if let Some(name) = &run.name {
+        if name.chars().count() > MAX_NAME_CHARS
+            || name.is_empty()
+            || name.chars().any(|c| c.is_control())
+        {
+            return Err(format!(
+                "job name {name:?} must be 1 to {MAX_NAME_CHARS} printable characters"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One job as `ps` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: JobId,
+    pub name: String,
+    pub uid: u32,
+    pub user: String,
+    pub class: String,
+    pub procs: u32,
+    pub state: String,
+    /// Its partition (cpuset list), once placed.
+    pub cpus: Option<String>,
+    /// Slices of the current matrix it runs in.
+    pub slices: Vec<usize>,
+    pub submitted_us: i64,
+    pub started_us: Option<i64>,
+    pub ended_us: Option<i64>,
+    pub exit: Option<ExitInfo>,
+    pub argv: Vec<String>,
+    /// Why it ended without an exit status, if it did.
+    pub note: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatrixEntryView {
+    pub job: JobId,
+    pub cpus: String,
+    pub role: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatrixView {
+    pub procs: u32,
+    pub mode: String,
+    pub epoch_us: i64,
+    pub quantum_us: i64,
+    /// The slot running now and the slice it runs (none when the matrix is empty).
+    pub slot: i64,
+    pub running_slice: Option<usize>,
+    pub generation: u64,
+    pub slices: Vec<Vec<MatrixEntryView>>,
+    pub queued: Vec<JobId>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SummaryView {
+    pub p50: u64,
+    pub p99: u64,
+    pub max: u64,
+    pub count: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatsView {
+    pub mode: String,
+    pub quantum_ms: f64,
+    pub actuator: String,
+    /// Whether the clock thread got real-time priority.
+    pub realtime: bool,
+    pub lateness_us: SummaryView,
+    pub switch_us: SummaryView,
+    pub skew_us: SummaryView,
+    /// Boundaries the clock slept through entirely.
+    pub missed_slots: u64,
+    pub jobs_running: usize,
+    pub jobs_queued: usize,
+    pub jobs_ended: usize,
+    pub idle_departures: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Untagged: a reader tries the variants in order, so the ones with more fields come first.
+#[serde(untagged)]
+pub enum Reply {
+    Error {
+        ok: bool,
+        error: String,
+    },
+    Ended {
+        ok: bool,
+        job: JobId,
+        state: String,
+        exit: Option<ExitInfo>,
+    },
+    Jobs {
+        ok: bool,
+        jobs: Vec<JobView>,
+    },
+    Matrix {
+        ok: bool,
+        matrix: MatrixView,
+    },
+    Stats {
+        ok: bool,
+        stats: StatsView,
+    },
+    Submitted {
+        ok: bool,
+        job: JobId,
+    },
+    Done {
+        ok: bool,
+        message: String,
+    },
+}
+
+impl Reply {
+    pub fn error(error: impl Into<String>) -> Reply {
+        Reply::Error {
+            ok: false,
+            error: error.into(),
+        }
+    }
+
+    pub fn done(message: impl Into<String>) -> Reply {
+        Reply::Done {
+            ok: true,
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> RunRequest {
+        RunRequest {
+            argv: vec!["true".into()],
+            env: vec![("PATH".into(), "/bin".into())],
+            cwd: "/".into(),
+            procs: 1,
+            class: None,
+            name: None,
+            detach: false,
+            stdio: false,
+        }
+    }
+
+    #[test]
+    fn requests_round_trip_and_unknown_fields_are_refused() {
+        let request = Request::Run(run());
+        let text = serde_json::to_string(&request).unwrap();
+        assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), request);
+        assert!(serde_json::from_str::<Request>(r#"{"op":"ps","evil":1}"#).is_err());
+        assert!(serde_json::from_str::<Request>(r#"{"op":"launch"}"#).is_err());
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"op":"ps"}"#).unwrap(),
+            Request::Ps { all: false }
+        );
+    }
+
+    #[test]
+    fn bad_runs_are_named() {
+        type Spoil = fn(&mut RunRequest);
+        let cases: Vec<(Spoil, &str)> = vec![
+            (|r| r.argv.clear(), "no command"),
+            (|r| r.argv.push("a\0b".into()), "NUL"),
+            (
+                |r| r.env.push(("A=B".into(), "x".into())),
+                "environment variable",
+            ),
+            (|r| r.cwd = "relative".into(), "absolute"),
+            (|r| r.procs = 0, "at least one processor"),
+            (|r| r.name = Some("x".repeat(65)), "printable"),
+        ];
+        for (spoil, expected) in cases {
+            let mut r = run();
+            spoil(&mut r);
+            let error = validate_run(&r).unwrap_err();
+            assert!(error.contains(expected), "{error}");
+        }
+        assert_eq!(validate_run(&run()), Ok(()));
+    }
+
+    #[test]
+    fn replies_carry_ok_and_shell_status() {
+        let text = serde_json::to_string(&Reply::error("no job 5")).unwrap();
+        assert_eq!(text, r#"{"ok":false,"error":"no job 5"}"#);
+        let killed = ExitInfo {
+            code: None,
+            signal: Some(9),
+        };
+        assert_eq!(killed.shell_status(), 137);
+    }
+}

@@ -1,0 +1,436 @@
+//! The per-job supervisor (as containerd-shim or slurmstepd): a small process, started by the
+//! daemon as `cosched supervise SPEC`, that starts the job, waits for it, and keeps its exit
+//! status in a file even when the daemon is dead. When its connection to the daemon breaks
+//! (the daemon died or stopped), it lets the job loose at once, so no job stays frozen.
+//!
+//! The job's process joins its cgroup itself before it executes the command (nothing it forks
+//! can escape), takes the submitter's uid, gid and groups, and enters the submitter's working
+//! directory. No shell is involved.
+
+use crate::protocol::ExitInfo;
+use cosched_cgroups::ReleaseStep;
+use cosched_core::JobId;
+use serde::{Deserialize, Serialize};
+use std::ffi::CString;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What a supervisor needs, written by the daemon next to the job's socket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    pub job: JobId,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    pub join_files: Vec<PathBuf>,
+    pub release: Vec<ReleaseStep>,
+    pub exit_file: PathBuf,
+    pub socket: PathBuf,
+}
+
+/// The listening socket reaches the supervisor as this descriptor.
+const LISTENER_FD: RawFd = 3;
+/// Without a daemon connected this long after starting, the job is let loose.
+const FIRST_CONTACT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    #[error("launch spec {path}: {source}")]
+    Spec { path: PathBuf, source: io::Error },
+    #[error("launch spec {path}: {source}")]
+    BadSpec {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("job {job}: {what}: {source}")]
+    Os {
+        job: JobId,
+        what: &'static str,
+        source: io::Error,
+    },
+}
+
+/// Starts the supervisor of a job: a new session (no terminal signal reaches it), the job's
+/// stdio as its own, and `listener` as descriptor 3.
+pub fn spawn(
+    exe: &Path,
+    spec_file: &Path,
+    listener: UnixListener,
+    stdio: [OwnedFd; 3],
+) -> io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let [stdin, stdout, stderr] = stdio;
+    let fd = listener.as_raw_fd();
+    let mut command = Command::new(exe);
+    command
+        .arg("supervise")
+        .arg(spec_file)
+        .env_clear()
+        .stdin(Stdio::from(stdin))
+        .stdout(Stdio::from(stdout))
+        .stderr(Stdio::from(stderr));
+    // SAFETY: setsid, dup2 and fcntl are async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            libc::setsid();
+            if fd == LISTENER_FD {
+                libc::fcntl(fd, libc::F_SETFD, 0);
+            } else if libc::dup2(fd, LISTENER_FD) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn()?;
+    drop(listener);
+    Ok(child)
+}
+
+/// Where the job's program is: a name with a slash as it is, else searched in the job's PATH.
+fn resolve(argv0: &str, env: &[(String, String)]) -> Option<PathBuf> {
+    if argv0.contains('/') {
+        return Some(PathBuf::from(argv0));
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or("/usr/local/bin:/usr/bin:/bin", |(_, v)| v.as_str());
+    path.split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(argv0))
+        .find(|candidate| {
+            candidate
+                .metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+fn cstring(s: &str) -> CString {
+    CString::new(s).expect("validated: no NUL bytes")
+}
+
+/// Steps of the child's start, reported through the error pipe when one fails.
+const STEPS: [&str; 5] = [
+    "",
+    "cannot join its cgroup",
+    "cannot take the submitter's uid, gid and groups",
+    "cannot enter the working directory",
+    "cannot run the command",
+];
+
+struct Prepared {
+    program: Option<CString>,
+    argv: Vec<CString>,
+    env: Vec<CString>,
+    cwd: CString,
+    join_files: Vec<CString>,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+}
+
+/// In the forked child: join, drop privileges, chdir, exec. Only async-signal-safe calls.
+unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
+    let fail = |step: u8| -> ! {
+        let errno = *libc::__errno_location();
+        let mut message = [0u8; 5];
+        message[0] = step;
+        message[1..].copy_from_slice(&errno.to_ne_bytes());
+        libc::write(report, message.as_ptr().cast(), message.len());
+        libc::_exit(if errno == libc::ENOENT { 127 } else { 126 });
+    };
+    libc::setpgid(0, 0);
+    for file in &p.join_files {
+        let fd = libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+            fail(1);
+        }
+        libc::close(fd);
+    }
+    // A job must not inherit what the supervisor ignores or blocks (Rust ignores SIGPIPE).
+    for signal in 1..libc::SIGRTMAX() {
+        libc::signal(signal, libc::SIG_DFL);
+    }
+    let mut empty: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut empty);
+    libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    if libc::setgroups(p.groups.len(), p.groups.as_ptr()) != 0
+        || libc::setgid(p.gid) != 0
+        || libc::setuid(p.uid) != 0
+    {
+        fail(2);
+    }
+    if libc::chdir(p.cwd.as_ptr()) != 0 {
+        fail(3);
+    }
+    let Some(program) = &p.program else {
+        *libc::__errno_location() = libc::ENOENT;
+        fail(4);
+    };
+    let argv: Vec<*const libc::c_char> = p
+        .argv
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let env: Vec<*const libc::c_char> = p
+        .env
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    libc::execve(program.as_ptr(), argv.as_ptr(), env.as_ptr());
+    fail(4);
+}
+
+fn os_error(job: JobId, what: &'static str) -> impl FnOnce(io::Error) -> SupervisorError {
+    move |source| SupervisorError::Os { job, what, source }
+}
+
+fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// Writes the exit status where a restarted daemon finds it: whole or not at all.
+fn keep_exit(file: &Path, exit: &ExitInfo) -> io::Result<()> {
+    let partial = file.with_extension("partial");
+    let mut out = std::fs::File::create(&partial)?;
+    out.write_all(serde_json::to_string(exit).expect("serializes").as_bytes())?;
+    out.sync_all()?;
+    std::fs::rename(&partial, file)
+}
+
+/// Reads the exit status a supervisor kept.
+pub fn kept_exit(file: &Path) -> Option<ExitInfo> {
+    serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()
+}
+
+/// The supervisor's life. Returns when the job has ended and its status is kept.
+pub fn supervise(spec_file: &Path) -> Result<(), SupervisorError> {
+    let text = std::fs::read_to_string(spec_file).map_err(|source| SupervisorError::Spec {
+        path: spec_file.to_path_buf(),
+        source,
+    })?;
+    let spec: LaunchSpec =
+        serde_json::from_str(&text).map_err(|source| SupervisorError::BadSpec {
+            path: spec_file.to_path_buf(),
+            source,
+        })?;
+    let job = spec.job;
+    // SAFETY: descriptor 3 was set up by `spawn` and is owned by nobody else here.
+    let listener = unsafe { UnixListener::from_raw_fd(LISTENER_FD) };
+    listener
+        .set_nonblocking(true)
+        .map_err(os_error(job, "listening socket"))?;
+    let prepared = Prepared {
+        program: resolve(&spec.argv[0], &spec.env)
+            .map(|p| CString::new(p.into_os_string().into_encoded_bytes()).expect("no NUL")),
+        argv: spec.argv.iter().map(|a| cstring(a)).collect(),
+        env: spec
+            .env
+            .iter()
+            .map(|(k, v)| cstring(&format!("{k}={v}")))
+            .collect(),
+        cwd: cstring(&spec.cwd),
+        join_files: spec
+            .join_files
+            .iter()
+            .map(|f| cstring(&f.to_string_lossy()))
+            .collect(),
+        uid: spec.uid,
+        gid: spec.gid,
+        groups: spec.groups.clone(),
+    };
+    let mut pipe = [0; 2];
+    // SAFETY: `pipe` has room for two descriptors.
+    check(unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) })
+        .map_err(os_error(job, "pipe"))?;
+    // SAFETY: this process has one thread, so the child may run any code until exec; it
+    // only makes async-signal-safe calls anyway.
+    let child = check(unsafe { libc::fork() }).map_err(os_error(job, "fork"))?;
+    if child == 0 {
+        unsafe { exec_child(&prepared, pipe[1]) }
+    }
+    // SAFETY: both ends are ours; the write end is closed so EOF means exec succeeded.
+    let report = unsafe {
+        libc::close(pipe[1]);
+        OwnedFd::from_raw_fd(pipe[0])
+    };
+    // SAFETY: pidfd_open takes a pid and flags; the descriptor returned is ours.
+    let pidfd = unsafe {
+        OwnedFd::from_raw_fd(
+            check(libc::syscall(libc::SYS_pidfd_open, child, 0) as libc::c_int)
+                .map_err(os_error(job, "pidfd_open (Linux 5.3 or later)"))?,
+        )
+    };
+    let mut state = Watch {
+        spec: &spec,
+        daemon: None,
+        ever_connected: false,
+        released: false,
+        started: Instant::now(),
+    };
+    let mut report = Some(report);
+    let mut failed_step = None;
+    loop {
+        let mut fds = vec![poll_fd(pidfd.as_raw_fd()), poll_fd(listener.as_raw_fd())];
+        fds.extend(report.as_ref().map(|r| poll_fd(r.as_raw_fd())));
+        let daemon_at = fds.len();
+        fds.extend(state.daemon.as_ref().map(|d| poll_fd(d.as_raw_fd())));
+        // SAFETY: `fds` is a valid array of pollfd.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 200) };
+        if ready < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(os_error(job, "poll")(error));
+        }
+        if fds.len() > 2 && report.is_some() && fds[2].revents != 0 {
+            let mut message = [0u8; 5];
+            let reader = report.take().expect("checked");
+            // SAFETY: `message` is writable for its length.
+            let n = unsafe { libc::read(reader.as_raw_fd(), message.as_mut_ptr().cast(), 5) };
+            if n == 5 {
+                let errno = i32::from_ne_bytes(message[1..].try_into().expect("4 bytes"));
+                failed_step = Some((message[0], io::Error::from_raw_os_error(errno)));
+            }
+        }
+        if fds[1].revents != 0 {
+            if let Ok((stream, _)) = listener.accept() {
+                let _ = stream.set_nonblocking(false);
+                state.daemon = Some(stream);
+                state.ever_connected = true;
+                state.released = false;
+            }
+        }
+        if fds.len() > daemon_at && fds[daemon_at].revents != 0 {
+            state.daemon_spoke();
+        }
+        if fds[0].revents != 0 {
+            let exit = reap(child).map_err(os_error(job, "waitpid"))?;
+            if let Some((step, error)) = &failed_step {
+                let what = STEPS.get(usize::from(*step)).copied().unwrap_or("failed");
+                eprintln!(
+                    "cosched: job {job}: {what} ({}): {error}",
+                    if *step == 3 { &spec.cwd } else { &spec.argv[0] }
+                );
+            }
+            return state.finish(exit);
+        }
+        state.check_daemon();
+    }
+}
+
+struct Watch<'a> {
+    spec: &'a LaunchSpec,
+    daemon: Option<UnixStream>,
+    ever_connected: bool,
+    released: bool,
+    started: Instant,
+}
+
+impl Watch<'_> {
+    /// The daemon closed (or wrote, which it never does before the end): it is gone.
+    fn daemon_spoke(&mut self) {
+        let mut byte = [0u8; 1];
+        let gone = match self.daemon.as_ref() {
+            Some(stream) => !matches!(io::Read::read(&mut &*stream, &mut byte), Ok(n) if n > 0),
+            None => false,
+        };
+        if gone {
+            self.daemon = None;
+            self.let_loose();
+        }
+    }
+
+    /// A daemon that never came is as good as a dead one.
+    fn check_daemon(&mut self) {
+        if !self.ever_connected && self.started.elapsed() > FIRST_CONTACT {
+            self.ever_connected = true;
+            self.let_loose();
+        }
+    }
+
+    fn let_loose(&mut self) {
+        if !self.released {
+            self.released = true;
+            if let Err(error) = cosched_cgroups::release(&self.spec.release) {
+                eprintln!(
+                    "cosched: job {}: could not let the job loose: {error}",
+                    self.spec.job
+                );
+            }
+        }
+    }
+
+    /// Keeps the status, tells the daemon if it is there, and waits for it to confirm.
+    fn finish(mut self, exit: ExitInfo) -> Result<(), SupervisorError> {
+        let job = self.spec.job;
+        keep_exit(&self.spec.exit_file, &exit).map_err(os_error(job, "keeping the exit status"))?;
+        let _ = std::fs::remove_file(&self.spec.socket);
+        if let Some(stream) = self.daemon.take() {
+            let line = serde_json::to_string(&exit).expect("serializes") + "\n";
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+            let confirmed = (&stream).write_all(line.as_bytes()).is_ok()
+                && matches!(crate::unix::read_line(&stream, 16), Ok(Some(ack)) if ack == b"ok");
+            if confirmed {
+                let _ = std::fs::remove_file(&self.spec.exit_file);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn poll_fd(fd: RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+fn reap(child: libc::pid_t) -> io::Result<ExitInfo> {
+    let mut status = 0;
+    // SAFETY: `status` is writable.
+    check(unsafe { libc::waitpid(child, &mut status, 0) })?;
+    Ok(if libc::WIFSIGNALED(status) {
+        ExitInfo {
+            code: None,
+            signal: Some(libc::WTERMSIG(status)),
+        }
+    } else {
+        ExitInfo {
+            code: Some(libc::WEXITSTATUS(status)),
+            signal: None,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_are_found_in_the_jobs_path_only() {
+        let env = vec![("PATH".to_string(), "/nonexistent:/bin:/usr/bin".to_string())];
+        let sh = resolve("sh", &env).expect("sh is in /bin or /usr/bin");
+        assert!(sh.ends_with("sh") && sh.is_absolute());
+        assert_eq!(resolve("no-such-program-here", &env), None);
+        assert_eq!(resolve("./x", &env), Some(PathBuf::from("./x")));
+        let empty = vec![("PATH".to_string(), String::new())];
+        assert_eq!(resolve("sh", &empty), None);
+    }
+}

@@ -1,0 +1,238 @@
+//! Unix-socket plumbing the standard library lacks: peer credentials (`SO_PEERCRED`,
+//! `SO_PEERGROUPS`), passing file descriptors (`SCM_RIGHTS`), and reading one size-limited line.
+
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+/// Who is on the other end of a socket, as the kernel says (not as the peer claims).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Credentials {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+impl Credentials {
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+}
+
+pub fn peer_credentials(stream: &UnixStream) -> io::Result<Credentials> {
+    let fd = stream.as_raw_fd();
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of the sizes given.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut groups = vec![0u32; 256];
+    let mut len = (groups.len() * 4) as libc::socklen_t;
+    // SAFETY: `groups` holds `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERGROUPS,
+            groups.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    groups.truncate(len as usize / 4);
+    Ok(Credentials {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+        groups,
+    })
+}
+
+/// Most descriptors one message may carry (a job's stdin, stdout and stderr).
+pub const MAX_FDS: usize = 3;
+
+const CMSG_SPACE: usize = 64;
+
+/// Sends `bytes` with `fds` attached (to the first byte); the rest of `bytes` follows plainly.
+pub fn send_with_fds(stream: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    assert!(fds.len() <= MAX_FDS && !bytes.is_empty());
+    let mut control = [0u8; CMSG_SPACE];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call, and the
+    // control buffer is large enough for MAX_FDS descriptors (CMSG_SPACE(12) = 32 bytes).
+    let sent = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if !fds.is_empty() {
+            let data_len = std::mem::size_of_val(fds) as u32;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(data_len) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(data_len) as _;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), fds.len());
+        }
+        libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut rest = &bytes[sent as usize..];
+    while !rest.is_empty() {
+        // SAFETY: `rest` is a valid buffer.
+        let n = unsafe {
+            libc::send(
+                stream.as_raw_fd(),
+                rest.as_ptr().cast(),
+                rest.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        rest = &rest[n as usize..];
+    }
+    Ok(())
+}
+
+/// Receives some bytes into `buf` and any descriptors that came with them.
+fn recv_with_fds(stream: &UnixStream, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> io::Result<usize> {
+    let mut control = [0u8; CMSG_SPACE];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: as in send_with_fds; the kernel fills at most msg_controllen bytes, and every
+    // descriptor it passes is new to this process, so owning it is sound.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = control.len() as _;
+        let n = libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg) as *const RawFd;
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        Ok(n as usize)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LineError {
+    #[error("the request is longer than {0} bytes")]
+    TooLong(usize),
+    #[error("the connection closed before a whole request arrived")]
+    Truncated,
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// A line (without its newline) and the descriptors that came with it.
+pub type Message = (Vec<u8>, Vec<OwnedFd>);
+
+/// Reads one newline-terminated line of at most `limit` bytes (byte by byte past the newline
+/// is never read), with any descriptors sent along. `Ok(None)` when the peer closed first.
+pub fn read_line_with_fds(stream: &UnixStream, limit: usize) -> Result<Option<Message>, LineError> {
+    let mut line = Vec::new();
+    let mut fds = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        // Peek first, so bytes after the newline stay for the next read.
+        let mut ahead = [0u8; 4096];
+        let available = loop {
+            match peek(stream, &mut ahead) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other?,
+            }
+        };
+        if available == 0 {
+            return if line.is_empty() {
+                Ok(None)
+            } else {
+                Err(LineError::Truncated)
+            };
+        }
+        let take = ahead[..available]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(available, |i| i + 1);
+        let n = recv_with_fds(stream, &mut chunk[..take], &mut fds)?;
+        line.extend_from_slice(&chunk[..n]);
+        if line.last() == Some(&b'\n') {
+            line.pop();
+            return Ok(Some((line, fds)));
+        }
+        if line.len() > limit {
+            return Err(LineError::TooLong(limit));
+        }
+    }
+}
+
+fn peek(stream: &UnixStream, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of its length.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_PEEK,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Reads one line without descriptors (replies, supervisor messages).
+pub fn read_line(stream: &UnixStream, limit: usize) -> Result<Option<Vec<u8>>, LineError> {
+    Ok(read_line_with_fds(stream, limit)?.map(|(line, _)| line))
+}
+
+/// Drains and drops whatever a misbehaving peer sent, so closing does not reset the
+/// connection before it reads our error reply.
+pub fn drain(stream: &UnixStream) {
+    let mut sink = [0u8; 4096];
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_millis(50)));
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(1)
+        && matches!((&*stream).read(&mut sink), Ok(n) if n > 0)
+    {}
+}
