@@ -522,8 +522,8 @@ mod tests {
             queued: vec![4],
         };
         let text = render_matrix(&m);
-        assert!(text.contains("  slice 0   1 1 2 2"), "{text}");
-        assert!(text.contains("* slice 1   3 3 3 3"), "{text}");
+        assert!(text.contains("  slice 0  1 1 2 2"), "{text}");
+        assert!(text.contains("* slice 1  3 3 3 3"), "{text}");
         assert!(text.contains("queued: 4"), "{text}");
         assert_eq!(cpus_of("0-2,5"), vec![0, 1, 2, 5]);
     }
