@@ -14,7 +14,7 @@ mod stats;
 pub use idle::IdleTracker;
 pub use stats::{Samples, Summary};
 
-use cosched_cgroups::{Actuator, CgroupError};
+use cosched_cgroups::{Actuator, CgroupError, ReleaseStep};
 use cosched_core::{Generation, JobId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -274,8 +274,15 @@ impl<A: Actuator> Applier<A> {
         let outcome = match (self.mode, run) {
             (Mode::Gang, true) => self.actuator.thaw(&name).map(|_| ()),
             (Mode::Gang, false) => self.actuator.freeze(&name).map(|_| ()),
-            (Mode::Moderate, true) => self.actuator.set_weight(&name, FAVOURED_WEIGHT),
-            (Mode::Moderate, false) => self.actuator.set_weight(&name, DISFAVOURED_WEIGHT),
+            // Weight alone is not enough: see `Actuator::spread`.
+            (Mode::Moderate, true) => self
+                .actuator
+                .set_weight(&name, FAVOURED_WEIGHT)
+                .and_then(|()| self.actuator.spread(&name)),
+            (Mode::Moderate, false) => self
+                .actuator
+                .set_weight(&name, DISFAVOURED_WEIGHT)
+                .and_then(|()| self.actuator.unpin(&name)),
             (Mode::Implicit | Mode::Local, _) => Ok(()),
         };
         outcome.map_err(|source| AgentError::Actuator { job, source })
@@ -325,9 +332,28 @@ impl<A: Actuator> Applier<A> {
         let name = job_name(job);
         let outcome = match self.mode {
             Mode::Gang => self.actuator.thaw(&name).map(|_| ()),
-            Mode::Moderate => self.actuator.set_weight(&name, NORMAL_WEIGHT),
+            Mode::Moderate => self
+                .actuator
+                .set_weight(&name, NORMAL_WEIGHT)
+                .and_then(|()| self.actuator.unpin(&name)),
             Mode::Implicit | Mode::Local => Ok(()),
         };
         outcome.map_err(|source| AgentError::Actuator { job, source })
+    }
+
+    /// What lets a job run freely without this agent (its supervisor takes these steps when
+    /// the daemon dies): the actuator's steps, and in moderate mode unpinning its threads.
+    pub fn release_steps(&self, job: JobId) -> Result<Vec<ReleaseStep>, AgentError> {
+        let name = job_name(job);
+        let fail = |source| AgentError::Actuator { job, source };
+        let mut steps = self.actuator.release_steps(&name).map_err(fail)?;
+        if self.mode == Mode::Moderate {
+            if let Some(procs) = self.actuator.join_files(&name).map_err(fail)?.first() {
+                steps.push(ReleaseStep::Unpin {
+                    procs: procs.clone(),
+                });
+            }
+        }
+        Ok(steps)
     }
 }

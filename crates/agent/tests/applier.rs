@@ -65,25 +65,29 @@ fn gang_freezes_the_leavers_before_thawing_the_entrants() {
 }
 
 #[test]
-fn moderate_moves_weight_and_freezes_nothing() {
+fn moderate_moves_weight_and_pins_and_freezes_nothing() {
     let mut a = applier(Mode::Moderate);
     a.enter_slot(10).unwrap();
     let weight = |a: &Applier<Fake>, job: &str| a.actuator().jobs[job].weight;
+    let spread = |a: &Applier<Fake>, job: &str| a.actuator().jobs[job].spread;
     assert_eq!(
         (weight(&a, "job-1"), weight(&a, "job-2")),
         (FAVOURED_WEIGHT, DISFAVOURED_WEIGHT)
     );
+    assert!(spread(&a, "job-1") && !spread(&a, "job-2"));
     a.enter_slot(11).unwrap();
     assert_eq!(
         (weight(&a, "job-1"), weight(&a, "job-2")),
         (DISFAVOURED_WEIGHT, FAVOURED_WEIGHT)
     );
+    assert!(!spread(&a, "job-1") && spread(&a, "job-2"));
     assert!(a.actuator().frozen().is_empty());
     a.release_all().unwrap();
     assert_eq!(
         (weight(&a, "job-1"), weight(&a, "job-2")),
         (NORMAL_WEIGHT, NORMAL_WEIGHT)
     );
+    assert!(!spread(&a, "job-1") && !spread(&a, "job-2"));
     // A job that ends is let loose too.
     a.enter_slot(12).unwrap();
     assert_eq!(weight(&a, "job-2"), DISFAVOURED_WEIGHT);

@@ -5,6 +5,7 @@
 //! process (confirmed in `/proc/PID/stat`). Processors and weights use whichever tree has the
 //! controller: on a hybrid machine the v2 freezer works beside the v1 cpuset and cpu trees.
 
+use crate::affinity;
 use crate::layout::Layout;
 use crate::procfs;
 use crate::{check_name, Actuator, CgroupError, Pid, Result, CONFIRM_TIMEOUT};
@@ -26,6 +27,8 @@ pub enum ReleaseStep {
     ContinueAll { procs: PathBuf },
     /// Writes `value` to `file` (the default CPU weight back).
     Write { file: PathBuf, value: String },
+    /// Lets every thread of the processes listed in `procs` use its whole cpuset again.
+    Unpin { procs: PathBuf },
 }
 
 /// Takes every step, even after one fails (a job must never stay stopped because its weight
@@ -46,12 +49,15 @@ pub fn release(steps: &[ReleaseStep]) -> Result<()> {
                     .and_then(|_| confirm(&file, "THAWED", |t| t.trim() == "THAWED").map(|_| ()))
             }
             ReleaseStep::ContinueAll { procs } => read(procs).map(|text| {
-                for pid in text.lines().filter_map(|l| l.trim().parse::<Pid>().ok()) {
+                for pid in parse_pids(&text) {
                     // A process that exited meanwhile needs nothing.
                     let _ = signal(pid, libc::SIGCONT);
                 }
             }),
             ReleaseStep::Write { file, value } => write(file, value),
+            ReleaseStep::Unpin { procs } => {
+                read(procs).and_then(|text| affinity::unpin(&parse_pids(&text)))
+            }
         };
         if let Err(error) = outcome {
             first_error.get_or_insert(error);
@@ -115,6 +121,11 @@ fn write(path: &Path, value: &str) -> Result<()> {
 
 fn read(path: &Path) -> Result<String> {
     fs::read_to_string(path).map_err(io_err(path))
+}
+
+/// The pids in a `cgroup.procs` file's text.
+fn parse_pids(text: &str) -> Vec<Pid> {
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
 fn mkdir(path: &Path) -> Result<()> {
@@ -289,6 +300,39 @@ impl Cgroups {
             .into_iter()
             .flatten()
             .map(move |parent| parent.join(&job))
+    }
+
+    /// The job's directory in the tree that holds its cpuset, if any tree does.
+    fn cpuset_dir(&self, job: &str) -> Option<PathBuf> {
+        match self.cpuset {
+            Some(Tree::V2) => self.v2.as_ref(),
+            Some(Tree::V1) => self.v1_cpuset.as_ref(),
+            None => None,
+        }
+        .map(|parent| parent.join(job))
+    }
+
+    /// The processors the job may use: its effective cpuset, or every online one.
+    fn usable_cpus(&self, job: &str) -> Result<Vec<usize>> {
+        self.known(job)?;
+        let file = match self.cpuset {
+            Some(Tree::V2) => self
+                .cpuset_dir(job)
+                .map(|d| d.join("cpuset.cpus.effective")),
+            Some(Tree::V1) => self
+                .cpuset_dir(job)
+                .map(|d| d.join("cpuset.effective_cpus")),
+            None => None,
+        }
+        .unwrap_or_else(|| PathBuf::from("/sys/devices/system/cpu/online"));
+        let text = read(&file)?;
+        affinity::parse_cpu_list(&text).ok_or_else(|| CgroupError::Io {
+            path: file,
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not a processor list: '{}'", text.trim()),
+            ),
+        })
     }
 
     fn known(&self, job: &str) -> Result<()> {
@@ -472,19 +516,15 @@ impl Actuator for Cgroups {
     fn pids(&self, job: &str) -> Result<Vec<Pid>> {
         self.known(job)?;
         let dir = self.dirs(job).next().expect("open() ensures one hierarchy");
-        let text = read(&dir.join("cgroup.procs"))?;
-        Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        Ok(parse_pids(&read(&dir.join("cgroup.procs"))?))
     }
 
     fn set_cpus(&mut self, job: &str, cpus: &str) -> Result<()> {
         self.known(job)?;
-        let dir = match self.cpuset {
-            Some(Tree::V2) => self.v2.as_ref(),
-            Some(Tree::V1) => self.v1_cpuset.as_ref(),
-            None => None,
-        }
-        .ok_or_else(|| CgroupError::Unsupported("no cpuset controller on this machine".into()))?;
-        write(&dir.join(job).join("cpuset.cpus"), cpus)
+        let dir = self.cpuset_dir(job).ok_or_else(|| {
+            CgroupError::Unsupported("no cpuset controller on this machine".into())
+        })?;
+        write(&dir.join("cpuset.cpus"), cpus)
     }
 
     fn set_weight(&mut self, job: &str, weight: u32) -> Result<()> {
@@ -553,6 +593,15 @@ impl Actuator for Cgroups {
             steps.push(ReleaseStep::Write { file, value });
         }
         Ok(steps)
+    }
+
+    fn spread(&mut self, job: &str) -> Result<()> {
+        let cpus = self.usable_cpus(job)?;
+        affinity::spread(&self.pids(job)?, &cpus)
+    }
+
+    fn unpin(&mut self, job: &str) -> Result<()> {
+        affinity::unpin(&self.pids(job)?)
     }
 
     fn cpu_usage(&self, job: &str) -> Result<Duration> {

@@ -16,6 +16,8 @@ pub enum FakeCall {
     Thaw(String),
     Kill(String),
     Remove(String),
+    Spread(String),
+    Unpin(String),
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -26,6 +28,8 @@ pub struct FakeJob {
     pub frozen: bool,
     /// What `cpu_usage` reports; tests set it.
     pub cpu: Duration,
+    /// Whether the threads are pinned one per processor (`spread`, until `unpin`).
+    pub spread: bool,
 }
 
 #[derive(Debug, Default)]
@@ -133,6 +137,18 @@ impl Actuator for Fake {
 
     fn release_steps(&self, job: &str) -> Result<Vec<ReleaseStep>> {
         self.pids(job).map(|_| Vec::new())
+    }
+
+    fn spread(&mut self, job: &str) -> Result<()> {
+        self.job(job)?.spread = true;
+        self.calls.push(FakeCall::Spread(job.to_string()));
+        Ok(())
+    }
+
+    fn unpin(&mut self, job: &str) -> Result<()> {
+        self.job(job)?.spread = false;
+        self.calls.push(FakeCall::Unpin(job.to_string()));
+        Ok(())
     }
 
     fn cpu_usage(&self, job: &str) -> Result<Duration> {

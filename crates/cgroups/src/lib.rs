@@ -5,6 +5,7 @@
 //! is read back from the kernel with a bounded wait: an `Ok` means the kernel confirmed it.
 //! Facts behind the choices are in `../shared/notes/linux-mechanisms.md`.
 
+pub mod affinity;
 mod cgroup;
 mod fake;
 mod layout;
@@ -48,6 +49,12 @@ pub enum CgroupError {
         state: char,
         waited: Duration,
     },
+    #[error("thread {tid}: cannot set its processors to {cpus:?}: {source}")]
+    Affinity {
+        tid: Pid,
+        cpus: Vec<usize>,
+        source: std::io::Error,
+    },
     #[error("job {0} has no cgroup here (not created, or already removed)")]
     UnknownJob(String),
     #[error("job name '{0}' is not usable as a cgroup name (letters, digits, '-', '_', '.' only)")]
@@ -89,6 +96,12 @@ pub trait Actuator {
     fn release_steps(&self, job: &str) -> Result<Vec<ReleaseStep>>;
     /// CPU time used so far by every process of the job.
     fn cpu_usage(&self, job: &str) -> Result<Duration>;
+    /// Pins the job's runnable threads one per processor of its cpuset, moving as few as it
+    /// can ([`affinity::spread_plan`]): the kernel may leave two busy threads stacked on one
+    /// processor for tens of milliseconds after a weight change.
+    fn spread(&mut self, job: &str) -> Result<()>;
+    /// Lets every thread of the job use every processor of its cpuset again.
+    fn unpin(&mut self, job: &str) -> Result<()>;
 }
 
 fn check_name(job: &str) -> Result<()> {

@@ -1,16 +1,18 @@
-//! What `/proc/PID/stat` says of a process: its state letter and the CPU time it has used.
+//! What `/proc/PID/stat` says of a process or thread: its state letter, the CPU time it has
+//! used and the processor it last ran on.
 
 use crate::{CgroupError, Pid, Result};
 use std::path::PathBuf;
 
-/// State letter and user + system CPU time in clock ticks.
+/// State letter, user + system CPU time in clock ticks, and the processor last run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stat {
     pub state: char,
     pub cpu_ticks: u64,
+    pub processor: usize,
 }
 
-/// Reads `/proc/PID/stat`. The command name (field 2) may hold spaces and parentheses, so the
+/// Reads `/proc/PID/stat` (a thread id works too). The command name (field 2) may hold spaces and parentheses, so the
 /// fields are counted from the last `)`.
 pub fn stat(pid: Pid) -> Result<Stat> {
     let path = PathBuf::from(format!("/proc/{pid}/stat"));
@@ -61,13 +63,15 @@ pub fn tasks(pid: Pid) -> Vec<Pid> {
 fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state is field 3 of the line, utime 14, stime 15.
+    // After the name: state is field 3 of the line, utime 14, stime 15, processor 39.
     let state = fields.first()?.chars().next()?;
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
+    let processor = fields.get(36)?.parse().ok()?;
     Some(Stat {
         state,
         cpu_ticks: utime + stime,
+        processor,
     })
 }
 
@@ -77,13 +81,14 @@ mod tests {
 
     #[test]
     fn names_with_spaces_and_parentheses() {
-        let line =
-            "1234 (a b) c)) R 1 1234 1234 0 -1 4194304 100 0 0 0 57 3 0 0 20 0 1 0 1000 1000 100";
+        let line = "1234 (a b) c)) R 1 1234 1234 0 -1 4194304 100 0 0 0 57 3 0 0 20 0 1 0 1000 \
+            1000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
         assert_eq!(
             parse_stat(line),
             Some(Stat {
                 state: 'R',
-                cpu_ticks: 60
+                cpu_ticks: 60,
+                processor: 1,
             })
         );
         assert_eq!(parse_stat("garbage"), None);

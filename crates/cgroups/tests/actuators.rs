@@ -53,6 +53,40 @@ fn burns_within(pids: &[Pid], patience: Duration) -> bool {
     false
 }
 
+/// The processors a process may run on, as `/proc/PID/status` lists them.
+fn allowed_cpus(pid: Pid) -> Vec<usize> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap();
+    affinity::parse_cpu_list(list).unwrap()
+}
+
+/// Two spinners stacked on processor 0, then given every processor: `spread` pins them one
+/// per processor (on distinct ones when there are two), `unpin` and the release steps' unpin
+/// give them all back.
+fn spread_and_unpin<A: Actuator>(act: &mut A, job: &str, pids: &[Pid]) {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let every = affinity::parse_cpu_list(&online).unwrap();
+    act.set_cpus(job, online.trim()).unwrap();
+    act.spread(job).unwrap();
+    let pinned: Vec<Vec<usize>> = pids.iter().map(|&p| allowed_cpus(p)).collect();
+    assert!(pinned.iter().all(|c| c.len() == 1), "{pinned:?}");
+    if every.len() >= 2 {
+        assert_ne!(pinned[0], pinned[1], "both spinners on one processor");
+    }
+    act.unpin(job).unwrap();
+    assert!(pids.iter().all(|&p| allowed_cpus(p) == every));
+    act.spread(job).unwrap();
+    release(&[ReleaseStep::Unpin {
+        procs: act.join_files(job).unwrap()[0].clone(),
+    }])
+    .unwrap();
+    assert!(pids.iter().all(|&p| allowed_cpus(p) == every));
+    act.set_cpus(job, "0").unwrap();
+}
+
 /// `flag` reads the fake's own idea of frozen; real actuators are judged by CPU time alone.
 fn suite<A: Actuator>(act: &mut A, job: &str, real: bool, flag: impl Fn(&A) -> bool) {
     // The fake touches no process: it gets a made-up pid.
@@ -116,6 +150,7 @@ fn suite<A: Actuator>(act: &mut A, job: &str, real: bool, flag: impl Fn(&A) -> b
             act.describe()
         );
         assert!(act.join_files(job).unwrap().iter().all(|f| f.exists()));
+        spread_and_unpin(act, job, &pids);
     }
     // Killing a frozen job works: the actuator continues it so it can die.
     act.freeze(job).unwrap();

@@ -229,7 +229,8 @@ impl Drop for Daemon {
         ] {
             let parent = root.join(&self.parent);
             if let Ok(entries) = std::fs::read_dir(&parent) {
-                for entry in entries.flatten() {
+                // Job cgroups only: retrying the parent's files would wait a second each.
+                for entry in entries.flatten().filter(|e| e.path().is_dir()) {
                     let _ = std::fs::write(entry.path().join("cgroup.freeze"), "0");
                     let _ = std::fs::write(entry.path().join("cgroup.kill"), "1");
                     for _ in 0..100 {
@@ -322,16 +323,14 @@ fn gang_jobs_never_run_at_the_same_moment_and_keep_their_exit_codes() {
 }
 
 #[test]
-#[ignore = "moderate mode does not yet favour reliably on 2 CPUs: most slots split 50/50 (issue 3 stays open)"]
 fn moderate_mode_gives_the_running_slice_most_of_the_cpu() {
     let d = Daemon::start(&["--quantum-ms", "100", "--mode", "moderate"]);
     let spin = spin_py();
     let a = d.submit(&["-n", "2", "--", "python3", &spin, "2", "2.5", "0"]);
     let b = d.submit(&["-n", "2", "--", "python3", &spin, "2", "2.5", "0"]);
     let slots = per_slot_cpu(&d, a, b, 16);
-    // The favoured job changes every slot, and gets the larger share overall. (Not all of it:
-    // after a switch the favoured job's two tasks may share one CPU while the other job keeps
-    // the second CPU for itself; see the session notes.)
+    // The favoured job changes every slot and gets nearly all of both CPUs (weights alone
+    // gave ~50/50 slots: its two threads stacked on one CPU; `Actuator::spread` pins them).
     let favoured: Vec<bool> = slots.iter().map(|(x, y)| x > y).collect();
     let alternations = favoured.windows(2).filter(|w| w[0] != w[1]).count();
     let (high, low) = slots
@@ -342,7 +341,7 @@ fn moderate_mode_gives_the_running_slice_most_of_the_cpu() {
         "the favoured job alternates with the slots: {slots:?}"
     );
     assert!(
-        high as f64 / (high + low).max(1) as f64 > 0.6,
+        high as f64 / (high + low).max(1) as f64 > 0.75,
         "the favoured job gets most of the CPU: {slots:?}"
     );
     // Nothing is frozen in moderate mode.

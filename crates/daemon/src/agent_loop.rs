@@ -212,7 +212,7 @@ impl<A: Actuator> AgentLoop<A> {
                         let actuator = self.applier.actuator();
                         Ok(Admitted {
                             join_files: actuator.join_files(&name).map_err(|e| e.to_string())?,
-                            release: actuator.release_steps(&name).map_err(|e| e.to_string())?,
+                            release: self.applier.release_steps(job).map_err(|e| e.to_string())?,
                         })
                     });
                 if let Some(cpus) = &cpus {
@@ -283,11 +283,7 @@ impl<A: Actuator> AgentLoop<A> {
     /// Lets a job run freely: out of the applier's charge, thawed, default weight.
     fn let_loose(&mut self, job: JobId) -> Result<(), String> {
         self.applier.release(job).map_err(|e| e.to_string())?;
-        let steps = self
-            .applier
-            .actuator()
-            .release_steps(&job_name(job))
-            .map_err(|e| e.to_string())?;
+        let steps = self.applier.release_steps(job).map_err(|e| e.to_string())?;
         cosched_cgroups::release(&steps).map_err(|e| format!("job {job}: {e}"))
     }
 
