@@ -1,62 +1,137 @@
 //! Skew: after a thaw, the time from the first to the last task of a job starting to run.
 //!
-//! Read from `/proc/PID/task/TID/schedstat`, whose run time includes the current stretch: a
-//! task seen at time `t` with `r` ns more run time than before the thaw began running at about
-//! `t - r` (exact for a task that has run since, as a spinning rank does). So the poll interval
-//! does not limit the resolution. The baseline is taken while the job is still frozen.
+//! Read from `/proc/PID/task/TID/schedstat`. Its run time is no use here: for a thread running
+//! on another processor it is updated only at ticks (4 ms here), so a thread that started at
+//! once looked idle for milliseconds. The switch-in count and the run-queue wait are updated
+//! the moment a thread is switched in: a thaw makes every task runnable at once (within the
+//! µs the thaw takes), and each task's start is that moment plus its added run-queue wait.
+//! So the skew is the spread of the waits, whatever the poll interval. The baseline is taken
+//! while the job is still frozen.
 
-use cosched_cgroups::{procfs, Pid};
+use cosched_cgroups::procfs::{self, SchedStat};
+use cosched_cgroups::Pid;
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]
 pub struct Baseline {
-    /// (process, thread, run time in ns) of every task.
-    tasks: Vec<(Pid, Pid, u64)>,
+    /// (process, thread, its counters) for every task.
+    tasks: Vec<(Pid, Pid, SchedStat)>,
 }
 
 impl Baseline {
-    /// Run times of every thread of `pids`, taken while they are stopped.
+    /// The counters of every thread of `pids`, taken while they are stopped.
     pub fn capture(pids: &[Pid]) -> Baseline {
         let tasks = pids
             .iter()
             .flat_map(|&pid| procfs::tasks(pid).into_iter().map(move |tid| (pid, tid)))
-            .filter_map(|(pid, tid)| Some((pid, tid, procfs::task_runtime_ns(pid, tid).ok()?)))
+            .filter_map(|(pid, tid)| Some((pid, tid, procfs::task_schedstat(pid, tid).ok()?)))
             .collect();
         Baseline { tasks }
+    }
+
+    /// Keeps the tasks that ran since `previous` was captured, at least a tenth as long as the
+    /// busiest: a launcher asleep in `wait()` never starts after a thaw, and would make every
+    /// measurement give up. A job's skew is that of its working tasks.
+    pub fn busy_since(mut self, previous: &Baseline) -> Baseline {
+        let ran = |&(pid, tid, now): &(Pid, Pid, SchedStat)| {
+            previous
+                .tasks
+                .iter()
+                .find(|&&(p, t, _)| (p, t) == (pid, tid))
+                .map_or(now.runtime_ns, |(_, _, before)| {
+                    now.runtime_ns.saturating_sub(before.runtime_ns)
+                })
+        };
+        let busiest = self.tasks.iter().map(ran).max().unwrap_or(0);
+        self.tasks
+            .retain(|task| busiest > 0 && ran(task) * 10 >= busiest);
+        self
     }
 
     pub fn task_count(&self) -> usize {
         self.tasks.len()
     }
 
-    /// Polls until every task has run (or `patience` passes, or a task vanished: `None`) and
-    /// returns the spread of their start times.
+    /// Polls until every task has been switched in since the baseline, then returns the
+    /// spread of their run-queue waits. `patience` when a task has not run by then (the skew
+    /// is at least that); `None` when a task vanished.
     pub fn measure(&self, patience: Duration) -> Option<Duration> {
         if self.tasks.is_empty() {
             return None;
         }
         let begin = Instant::now();
-        let mut starts: Vec<Option<Instant>> = vec![None; self.tasks.len()];
-        while starts.iter().any(Option::is_none) {
-            for (start, &(pid, tid, base)) in starts.iter_mut().zip(&self.tasks) {
-                if start.is_some() {
-                    continue;
-                }
-                let now = Instant::now();
-                let ran = procfs::task_runtime_ns(pid, tid).ok()?.saturating_sub(base);
-                if ran > 0 {
-                    *start = Some(now - Duration::from_nanos(ran));
+        let mut waits: Vec<Option<u64>> = vec![None; self.tasks.len()];
+        while waits.iter().any(Option::is_none) {
+            for (wait, (pid, tid, base)) in waits.iter_mut().zip(&self.tasks) {
+                if wait.is_none() {
+                    let now = procfs::task_schedstat(*pid, *tid).ok()?;
+                    if now.timeslices > base.timeslices {
+                        *wait = Some(now.run_delay_ns.saturating_sub(base.run_delay_ns));
+                    }
                 }
             }
             if begin.elapsed() > patience {
-                return None;
+                return Some(patience);
             }
             // Sleep, never spin: this runs at real-time priority beside the tasks it watches.
             std::thread::sleep(Duration::from_micros(20));
         }
-        let starts: Vec<Instant> = starts.into_iter().flatten().collect();
-        let first = starts.iter().min()?;
-        let last = starts.iter().max()?;
-        Some(last.duration_since(*first))
+        let waits: Vec<u64> = waits.into_iter().flatten().collect();
+        let spread = waits.iter().max()? - waits.iter().min()?;
+        Some(Duration::from_nanos(spread))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ran(runtime_ns: u64) -> SchedStat {
+        SchedStat {
+            runtime_ns,
+            ..SchedStat::default()
+        }
+    }
+
+    #[test]
+    fn only_the_tasks_that_worked_are_kept() {
+        let before = Baseline {
+            tasks: vec![(1, 1, ran(500)), (1, 2, ran(1_000)), (1, 3, ran(2_000))],
+        };
+        // Task 1 (a launcher) ran 5 ns, tasks 2 and 3 ran 90 and 100 ms; task 4 is new.
+        let now = Baseline {
+            tasks: vec![
+                (1, 1, ran(505)),
+                (1, 2, ran(90_001_000)),
+                (1, 3, ran(100_002_000)),
+                (1, 4, ran(50_000_000)),
+            ],
+        };
+        let busy = now.busy_since(&before);
+        let tids: Vec<Pid> = busy.tasks.iter().map(|t| t.1).collect();
+        assert_eq!(tids, vec![2, 3, 4]);
+        let idle = Baseline {
+            tasks: vec![(1, 1, ran(500))],
+        }
+        .busy_since(&before);
+        assert_eq!(idle.task_count(), 0);
+    }
+
+    #[test]
+    fn this_thread_is_measured_as_it_runs() {
+        let me = std::process::id() as Pid;
+        let baseline = Baseline::capture(&[me]);
+        assert!(baseline.task_count() >= 1);
+        // Sleeping and waking switches this thread in again; other test threads may be
+        // asleep for good, so only this one is kept.
+        let mine = Baseline {
+            tasks: baseline
+                .tasks
+                .into_iter()
+                .filter(|t| t.1 == unsafe { libc::gettid() })
+                .collect(),
+        };
+        std::thread::sleep(Duration::from_millis(1));
+        assert_eq!(mine.measure(Duration::from_secs(1)), Some(Duration::ZERO));
     }
 }

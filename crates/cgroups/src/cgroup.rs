@@ -293,6 +293,31 @@ impl Cgroups {
         self.freezer
     }
 
+    /// The job groups already under the parent (an earlier daemon's), each with the number of
+    /// processes it holds, in name order.
+    pub fn existing_jobs(&self) -> Result<Vec<(String, usize)>> {
+        let parent = [&self.v2, &self.v1_freezer, &self.v1_cpuset, &self.v1_cpu]
+            .into_iter()
+            .flatten()
+            .next()
+            .expect("open() ensures one hierarchy");
+        let mut jobs = Vec::new();
+        for entry in fs::read_dir(parent).map_err(io_err(parent))? {
+            let path = entry.map_err(io_err(parent))?.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if !path.is_dir() || Some(&path) == self.v1_keepalive.as_ref() {
+                continue;
+            }
+            let procs = parse_pids(&read(&path.join("cgroup.procs"))?).len();
+            jobs.push((name.to_string(), procs));
+        }
+        jobs.sort();
+        Ok(jobs)
+    }
+
     /// The job's directory in every hierarchy in use, v2 first.
     fn dirs(&self, job: &str) -> impl Iterator<Item = PathBuf> + '_ {
         let job = job.to_string();

@@ -33,21 +33,40 @@ pub fn ticks_to_duration(ticks: u64) -> std::time::Duration {
     std::time::Duration::from_micros(ticks * 1_000_000 / per_second)
 }
 
-/// Total CPU time a thread has run, in nanoseconds (`/proc/PID/task/TID/schedstat`, first
-/// field). For a task running now it includes the current stretch, so it is exact to the read.
-pub fn task_runtime_ns(pid: Pid, tid: Pid) -> Result<u64> {
+/// A thread's `/proc/PID/task/TID/schedstat`: CPU time run, time spent waiting runnable on a
+/// run queue (both in ns), and how many times it was switched in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedStat {
+    /// Updated at switches and ticks only: up to a tick (4 ms at HZ=250) stale for a thread
+    /// running on another processor now.
+    pub runtime_ns: u64,
+    /// Updated the moment the thread is switched in, by the wait since it became runnable.
+    pub run_delay_ns: u64,
+    /// Incremented the moment the thread is switched in.
+    pub timeslices: u64,
+}
+
+pub fn task_schedstat(pid: Pid, tid: Pid) -> Result<SchedStat> {
     let path = PathBuf::from(format!("/proc/{pid}/task/{tid}/schedstat"));
     let text = std::fs::read_to_string(&path).map_err(|source| CgroupError::Io {
         path: path.clone(),
         source,
     })?;
-    text.split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| CgroupError::Io {
+    let fields: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    match fields[..] {
+        [runtime_ns, run_delay_ns, timeslices] => Ok(SchedStat {
+            runtime_ns,
+            run_delay_ns,
+            timeslices,
+        }),
+        _ => Err(CgroupError::Io {
             path,
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, "unexpected format"),
-        })
+        }),
+    }
 }
 
 /// The threads of a process (empty when it is gone).

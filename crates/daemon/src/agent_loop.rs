@@ -124,6 +124,8 @@ pub struct AgentLoop<A: Actuator> {
     /// Processors of each job's partition (skew is measured only when its tasks fit).
     sizes: BTreeMap<JobId, usize>,
     baselines: BTreeMap<JobId, Baseline>,
+    /// Each job's full baseline at its last entry: who worked in its slot since ([`Baseline::busy_since`]).
+    last_captures: BTreeMap<JobId, Baseline>,
 }
 
 fn log(message: impl std::fmt::Display) {
@@ -152,6 +154,7 @@ impl<A: Actuator> AgentLoop<A> {
             discard_later: BTreeSet::new(),
             sizes: BTreeMap::new(),
             baselines: BTreeMap::new(),
+            last_captures: BTreeMap::new(),
         }
     }
 
@@ -275,6 +278,7 @@ impl<A: Actuator> AgentLoop<A> {
         self.watching.remove(&job);
         self.suspended.remove(&job);
         self.baselines.remove(&job);
+        self.last_captures.remove(&job);
         if let Some(tracker) = &mut self.idle {
             tracker.forget(job);
         }
@@ -421,7 +425,10 @@ impl<A: Actuator> AgentLoop<A> {
             let Ok(pids) = self.applier.actuator().pids(&job_name(job)) else {
                 continue;
             };
-            let baseline = Baseline::capture(&pids);
+            let mut baseline = Baseline::capture(&pids);
+            if let Some(previous) = self.last_captures.insert(job, baseline.clone()) {
+                baseline = baseline.busy_since(&previous);
+            }
             let size = self.sizes.get(&job).copied().unwrap_or(0);
             if baseline.task_count() > 0 && baseline.task_count() <= size {
                 self.baselines.insert(job, baseline);

@@ -4,10 +4,10 @@
 use crate::agent_loop::{AgentLoop, Stats};
 use crate::daemon::{log, ApiError, Inner, OnStop, Settings, Shared};
 use crate::protocol::{Reply, Request, MAX_REQUEST_BYTES};
-use crate::store::{SqliteStore, Store};
+use crate::store::{JobRecord, SqliteStore, Store};
 use crate::unix::{self, Credentials};
 use cosched_agent::clock::now_micros;
-use cosched_agent::{Applier, Mode};
+use cosched_agent::{job_name, Applier, Mode};
 use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout};
 use cosched_core::{Config, Machine, Micros, Rotation, Scheduler};
 use std::io::Write;
@@ -94,6 +94,36 @@ fn wait_for_stop(set: &libc::sigset_t) -> i32 {
     signal
 }
 
+/// Refuses to start over processes in job groups that the store does not hold as unfinished:
+/// a new job would share its group with them (job ids start again at 1 in a new state
+/// directory), and they would be frozen with it.
+fn refuse_strangers(
+    actuator: &Cgroups,
+    records: &[JobRecord],
+    config: &DaemonConfig,
+) -> Result<(), StartError> {
+    let unfinished: Vec<String> = records
+        .iter()
+        .filter(|r| !r.status.ended())
+        .map(|r| job_name(r.id))
+        .collect();
+    let existing = actuator.existing_jobs()?;
+    let strangers = existing
+        .iter()
+        .filter(|(name, procs)| *procs > 0 && !unfinished.contains(name));
+    if let Some((name, procs)) = strangers.clone().next() {
+        return Err(StartError::Config(format!(
+            "cgroup {}/{name} holds {procs} process(es) of a job that {} does not know \
+             ({} such group(s)): another daemon's jobs, or jobs left running by a stop; end \
+             them or use another --cgroup-parent",
+            config.cgroup_parent,
+            config.state_dir.display(),
+            strangers.count()
+        )));
+    }
+    Ok(())
+}
+
 /// Runs the daemon until SIGTERM or SIGINT. `ready` is called once the socket accepts.
 pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), StartError> {
     if config.quantum < 1_000 {
@@ -117,6 +147,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     let layout =
         Layout::detect().map_err(io_error(std::path::Path::new("/proc/self/mountinfo")))?;
     let actuator = Cgroups::open(&layout, &config.cgroup_parent, config.freezer)?;
+    refuse_strangers(&actuator, &records, &config)?;
     let stats = Arc::new(Mutex::new(Stats::new(actuator.describe())));
     let procs = config.procs.unwrap_or_else(usable_cpus);
     let machine = Machine::line(procs).map_err(|e| StartError::Config(e.to_string()))?;

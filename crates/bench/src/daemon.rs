@@ -1,0 +1,204 @@
+//! A cosched daemon of the benchmark's own (state directory, socket and cgroup parent in a
+//! temporary place), driven through the `cosched` command as a user would.
+
+use anyhow::{bail, Context, Result};
+use cosched_daemon::protocol::{JobView, StatsView};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `cosched` binary: beside this one (cargo builds both into one directory).
+pub fn cosched_binary() -> Result<PathBuf> {
+    let me = std::env::current_exe().context("where is this binary")?;
+    let path = me.with_file_name("cosched");
+    if !path.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p cosched-cli`",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+pub struct Daemon {
+    cosched: PathBuf,
+    dir: PathBuf,
+    child: Child,
+}
+
+/// How a benchmark's daemon runs.
+#[derive(Clone, Debug)]
+pub struct DaemonSpec {
+    pub mode: String,
+    pub quantum_ms: u64,
+    pub freezer: Option<String>,
+}
+
+impl Daemon {
+    pub fn start(spec: &DaemonSpec) -> Result<Daemon> {
+        let cosched = cosched_binary()?;
+        let dir = PathBuf::from(format!(
+            "/tmp/cosched-bench-{}-{}",
+            std::process::id(),
+            spec.mode
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let log = std::fs::File::create(dir.join("daemon.log"))?;
+        let mut command = Command::new(&cosched);
+        command
+            .arg("daemon")
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--socket")
+            .arg(dir.join("cosched.sock"))
+            .args([
+                "--cgroup-parent",
+                &format!("cosched-bench-{}", std::process::id()),
+            ])
+            .args(["--mode", &spec.mode])
+            .args(["--quantum-ms", &spec.quantum_ms.to_string()])
+            .args(["--on-stop", "cancel"])
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some(freezer) = &spec.freezer {
+            command.args(["--freezer", freezer]);
+        }
+        let child = command.spawn().context("starting cosched daemon")?;
+        let mut daemon = Daemon {
+            cosched,
+            dir,
+            child,
+        };
+        let start = Instant::now();
+        while UnixStream::connect(daemon.socket()).is_err() {
+            if let Some(status) = daemon.child.try_wait()? {
+                bail!("the daemon exited ({status}): {}", daemon.log());
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                bail!(
+                    "the daemon did not open its socket in 20 s: {}",
+                    daemon.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(daemon)
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("cosched.sock")
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// A `cosched` command aimed at this daemon.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.cosched);
+        command.args(args).env("COSCHED_SOCKET", self.socket());
+        command
+    }
+
+    fn output(&self, args: &[&str]) -> Result<Output> {
+        let out = self.command(args).output()?;
+        if !out.status.success() {
+            bail!(
+                "cosched {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(out)
+    }
+
+    /// Submits a detached job (output to `output`) and returns its id.
+    pub fn submit(&self, procs: u32, output: &Path, argv: &[String]) -> Result<u64> {
+        let procs = procs.to_string();
+        let mut args = vec!["run", "-n", &procs, "--detach", "--output"];
+        let output = output.to_string_lossy();
+        args.push(&output);
+        args.push("--");
+        args.extend(argv.iter().map(String::as_str));
+        let out = self.output(&args)?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .context("cosched run --detach printed no job id")
+    }
+
+    pub fn jobs(&self) -> Result<Vec<JobView>> {
+        let out = self.output(&["ps", "--all", "--json"])?;
+        serde_json::from_slice(&out.stdout).context("cosched ps --json")
+    }
+
+    pub fn stats(&self) -> Result<StatsView> {
+        let out = self.output(&["stats", "--json"])?;
+        serde_json::from_slice(&out.stdout).context("cosched stats --json")
+    }
+
+    /// Waits until every job in `ids` ended; returns their records.
+    pub fn wait_all(&self, ids: &[u64], patience: Duration) -> Result<Vec<JobView>> {
+        let start = Instant::now();
+        loop {
+            let jobs: Vec<JobView> = self
+                .jobs()?
+                .into_iter()
+                .filter(|j| ids.contains(&j.id))
+                .collect();
+            if jobs.len() == ids.len() && jobs.iter().all(|j| j.ended_us.is_some()) {
+                for job in &jobs {
+                    let code = job.exit.as_ref().and_then(|e| e.code);
+                    if code != Some(0) {
+                        bail!(
+                            "job {} ({}) failed: {:?} {:?}",
+                            job.id,
+                            job.name,
+                            job.exit,
+                            job.note
+                        );
+                    }
+                }
+                return Ok(jobs);
+            }
+            if start.elapsed() > patience {
+                bail!("jobs {ids:?} still running after {patience:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the daemon (its jobs are cancelled) and removes its directory.
+    pub fn stop(mut self) -> Result<()> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Result<()> {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while self.child.try_wait()?.is_none() {
+            if start.elapsed() > Duration::from_secs(30) {
+                let _ = self.child.kill();
+                bail!("the daemon did not stop within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        Ok(())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.shut_down();
+        }
+    }
+}

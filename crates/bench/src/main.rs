@@ -1,0 +1,45 @@
+//! `cosched-bench`: benchmark drivers that run real jobs through a real cosched daemon and
+//! print figures and ratios (never pass/fail on speed). Needs root, as the daemon does.
+//! Thin scripts in `bench/` build and call it.
+
+mod daemon;
+mod figures;
+mod overhead;
+mod skew;
+mod workloads;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cosched-bench",
+    version,
+    about = "cosched's benchmarks: figures and ratios from real jobs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Skew after a thaw (first to last working process running), per freezer
+    Skew(skew::SkewArgs),
+    /// Total time of compute-bound jobs gang-scheduled at several quanta vs back to back
+    Overhead(overhead::OverheadArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Skew(args) => skew::run(args),
+        Command::Overhead(args) => overhead::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("cosched-bench: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
