@@ -233,6 +233,11 @@ impl<A: Actuator> Applier<A> {
         Ok(())
     }
 
+    /// Whether a queued generation is in force by `slot` (and waits for `enter_slot`).
+    pub fn has_due(&self, slot: i64) -> bool {
+        self.pending.iter().any(|g| g.first_slot <= slot)
+    }
+
     /// Queues a generation; it takes effect at the boundary of its `first_slot`.
     pub fn publish(&mut self, generation: Generation) {
         self.pending

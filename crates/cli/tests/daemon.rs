@@ -351,6 +351,23 @@ fn moderate_mode_gives_the_running_slice_most_of_the_cpu() {
 }
 
 #[test]
+fn a_vacant_slot_gives_way_at_once_not_at_the_boundary() {
+    // One-minute slots: jobs that had to wait for a boundary would take up to a minute each.
+    let d = Daemon::start(&["--quantum-ms", "60000"]);
+    let start = Instant::now();
+    for code in [3, 4] {
+        let out = d.cosched(&["run", "-n", "2", "--", "sh", "-c", &format!("exit {code}")]);
+        assert_eq!(out.status.code(), Some(code), "{out:?}");
+    }
+    // The second job found the slot of the first, which ended, vacant.
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "two short jobs took {:?} with one-minute slots",
+        start.elapsed()
+    );
+}
+
+#[test]
 fn kill_9_of_the_daemon_loses_no_job_and_leaves_none_frozen() {
     let mut d = Daemon::start(&["--quantum-ms", "100"]);
     let spin = spin_py();

@@ -183,7 +183,10 @@ impl<A: Actuator> AgentLoop<A> {
                         let _ = reply.send(self.stop(cancel));
                         return self.applier.into_actuator();
                     }
-                    Ok(message) => self.handle(message),
+                    Ok(message) => {
+                        self.handle(message);
+                        self.apply_early();
+                    }
                     Err(RecvTimeoutError::Timeout) => break,
                     Err(RecvTimeoutError::Disconnected) => {
                         let _ = self.stop(false);
@@ -352,6 +355,30 @@ impl<A: Actuator> AgentLoop<A> {
         for job in self.discard_later.clone() {
             self.discard(job);
         }
+        self.capture_baselines(slot + 1);
+    }
+
+    /// Applies a generation published for the slot under way (the daemon does that when no
+    /// unfinished job runs in it), so idle processors go to the next jobs before the boundary.
+    fn apply_early(&mut self) {
+        let now = now_micros();
+        let slot = self.rotation.slot_at(now);
+        if !self.applier.has_due(slot) {
+            return;
+        }
+        let before: Vec<JobId> = self.applier.running().collect();
+        match self.applier.enter_slot(slot) {
+            Ok(record) if !record.stopped.is_empty() || !record.started.is_empty() => {
+                self.stats
+                    .lock()
+                    .expect("stats")
+                    .switch
+                    .record(record.duration);
+            }
+            Ok(_) => {}
+            Err(error) => log(format_args!("slot {slot} (early): {error}")),
+        }
+        self.track_idleness(&before, now);
         self.capture_baselines(slot + 1);
     }
 
