@@ -106,8 +106,9 @@ impl Daemon {
         command
     }
 
-    fn output(&self, args: &[&str]) -> Result<Output> {
-        let out = self.command(args).output()?;
+    /// Runs `cosched ARGS` with more environment variables; an error unless it succeeds.
+    fn output(&self, args: &[&str], env: &[(String, String)]) -> Result<Output> {
+        let out = self.command(args).envs(env.iter().cloned()).output()?;
         if !out.status.success() {
             bail!(
                 "cosched {}: {}",
@@ -120,13 +121,25 @@ impl Daemon {
 
     /// Submits a detached job (output to `output`) and returns its id.
     pub fn submit(&self, procs: u32, output: &Path, argv: &[String]) -> Result<u64> {
+        self.submit_with(procs, output, argv, &[], &[])
+    }
+
+    /// Submits a detached job with more `cosched run` options and environment variables.
+    pub fn submit_with(
+        &self,
+        procs: u32,
+        output: &Path,
+        argv: &[String],
+        options: &[&str],
+        env: &[(String, String)],
+    ) -> Result<u64> {
         let procs = procs.to_string();
-        let mut args = vec!["run", "-n", &procs, "--detach", "--output"];
         let output = output.to_string_lossy();
-        args.push(&output);
+        let mut args = vec!["run", "-n", &procs, "--detach", "--output", &output];
+        args.extend_from_slice(options);
         args.push("--");
         args.extend(argv.iter().map(String::as_str));
-        let out = self.output(&args)?;
+        let out = self.output(&args, env)?;
         String::from_utf8_lossy(&out.stdout)
             .trim()
             .parse()
@@ -134,12 +147,12 @@ impl Daemon {
     }
 
     pub fn jobs(&self) -> Result<Vec<JobView>> {
-        let out = self.output(&["ps", "--all", "--json"])?;
+        let out = self.output(&["ps", "--all", "--json"], &[])?;
         serde_json::from_slice(&out.stdout).context("cosched ps --json")
     }
 
     pub fn stats(&self) -> Result<StatsView> {
-        let out = self.output(&["stats", "--json"])?;
+        let out = self.output(&["stats", "--json"], &[])?;
         serde_json::from_slice(&out.stdout).context("cosched stats --json")
     }
 

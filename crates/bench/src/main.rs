@@ -2,6 +2,7 @@
 //! print figures and ratios (never pass/fail on speed). Needs root, as the daemon does.
 //! Thin scripts in `bench/` build and call it.
 
+mod compare;
 mod daemon;
 mod figures;
 mod overhead;
@@ -27,6 +28,8 @@ enum Command {
     Skew(skew::SkewArgs),
     /// Total time of compute-bound jobs gang-scheduled at several quanta vs back to back
     Overhead(overhead::OverheadArgs),
+    /// Job mixes under plain Linux, cosched's modes and Slurm, and the seeds' experiments
+    Compare(compare::CompareArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -34,6 +37,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Skew(args) => skew::run(args),
         Command::Overhead(args) => overhead::run(args),
+        Command::Compare(args) => compare::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

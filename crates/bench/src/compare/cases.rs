@@ -1,0 +1,374 @@
+//! The cases: job mixes compared under every scheduler, and the seeds' experiments.
+
+use super::jobs::{JobOutcome, JobSpec, Mix};
+use super::report::{Results, Row, Table};
+use super::runners::{self, Scheduler, Slurm};
+use crate::figures::median;
+use anyhow::{bail, Result};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub struct Context<'a> {
+    pub schedulers: Vec<Scheduler>,
+    pub repeat: usize,
+    pub scale: f64,
+    pub slurm: Option<&'a Slurm>,
+    pub dir: PathBuf,
+}
+
+impl Context<'_> {
+    /// `n` scaled by `--scale` (at least 1), as an option value.
+    fn n(&self, n: u64) -> String {
+        ((n as f64 * self.scale).round() as u64).max(1).to_string()
+    }
+}
+
+const MIXES: [&str; 5] = ["fine", "barrier", "coarse", "compute", "spinbarrier"];
+const SEEDS: [&str; 4] = [
+    "seed004-spinbarrier",
+    "seed000-elongation",
+    "seed002-local-compile",
+    "seed001-two-of-three",
+];
+
+pub fn names() -> Vec<&'static str> {
+    MIXES.iter().chain(SEEDS.iter()).copied().collect()
+}
+
+/// A long 2-process job of a workload (sizes give about 3 s alone here, without mpirun's
+/// start-up of about 2.6 s).
+fn long_job(ctx: &Context, workload: &str, name: &str) -> JobSpec {
+    match workload {
+        "fine" => JobSpec::new(name, 2, true, &["pingpong", "-n", &ctx.n(10_000_000)]),
+        "barrier" => JobSpec::new(
+            name,
+            2,
+            true,
+            &["stencil", "-n", &ctx.n(35_000), "-w", "200"],
+        ),
+        "coarse" => JobSpec::new(
+            name,
+            2,
+            true,
+            &["coarse", "-n", &ctx.n(400), "-w", "20000", "-b", "1048576"],
+        ),
+        "compute" => JobSpec::new(
+            name,
+            2,
+            true,
+            &["compute", "-n", &ctx.n(8_000), "-w", "1000"],
+        ),
+        _ => JobSpec::new(
+            name,
+            2,
+            false,
+            &["spinbarrier", "-k", "gauss", "-t", "2", "-n", &ctx.n(48)],
+        ),
+    }
+}
+
+/// A short job submitted while the long ones run: its turnaround is the response time.
+fn interactive_job(ctx: &Context) -> JobSpec {
+    JobSpec::new(
+        "interactive",
+        1,
+        false,
+        &["burn", "-t", "1", "-n", &ctx.n(1_000)],
+    )
+    .after(Duration::from_secs(3))
+    .interactive()
+}
+
+pub fn run(name: &str, ctx: &Context, results: &mut Results) -> Result<()> {
+    match name {
+        "seed004-spinbarrier" => seed004(ctx, results),
+        "seed000-elongation" => seed000(ctx, results),
+        "seed002-local-compile" => seed002(ctx, results),
+        "seed001-two-of-three" => seed001(ctx, results),
+        workload if MIXES.contains(&workload) => {
+            let mix = Mix {
+                workload: workload.to_string(),
+                jobs: vec![
+                    long_job(ctx, workload, "a"),
+                    long_job(ctx, workload, "b"),
+                    interactive_job(ctx),
+                ],
+            };
+            compare(&mix, &ctx.schedulers, ctx.repeat, ctx, results).map(|_| ())
+        }
+        other => bail!("unknown case '{other}'"),
+    }
+}
+
+/// Each job's time alone on the machine (plain Linux), by job name.
+fn solo_times(mix: &Mix, ctx: &Context) -> Result<Solos> {
+    let mut solos: Solos = Vec::new();
+    for job in &mix.jobs {
+        if solos.iter().any(|(name, ..)| name == &job.name) {
+            continue;
+        }
+        let alone = Mix {
+            workload: format!("{} alone", mix.workload),
+            jobs: vec![job.clone().after(Duration::ZERO)],
+        };
+        let dir = ctx.dir.join(format!("{}-solo-{}", mix.workload, job.name));
+        let outcome = runners::run(&Scheduler::Local, &alone, &dir, None)?;
+        eprintln!("  {} alone: {:.2} s", job.name, outcome[0].turnaround_s());
+        solos.push((
+            job.name.clone(),
+            outcome[0].turnaround_s(),
+            outcome[0].cpu_s,
+        ));
+    }
+    Ok(solos)
+}
+
+/// Each job's time alone: (name, seconds, CPU seconds).
+type Solos = Vec<(String, f64, Option<f64>)>;
+
+/// Runs `mix` under every scheduler `repeat` times (the order rotating each round) and adds a
+/// row per scheduler. Returns the outcomes, [scheduler][round][job], and the solo times.
+fn compare(
+    mix: &Mix,
+    schedulers: &[Scheduler],
+    repeat: usize,
+    ctx: &Context,
+    results: &mut Results,
+) -> Result<(Vec<Vec<Vec<JobOutcome>>>, Solos)> {
+    eprintln!(
+        "== {}: {} job(s), {} round(s)",
+        mix.workload,
+        mix.jobs.len(),
+        repeat
+    );
+    let solos = solo_times(mix, ctx)?;
+    let mut runs: Vec<Vec<Vec<JobOutcome>>> = vec![Vec::new(); schedulers.len()];
+    for round in 0..repeat {
+        for k in 0..schedulers.len() {
+            let i = (k + round) % schedulers.len();
+            let scheduler = &schedulers[i];
+            let dir = ctx.dir.join(format!(
+                "{}-{}-{round}",
+                mix.workload,
+                scheduler.label().replace(' ', "")
+            ));
+            let outcomes = runners::run(scheduler, mix, &dir, ctx.slurm)?;
+            let makespan = outcomes.iter().map(|o| o.ended_s).fold(0.0, f64::max);
+            eprintln!(
+                "  round {}/{repeat} {:<16} makespan {makespan:.2} s",
+                round + 1,
+                scheduler.label()
+            );
+            runs[i].push(outcomes);
+        }
+    }
+    let cpus = cosched_daemon::usable_cpus();
+    for (scheduler, rounds) in schedulers.iter().zip(&runs) {
+        results.rows.push(Row::from_runs(
+            scheduler,
+            &mix.workload,
+            &mix.jobs,
+            rounds,
+            &solos,
+            cpus,
+        ));
+    }
+    Ok((runs, solos))
+}
+
+/// Seed 004 (Jette, tables 3 and 4): the spin-barrier program, gang against plain scheduling,
+/// 10 alternating runs: mean and deviation of each job's time.
+fn seed004(ctx: &Context, results: &mut Results) -> Result<()> {
+    let mix = Mix {
+        workload: "seed004-spinbarrier".into(),
+        jobs: vec![
+            long_job(ctx, "spinbarrier", "a"),
+            long_job(ctx, "spinbarrier", "b"),
+        ],
+    };
+    let schedulers = [
+        Scheduler::Local,
+        Scheduler::Cosched {
+            mode: "gang".into(),
+            quantum_ms: 100,
+        },
+    ];
+    let (runs, _) = compare(&mix, &schedulers, 10.max(ctx.repeat), ctx, results)?;
+    let mut table = Table::new(
+        "Seed 004 (LLNL, tables 3-4): two 2-thread spin-barrier jobs, 10 alternating runs",
+        &[
+            "scheduler",
+            "job time mean (s)",
+            "deviation (s)",
+            "min (s)",
+            "max (s)",
+        ],
+    );
+    for (scheduler, rounds) in schedulers.iter().zip(&runs) {
+        let times: Vec<f64> = rounds
+            .iter()
+            .flatten()
+            .map(JobOutcome::turnaround_s)
+            .collect();
+        let (mean, deviation) = mean_and_deviation(&times);
+        table.row(vec![
+            scheduler.label(),
+            format!("{mean:.2}"),
+            format!("{deviation:.2}"),
+            format!("{:.2}", times.iter().copied().fold(f64::INFINITY, f64::min)),
+            format!("{:.2}", times.iter().copied().fold(0.0, f64::max)),
+        ]);
+    }
+    results.tables.push(table);
+    Ok(())
+}
+
+/// Mean and sample standard deviation (0 for fewer than two values).
+fn mean_and_deviation(values: &[f64]) -> (f64, f64) {
+    let n = values.len().max(1) as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    if values.len() < 2 {
+        return (mean, 0.0);
+    }
+    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, variance.sqrt())
+}
+
+/// Seed 000 (AP/Linux, table 3): elongation of the total time as 1-process jobs are added:
+/// the first two share one slice (space sharing), the next ones open a new slice.
+fn seed000(ctx: &Context, results: &mut Results) -> Result<()> {
+    let gang = Scheduler::Cosched {
+        mode: "gang".into(),
+        quantum_ms: 50,
+    };
+    let job = |i: usize| {
+        JobSpec::new(
+            &format!("j{i}"),
+            1,
+            false,
+            &["burn", "-t", "1", "-n", &ctx.n(6_000)],
+        )
+    };
+    let cpus = cosched_daemon::usable_cpus() as usize;
+    let mut table = Table::new(
+        "Seed 000 (AP/Linux, table 3): total time as 1-process jobs are added, gang 50 ms",
+        &["jobs", "slices", "total (s)", "elongation"],
+    );
+    let mut alone = None;
+    for count in 1..=2 * cpus {
+        let mix = Mix {
+            workload: format!("seed000-elongation-{count}"),
+            jobs: (0..count).map(job).collect(),
+        };
+        let (runs, _) = compare(&mix, std::slice::from_ref(&gang), ctx.repeat, ctx, results)?;
+        let totals: Vec<f64> = runs[0]
+            .iter()
+            .map(|r| r.iter().map(|o| o.ended_s).fold(0.0, f64::max))
+            .collect();
+        let total = median(&totals).unwrap_or(f64::NAN);
+        let base = *alone.get_or_insert(total);
+        table.row(vec![
+            count.to_string(),
+            count.div_ceil(cpus).to_string(),
+            format!("{total:.2}"),
+            format!("{:.2}", total / base),
+        ]);
+    }
+    results.tables.push(table);
+    Ok(())
+}
+
+/// Seed 002 (Solsona et al., table 1): slowdown of a sequential local load (a compile loop)
+/// beside a fine-grain parallel job, under each mode.
+fn seed002(ctx: &Context, results: &mut Results) -> Result<()> {
+    let compile = JobSpec::new("compile", 1, false, &["compile_loop.sh", "-n", &ctx.n(30)]);
+    let mix = Mix {
+        workload: "seed002-local-compile".into(),
+        jobs: vec![compile, long_job(ctx, "fine", "parallel")],
+    };
+    let schedulers: Vec<Scheduler> = ctx
+        .schedulers
+        .iter()
+        .filter(|s| !matches!(s, Scheduler::Slurm))
+        .cloned()
+        .collect();
+    let (runs, solos) = compare(&mix, &schedulers, ctx.repeat, ctx, results)?;
+    let compile_alone = solos[0].1;
+    let mut table = Table::new(
+        "Seed 002 (Solsona et al., table 1): a compile loop beside a 2-rank ping-pong",
+        &[
+            "scheduler",
+            "compile (s)",
+            "compile slowdown",
+            "parallel job (s)",
+        ],
+    );
+    for (scheduler, rounds) in schedulers.iter().zip(&runs) {
+        let of = |name: &str| {
+            median(
+                &rounds
+                    .iter()
+                    .flatten()
+                    .filter(|o| o.name == name)
+                    .map(JobOutcome::turnaround_s)
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap_or(f64::NAN)
+        };
+        table.row(vec![
+            scheduler.label(),
+            format!("{:.2}", of("compile")),
+            format!("{:.2}", of("compile") / compile_alone),
+            format!("{:.2}", of("parallel")),
+        ]);
+    }
+    results.tables.push(table);
+    Ok(())
+}
+
+/// Seed 001 (AP/Linux `sliced`, Fig. 7): on two processors, a 2-process job fills slice 1;
+/// 1-process jobs b and c share slice 2; d opens slice 3 on processor 0, where c's processor
+/// is free, so c runs in slices 2 and 3 (an alternate). c should finish in about 2/3 of b's
+/// time.
+fn seed001(ctx: &Context, results: &mut Results) -> Result<()> {
+    let gang = Scheduler::Cosched {
+        mode: "gang".into(),
+        quantum_ms: 100,
+    };
+    let small =
+        |name: &str| JobSpec::new(name, 1, false, &["burn", "-t", "1", "-n", &ctx.n(3_000)]);
+    let mix = Mix {
+        workload: "seed001-two-of-three".into(),
+        jobs: vec![
+            JobSpec::new("a", 2, false, &["burn", "-t", "2", "-n", &ctx.n(12_000)]),
+            small("b"),
+            small("c").after(Duration::from_millis(200)),
+            small("d").after(Duration::from_millis(400)),
+        ],
+    };
+    let (runs, _) = compare(&mix, std::slice::from_ref(&gang), ctx.repeat, ctx, results)?;
+    let of = |name: &str| {
+        median(
+            &runs[0]
+                .iter()
+                .flatten()
+                .filter(|o| o.name == name)
+                .map(JobOutcome::turnaround_s)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or(f64::NAN)
+    };
+    let mut table = Table::new(
+        "Seed 001 (AP/Linux, Fig. 7): a job in 2 of 3 slices (c) against one-slice jobs (b, d)",
+        &["job", "turnaround (s)", "relative to b"],
+    );
+    for name in ["b", "c", "d"] {
+        table.row(vec![
+            name.to_string(),
+            format!("{:.2}", of(name)),
+            format!("{:.2}", of(name) / of("b")),
+        ]);
+    }
+    results.tables.push(table);
+    Ok(())
+}

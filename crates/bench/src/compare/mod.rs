@@ -1,0 +1,95 @@
+//! `cosched-bench compare`: the same job mixes under plain Linux, cosched (gang and moderate
+//! at several quanta, implicit) and Slurm's gang scheduling, side by side, repeated; then the
+//! seeds' experiments redone as named cases. Prints Markdown, writes JSON and an SVG plot.
+
+mod cases;
+mod jobs;
+mod report;
+mod runners;
+
+use anyhow::{bail, Result};
+use runners::{Scheduler, Slurm};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct CompareArgs {
+    /// The short mode (under 5 minutes): the fine-grain mix once under every scheduler
+    #[arg(long)]
+    quick: bool,
+    /// Repetitions of every (scheduler, mix) pair (default: 1 quick, 3 full)
+    #[arg(long)]
+    repeat: Option<usize>,
+    /// Only these cases: mixes (fine, barrier, coarse, compute, spinbarrier) or seed
+    /// experiments (seed004-spinbarrier, seed000-elongation, seed002-local-compile,
+    /// seed001-two-of-three)
+    #[arg(long, value_delimiter = ',')]
+    case: Vec<String>,
+    /// Leave Slurm out (it is installed and started otherwise)
+    #[arg(long)]
+    no_slurm: bool,
+    /// Multiplies every job's work (1.0: a few seconds alone)
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Write the rows as JSON here (also written: the same name with .md and .svg)
+    #[arg(long, default_value = "target/bench/compare.json")]
+    json: PathBuf,
+}
+
+pub fn run(args: CompareArgs) -> Result<()> {
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("compare needs root (it runs the cosched daemon and Slurm)");
+    }
+    if !(0.01..=100.0).contains(&args.scale) {
+        bail!("--scale must be between 0.01 and 100 (got {})", args.scale);
+    }
+    crate::workloads::build()?;
+    let known = cases::names();
+    if let Some(bad) = args.case.iter().find(|c| !known.contains(&c.as_str())) {
+        bail!("unknown case '{bad}' (known: {})", known.join(", "));
+    }
+    let chosen: Vec<&str> = if !args.case.is_empty() {
+        args.case.iter().map(String::as_str).collect()
+    } else if args.quick {
+        vec!["fine"]
+    } else {
+        known.clone()
+    };
+    let repeat = args.repeat.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let mut schedulers = vec![Scheduler::Local];
+    for mode in ["gang", "moderate"] {
+        for quantum_ms in [20, 50, 100] {
+            schedulers.push(Scheduler::Cosched {
+                mode: mode.into(),
+                quantum_ms,
+            });
+        }
+    }
+    schedulers.push(Scheduler::Implicit);
+    let slurm = if args.no_slurm {
+        None
+    } else {
+        eprintln!("starting Slurm (bench/slurm/slurm-local; installs it if needed)");
+        let slurm = Slurm::start()?;
+        schedulers.push(Scheduler::Slurm);
+        Some(slurm)
+    };
+    let work_dir = std::env::temp_dir().join(format!("cosched-compare-{}", std::process::id()));
+    let context = cases::Context {
+        schedulers,
+        repeat,
+        scale: args.scale,
+        slurm: slurm.as_ref(),
+        dir: work_dir.clone(),
+    };
+    let mut results = report::Results::default();
+    for name in chosen {
+        cases::run(name, &context, &mut results)?;
+    }
+    let _ = std::fs::remove_dir_all(&work_dir);
+    report::write(
+        &results,
+        &args.json,
+        &report::Header::now(args.quick, repeat),
+    )?;
+    Ok(())
+}

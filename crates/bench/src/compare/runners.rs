@@ -1,0 +1,311 @@
+//! The schedulers a mix runs under: plain Linux, the cosched daemon in each mode, and Slurm's
+//! gang scheduler. Each starts the mix's jobs at their delays, waits for all, and returns when
+//! each was submitted and ended (seconds from the mix's start) and its reported CPU time.
+
+use super::jobs::{reported_cpu_s, JobOutcome, Mix, Waiting};
+use crate::daemon::{Daemon, DaemonSpec};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Longest a mix may take before the run is abandoned.
+const PATIENCE: Duration = Duration::from_secs(900);
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Scheduler {
+    /// Plain Linux: the jobs started together, no control.
+    Local,
+    /// The cosched daemon in `gang` or `moderate` mode at a quantum.
+    Cosched { mode: String, quantum_ms: u64 },
+    /// cosched `implicit`: space sharing only, jobs told to spin briefly then block.
+    Implicit,
+    /// Slurm 22.05's gang scheduling (5 s slices).
+    Slurm,
+}
+
+impl Scheduler {
+    pub fn name(&self) -> &str {
+        match self {
+            Scheduler::Local => "local",
+            Scheduler::Cosched { mode, .. } => mode,
+            Scheduler::Implicit => "implicit",
+            Scheduler::Slurm => "slurm",
+        }
+    }
+
+    pub fn quantum_ms(&self) -> Option<u64> {
+        match self {
+            Scheduler::Cosched { quantum_ms, .. } => Some(*quantum_ms),
+            Scheduler::Slurm => Some(5_000),
+            Scheduler::Local | Scheduler::Implicit => None,
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match self.quantum_ms() {
+            Some(q) if *self != Scheduler::Slurm => format!("{} {q} ms", self.name()),
+            _ => self.name().to_string(),
+        }
+    }
+
+    fn waiting(&self) -> Waiting {
+        if *self == Scheduler::Implicit {
+            Waiting::SpinBlock
+        } else {
+            Waiting::Spin
+        }
+    }
+}
+
+/// Seconds since the Unix epoch, as a float.
+fn epoch_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Sleeps until `delay` after `start`.
+fn wait_until(start: Instant, delay: Duration) {
+    if let Some(left) = delay.checked_sub(start.elapsed()) {
+        std::thread::sleep(left);
+    }
+}
+
+/// Runs `mix` under `scheduler`, its outputs in `dir`.
+pub fn run(
+    scheduler: &Scheduler,
+    mix: &Mix,
+    dir: &Path,
+    slurm: Option<&Slurm>,
+) -> Result<Vec<JobOutcome>> {
+    std::fs::create_dir_all(dir)?;
+    match scheduler {
+        Scheduler::Local => run_plain(mix, dir),
+        Scheduler::Cosched { mode, quantum_ms } => {
+            run_cosched(mix, dir, mode, *quantum_ms, Waiting::Spin)
+        }
+        Scheduler::Implicit => run_cosched(mix, dir, "implicit", 100, scheduler.waiting()),
+        Scheduler::Slurm => slurm.context("Slurm was not started")?.run(mix, dir),
+    }
+}
+
+fn output_file(dir: &Path, index: usize) -> PathBuf {
+    dir.join(format!("job-{index}.out"))
+}
+
+fn outcome(mix: &Mix, index: usize, dir: &Path, submitted_s: f64, ended_s: f64) -> JobOutcome {
+    let output = std::fs::read_to_string(output_file(dir, index)).unwrap_or_default();
+    JobOutcome {
+        name: mix.jobs[index].name.clone(),
+        interactive: mix.jobs[index].interactive,
+        submitted_s,
+        ended_s,
+        cpu_s: reported_cpu_s(&output),
+    }
+}
+
+/// Plain Linux: each job a child process of this one, started at its delay.
+fn run_plain(mix: &Mix, dir: &Path) -> Result<Vec<JobOutcome>> {
+    let start = Instant::now();
+    let mut order: Vec<usize> = (0..mix.jobs.len()).collect();
+    order.sort_by_key(|&i| mix.jobs[i].delay);
+    let mut running: Vec<(usize, f64, Child)> = Vec::new();
+    let mut done: Vec<Option<JobOutcome>> = vec![None; mix.jobs.len()];
+    let mut next = 0;
+    while done.iter().any(Option::is_none) {
+        while next < order.len() && start.elapsed() >= mix.jobs[order[next]].delay {
+            let i = order[next];
+            let spec = &mix.jobs[i];
+            let argv = spec.command();
+            let out = std::fs::File::create(output_file(dir, i))?;
+            let child = cosched_cgroups::die_with_parent(&mut Command::new(&argv[0]))
+                .args(&argv[1..])
+                .envs(spec.env(Waiting::Spin))
+                .stdin(Stdio::null())
+                .stdout(out.try_clone()?)
+                .stderr(out)
+                .spawn()
+                .with_context(|| format!("starting {}", argv[0]))?;
+            running.push((i, start.elapsed().as_secs_f64(), child));
+            next += 1;
+        }
+        let mut still = Vec::new();
+        for (i, submitted, mut child) in running {
+            match child.try_wait()? {
+                Some(status) if status.success() => {
+                    done[i] = Some(outcome(
+                        mix,
+                        i,
+                        dir,
+                        submitted,
+                        start.elapsed().as_secs_f64(),
+                    ));
+                }
+                Some(status) => bail!("{} failed ({status}) under plain Linux", mix.jobs[i].name),
+                None => still.push((i, submitted, child)),
+            }
+        }
+        running = still;
+        if start.elapsed() > PATIENCE {
+            bail!("the {} mix ran longer than {PATIENCE:?}", mix.workload);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(done.into_iter().flatten().collect())
+}
+
+/// The cosched daemon: each job through `cosched run --detach`, times from its records.
+fn run_cosched(
+    mix: &Mix,
+    dir: &Path,
+    mode: &str,
+    quantum_ms: u64,
+    waiting: Waiting,
+) -> Result<Vec<JobOutcome>> {
+    let daemon = Daemon::start(&DaemonSpec {
+        mode: mode.to_string(),
+        quantum_ms,
+        freezer: None,
+    })?;
+    let start = Instant::now();
+    let start_us = (epoch_s() * 1e6) as i64;
+    let mut order: Vec<usize> = (0..mix.jobs.len()).collect();
+    order.sort_by_key(|&i| mix.jobs[i].delay);
+    let mut ids = vec![0; mix.jobs.len()];
+    for i in order {
+        let spec = &mix.jobs[i];
+        wait_until(start, spec.delay);
+        let class = if spec.interactive {
+            "interactive"
+        } else {
+            "batch"
+        };
+        ids[i] = daemon.submit_with(
+            spec.procs,
+            &output_file(dir, i),
+            &spec.command(),
+            &["--class", class],
+            &spec.env(waiting),
+        )?;
+    }
+    let records = daemon.wait_all(&ids, PATIENCE)?;
+    let seconds = |us: i64| (us - start_us) as f64 / 1e6;
+    let outcomes = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let record = records.iter().find(|r| r.id == *id).expect("waited for");
+            outcome(
+                mix,
+                i,
+                dir,
+                seconds(record.submitted_us),
+                seconds(record.ended_us.unwrap_or(record.submitted_us)),
+            )
+        })
+        .collect();
+    daemon.stop()?;
+    Ok(outcomes)
+}
+
+/// Slurm on this machine (`bench/slurm/slurm-local`), started once for every mix.
+pub struct Slurm {
+    dir: PathBuf,
+}
+
+fn slurm_local() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/slurm/slurm-local"
+    ))
+}
+
+impl Slurm {
+    pub fn start() -> Result<Slurm> {
+        let dir = PathBuf::from(format!("/tmp/cosched-bench-slurm-{}", std::process::id()));
+        let status = Command::new(slurm_local())
+            .arg("start")
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .status()
+            .context("running bench/slurm/slurm-local")?;
+        if !status.success() {
+            bail!("bench/slurm/slurm-local start failed ({status})");
+        }
+        Ok(Slurm { dir })
+    }
+
+    fn conf(&self) -> PathBuf {
+        self.dir.join("slurm.conf")
+    }
+
+    /// Each job through `sbatch --wrap`; it ends when its wrapper writes its exit code (the
+    /// file's modification time is the end).
+    fn run(&self, mix: &Mix, dir: &Path) -> Result<Vec<JobOutcome>> {
+        let start = Instant::now();
+        let start_s = epoch_s();
+        let mut order: Vec<usize> = (0..mix.jobs.len()).collect();
+        order.sort_by_key(|&i| mix.jobs[i].delay);
+        let mut submitted = vec![0.0; mix.jobs.len()];
+        let done_file = |i: usize| dir.join(format!("job-{i}.rc"));
+        for i in order {
+            let spec = &mix.jobs[i];
+            wait_until(start, spec.delay);
+            let _ = std::fs::remove_file(done_file(i));
+            let wrap = format!(
+                "{}; echo $? > {}",
+                spec.command().join(" "),
+                done_file(i).display()
+            );
+            submitted[i] = start.elapsed().as_secs_f64();
+            let out = Command::new("sbatch")
+                .args(["-Q", "-c", &spec.procs.to_string(), "-o"])
+                .arg(output_file(dir, i))
+                .arg("--wrap")
+                .arg(&wrap)
+                .env("SLURM_CONF", self.conf())
+                .envs(spec.env(Waiting::Spin))
+                .output()
+                .context("running sbatch")?;
+            if !out.status.success() {
+                bail!("sbatch: {}", String::from_utf8_lossy(&out.stderr).trim());
+            }
+        }
+        let mut outcomes = Vec::new();
+        for (i, spec) in mix.jobs.iter().enumerate() {
+            let file = done_file(i);
+            let ended = loop {
+                if let Ok(meta) = std::fs::metadata(&file) {
+                    if meta.len() > 0 {
+                        break meta.modified()?;
+                    }
+                }
+                if start.elapsed() > PATIENCE {
+                    bail!("Slurm job {} did not end within {PATIENCE:?}", spec.name);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let code = std::fs::read_to_string(&file)?;
+            if code.trim() != "0" {
+                bail!("{} failed under Slurm (exit {})", spec.name, code.trim());
+            }
+            let ended_s = ended.duration_since(UNIX_EPOCH)?.as_secs_f64() - start_s;
+            outcomes.push(outcome(mix, i, dir, submitted[i], ended_s));
+        }
+        Ok(outcomes)
+    }
+}
+
+impl Drop for Slurm {
+    fn drop(&mut self) {
+        let _ = Command::new(slurm_local())
+            .arg("stop")
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .status();
+    }
+}
