@@ -277,7 +277,13 @@ impl<A: Actuator> Applier<A> {
     fn steer(&mut self, job: JobId, run: bool) -> Result<(), AgentError> {
         let name = job_name(job);
         let outcome = match (self.mode, run) {
-            (Mode::Gang, true) => self.actuator.thaw(&name).map(|_| ()),
+            // Thawed tasks wake where they last ran, often two on one processor: the second
+            // waited milliseconds for the balancer while its partner spun (a 20 ms gang of
+            // 2-rank ping-pongs ran at 30 % CPU efficiency). Spreading needs them runnable.
+            (Mode::Gang, true) => self
+                .actuator
+                .thaw(&name)
+                .and_then(|_| self.actuator.spread(&name)),
             (Mode::Gang, false) => self.actuator.freeze(&name).map(|_| ()),
             // Weight alone is not enough: see `Actuator::spread`.
             (Mode::Moderate, true) => self
@@ -332,11 +338,15 @@ impl<A: Actuator> Applier<A> {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Undoes what the mode did to a job: thawed (gang) or back at normal weight (moderate).
+    /// Undoes what the mode did to a job: thawed (gang) or back at normal weight (moderate),
+    /// and its threads unpinned.
     fn let_loose(&mut self, job: JobId) -> Result<(), AgentError> {
         let name = job_name(job);
         let outcome = match self.mode {
-            Mode::Gang => self.actuator.thaw(&name).map(|_| ()),
+            Mode::Gang => self
+                .actuator
+                .thaw(&name)
+                .and_then(|_| self.actuator.unpin(&name)),
             Mode::Moderate => self
                 .actuator
                 .set_weight(&name, NORMAL_WEIGHT)
@@ -347,12 +357,13 @@ impl<A: Actuator> Applier<A> {
     }
 
     /// What lets a job run freely without this agent (its supervisor takes these steps when
-    /// the daemon dies): the actuator's steps, and in moderate mode unpinning its threads.
+    /// the daemon dies): the actuator's steps, and unpinning its threads in the modes that
+    /// pin them.
     pub fn release_steps(&self, job: JobId) -> Result<Vec<ReleaseStep>, AgentError> {
         let name = job_name(job);
         let fail = |source| AgentError::Actuator { job, source };
         let mut steps = self.actuator.release_steps(&name).map_err(fail)?;
-        if self.mode == Mode::Moderate {
+        if matches!(self.mode, Mode::Gang | Mode::Moderate) {
             if let Some(procs) = self.actuator.join_files(&name).map_err(fail)?.first() {
                 steps.push(ReleaseStep::Unpin {
                     procs: procs.clone(),

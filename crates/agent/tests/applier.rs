@@ -54,7 +54,8 @@ fn gang_freezes_the_leavers_before_thawing_the_entrants() {
         a.actuator().calls[calls_before..],
         [
             FakeCall::Freeze("job-1".into()),
-            FakeCall::Thaw("job-2".into())
+            FakeCall::Thaw("job-2".into()),
+            FakeCall::Spread("job-2".into())
         ]
     );
     // Processors were set once, from the plan.

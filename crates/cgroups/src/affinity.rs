@@ -3,8 +3,8 @@
 //! Moderate mode needs this: when weights flip at a slot boundary, the favoured job's busy
 //! threads are often stacked on one processor, and the kernel's balancer leaves a hot running
 //! thread where it is for tens of milliseconds; measured here, whole 100 ms slots split 50/50
-//! between the favoured job and the other. Pinning the favoured job's runnable threads one per
-//! processor at the boundary, and unpinning them when it leaves, removes that.
+//! between the favoured job and the other. Gang mode too: thawed threads wake where they last
+//! ran. Pinning a job's working threads one per processor when its slot begins removes that.
 
 use crate::{procfs, CgroupError, Pid, Result};
 
@@ -89,19 +89,35 @@ fn every_cpu() -> Vec<usize> {
     (0..libc::CPU_SETSIZE as usize).collect()
 }
 
-/// Every thread of the given processes.
-fn threads_of(pids: &[Pid]) -> impl Iterator<Item = Pid> + '_ {
-    pids.iter().flat_map(|&pid| procfs::tasks(pid))
+/// Every thread of the given processes, with its process.
+fn threads_of(pids: &[Pid]) -> impl Iterator<Item = (Pid, Pid)> + '_ {
+    pids.iter()
+        .flat_map(|&pid| procfs::tasks(pid).into_iter().map(move |tid| (pid, tid)))
 }
 
-/// Pins the runnable threads of `pids` one per processor of `cpus` ([`spread_plan`]).
+/// The threads worth a processor of their own: those that used at least a tenth of the CPU
+/// time of the busiest (the ranks, not the launcher or progress threads that sleep), or the
+/// runnable ones while none has used any. Judged by CPU time over the threads' lives, not by
+/// their state now: a rank caught between two polls looked asleep, was left out, and two
+/// ranks ended up pinned to one processor (each kept where it was at the time).
+fn workers(threads: &[(Pid, procfs::Stat)]) -> Vec<(Pid, usize)> {
+    let busiest = threads.iter().map(|(_, s)| s.cpu_ticks).max().unwrap_or(0);
+    threads
+        .iter()
+        .filter(|(_, s)| match busiest {
+            0 => s.state == 'R',
+            _ => s.cpu_ticks * 10 >= busiest,
+        })
+        .map(|(tid, s)| (*tid, s.processor))
+        .collect()
+}
+
+/// Pins the working threads of `pids` one per processor of `cpus` ([`spread_plan`]).
 pub fn spread(pids: &[Pid], cpus: &[usize]) -> Result<()> {
-    let runnable: Vec<(Pid, usize)> = threads_of(pids)
-        .filter_map(|tid| procfs::stat(tid).ok().map(|s| (tid, s)))
-        .filter(|(_, s)| s.state == 'R')
-        .map(|(tid, s)| (tid, s.processor))
+    let threads: Vec<(Pid, procfs::Stat)> = threads_of(pids)
+        .filter_map(|(pid, tid)| procfs::thread_stat(pid, tid).ok().map(|s| (tid, s)))
         .collect();
-    for (tid, cpu) in spread_plan(&runnable, cpus) {
+    for (tid, cpu) in spread_plan(&workers(&threads), cpus) {
         set_affinity(tid, &[cpu])?;
     }
     Ok(())
@@ -110,7 +126,7 @@ pub fn spread(pids: &[Pid], cpus: &[usize]) -> Result<()> {
 /// Lets every thread of `pids` use every processor of its cpuset again.
 pub fn unpin(pids: &[Pid]) -> Result<()> {
     let every = every_cpu();
-    threads_of(pids).try_for_each(|tid| set_affinity(tid, &every))
+    threads_of(pids).try_for_each(|(_, tid)| set_affinity(tid, &every))
 }
 
 #[cfg(test)]
@@ -124,6 +140,26 @@ mod tests {
         assert_eq!(parse_cpu_list(""), Some(vec![]));
         assert_eq!(parse_cpu_list("3-1"), None);
         assert_eq!(parse_cpu_list("a"), None);
+    }
+
+    #[test]
+    fn workers_are_the_threads_that_used_cpu() {
+        let stat = |state, cpu_ticks, processor| procfs::Stat {
+            state,
+            cpu_ticks,
+            processor,
+        };
+        // A launcher (2 ticks) and a progress thread (0) beside two ranks, one asleep now.
+        let threads = [
+            (1, stat('S', 2, 0)),
+            (2, stat('R', 400, 1)),
+            (3, stat('S', 380, 1)),
+            (4, stat('S', 0, 0)),
+        ];
+        assert_eq!(workers(&threads), vec![(2, 1), (3, 1)]);
+        // A new job: the runnable threads.
+        let fresh = [(1, stat('S', 0, 0)), (2, stat('R', 0, 1))];
+        assert_eq!(workers(&fresh), vec![(2, 1)]);
     }
 
     #[test]

@@ -12,10 +12,19 @@ pub struct Stat {
     pub processor: usize,
 }
 
-/// Reads `/proc/PID/stat` (a thread id works too). The command name (field 2) may hold spaces and parentheses, so the
-/// fields are counted from the last `)`.
+/// Reads `/proc/PID/stat`: the whole process (CPU time of all its threads). The command
+/// name (field 2) may hold spaces and parentheses, so the fields are counted from the last `)`.
 pub fn stat(pid: Pid) -> Result<Stat> {
-    let path = PathBuf::from(format!("/proc/{pid}/stat"));
+    read_stat(PathBuf::from(format!("/proc/{pid}/stat")))
+}
+
+/// Reads `/proc/PID/task/TID/stat`: one thread. (`/proc/TID/stat` would not do: it reports
+/// the CPU time of the thread's whole process.)
+pub fn thread_stat(pid: Pid, tid: Pid) -> Result<Stat> {
+    read_stat(PathBuf::from(format!("/proc/{pid}/task/{tid}/stat")))
+}
+
+fn read_stat(path: PathBuf) -> Result<Stat> {
     let text = std::fs::read_to_string(&path).map_err(|source| CgroupError::Io {
         path: path.clone(),
         source,
