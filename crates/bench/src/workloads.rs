@@ -27,11 +27,12 @@ pub fn build() -> Result<()> {
     Ok(())
 }
 
-/// The path of a built workload program.
+/// The path of a workload program: built ones in `build/`, scripts (`*.sh`) beside the sources.
 pub fn program(name: &str) -> String {
-    dir()
-        .join("build")
-        .join(name)
-        .to_string_lossy()
-        .into_owned()
+    let path = if name.ends_with(".sh") {
+        dir().join(name)
+    } else {
+        dir().join("build").join(name)
+    };
+    path.to_string_lossy().into_owned()
 }

@@ -223,6 +223,17 @@ fn seed004(ctx: &Context, results: &mut Results) -> Result<()> {
     Ok(())
 }
 
+/// The median turnaround of the job called `name` over the rounds.
+fn median_turnaround(rounds: &[Vec<JobOutcome>], name: &str) -> f64 {
+    let times: Vec<f64> = rounds
+        .iter()
+        .flatten()
+        .filter(|o| o.name == name)
+        .map(JobOutcome::turnaround_s)
+        .collect();
+    median(&times).unwrap_or(f64::NAN)
+}
+
 /// Mean and sample standard deviation (0 for fewer than two values).
 fn mean_and_deviation(values: &[f64]) -> (f64, f64) {
     let n = values.len().max(1) as f64;
@@ -304,17 +315,7 @@ fn seed002(ctx: &Context, results: &mut Results) -> Result<()> {
         ],
     );
     for (scheduler, rounds) in schedulers.iter().zip(&runs) {
-        let of = |name: &str| {
-            median(
-                &rounds
-                    .iter()
-                    .flatten()
-                    .filter(|o| o.name == name)
-                    .map(JobOutcome::turnaround_s)
-                    .collect::<Vec<_>>(),
-            )
-            .unwrap_or(f64::NAN)
-        };
+        let of = |name: &str| median_turnaround(rounds, name);
         table.row(vec![
             scheduler.label(),
             format!("{:.2}", of("compile")),
@@ -347,17 +348,7 @@ fn seed001(ctx: &Context, results: &mut Results) -> Result<()> {
         ],
     };
     let (runs, _) = compare(&mix, std::slice::from_ref(&gang), ctx.repeat, ctx, results)?;
-    let of = |name: &str| {
-        median(
-            &runs[0]
-                .iter()
-                .flatten()
-                .filter(|o| o.name == name)
-                .map(JobOutcome::turnaround_s)
-                .collect::<Vec<_>>(),
-        )
-        .unwrap_or(f64::NAN)
-    };
+    let of = |name: &str| median_turnaround(&runs[0], name);
     let mut table = Table::new(
         "Seed 001 (AP/Linux, Fig. 7): a job in 2 of 3 slices (c) against one-slice jobs (b, d)",
         &["job", "turnaround (s)", "relative to b"],

@@ -82,8 +82,13 @@ pub fn run(args: CompareArgs) -> Result<()> {
         dir: work_dir.clone(),
     };
     let mut results = report::Results::default();
+    // A case that fails is reported and the others still run: a long run keeps what it measured.
+    let mut failed = Vec::new();
     for name in chosen {
-        cases::run(name, &context, &mut results)?;
+        if let Err(error) = cases::run(name, &context, &mut results) {
+            eprintln!("compare: case {name} failed: {error:#}");
+            failed.push(name);
+        }
     }
     let _ = std::fs::remove_dir_all(&work_dir);
     report::write(
@@ -91,5 +96,8 @@ pub fn run(args: CompareArgs) -> Result<()> {
         &args.json,
         &report::Header::now(args.quick, repeat),
     )?;
+    if !failed.is_empty() {
+        bail!("{} case(s) failed: {}", failed.len(), failed.join(", "));
+    }
     Ok(())
 }
