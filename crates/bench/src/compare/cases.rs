@@ -67,7 +67,8 @@ fn long_job(ctx: &Context, workload: &str, name: &str) -> JobSpec {
     }
 }
 
-/// A short job submitted while the long ones run: its turnaround is the response time.
+/// A short job submitted while the long ones run (3 s in at scale 1, when they are about
+/// half done): its turnaround is the response time.
 fn interactive_job(ctx: &Context) -> JobSpec {
     JobSpec::new(
         "interactive",
@@ -75,7 +76,7 @@ fn interactive_job(ctx: &Context) -> JobSpec {
         false,
         &["burn", "-t", "1", "-n", &ctx.n(1_000)],
     )
-    .after(Duration::from_secs(3))
+    .after(Duration::from_secs_f64(3.0 * ctx.scale))
     .interactive()
 }
 
