@@ -112,14 +112,23 @@ fn solo_times(mix: &Mix, ctx: &Context) -> Result<Solos> {
             workload: format!("{} alone", mix.workload),
             jobs: vec![job.clone().after(Duration::ZERO)],
         };
-        let dir = ctx.dir.join(format!("{}-solo-{}", mix.workload, job.name));
-        let outcome = runners::run(&Scheduler::Local, &alone, &dir, None)?;
-        eprintln!("  {} alone: {:.2} s", job.name, outcome[0].turnaround_s());
-        solos.push((
-            job.name.clone(),
-            outcome[0].turnaround_s(),
-            outcome[0].cpu_s,
-        ));
+        // Alone is erratic too (two ranks can start stacked on one CPU): the median of as
+        // many runs as the comparison has rounds.
+        let (mut seconds, mut cpu) = (Vec::new(), Vec::new());
+        for round in 0..ctx.repeat {
+            let dir = ctx
+                .dir
+                .join(format!("{}-solo-{}-{round}", mix.workload, job.name));
+            let outcome = runners::run(&Scheduler::Local, &alone, &dir, None)?;
+            seconds.push(outcome[0].turnaround_s());
+            cpu.extend(outcome[0].cpu_s);
+        }
+        let median_s = median(&seconds).unwrap_or(f64::NAN);
+        eprintln!(
+            "  {} alone: {median_s:.2} s (runs: {seconds:.2?})",
+            job.name
+        );
+        solos.push((job.name.clone(), median_s, median(&cpu)));
     }
     Ok(solos)
 }
