@@ -15,8 +15,8 @@ pub struct OverheadArgs {
     #[arg(long, value_delimiter = ',', default_value = "10,20,50,100,200")]
     quanta: Vec<u64>,
     /// Rounds (each runs back to back once and every quantum once; figures are medians)
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    rounds: u16,
     /// Work of each process (`burn -n`; 8000 is about 3 s here)
     #[arg(long, default_value_t = 8000)]
     iterations: u64,
@@ -42,7 +42,7 @@ pub fn run(args: OverheadArgs) -> Result<()> {
     // seconds[case][round]
     let mut seconds = vec![Vec::new(); cases.len()];
     let mut switches = vec![Vec::new(); cases.len()];
-    for round in 0..args.rounds {
+    for round in 0..usize::from(args.rounds) {
         // Rotate the order each round, so drift in the machine's speed favours no case.
         for k in 0..cases.len() {
             let i = (k + round) % cases.len();

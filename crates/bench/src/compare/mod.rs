@@ -17,8 +17,8 @@ pub struct CompareArgs {
     #[arg(long)]
     quick: bool,
     /// Repetitions of every (scheduler, mix) pair (default: 1 quick, 3 full)
-    #[arg(long)]
-    repeat: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    repeat: Option<u16>,
     /// Only these cases: mixes (fine, barrier, coarse, compute, spinbarrier) or seed
     /// experiments (seed004-spinbarrier, seed000-elongation, seed002-local-compile,
     /// seed001-two-of-three)
@@ -54,7 +54,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
     } else {
         known.clone()
     };
-    let repeat = args.repeat.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let repeat = usize::from(args.repeat.unwrap_or(if args.quick { 1 } else { 3 }));
     let mut schedulers = vec![Scheduler::Local];
     for mode in ["gang", "moderate"] {
         for quantum_ms in [20, 50, 100] {
