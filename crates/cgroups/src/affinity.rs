@@ -62,31 +62,32 @@ pub fn spread_plan(threads: &[(Pid, usize)], cpus: &[usize]) -> Vec<(Pid, usize)
     plan
 }
 
-/// Sets a thread's allowed processors. The kernel intersects the mask with the thread's
-/// cpuset, so "every processor" means "all of its cpuset". A thread that exited is no error.
-pub fn set_affinity(tid: Pid, cpus: &[usize]) -> Result<()> {
+/// The affinity mask of `cpus`.
+fn mask(cpus: impl IntoIterator<Item = usize>) -> libc::cpu_set_t {
     // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &cpu in cpus {
+    for cpu in cpus {
         // SAFETY: CPU_SET bounds-checks against the set's size.
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
+    set
+}
+
+/// Sets a thread's allowed processors to `set` (`cpus` names them in an error). The kernel
+/// intersects the mask with the thread's cpuset, so "every processor" means "all of its
+/// cpuset". A thread that exited is no error.
+fn apply(tid: Pid, set: &libc::cpu_set_t, cpus: impl FnOnce() -> String) -> Result<()> {
     // SAFETY: the pointer and size describe `set`, which outlives the call.
-    let done = unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) };
+    let done = unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(set), set) };
     let error = std::io::Error::last_os_error();
     match (done, error.raw_os_error()) {
         (0, _) | (_, Some(libc::ESRCH)) => Ok(()),
         _ => Err(CgroupError::Affinity {
             tid,
-            cpus: cpus.to_vec(),
+            cpus: cpus(),
             source: error,
         }),
     }
-}
-
-/// Every processor this machine may ever have: as an affinity, "no restriction".
-fn every_cpu() -> Vec<usize> {
-    (0..libc::CPU_SETSIZE as usize).collect()
 }
 
 /// Every thread of the given processes, with its process.
@@ -118,15 +119,16 @@ pub fn spread(pids: &[Pid], cpus: &[usize]) -> Result<()> {
         .filter_map(|(pid, tid)| procfs::thread_stat(pid, tid).ok().map(|s| (tid, s)))
         .collect();
     for (tid, cpu) in spread_plan(&workers(&threads), cpus) {
-        set_affinity(tid, &[cpu])?;
+        apply(tid, &mask([cpu]), || cpu.to_string())?;
     }
     Ok(())
 }
 
 /// Lets every thread of `pids` use every processor of its cpuset again.
 pub fn unpin(pids: &[Pid]) -> Result<()> {
-    let every = every_cpu();
-    threads_of(pids).try_for_each(|(_, tid)| set_affinity(tid, &every))
+    // Built once: unpinning runs at every slot boundary, for every thread of the job.
+    let every = mask(0..libc::CPU_SETSIZE as usize);
+    threads_of(pids).try_for_each(|(_, tid)| apply(tid, &every, || "every processor".into()))
 }
 
 #[cfg(test)]

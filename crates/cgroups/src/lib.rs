@@ -49,10 +49,10 @@ pub enum CgroupError {
         state: char,
         waited: Duration,
     },
-    #[error("thread {tid}: cannot set its processors to {cpus:?}: {source}")]
+    #[error("thread {tid}: cannot set its processors to {cpus}: {source}")]
     Affinity {
         tid: Pid,
-        cpus: Vec<usize>,
+        cpus: String,
         source: std::io::Error,
     },
     #[error("job {0} has no cgroup here (not created, or already removed)")]

@@ -12,6 +12,9 @@ use std::path::Path;
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
     pub scheduler: String,
+    /// The scheduler as the tables name it (`gang 50 ms`).
+    #[serde(skip)]
+    pub label: String,
     pub quantum_ms: Option<u64>,
     pub workload: String,
     /// Median over the rounds.
@@ -67,6 +70,7 @@ impl Row {
         let cpu_here: Option<f64> = long.iter().map(|o| o.cpu_s).sum();
         Row {
             scheduler: scheduler.name().to_string(),
+            label: scheduler.label(),
             quantum_ms: scheduler.quantum_ms(),
             workload: workload.to_string(),
             makespan_s: median(&makespans).unwrap_or(f64::NAN),
@@ -84,13 +88,6 @@ impl Row {
                 .and_then(|j| solo(&j.name))
                 .map(|s| s.1),
             cpu_efficiency: cpu_alone.zip(cpu_here).map(|(a, h)| a / h),
-        }
-    }
-
-    fn label(&self) -> String {
-        match self.quantum_ms {
-            Some(q) if self.scheduler != "slurm" => format!("{} {q} ms", self.scheduler),
-            _ => self.scheduler.clone(),
         }
     }
 }
@@ -209,7 +206,7 @@ pub fn markdown(results: &Results, header: &Header) -> String {
             out,
             "| {} | {} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {} | {} | {} |",
             row.workload,
-            row.label(),
+            row.label,
             row.makespan_s,
             row.ideal_s,
             row.makespan_s / row.ideal_s,
@@ -273,7 +270,7 @@ pub fn svg(results: &Results) -> String {
             left - 8.0,
             y + 4.0,
             row.workload,
-            row.label()
+            row.label
         );
         for v in row.slowdown.iter().filter(|v| v.is_finite()) {
             let _ = writeln!(

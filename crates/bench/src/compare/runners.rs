@@ -5,7 +5,6 @@
 use super::jobs::{reported_cpu_s, JobOutcome, Mix, Waiting};
 use crate::daemon::{Daemon, DaemonSpec};
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Longest a mix may take before the run is abandoned.
 const PATIENCE: Duration = Duration::from_secs(900);
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scheduler {
     /// Plain Linux: the jobs started together, no control.
     Local,
@@ -84,7 +83,7 @@ pub fn run(
     match scheduler {
         Scheduler::Local => run_plain(mix, dir),
         Scheduler::Cosched { mode, quantum_ms } => {
-            run_cosched(mix, dir, mode, *quantum_ms, Waiting::Spin)
+            run_cosched(mix, dir, mode, *quantum_ms, scheduler.waiting())
         }
         Scheduler::Implicit => run_cosched(mix, dir, "implicit", 100, scheduler.waiting()),
         Scheduler::Slurm => slurm.context("Slurm was not started")?.run(mix, dir),
