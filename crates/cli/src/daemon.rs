@@ -53,6 +53,10 @@ pub struct DaemonArgs {
     /// computes again (0: never)
     #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
     idle_after: f64,
+    /// An interactive job runs in every slot, ahead of batch jobs on its processors, for its
+    /// first SECONDS (a quick answer), then time-shares in a slice of its own (0: at once)
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    interactive_preempt: f64,
     /// What a clean stop does to the jobs: leave them running unscheduled, or cancel them
     #[arg(long, default_value = "leave", value_parser = ["leave", "cancel"])]
     on_stop: String,
@@ -68,8 +72,13 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     if args.check {
         return report(args.json);
     }
-    if !(args.idle_after.is_finite() && args.idle_after >= 0.0) {
-        bail!("--idle-after must be a number of seconds, 0 or more");
+    for (flag, value) in [
+        ("--idle-after", args.idle_after),
+        ("--interactive-preempt", args.interactive_preempt),
+    ] {
+        if !(value.is_finite() && value >= 0.0) {
+            bail!("{flag} must be a number of seconds, 0 or more (got {value})");
+        }
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -83,6 +92,8 @@ pub fn run(args: DaemonArgs) -> Result<()> {
         mpl: args.mpl,
         procs: args.procs,
         idle_after: (args.idle_after > 0.0).then_some((args.idle_after * 1e6) as i64),
+        interactive_preempt: (args.interactive_preempt > 0.0)
+            .then_some((args.interactive_preempt * 1e6) as i64),
         on_stop: if args.on_stop == "cancel" {
             OnStop::Cancel
         } else {

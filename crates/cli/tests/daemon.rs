@@ -368,6 +368,63 @@ fn a_vacant_slot_gives_way_at_once_not_at_the_boundary() {
 }
 
 #[test]
+fn an_interactive_job_preempts_batch_for_its_stretch_then_time_shares() {
+    let d = Daemon::start(&["--quantum-ms", "100", "--interactive-preempt", "1.5"]);
+    let spin = spin_py();
+    let a = d.submit(&["-n", "2", "--", "python3", &spin, "2", "4", "0"]);
+    let b = d.submit(&["-n", "2", "--", "python3", &spin, "2", "4", "0"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let submitted = Instant::now();
+    let i = d.submit(&[
+        "-n",
+        "1",
+        "--class",
+        "interactive",
+        "--",
+        "python3",
+        &spin,
+        "1",
+        "6",
+        "0",
+    ]);
+    // Within its stretch (after a boundary has passed) no batch job runs: both need the
+    // interactive job's processor, whichever slice is current.
+    let mut samples = 0;
+    while submitted.elapsed() < Duration::from_millis(1_200) {
+        if submitted.elapsed() > Duration::from_millis(400) {
+            let both = d.frozen(a) && d.frozen(b);
+            // A sample read late (a slow machine) may fall after the stretch: not counted.
+            if submitted.elapsed() < Duration::from_millis(1_200) {
+                assert!(both, "a batch job runs during the interactive stretch");
+                samples += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(samples > 0);
+    assert!(!d.frozen(i), "the interactive job runs in every slot");
+    // After the stretch the interactive job has a slice of its own and batch runs again.
+    let start = Instant::now();
+    while d.frozen(a) && d.frozen(b) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "batch never ran again after the stretch; log: {}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        d.log()
+            .contains(&format!("job {i}: interactive stretch over")),
+        "{}",
+        d.log()
+    );
+    for job in [a, b, i] {
+        assert_eq!(d.wait_end(job, Duration::from_secs(90))["exit"]["code"], 0);
+    }
+}
+
+#[test]
 fn kill_9_of_the_daemon_loses_no_job_and_leaves_none_frozen() {
     let mut d = Daemon::start(&["--quantum-ms", "100"]);
     let spin = spin_py();

@@ -16,8 +16,8 @@ pub enum Role {
     Own,
     /// Another slice where the job's processors happen to be free (multiple tasks).
     Alternate,
-    /// An express job: present in every slice.
-    Express,
+    /// A preempting job (express, or interactive for its first stretch): in every slice.
+    Preempting,
     /// A standby job soaking up cells nobody else uses.
     Standby,
 }

@@ -2,8 +2,9 @@
 //!
 //! Rows (slices) hold their *own* jobs on disjoint processors. After every change each slice is
 //! filled, in this order: its own jobs, then alternates (jobs of other slices whose processors
-//! are free here, in placement order), then standby jobs. Express jobs hold their processors in
-//! every slice. A slice left with no job of its own is dropped.
+//! are free here, in placement order), then standby jobs. Preempting jobs (express jobs, and
+//! interactive jobs for their first stretch) hold their processors in every slice: own jobs there
+//! wait. A slice left with no job of its own is dropped.
 
 use crate::job::{Class, JobId, JobRequest, Micros};
 use crate::machine::Machine;
@@ -34,6 +35,9 @@ pub struct Config {
     pub backfill: Backfill,
     /// After a job leaves, move jobs up into earlier slices where their processors are free.
     pub repack: bool,
+    /// Interactive jobs preempt batch jobs (run in every slice) until [`Scheduler::settle`]
+    /// moves them into a slice of their own: quick answers without starving batch for long.
+    pub interactive_preempts: bool,
 }
 
 impl Default for Config {
@@ -44,6 +48,7 @@ impl Default for Config {
             alternates: true,
             backfill: Backfill::None,
             repack: false,
+            interactive_preempts: false,
         }
     }
 }
@@ -78,7 +83,9 @@ pub enum JobError {
 pub enum Home {
     /// Its own slice, by stable id (slice positions shift when slices are dropped).
     Slice(SliceId),
-    Express,
+    /// In every slice, ahead of own jobs on the same processors (express, or interactive for
+    /// its first stretch).
+    Preempting,
     Standby,
 }
 
@@ -118,13 +125,15 @@ struct Job {
     state: JobState,
     /// Placement order: the order in which jobs claim alternate cells.
     placed_seq: u64,
+    /// An interactive job that has had its preempting stretch and now takes a slice.
+    settled: bool,
 }
 
 #[derive(Clone, Debug)]
 struct Slice {
     id: SliceId,
     own: Vec<JobId>,
-    /// Own jobs' processors plus every express job's: where nothing new may be placed.
+    /// Own jobs' processors plus every preempting job's: where nothing new may be placed.
     taken: ProcSet,
     alternates: Vec<JobId>,
     /// `taken` plus the alternates: where no further alternate may go.
@@ -141,8 +150,9 @@ pub struct Scheduler {
     slices: Vec<Slice>,
     /// Placed jobs with a slice of their own, by placement order (candidates for alternates).
     placed: BTreeMap<u64, JobId>,
-    express: BTreeMap<u64, JobId>,
-    express_procs: ProcSet,
+    /// Jobs in every slice, by placement order.
+    preempting: BTreeMap<u64, JobId>,
+    preempting_procs: ProcSet,
     standby: BTreeMap<u64, JobId>,
     standby_procs: ProcSet,
     next_seq: u64,
@@ -169,8 +179,8 @@ impl Scheduler {
             queue: BTreeSet::new(),
             slices: Vec::new(),
             placed: BTreeMap::new(),
-            express: BTreeMap::new(),
-            express_procs: ProcSet::new(procs),
+            preempting: BTreeMap::new(),
+            preempting_procs: ProcSet::new(procs),
             standby: BTreeMap::new(),
             standby_procs: ProcSet::new(procs),
             next_seq: 0,
@@ -246,6 +256,7 @@ impl Scheduler {
                 seq,
                 state: JobState::Queued,
                 placed_seq: 0,
+                settled: false,
             },
         );
         let mut decisions = Vec::new();
@@ -266,7 +277,8 @@ impl Scheduler {
     }
 
     /// Changes a job's class. A queued job moves in the queue; a placed job that changes layer
-    /// (to or from express or standby) is placed again; between interactive and batch it stays.
+    /// (into or out of the preempting layer, to or from standby) is placed again; a job in a
+    /// slice that turns interactive or batch stays where it is.
     pub fn set_class(
         &mut self,
         job: JobId,
@@ -280,43 +292,97 @@ impl Scheduler {
             Class::Interactive | Class::Batch => 1,
             Class::Standby => 2,
         };
-        let mut decisions = Vec::new();
-        let replace = matches!(entry.state, JobState::Queued) || layer(old) != layer(class);
-        if replace {
-            let mut moved = self.jobs.remove(&job).expect("looked up above");
-            self.unplace(&moved);
-            moved.request.class = class;
-            moved.state = JobState::Queued;
-            self.queue.insert((class, moved.seq, job));
-            self.jobs.insert(job, moved);
-            self.schedule(now, &mut decisions);
-        } else {
+        let preempting = matches!(
+            entry.state,
+            JobState::Placed {
+                home: Home::Preempting,
+                ..
+            }
+        );
+        let replace = matches!(entry.state, JobState::Queued)
+            || layer(old) != layer(class)
+            || (preempting && class != Class::Express);
+        if !replace {
             self.jobs
                 .get_mut(&job)
                 .expect("looked up above")
                 .request
                 .class = class;
+            return Ok(Vec::new());
         }
-        Ok(decisions)
+        Ok(self.requeue(job, now, |moved| {
+            moved.request.class = class;
+            // Lowered out of the preempting layer: it does not come straight back in.
+            moved.settled |= preempting;
+        }))
+    }
+
+    /// Takes a known job out of wherever it is, changes it, and serves the queue again. A job
+    /// that was placed and now waits gets a `Queued` decision: its processes must stop.
+    fn requeue(&mut self, job: JobId, now: Micros, change: impl FnOnce(&mut Job)) -> Vec<Decision> {
+        let mut moved = self.jobs.remove(&job).expect("a known job");
+        let was_placed = matches!(moved.state, JobState::Placed { .. });
+        self.unplace(&moved);
+        change(&mut moved);
+        moved.state = JobState::Queued;
+        self.queue.insert((moved.request.class, moved.seq, job));
+        self.jobs.insert(job, moved);
+        let mut decisions = Vec::new();
+        self.schedule(now, &mut decisions);
+        if was_placed && matches!(self.jobs[&job].state, JobState::Queued) {
+            decisions.push(Decision::Queued { job });
+        }
+        decisions
+    }
+
+    /// Interactive jobs that have preempted since `before` or earlier: the caller's policy
+    /// decides how long a stretch is and calls [`Scheduler::settle`] on these.
+    pub fn preempting_since(&self, before: Micros) -> Vec<JobId> {
+        self.preempting
+            .values()
+            .copied()
+            .filter(|id| {
+                let job = &self.jobs[id];
+                job.request.class == Class::Interactive
+                    && matches!(job.state, JobState::Placed { placed_at, .. } if placed_at <= before)
+            })
+            .collect()
+    }
+
+    /// Ends an interactive job's preempting stretch: it takes a slice of its own like a batch
+    /// job (or waits in the line, stopped, if none has room). Other jobs do nothing.
+    pub fn settle(&mut self, job: JobId, now: Micros) -> Result<Vec<Decision>, JobError> {
+        let entry = self.jobs.get(&job).ok_or(JobError::Unknown(job))?;
+        let preempting = matches!(
+            entry.state,
+            JobState::Placed {
+                home: Home::Preempting,
+                ..
+            }
+        );
+        if !preempting || entry.request.class != Class::Interactive {
+            return Ok(Vec::new());
+        }
+        Ok(self.requeue(job, now, |moved| moved.settled = true))
     }
 
     /// The matrix as it stands: every slice with the jobs that run in it.
     pub fn plan(&self) -> Plan {
-        let express: Vec<PlanEntry> = self
-            .express
+        let preempting: Vec<PlanEntry> = self
+            .preempting
             .values()
-            .map(|&id| self.entry(id, Role::Express))
+            .map(|&id| self.entry(id, Role::Preempting))
             .collect();
         let mut slices: Vec<PlanSlice> = self
             .slices
             .iter()
             .map(|slice| {
-                let mut entries = express.clone();
+                let mut entries = preempting.clone();
                 entries.extend(
                     slice
                         .own
                         .iter()
-                        .filter(|&&id| self.partition(id).is_clear_in(&self.express_procs))
+                        .filter(|&&id| self.partition(id).is_clear_in(&self.preempting_procs))
                         .map(|&id| self.entry(id, Role::Own)),
                 );
                 entries.extend(
@@ -334,12 +400,12 @@ impl Scheduler {
                 PlanSlice { entries }
             })
             .collect();
-        if slices.is_empty() && (!self.express.is_empty() || !self.standby.is_empty()) {
-            let mut entries = express;
+        if slices.is_empty() && (!self.preempting.is_empty() || !self.standby.is_empty()) {
+            let mut entries = preempting;
             entries.extend(
                 self.standby
                     .values()
-                    .filter(|&&id| self.partition(id).is_clear_in(&self.express_procs))
+                    .filter(|&&id| self.partition(id).is_clear_in(&self.preempting_procs))
                     .map(|&id| self.entry(id, Role::Standby)),
             );
             slices.push(PlanSlice { entries });
@@ -367,18 +433,30 @@ impl Scheduler {
     }
 
     /// Serves the queue in order: express, interactive, batch (one strict line, or EASY), then
-    /// standby. Each layer stops at its first job that does not fit, so a call costs the jobs
+    /// standby. An interactive job that may preempt goes into the preempting layer when its
+    /// processors are free of other preempting jobs, else into the line like batch. Each layer stops at its first job that does not fit, so a call costs the jobs
     /// it places plus one, not the length of the queue (EASY scans the line, as it must).
     fn schedule(&mut self, now: Micros, decisions: &mut Vec<Decision>) {
         while let Some(key) = self.first_waiting(Class::Express, Some(Class::Interactive)) {
             let shape = self.jobs[&key.2].request.shape;
-            let Some(partition) = self.find(&self.express_procs, shape) else {
+            let Some(partition) = self.find(&self.preempting_procs, shape) else {
                 break;
             };
-            self.commit(key, partition, Home::Express, now, decisions);
+            self.commit(key, partition, Home::Preempting, now, decisions);
         }
         while let Some(key) = self.first_waiting(Class::Interactive, Some(Class::Standby)) {
-            let shape = self.jobs[&key.2].request.shape;
+            let job = &self.jobs[&key.2];
+            let shape = job.request.shape;
+            let preempts = self.config.interactive_preempts
+                && job.request.class == Class::Interactive
+                && !job.settled;
+            if let Some(partition) = preempts
+                .then(|| self.find(&self.preempting_procs, shape))
+                .flatten()
+            {
+                self.commit(key, partition, Home::Preempting, now, decisions);
+                continue;
+            }
             if let Some((partition, home)) = self.find_own(shape) {
                 self.commit(key, partition, home, now, decisions);
                 continue;
@@ -449,7 +527,7 @@ impl Scheduler {
             .find_map(|s| self.find(&s.taken, shape).map(|p| (p, Home::Slice(s.id))))
             .or_else(|| {
                 (self.slices.len() < self.config.mpl as usize)
-                    .then(|| self.find(&self.express_procs, shape))
+                    .then(|| self.find(&self.preempting_procs, shape))
                     .flatten()
                     .map(|p| (p, Home::Slice(self.next_slice)))
             })
@@ -462,7 +540,7 @@ impl Scheduler {
             self.find(&map, shape)
         };
         if self.slices.is_empty() {
-            return free_of(&self.express_procs);
+            return free_of(&self.preempting_procs);
         }
         self.slices.iter().find_map(|s| free_of(&s.busy))
     }
@@ -499,7 +577,7 @@ impl Scheduler {
                 .collect();
             ending.sort_unstable();
             let mut map = slice.taken.clone();
-            // A running job without an estimate (or express processors in the way) gives no
+            // A running job without an estimate (or preempting processors in the way) gives no
             // promise for this slice.
             for (end, id) in ending.into_iter().take_while(|&(end, _)| end < Micros::MAX) {
                 self.partition(id).unmark(&mut map);
@@ -565,9 +643,9 @@ impl Scheduler {
         let seq = self.next_seq;
         self.next_seq += 1;
         match home {
-            Home::Express => {
-                partition.mark(&mut self.express_procs);
-                self.express.insert(seq, id);
+            Home::Preempting => {
+                partition.mark(&mut self.preempting_procs);
+                self.preempting.insert(seq, id);
             }
             Home::Standby => {
                 partition.mark(&mut self.standby_procs);
@@ -579,9 +657,9 @@ impl Scheduler {
                     self.slices.push(Slice {
                         id: slice_id,
                         own: Vec::new(),
-                        taken: self.express_procs.clone(),
+                        taken: self.preempting_procs.clone(),
                         alternates: Vec::new(),
-                        busy: self.express_procs.clone(),
+                        busy: self.preempting_procs.clone(),
                         standby: Vec::new(),
                     });
                 }
@@ -596,7 +674,7 @@ impl Scheduler {
             placed_at: now,
         };
         match home {
-            Home::Express => self.refresh_all(),
+            Home::Preempting => self.refresh_all(),
             Home::Standby => {
                 for slice in &mut self.slices {
                     if partition.is_clear_in(&slice.busy) {
@@ -638,9 +716,9 @@ impl Scheduler {
             return;
         };
         match *home {
-            Home::Express => {
-                self.express.remove(&job.placed_seq);
-                partition.unmark(&mut self.express_procs);
+            Home::Preempting => {
+                self.preempting.remove(&job.placed_seq);
+                partition.unmark(&mut self.preempting_procs);
                 self.refresh_all();
             }
             Home::Standby => {
@@ -738,7 +816,7 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Recomputes `taken` of every slice (express set changed) and refills all.
+    /// Recomputes `taken` of every slice (preempting set changed) and refills all.
     fn refresh_all(&mut self) {
         for i in 0..self.slices.len() {
             self.retake(i);
@@ -746,9 +824,9 @@ impl Scheduler {
         }
     }
 
-    /// Recomputes a slice's `taken` from its own jobs and the express set.
+    /// Recomputes a slice's `taken` from its own jobs and the preempting set.
     fn retake(&mut self, index: usize) {
-        let mut taken = self.express_procs.clone();
+        let mut taken = self.preempting_procs.clone();
         for &id in &self.slices[index].own {
             job_partition(&self.jobs, id).mark(&mut taken);
         }

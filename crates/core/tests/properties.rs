@@ -9,6 +9,7 @@ enum Op {
     Submit { procs: u32, class: Class, est: i64 },
     Remove { pick: usize },
     SetClass { pick: usize, class: Class },
+    Settle { pick: usize },
 }
 
 fn class() -> impl Strategy<Value = Class> {
@@ -25,6 +26,7 @@ fn op(max_procs: u32) -> impl Strategy<Value = Op> {
         5 => (1..=max_procs, class(), 1i64..1000).prop_map(|(procs, class, est)| Op::Submit { procs, class, est }),
         3 => any::<usize>().prop_map(|pick| Op::Remove { pick }),
         1 => (any::<usize>(), class()).prop_map(|(pick, class)| Op::SetClass { pick, class }),
+        1 => any::<usize>().prop_map(|pick| Op::Settle { pick }),
     ]
 }
 
@@ -40,14 +42,18 @@ fn config() -> impl Strategy<Value = Config> {
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     )
-        .prop_map(|(partitioner, mpl, alternates, repack, easy)| Config {
-            partitioner,
-            mpl,
-            alternates,
-            repack,
-            backfill: if easy { Backfill::Easy } else { Backfill::None },
-        })
+        .prop_map(
+            |(partitioner, mpl, alternates, repack, easy, interactive_preempts)| Config {
+                partitioner,
+                mpl,
+                alternates,
+                repack,
+                backfill: if easy { Backfill::Easy } else { Backfill::None },
+                interactive_preempts,
+            },
+        )
 }
 
 fn scenario() -> impl Strategy<Value = (u32, Config, Vec<Op>)> {
@@ -97,6 +103,22 @@ fn run(procs: u32, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, TestCaseErr
                 let id = live[pick % live.len()];
                 s.set_class(id, *class, now).unwrap();
             }
+            Op::Settle { pick } if !live.is_empty() => {
+                let id = live[pick % live.len()];
+                let was_preempting = s.preempting_since(now).contains(&id);
+                s.settle(id, now).unwrap();
+                let still = matches!(
+                    s.state(id),
+                    Some(JobState::Placed {
+                        home: Home::Preempting,
+                        ..
+                    })
+                );
+                prop_assert!(
+                    !(was_preempting && still),
+                    "job {id} still preempts after settling"
+                );
+            }
             _ => {}
         }
         check(&s, config)
@@ -128,15 +150,15 @@ fn check(s: &Scheduler, config: &Config) -> Result<(), String> {
             config.mpl
         ));
     }
-    let mut express = ProcSet::new(procs);
+    let mut preempting = ProcSet::new(procs);
     for (_, _, state) in s.jobs() {
         if let JobState::Placed {
             partition,
-            home: Home::Express,
+            home: Home::Preempting,
             ..
         } = state
         {
-            partition.mark(&mut express);
+            partition.mark(&mut preempting);
         }
     }
     for (index, slice) in plan.slices.iter().enumerate() {
@@ -165,9 +187,9 @@ fn check(s: &Scheduler, config: &Config) -> Result<(), String> {
                 }
             }
         }
-        // Fill is maximal: a job left out of a slice really does not fit there. (With express
-        // jobs present, preempted own jobs hold cells the plan does not show: skip.)
-        if !express.is_empty() {
+        // Fill is maximal: a job left out of a slice really does not fit there. (With
+        // preempting jobs present, preempted own jobs hold cells the plan does not show: skip.)
+        if !preempting.is_empty() {
             continue;
         }
         for (id, class, state) in s.jobs() {
@@ -197,16 +219,24 @@ fn check(s: &Scheduler, config: &Config) -> Result<(), String> {
                         .iter()
                         .any(|e| e.job == id && e.role == Role::Own)
                 });
-                if !own && partition.is_clear_in(&express) {
+                if !own && partition.is_clear_in(&preempting) {
                     return Err(format!("job {id} is placed but not in its own slice"));
                 }
             }
             JobState::Placed {
-                home: Home::Express,
+                home: Home::Preempting,
                 ..
             } => {
                 if plan.slices.iter().any(|sl| !sl.contains(id)) {
-                    return Err(format!("express job {id} missing from a slice"));
+                    return Err(format!("preempting job {id} missing from a slice"));
+                }
+                let may_preempt = match class {
+                    Class::Express => true,
+                    Class::Interactive => config.interactive_preempts,
+                    Class::Batch | Class::Standby => false,
+                };
+                if !may_preempt {
+                    return Err(format!("{class} job {id} preempts"));
                 }
             }
             JobState::Placed {
@@ -216,7 +246,7 @@ fn check(s: &Scheduler, config: &Config) -> Result<(), String> {
             // A normal job never waits on an empty machine.
             JobState::Queued => {
                 let normal = matches!(class, Class::Interactive | Class::Batch);
-                if normal && s.slice_count() == 0 && express.is_empty() {
+                if normal && s.slice_count() == 0 && preempting.is_empty() {
                     return Err(format!("job {id} waits while the machine is empty"));
                 }
             }
@@ -225,7 +255,7 @@ fn check(s: &Scheduler, config: &Config) -> Result<(), String> {
     // Every slice of the matrix has a job of its own.
     for (index, slice) in plan.slices.iter().enumerate().take(s.slice_count()) {
         let own = slice.entries.iter().any(|e| e.role == Role::Own);
-        if !own && express.is_empty() {
+        if !own && preempting.is_empty() {
             return Err(format!("slice {index} has no job of its own"));
         }
     }

@@ -32,7 +32,7 @@ fn remove(s: &mut Scheduler, id: JobId) -> Vec<Decision> {
 }
 
 /// The plan as text: one line per slice, `job@cpus` with a role mark (`+` alternate,
-/// `!` express, `~` standby).
+/// `!` preempting, `~` standby).
 fn show(s: &Scheduler) -> Vec<String> {
     s.plan()
         .slices
@@ -45,7 +45,7 @@ fn show(s: &Scheduler) -> Vec<String> {
                     let mark = match e.role {
                         Role::Own => "",
                         Role::Alternate => "+",
-                        Role::Express => "!",
+                        Role::Preempting => "!",
                         Role::Standby => "~",
                     };
                     format!("{}{mark}@{}", e.job, e.partition)
@@ -201,6 +201,51 @@ fn express_preempts_everything_it_overlaps_in_every_slice() {
 }
 
 #[test]
+fn an_interactive_job_preempts_batch_until_it_settles() {
+    let config = Config {
+        interactive_preempts: true,
+        ..gang(4)
+    };
+    let mut s = sched(2, config);
+    batch(&mut s, 1, 2);
+    batch(&mut s, 2, 2);
+    submit(&mut s, 5, 1, Class::Interactive, 100);
+    // In every slice at once: the batch jobs on its processor wait, whichever slice runs.
+    assert_eq!(show(&s), ["5!@0", "5!@0"]);
+    assert_eq!(s.preempting_since(99), Vec::<JobId>::new());
+    assert_eq!(s.preempting_since(100), vec![5]);
+    // A second interactive job takes the processor left in the preempting layer.
+    submit(&mut s, 6, 1, Class::Interactive, 100);
+    assert_eq!(show(&s), ["5!@0 6!@1", "5!@0 6!@1"]);
+    // Its stretch over, the job takes a slice of its own and the batch jobs run again.
+    let decisions = s.settle(5, 200).unwrap();
+    s.audit().unwrap();
+    assert!(matches!(
+        decisions[..],
+        [Decision::Placed {
+            job: 5,
+            home: Home::Slice(_),
+            ..
+        }]
+    ));
+    assert_eq!(show(&s), ["6!@1", "6!@1", "6!@1 5@0"]);
+    s.settle(6, 200).unwrap();
+    assert_eq!(show(&s), ["1@0-1", "2@0-1", "5@0 6@1"]);
+    // Settling is once: a settled job does not come back as a preempting one.
+    assert_eq!(s.settle(5, 300).unwrap(), Vec::new());
+    assert_eq!(s.preempting_since(300), Vec::<JobId>::new());
+}
+
+#[test]
+fn without_preemption_an_interactive_job_takes_a_slice() {
+    let mut s = sched(2, gang(4));
+    batch(&mut s, 1, 2);
+    submit(&mut s, 5, 1, Class::Interactive, 0);
+    assert_eq!(show(&s), ["1@0-1", "5@0"]);
+    assert_eq!(s.settle(5, 10).unwrap(), Vec::new());
+}
+
+#[test]
 fn standby_soaks_up_idle_cells_and_yields_them() {
     let mut s = sched(4, gang(1));
     submit(&mut s, 7, 2, Class::Standby, 0);
@@ -231,7 +276,7 @@ fn class_changes_move_jobs_between_layers() {
         decisions[0],
         Decision::Placed {
             job: 2,
-            home: Home::Express,
+            home: Home::Preempting,
             ..
         }
     ));

@@ -573,6 +573,17 @@ impl Inner {
         Ok(format!("job {job}: class {old} -> {class}"))
     }
 
+    /// Interactive jobs preempting since `since` or earlier take a slice of their own.
+    pub fn settle_overdue(&mut self, since: Micros, now: Micros) {
+        for job in self.scheduler.preempting_since(since) {
+            let decisions = self.scheduler.settle(job, now).expect("a scheduled job");
+            log(format_args!(
+                "job {job}: interactive stretch over; time-shares now"
+            ));
+            self.apply(decisions, now);
+        }
+    }
+
     /// The agent found a running job idle: its cells go to others; it runs unscheduled.
     pub fn went_idle(&mut self, job: JobId, now: Micros) {
         let Some(record) = self.records.get_mut(&job) else {
@@ -868,6 +879,16 @@ impl Shared {
         }
         if let Some(mut child) = child {
             let _ = child.wait();
+        }
+    }
+
+    /// Ends interactive jobs' preempting stretches as they run out (checked a few times a
+    /// stretch, at most every 100 ms: a stretch is seconds, a late check costs batch little).
+    pub fn settle_interactive(self: Arc<Self>, stretch: Micros) {
+        let period = std::time::Duration::from_micros((stretch / 4).clamp(1_000, 100_000) as u64);
+        loop {
+            std::thread::sleep(period);
+            self.with(|inner, now| inner.settle_overdue(now - stretch, now));
         }
     }
 

@@ -36,6 +36,9 @@ pub struct DaemonConfig {
     pub procs: Option<u32>,
     /// Leave the rotation after this long without CPU use in one's own slots.
     pub idle_after: Option<Micros>,
+    /// An interactive job runs in every slot (preempting batch) for this long, then takes a
+    /// slice of its own; `None`: interactive jobs take a slice at once.
+    pub interactive_preempt: Option<Micros>,
     pub on_stop: OnStop,
     /// The cosched parent cgroup's name (one per daemon on a machine).
     pub cgroup_parent: String,
@@ -161,6 +164,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         machine,
         Config {
             mpl,
+            interactive_preempts: config.interactive_preempt.is_some(),
             ..Config::default()
         },
     )
@@ -212,6 +216,10 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     {
         let shared = Arc::clone(&shared);
         std::thread::spawn(move || accept_loop(listener, shared));
+    }
+    if let Some(stretch) = config.interactive_preempt {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || shared.settle_interactive(stretch));
     }
     ready(&format!(
         "cosched daemon: {} mode, quantum {} ms, {} processors, {}; socket {}",

@@ -100,6 +100,8 @@ impl SimConfig {
                 Backfill::None
             },
             repack: gang && self.repack,
+            // Trace jobs carry no class: all are batch.
+            interactive_preempts: false,
         }
     }
 }

@@ -26,6 +26,7 @@ fn stepped(jobs: &[SimJob], config: &SimConfig) -> Vec<(Micros, Micros)> {
             Backfill::None
         },
         repack: config.repack,
+        interactive_preempts: false,
     };
     let mut sched = Scheduler::new(Machine::line(config.procs).unwrap(), core).unwrap();
     let mut remaining: Vec<Micros> = jobs.iter().map(|j| j.run).collect();
