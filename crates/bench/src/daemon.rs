@@ -24,6 +24,8 @@ pub fn cosched_binary() -> Result<PathBuf> {
 pub struct Daemon {
     cosched: PathBuf,
     dir: PathBuf,
+    /// The daemon's cgroup parent: it keeps it by design; the benchmark removes it.
+    parent: String,
     child: Child,
 }
 
@@ -46,6 +48,7 @@ impl Daemon {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let log = std::fs::File::create(dir.join("daemon.log"))?;
+        let parent = format!("cosched-bench-{}", std::process::id());
         let mut command = Command::new(&cosched);
         command
             .arg("daemon")
@@ -53,10 +56,7 @@ impl Daemon {
             .arg(dir.join("state"))
             .arg("--socket")
             .arg(dir.join("cosched.sock"))
-            .args([
-                "--cgroup-parent",
-                &format!("cosched-bench-{}", std::process::id()),
-            ])
+            .args(["--cgroup-parent", &parent])
             .args(["--mode", &spec.mode])
             .args(["--quantum-ms", &spec.quantum_ms.to_string()])
             .args(["--on-stop", "cancel"])
@@ -69,6 +69,7 @@ impl Daemon {
         let mut daemon = Daemon {
             cosched,
             dir,
+            parent,
             child,
         };
         let start = Instant::now();
@@ -204,6 +205,19 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        // The jobs' cgroups are gone (cancelled on stop); an empty parent is left in each
+        // hierarchy. rmdir fails harmlessly if anything is still inside.
+        if let Ok(layout) = cosched_cgroups::Layout::detect() {
+            let roots = [
+                layout.v2,
+                layout.v1_freezer,
+                layout.v1_cpuset,
+                layout.v1_cpu,
+            ];
+            for root in roots.into_iter().flatten() {
+                let _ = std::fs::remove_dir(root.join(&self.parent));
+            }
+        }
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 //! JSON line each prints.
 
 use anyhow::{bail, Context, Result};
+use serde::Deserialize;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -25,6 +26,22 @@ pub fn build() -> Result<()> {
         bail!("building bench/workloads failed ({status}); Open MPI needs `apt-get install openmpi-bin libopenmpi-dev`");
     }
     Ok(())
+}
+
+/// The host's cache-line round trip between the first two CPUs now (median of 10 short
+/// samples, ~0.2 s): on a VM it says whether the host has put the vCPUs on cores sharing a
+/// cache, which decides a fine-grain job's speed more than any scheduler (`cacheline.c`).
+pub fn host_round_trip_ns() -> Option<f64> {
+    #[derive(Deserialize)]
+    struct Probe {
+        median_ns: f64,
+    }
+    let out = Command::new(program("cacheline"))
+        .args(["-n", "10", "-w", "20000"])
+        .output()
+        .ok()?;
+    let probe: Probe = serde_json::from_slice(&out.stdout).ok()?;
+    Some(probe.median_ns)
 }
 
 /// The path of a workload program: built ones in `build/`, scripts (`*.sh`) beside the sources.

@@ -4,6 +4,7 @@ use super::jobs::{JobOutcome, JobSpec, Mix};
 use super::report::{Results, Row, Table};
 use super::runners::{self, Scheduler, Slurm};
 use crate::figures::median;
+use crate::workloads;
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -101,36 +102,66 @@ pub fn run(name: &str, ctx: &Context, results: &mut Results) -> Result<()> {
     }
 }
 
-/// Each job's time alone on the machine (plain Linux), by job name.
-fn solo_times(mix: &Mix, ctx: &Context) -> Result<Solos> {
-    let mut solos: Solos = Vec::new();
-    for job in &mix.jobs {
-        if solos.iter().any(|(name, ..)| name == &job.name) {
-            continue;
-        }
-        let alone = Mix {
-            workload: format!("{} alone", mix.workload),
-            jobs: vec![job.clone().after(Duration::ZERO)],
-        };
-        // Alone is erratic too (two ranks can start stacked on one CPU): the median of as
-        // many runs as the comparison has rounds.
-        let (mut seconds, mut cpu) = (Vec::new(), Vec::new());
-        for round in 0..ctx.repeat {
+/// Each job's runs alone on the machine (plain Linux), one per round, taken in the same rounds
+/// as the shared runs: the host drifts by the minute (see `host_round_trip_ns`), and alone is
+/// erratic too (two ranks can start stacked on one CPU), so the solo time is a median over
+/// runs spread like the others.
+#[derive(Default)]
+struct SoloRuns {
+    /// (job name, seconds, CPU seconds) in the mix's job order.
+    jobs: Vec<(String, Vec<f64>, Vec<f64>)>,
+}
+
+impl SoloRuns {
+    fn run_round(&mut self, mix: &Mix, ctx: &Context, round: usize) -> Result<()> {
+        for job in &mix.jobs {
+            let index = match self.jobs.iter().position(|(name, ..)| name == &job.name) {
+                Some(index) => index,
+                None => {
+                    self.jobs.push((job.name.clone(), Vec::new(), Vec::new()));
+                    self.jobs.len() - 1
+                }
+            };
+            if self.jobs[index].1.len() > round {
+                continue; // a second job of the same name
+            }
+            let alone = Mix {
+                workload: format!("{} alone", mix.workload),
+                jobs: vec![job.clone().after(Duration::ZERO)],
+            };
             let dir = ctx
                 .dir
                 .join(format!("{}-solo-{}-{round}", mix.workload, job.name));
+            let host = workloads::host_round_trip_ns();
             let outcome = runners::run(&Scheduler::Local, &alone, &dir, None)?;
-            seconds.push(outcome[0].turnaround_s());
+            let seconds = outcome[0].turnaround_s();
+            eprintln!(
+                "  round {} {} alone: {seconds:.2} s{}",
+                round + 1,
+                job.name,
+                host_note(host)
+            );
+            let (_, times, cpu) = &mut self.jobs[index];
+            times.push(seconds);
             cpu.extend(outcome[0].cpu_s);
         }
-        let median_s = median(&seconds).unwrap_or(f64::NAN);
-        eprintln!(
-            "  {} alone: {median_s:.2} s (runs: {seconds:.2?})",
-            job.name
-        );
-        solos.push((job.name.clone(), median_s, median(&cpu)));
+        Ok(())
     }
-    Ok(solos)
+
+    fn summary(&self) -> Solos {
+        self.jobs
+            .iter()
+            .map(|(name, seconds, cpu)| {
+                let median_s = median(seconds).unwrap_or(f64::NAN);
+                eprintln!("  {name} alone: {median_s:.2} s (runs: {seconds:.2?})");
+                (name.clone(), median_s, median(cpu))
+            })
+            .collect()
+    }
+}
+
+fn host_note(host_ns: Option<f64>) -> String {
+    host_ns.map_or(String::new(), |ns| format!(" (host round trip {ns:.0} ns)"))
 }
 
 /// Each job's time alone: (name, seconds, CPU seconds).
@@ -151,9 +182,11 @@ fn compare(
         mix.jobs.len(),
         repeat
     );
-    let solos = solo_times(mix, ctx)?;
+    let mut solo_runs = SoloRuns::default();
     let mut runs: Vec<Vec<Vec<JobOutcome>>> = vec![Vec::new(); schedulers.len()];
+    let mut hosts: Vec<Vec<f64>> = vec![Vec::new(); schedulers.len()];
     for round in 0..repeat {
+        solo_runs.run_round(mix, ctx, round)?;
         for k in 0..schedulers.len() {
             let i = (k + round) % schedulers.len();
             let scheduler = &schedulers[i];
@@ -162,18 +195,22 @@ fn compare(
                 mix.workload,
                 scheduler.label().replace(' ', "")
             ));
+            let host = workloads::host_round_trip_ns();
             let outcomes = runners::run(scheduler, mix, &dir, ctx.slurm)?;
             let makespan = outcomes.iter().map(|o| o.ended_s).fold(0.0, f64::max);
             eprintln!(
-                "  round {}/{repeat} {:<16} makespan {makespan:.2} s",
+                "  round {}/{repeat} {:<16} makespan {makespan:.2} s{}",
                 round + 1,
-                scheduler.label()
+                scheduler.label(),
+                host_note(host)
             );
             runs[i].push(outcomes);
+            hosts[i].extend(host);
         }
     }
+    let solos = solo_runs.summary();
     let cpus = cosched_daemon::usable_cpus();
-    for (scheduler, rounds) in schedulers.iter().zip(&runs) {
+    for ((scheduler, rounds), host) in schedulers.iter().zip(&runs).zip(hosts) {
         results.rows.push(Row::from_runs(
             scheduler,
             &mix.workload,
@@ -181,6 +218,7 @@ fn compare(
             rounds,
             &solos,
             cpus,
+            host,
         ));
     }
     Ok((runs, solos))

@@ -33,6 +33,10 @@ pub struct Row {
     /// The long jobs' CPU time alone over their CPU time here (spinning while a partner is
     /// descheduled burns CPU for nothing).
     pub cpu_efficiency: Option<f64>,
+    /// The host's cache-line round trip between the two CPUs just before each round's run
+    /// (`cacheline`): ~120 ns or ~500 ns on this VM, flipping within seconds; a fine-grain
+    /// job runs several times slower in the slow state whatever the scheduler.
+    pub host_round_trip_ns: Vec<f64>,
 }
 
 impl Row {
@@ -43,6 +47,7 @@ impl Row {
         rounds: &[Vec<JobOutcome>],
         solos: &[(String, f64, Option<f64>)],
         cpus: u32,
+        host_round_trip_ns: Vec<f64>,
     ) -> Row {
         let solo = |name: &str| solos.iter().find(|(n, ..)| n == name);
         let makespans: Vec<f64> = rounds
@@ -88,6 +93,7 @@ impl Row {
                 .and_then(|j| solo(&j.name))
                 .map(|s| s.1),
             cpu_efficiency: cpu_alone.zip(cpu_here).map(|(a, h)| a / h),
+            host_round_trip_ns,
         }
     }
 }
@@ -168,6 +174,16 @@ impl Header {
     }
 }
 
+/// `120-510` (the least and most of the rounds' probes), or `-`.
+fn host_range(samples: &[f64]) -> String {
+    if samples.is_empty() {
+        return "-".into();
+    }
+    let low = samples.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = samples.iter().copied().fold(0.0, f64::max);
+    format!("{low:.0}-{high:.0}")
+}
+
 fn seconds(value: Option<f64>) -> String {
     value.map_or("-".into(), |v| format!("{v:.2}"))
 }
@@ -178,15 +194,17 @@ pub fn markdown(results: &Results, header: &Header) -> String {
     let _ = writeln!(
         out,
         "Machine: {}. Date: {}. Command: `{}`. Medians over the repetitions; spread is the \
-         slowest over the fastest makespan.\n",
+         slowest over the fastest makespan; host round trip is the cache-line probe between \
+         the two CPUs before each run (least-most: on a VM the host's core placement flips it \
+         between ~120 and ~500+ ns, and fine-grain jobs follow it).\n",
         header.machine, header.date, header.command
     );
     let _ = writeln!(
         out,
         "| workload | scheduler | makespan (s) | ideal (s) | / ideal | / local | spread | \
-         job slowdown | interactive (s) | CPU efficiency |"
+         job slowdown | interactive (s) | CPU efficiency | host round trip (ns) |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
     for row in &results.rows {
         let local = results
             .rows
@@ -204,7 +222,7 @@ pub fn markdown(results: &Results, header: &Header) -> String {
             .map(|r| format!("{r:.2} (alone {})", seconds(row.interactive_alone_s)));
         let _ = writeln!(
             out,
-            "| {} | {} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {} | {} | {} |",
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {} | {} | {} | {} |",
             row.workload,
             row.label,
             row.makespan_s,
@@ -216,6 +234,7 @@ pub fn markdown(results: &Results, header: &Header) -> String {
             interactive.unwrap_or_else(|| "-".into()),
             row.cpu_efficiency
                 .map_or("-".into(), |e| format!("{:.0} %", e * 100.0)),
+            host_range(&row.host_round_trip_ns),
         );
     }
     for table in &results.tables {
