@@ -40,7 +40,14 @@ pub fn names() -> Vec<&'static str> {
 /// start-up of about 2.6 s).
 fn long_job(ctx: &Context, workload: &str, name: &str) -> JobSpec {
     match workload {
-        "fine" => JobSpec::new(name, 2, true, &["pingpong", "-n", &ctx.n(10_000_000)]),
+        // 10 work units (~4 us) before each round trip: a bare ping-pong ran 3x slower or
+        // faster by the minute with the host's vCPU placement (see cacheline.c), alone too.
+        "fine" => JobSpec::new(
+            name,
+            2,
+            true,
+            &["pingpong", "-n", &ctx.n(600_000), "-w", "10"],
+        ),
         "barrier" => JobSpec::new(
             name,
             2,
@@ -193,7 +200,7 @@ fn compare(
             let dir = ctx.dir.join(format!(
                 "{}-{}-{round}",
                 mix.workload,
-                scheduler.label().replace(' ', "")
+                scheduler.short_name()
             ));
             let host = workloads::host_round_trip_ns();
             let outcomes = runners::run(scheduler, mix, &dir, ctx.slurm)?;

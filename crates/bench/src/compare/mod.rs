@@ -24,6 +24,11 @@ pub struct CompareArgs {
     /// seed001-two-of-three)
     #[arg(long, value_delimiter = ',')]
     case: Vec<String>,
+    /// Only these schedulers: local, gang, moderate, implicit, slurm (gang and moderate at
+    /// every quantum), or one quantum as gang-50, moderate-20 (default: all; the mixes and
+    /// seed 002 follow it, the other seed cases use their own)
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    scheduler: Vec<String>,
     /// Leave Slurm out (it is installed and started otherwise)
     #[arg(long)]
     no_slurm: bool,
@@ -65,13 +70,29 @@ pub fn run(args: CompareArgs) -> Result<()> {
         }
     }
     schedulers.push(Scheduler::Implicit);
-    let slurm = if args.no_slurm {
-        None
-    } else {
-        eprintln!("starting Slurm (bench/slurm/slurm-local; installs it if needed)");
-        let slurm = Slurm::start()?;
+    if !args.no_slurm {
         schedulers.push(Scheduler::Slurm);
-        Some(slurm)
+    }
+    if !args.scheduler.is_empty() {
+        let wanted = |want: &String, s: &Scheduler| *want == s.name() || *want == s.short_name();
+        if let Some(bad) = args
+            .scheduler
+            .iter()
+            .find(|want| !schedulers.iter().any(|s| wanted(want, s)))
+        {
+            bail!(
+                "unknown scheduler '{bad}' (known: local, gang, moderate, implicit, slurm, \
+                 or gang-20|50|100, moderate-20|50|100{})",
+                if args.no_slurm { "; slurm is left out by --no-slurm" } else { "" }
+            );
+        }
+        schedulers.retain(|s| args.scheduler.iter().any(|want| wanted(want, s)));
+    }
+    let slurm = if schedulers.contains(&Scheduler::Slurm) {
+        eprintln!("starting Slurm (bench/slurm/slurm-local; installs it if needed)");
+        Some(Slurm::start()?)
+    } else {
+        None
     };
     let work_dir = std::env::temp_dir().join(format!("cosched-compare-{}", std::process::id()));
     let context = cases::Context {

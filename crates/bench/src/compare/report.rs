@@ -20,8 +20,9 @@ pub struct Row {
     /// Median over the rounds.
     pub makespan_s: f64,
     pub makespan_runs_s: Vec<f64>,
-    /// The jobs' solo times added, divided by how many fit on the machine at once (never less
-    /// than the longest solo time).
+    /// Every job's solo time added (the interactive one too: it needs the machine as well),
+    /// divided by how many of the widest fit on the machine at once, never less than the
+    /// longest solo time.
     pub ideal_s: f64,
     /// Every long job's turnaround in every round.
     pub turnaround_s: Vec<f64>,
@@ -59,7 +60,6 @@ impl Row {
         let fit = (cpus / widest).max(1) as f64;
         let alone: Vec<f64> = jobs
             .iter()
-            .filter(|j| !j.interactive)
             .filter_map(|j| solo(&j.name).map(|s| s.1))
             .collect();
         // No mix beats its longest job alone (one job on two CPUs is not done in half).

@@ -49,6 +49,14 @@ impl Scheduler {
         }
     }
 
+    /// The label as one word, as `--scheduler` takes it: `gang-50`, `local`.
+    pub fn short_name(&self) -> String {
+        match self {
+            Scheduler::Cosched { mode, quantum_ms } => format!("{mode}-{quantum_ms}"),
+            _ => self.name().to_string(),
+        }
+    }
+
     fn waiting(&self) -> Waiting {
         if *self == Scheduler::Implicit {
             Waiting::SpinBlock
