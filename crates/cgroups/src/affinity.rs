@@ -29,35 +29,40 @@ pub fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
     Some(cpus)
 }
 
-/// Which processor each runnable thread gets: as even as the threads allow (at most
-/// ceil(threads / processors) each), a thread staying where it is when its processor has room,
-/// so that spreading moves as few threads as possible. `threads` holds each thread and the
-/// processor it last ran on.
+/// Which processor each thread gets. `threads` holds each thread and the processor it last ran
+/// on, busiest first. The busiest threads, as many as there are processors, get one processor
+/// each; the others share as evenly as they allow (at most ceil(threads / processors) each). A
+/// thread stays where it is when it may, so that spreading moves as few threads as possible.
+/// (With one even rule for all, two ranks stacked on one processor stayed stacked beside a
+/// launcher that still counted as a worker: three threads, room for two on each.)
 pub fn spread_plan(threads: &[(Pid, usize)], cpus: &[usize]) -> Vec<(Pid, usize)> {
     if cpus.is_empty() {
         return Vec::new();
     }
-    let room = threads.len().div_ceil(cpus.len());
+    let (leaders, rest) = threads.split_at(threads.len().min(cpus.len()));
     let mut load = vec![0usize; cpus.len()];
     let mut plan = Vec::with_capacity(threads.len());
     let mut movers = Vec::new();
-    for &(tid, last) in threads {
-        match cpus.iter().position(|&c| c == last) {
-            Some(i) if load[i] < room => {
-                load[i] += 1;
-                plan.push((tid, last));
+    for (group, room) in [(leaders, 1), (rest, threads.len().div_ceil(cpus.len()))] {
+        for &(tid, last) in group {
+            match cpus.iter().position(|&c| c == last) {
+                Some(i) if load[i] < room => {
+                    load[i] += 1;
+                    plan.push((tid, last));
+                }
+                _ => movers.push(tid),
             }
-            _ => movers.push(tid),
         }
-    }
-    for tid in movers {
-        let (i, _) = load
-            .iter()
-            .enumerate()
-            .min_by_key(|&(_, n)| *n)
-            .expect("cpus is not empty");
-        load[i] += 1;
-        plan.push((tid, cpus[i]));
+        // Leaders that must move take the processors no leader kept, before the rest choose.
+        for tid in movers.drain(..) {
+            let (i, _) = load
+                .iter()
+                .enumerate()
+                .min_by_key(|&(_, n)| *n)
+                .expect("cpus is not empty");
+            load[i] += 1;
+            plan.push((tid, cpus[i]));
+        }
     }
     plan
 }
@@ -96,21 +101,22 @@ fn threads_of(pids: &[Pid]) -> impl Iterator<Item = (Pid, Pid)> + '_ {
         .flat_map(|&pid| procfs::tasks(pid).into_iter().map(move |tid| (pid, tid)))
 }
 
-/// The threads worth a processor of their own: those that used at least a tenth of the CPU
-/// time of the busiest (the ranks, not the launcher or progress threads that sleep), or the
-/// runnable ones while none has used any. Judged by CPU time over the threads' lives, not by
+/// The threads worth a processor of their own, busiest first: those that used at least a tenth
+/// of the CPU time of the busiest (the ranks, not the launcher or progress threads that sleep),
+/// or the runnable ones while none has used any. Judged by CPU time over the threads' lives, not by
 /// their state now: a rank caught between two polls looked asleep, was left out, and two
 /// ranks ended up pinned to one processor (each kept where it was at the time).
 fn workers(threads: &[(Pid, procfs::Stat)]) -> Vec<(Pid, usize)> {
     let busiest = threads.iter().map(|(_, s)| s.cpu_ticks).max().unwrap_or(0);
-    threads
+    let mut workers: Vec<&(Pid, procfs::Stat)> = threads
         .iter()
         .filter(|(_, s)| match busiest {
             0 => s.state == 'R',
             _ => s.cpu_ticks * 10 >= busiest,
         })
-        .map(|(tid, s)| (*tid, s.processor))
-        .collect()
+        .collect();
+    workers.sort_by_key(|(_, s)| std::cmp::Reverse(s.cpu_ticks));
+    workers.iter().map(|(tid, s)| (*tid, s.processor)).collect()
 }
 
 /// Pins the working threads of `pids` one per processor of `cpus` ([`spread_plan`]).
@@ -119,9 +125,29 @@ pub fn spread(pids: &[Pid], cpus: &[usize]) -> Result<()> {
         .filter_map(|(pid, tid)| procfs::thread_stat(pid, tid).ok().map(|s| (tid, s)))
         .collect();
     for (tid, cpu) in spread_plan(&workers(&threads), cpus) {
-        apply(tid, &mask([cpu]), || cpu.to_string())?;
+        let wanted = mask([cpu]);
+        // Most slots find every rank pinned where it stays: setting the same mask again goes
+        // through the kernel's migration path all the same (~20 us a thread here).
+        if pinned(tid).is_some_and(|now| cpu_sets_equal(&now, &wanted)) {
+            continue;
+        }
+        apply(tid, &wanted, || cpu.to_string())?;
     }
     Ok(())
+}
+
+/// A thread's allowed processors now (`None` if it has exited).
+fn pinned(tid: Pid) -> Option<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer and size describe `set`, which outlives the call.
+    let done = unsafe { libc::sched_getaffinity(tid, std::mem::size_of_val(&set), &mut set) };
+    (done == 0).then_some(set)
+}
+
+fn cpu_sets_equal(a: &libc::cpu_set_t, b: &libc::cpu_set_t) -> bool {
+    (0..libc::CPU_SETSIZE as usize)
+        .all(|cpu| unsafe { libc::CPU_ISSET(cpu, a) == libc::CPU_ISSET(cpu, b) })
 }
 
 /// Lets every thread of `pids` use every processor of its cpuset again.
@@ -159,6 +185,13 @@ mod tests {
             (4, stat('S', 0, 0)),
         ];
         assert_eq!(workers(&threads), vec![(2, 1), (3, 1)]);
+        // Busiest first: the order spreading gives processors in.
+        let launcher_busy = [
+            (1, stat('S', 30, 0)),
+            (2, stat('R', 40, 0)),
+            (3, stat('R', 90, 0)),
+        ];
+        assert_eq!(workers(&launcher_busy), vec![(3, 0), (2, 0), (1, 0)]);
         // A new job: the runnable threads.
         let fresh = [(1, stat('S', 0, 0)), (2, stat('R', 0, 1))];
         assert_eq!(workers(&fresh), vec![(2, 1)]);
@@ -180,6 +213,12 @@ mod tests {
         assert_eq!(
             spread_plan(&[(10, 7), (11, 2)], &[2, 3]),
             vec![(11, 2), (10, 3)]
+        );
+        // Two ranks stacked on 0 beside a launcher that still counts: the ranks (busiest
+        // first) get a processor each; the launcher shares.
+        assert_eq!(
+            spread_plan(&[(10, 0), (11, 0), (12, 0)], &[0, 1]),
+            vec![(10, 0), (11, 1), (12, 0)]
         );
         // More threads than processors: at most ceil(5 / 2) = 3 on one.
         let plan = spread_plan(&[(1, 0), (2, 0), (3, 0), (4, 0), (5, 0)], &[0, 1]);

@@ -9,11 +9,16 @@ use crate::affinity;
 use crate::layout::Layout;
 use crate::procfs;
 use crate::{check_name, Actuator, CgroupError, Pid, Result, CONFIRM_TIMEOUT};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// `spread` looks at a job's threads again after this, then after twice as long, and so on up
+/// to [`SPREAD_LONGEST_WAIT`].
+const SPREAD_FIRST_WAIT: Duration = Duration::from_millis(10);
+const SPREAD_LONGEST_WAIT: Duration = Duration::from_secs(1);
 
 /// One step of letting a job run freely, taken by [`release`] in any process (the job's
 /// supervisor keeps these for when the daemon dies).
@@ -103,6 +108,8 @@ pub struct Cgroups {
     cpuset: Option<Tree>,
     weight: Option<Tree>,
     jobs: BTreeSet<String>,
+    /// When each job's threads may next be looked at by `spread`, and the wait after that.
+    spread_due: BTreeMap<String, (Instant, Duration)>,
     /// An empty v1 cgroup kept frozen while we live: the first v1 freeze flips a kernel static
     /// key, which otherwise costs every freeze about 65 µs more (measured, notes).
     v1_keepalive: Option<PathBuf>,
@@ -120,7 +127,7 @@ fn write(path: &Path, value: &str) -> Result<()> {
 }
 
 fn read(path: &Path) -> Result<String> {
-    fs::read_to_string(path).map_err(io_err(path))
+    procfs::read_kernel_file(path).map_err(io_err(path))
 }
 
 /// The pids in a `cgroup.procs` file's text.
@@ -278,6 +285,7 @@ impl Cgroups {
             cpuset,
             weight,
             jobs: BTreeSet::new(),
+            spread_due: BTreeMap::new(),
             v1_keepalive: None,
         };
         if let Some(dir) = &cgroups.v1_freezer {
@@ -549,6 +557,7 @@ impl Actuator for Cgroups {
         let dir = self.cpuset_dir(job).ok_or_else(|| {
             CgroupError::Unsupported("no cpuset controller on this machine".into())
         })?;
+        self.spread_due.remove(job);
         write(&dir.join("cpuset.cpus"), cpus)
     }
 
@@ -587,6 +596,7 @@ impl Actuator for Cgroups {
             }
         }
         self.jobs.remove(job);
+        self.spread_due.remove(job);
         Ok(())
     }
 
@@ -621,11 +631,26 @@ impl Actuator for Cgroups {
     }
 
     fn spread(&mut self, job: &str) -> Result<()> {
+        // Pinned threads stay pinned while frozen: once a job's ranks are spread, looking again
+        // at every thaw only costs (~250 us a switch for an MPI job's ~14 threads, the clock
+        // thread's CPU taken from the job). Look at every thaw at first, then at doubling
+        // intervals up to a second, in case the working threads change (a launcher that
+        // starts its ranks, a job that runs one program after another).
+        let now = Instant::now();
+        let waited = match self.spread_due.get(job) {
+            Some(&(due, _)) if now < due => return Ok(()),
+            Some(&(_, wait)) => wait,
+            None => Duration::ZERO,
+        };
         let cpus = self.usable_cpus(job)?;
-        affinity::spread(&self.pids(job)?, &cpus)
+        affinity::spread(&self.pids(job)?, &cpus)?;
+        let wait = (waited * 2).clamp(SPREAD_FIRST_WAIT, SPREAD_LONGEST_WAIT);
+        self.spread_due.insert(job.to_string(), (now + wait, wait));
+        Ok(())
     }
 
     fn unpin(&mut self, job: &str) -> Result<()> {
+        self.spread_due.remove(job);
         affinity::unpin(&self.pids(job)?)
     }
 

@@ -98,7 +98,8 @@ pub trait Actuator {
     fn cpu_usage(&self, job: &str) -> Result<Duration>;
     /// Pins the job's runnable threads one per processor of its cpuset, moving as few as it
     /// can ([`affinity::spread_plan`]): the kernel may leave two busy threads stacked on one
-    /// processor for tens of milliseconds after a weight change.
+    /// processor for tens of milliseconds after a weight change. Pins last until `unpin` or a
+    /// cpuset change, so an implementation may skip calls soon after one that looked.
     fn spread(&mut self, job: &str) -> Result<()>;
     /// Lets every thread of the job use every processor of its cpuset again.
     fn unpin(&mut self, job: &str) -> Result<()>;

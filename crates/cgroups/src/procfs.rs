@@ -24,8 +24,30 @@ pub fn thread_stat(pid: Pid, tid: Pid) -> Result<Stat> {
     read_stat(PathBuf::from(format!("/proc/{pid}/task/{tid}/stat")))
 }
 
+/// Reads a small kernel file (procfs, cgroupfs) whole. `fs::read_to_string` sizes its buffer
+/// by the file's length, which these files report as 0: it stat()s, then reads in 32, 64, 128
+/// ... byte steps, 8 system calls for a `stat` line where this makes 4 (open, read, read 0,
+/// close). The clock thread reads dozens of these per slot at real-time priority, on the
+/// running job's processors.
+pub fn read_kernel_file(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut bytes = Vec::with_capacity(4096);
+    loop {
+        if bytes.len() == bytes.capacity() {
+            bytes.reserve(bytes.capacity());
+        }
+        let spare = bytes.capacity() - bytes.len();
+        let read = (&mut file).take(spare as u64).read_to_end(&mut bytes)?;
+        if read < spare {
+            break;
+        }
+    }
+    String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 fn read_stat(path: PathBuf) -> Result<Stat> {
-    let text = std::fs::read_to_string(&path).map_err(|source| CgroupError::Io {
+    let text = read_kernel_file(&path).map_err(|source| CgroupError::Io {
         path: path.clone(),
         source,
     })?;
@@ -57,7 +79,7 @@ pub struct SchedStat {
 
 pub fn task_schedstat(pid: Pid, tid: Pid) -> Result<SchedStat> {
     let path = PathBuf::from(format!("/proc/{pid}/task/{tid}/schedstat"));
-    let text = std::fs::read_to_string(&path).map_err(|source| CgroupError::Io {
+    let text = read_kernel_file(&path).map_err(|source| CgroupError::Io {
         path: path.clone(),
         source,
     })?;

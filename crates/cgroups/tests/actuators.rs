@@ -75,6 +75,17 @@ fn spread_and_unpin<A: Actuator>(act: &mut A, job: &str, pids: &[Pid]) {
     assert!(pinned.iter().all(|c| c.len() == 1), "{pinned:?}");
     if every.len() >= 2 {
         assert_ne!(pinned[0], pinned[1], "both spinners on one processor");
+        // Someone stacks them again; a cpuset change makes the next spread look afresh (a
+        // spread right after another may rely on its pins).
+        let taskset = Command::new("taskset")
+            .args(["-p", "-c", &pinned[0][0].to_string(), &pids[1].to_string()])
+            .output()
+            .unwrap();
+        assert!(taskset.status.success(), "{taskset:?}");
+        act.set_cpus(job, online.trim()).unwrap();
+        act.spread(job).unwrap();
+        let again: Vec<Vec<usize>> = pids.iter().map(|&p| allowed_cpus(p)).collect();
+        assert_ne!(again[0], again[1], "spread after a cpuset change left them stacked");
     }
     act.unpin(job).unwrap();
     assert!(pids.iter().all(|&p| allowed_cpus(p) == every));

@@ -83,7 +83,11 @@ pub fn run(args: CompareArgs) -> Result<()> {
             bail!(
                 "unknown scheduler '{bad}' (known: local, gang, moderate, implicit, slurm, \
                  or gang-20|50|100, moderate-20|50|100{})",
-                if args.no_slurm { "; slurm is left out by --no-slurm" } else { "" }
+                if args.no_slurm {
+                    "; slurm is left out by --no-slurm"
+                } else {
+                    ""
+                }
             );
         }
         schedulers.retain(|s| args.scheduler.iter().any(|want| wanted(want, s)));
