@@ -265,6 +265,17 @@ impl<A: Actuator> Applier<A> {
             self.steer(job, true)?;
             self.running.insert(job);
         }
+        // A job that keeps running is spread too: its launcher may have started the working
+        // processes since (a job alone in its slice is never thawed again; its ranks, pinned
+        // where the launcher was, shared one processor for good). The actuator keeps this
+        // cheap when nothing changed.
+        if matches!(self.mode, Mode::Gang | Mode::Moderate) {
+            for &job in self.running.difference(&start.iter().copied().collect()) {
+                self.actuator
+                    .spread(&job_name(job))
+                    .map_err(|source| AgentError::Actuator { job, source })?;
+            }
+        }
         Ok(SwitchRecord {
             slot,
             stopped: stop,

@@ -20,6 +20,13 @@ use std::time::{Duration, Instant};
 const SPREAD_FIRST_WAIT: Duration = Duration::from_millis(10);
 const SPREAD_LONGEST_WAIT: Duration = Duration::from_secs(1);
 
+#[derive(Debug)]
+struct SpreadSeen {
+    due: Instant,
+    wait: Duration,
+    pids: Vec<Pid>,
+}
+
 /// One step of letting a job run freely, taken by [`release`] in any process (the job's
 /// supervisor keeps these for when the daemon dies).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -108,8 +115,9 @@ pub struct Cgroups {
     cpuset: Option<Tree>,
     weight: Option<Tree>,
     jobs: BTreeSet<String>,
-    /// When each job's threads may next be looked at by `spread`, and the wait after that.
-    spread_due: BTreeMap<String, (Instant, Duration)>,
+    /// Per job, what `spread` last saw: when it may look again, the wait after that, and the
+    /// job's processes (a new one means a look at once).
+    spread_due: BTreeMap<String, SpreadSeen>,
     /// An empty v1 cgroup kept frozen while we live: the first v1 freeze flips a kernel static
     /// key, which otherwise costs every freeze about 65 µs more (measured, notes).
     v1_keepalive: Option<PathBuf>,
@@ -637,15 +645,22 @@ impl Actuator for Cgroups {
         // intervals up to a second, in case the working threads change (a launcher that
         // starts its ranks, a job that runs one program after another).
         let now = Instant::now();
+        let pids = self.pids(job)?;
         let waited = match self.spread_due.get(job) {
-            Some(&(due, _)) if now < due => return Ok(()),
-            Some(&(_, wait)) => wait,
+            Some(seen) if seen.pids != pids => Duration::ZERO,
+            Some(seen) if now < seen.due => return Ok(()),
+            Some(seen) => seen.wait,
             None => Duration::ZERO,
         };
         let cpus = self.usable_cpus(job)?;
-        affinity::spread(&self.pids(job)?, &cpus)?;
+        affinity::spread(&pids, &cpus)?;
         let wait = (waited * 2).clamp(SPREAD_FIRST_WAIT, SPREAD_LONGEST_WAIT);
-        self.spread_due.insert(job.to_string(), (now + wait, wait));
+        let seen = SpreadSeen {
+            due: now + wait,
+            wait,
+            pids,
+        };
+        self.spread_due.insert(job.to_string(), seen);
         Ok(())
     }
 

@@ -85,7 +85,10 @@ fn spread_and_unpin<A: Actuator>(act: &mut A, job: &str, pids: &[Pid]) {
         act.set_cpus(job, online.trim()).unwrap();
         act.spread(job).unwrap();
         let again: Vec<Vec<usize>> = pids.iter().map(|&p| allowed_cpus(p)).collect();
-        assert_ne!(again[0], again[1], "spread after a cpuset change left them stacked");
+        assert_ne!(
+            again[0], again[1],
+            "spread after a cpuset change left them stacked"
+        );
     }
     act.unpin(job).unwrap();
     assert!(pids.iter().all(|&p| allowed_cpus(p) == every));

@@ -424,6 +424,46 @@ fn an_interactive_job_preempts_batch_for_its_stretch_then_time_shares() {
     }
 }
 
+/// The processors a process may use, from `/proc/PID/status`.
+fn allowed_cpus(pid: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|list| list.trim().to_string())
+}
+
+#[test]
+fn workers_a_busy_launcher_starts_late_still_get_a_processor_each() {
+    // Alone in its slice, the job is thawed once. Its launcher computes first (so it is
+    // the one worker spread pins), then starts two spinners, which inherit its pin: they
+    // must still end up on processors of their own.
+    let d = Daemon::start(&["--quantum-ms", "50"]);
+    let launcher = format!(
+        "import os, time\nwhile time.process_time() < 0.4: pass\nos.execvp('python3', ['python3', '{}', '2', '4', '0'])",
+        spin_py()
+    );
+    let job = d.submit(&["-n", "2", "--", "python3", "-c", &launcher]);
+    let start = Instant::now();
+    let mut seen = Vec::new();
+    loop {
+        let pids = std::fs::read_to_string(d.cgroup(job).join("cgroup.procs")).unwrap_or_default();
+        let cpus: Vec<Option<String>> = pids.split_whitespace().map(allowed_cpus).collect();
+        if cpus.len() == 2 && cpus[0] != cpus[1] {
+            break;
+        }
+        if !cpus.is_empty() {
+            seen = cpus;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the spinners never got processors of their own (last seen allowed: {seen:?})"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(d.wait_end(job, Duration::from_secs(60))["exit"]["code"], 0);
+}
+
 #[test]
 fn kill_9_of_the_daemon_loses_no_job_and_leaves_none_frozen() {
     let mut d = Daemon::start(&["--quantum-ms", "100"]);
