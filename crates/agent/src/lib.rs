@@ -270,7 +270,7 @@ impl<A: Actuator> Applier<A> {
         // where the launcher was, shared one processor for good). The actuator keeps this
         // cheap when nothing changed.
         if matches!(self.mode, Mode::Gang | Mode::Moderate) {
-            for &job in self.running.difference(&start.iter().copied().collect()) {
+            for &job in self.running.iter().filter(|job| !start.contains(job)) {
                 self.actuator
                     .spread(&job_name(job))
                     .map_err(|source| AgentError::Actuator { job, source })?;

@@ -125,29 +125,9 @@ pub fn spread(pids: &[Pid], cpus: &[usize]) -> Result<()> {
         .filter_map(|(pid, tid)| procfs::thread_stat(pid, tid).ok().map(|s| (tid, s)))
         .collect();
     for (tid, cpu) in spread_plan(&workers(&threads), cpus) {
-        let wanted = mask([cpu]);
-        // Most slots find every rank pinned where it stays: setting the same mask again goes
-        // through the kernel's migration path all the same (~20 us a thread here).
-        if pinned(tid).is_some_and(|now| cpu_sets_equal(&now, &wanted)) {
-            continue;
-        }
-        apply(tid, &wanted, || cpu.to_string())?;
+        apply(tid, &mask([cpu]), || cpu.to_string())?;
     }
     Ok(())
-}
-
-/// A thread's allowed processors now (`None` if it has exited).
-fn pinned(tid: Pid) -> Option<libc::cpu_set_t> {
-    // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the pointer and size describe `set`, which outlives the call.
-    let done = unsafe { libc::sched_getaffinity(tid, std::mem::size_of_val(&set), &mut set) };
-    (done == 0).then_some(set)
-}
-
-fn cpu_sets_equal(a: &libc::cpu_set_t, b: &libc::cpu_set_t) -> bool {
-    (0..libc::CPU_SETSIZE as usize)
-        .all(|cpu| unsafe { libc::CPU_ISSET(cpu, a) == libc::CPU_ISSET(cpu, b) })
 }
 
 /// Lets every thread of `pids` use every processor of its cpuset again.
