@@ -35,7 +35,7 @@ pub struct Row {
     /// descheduled burns CPU for nothing).
     pub cpu_efficiency: Option<f64>,
     /// The host's cache-line round trip between the two CPUs just before each round's run
-    /// (`cacheline`): ~120 ns or ~500 ns on this VM, flipping within seconds; a fine-grain
+    /// (`cacheline`): ~120-290 ns or ~500-790 ns on this VM, flipping within seconds; a fine-grain
     /// job runs several times slower in the slow state whatever the scheduler.
     pub host_round_trip_ns: Vec<f64>,
 }
