@@ -31,18 +31,10 @@ pub fn thread_stat(pid: Pid, tid: Pid) -> Result<Stat> {
 /// running job's processors.
 pub fn read_kernel_file(path: &std::path::Path) -> std::io::Result<String> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
+    let file = std::fs::File::open(path)?;
     let mut bytes = Vec::with_capacity(4096);
-    loop {
-        if bytes.len() == bytes.capacity() {
-            bytes.reserve(bytes.capacity());
-        }
-        let spare = bytes.capacity() - bytes.len();
-        let read = (&mut file).take(spare as u64).read_to_end(&mut bytes)?;
-        if read < spare {
-            break;
-        }
-    }
+    // Through `Take`: `File`'s own `read_to_end` would stat the file to size the buffer.
+    file.take(u64::MAX).read_to_end(&mut bytes)?;
     String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 

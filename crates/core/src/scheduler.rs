@@ -129,6 +129,18 @@ struct Job {
     settled: bool,
 }
 
+impl Job {
+    fn is_preempting(&self) -> bool {
+        matches!(
+            self.state,
+            JobState::Placed {
+                home: Home::Preempting,
+                ..
+            }
+        )
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Slice {
     id: SliceId,
@@ -292,13 +304,7 @@ impl Scheduler {
             Class::Interactive | Class::Batch => 1,
             Class::Standby => 2,
         };
-        let preempting = matches!(
-            entry.state,
-            JobState::Placed {
-                home: Home::Preempting,
-                ..
-            }
-        );
+        let preempting = entry.is_preempting();
         let replace = matches!(entry.state, JobState::Queued)
             || layer(old) != layer(class)
             || (preempting && class != Class::Express);
@@ -353,14 +359,7 @@ impl Scheduler {
     /// job (or waits in the line, stopped, if none has room). Other jobs do nothing.
     pub fn settle(&mut self, job: JobId, now: Micros) -> Result<Vec<Decision>, JobError> {
         let entry = self.jobs.get(&job).ok_or(JobError::Unknown(job))?;
-        let preempting = matches!(
-            entry.state,
-            JobState::Placed {
-                home: Home::Preempting,
-                ..
-            }
-        );
-        if !preempting || entry.request.class != Class::Interactive {
+        if !entry.is_preempting() || entry.request.class != Class::Interactive {
             return Ok(Vec::new());
         }
         Ok(self.requeue(job, now, |moved| moved.settled = true))
@@ -434,8 +433,9 @@ impl Scheduler {
 
     /// Serves the queue in order: express, interactive, batch (one strict line, or EASY), then
     /// standby. An interactive job that may preempt goes into the preempting layer when its
-    /// processors are free of other preempting jobs, else into the line like batch. Each layer stops at its first job that does not fit, so a call costs the jobs
-    /// it places plus one, not the length of the queue (EASY scans the line, as it must).
+    /// processors are free of other preempting jobs, else into the line like batch. Each layer
+    /// stops at its first job that does not fit, so a call costs the jobs it places plus one,
+    /// not the length of the queue (EASY scans the line, as it must).
     fn schedule(&mut self, now: Micros, decisions: &mut Vec<Decision>) {
         while let Some(key) = self.first_waiting(Class::Express, Some(Class::Interactive)) {
             let shape = self.jobs[&key.2].request.shape;
