@@ -157,35 +157,46 @@ impl Daemon {
         serde_json::from_slice(&out.stdout).context("cosched stats --json")
     }
 
-    /// Waits until every job in `ids` ended; returns their records.
+    /// Waits until every job in `ids` ended; returns their records. One `cosched wait` blocks
+    /// on the daemon: asking `ps` every few milliseconds instead forked a client 50 times a
+    /// second beside the jobs measured, and slowed a gang of two ping-pongs by 5-30 %.
     pub fn wait_all(&self, ids: &[u64], patience: Duration) -> Result<Vec<JobView>> {
         let start = Instant::now();
-        loop {
-            let jobs: Vec<JobView> = self
-                .jobs()?
-                .into_iter()
-                .filter(|j| ids.contains(&j.id))
-                .collect();
-            if jobs.len() == ids.len() && jobs.iter().all(|j| j.ended_us.is_some()) {
-                for job in &jobs {
-                    let code = job.exit.as_ref().and_then(|e| e.code);
-                    if code != Some(0) {
-                        bail!(
-                            "job {} ({}) failed: {:?} {:?}",
-                            job.id,
-                            job.name,
-                            job.exit,
-                            job.note
-                        );
-                    }
-                }
-                return Ok(jobs);
-            }
+        let mut waiter = self
+            .command(&["wait"])
+            .args(ids.iter().map(u64::to_string))
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting cosched wait")?;
+        while waiter.try_wait()?.is_none() {
             if start.elapsed() > patience {
+                let _ = waiter.kill();
+                let _ = waiter.wait();
                 bail!("jobs {ids:?} still running after {patience:?}");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let jobs: Vec<JobView> = self
+            .jobs()?
+            .into_iter()
+            .filter(|j| ids.contains(&j.id))
+            .collect();
+        for job in &jobs {
+            let code = job.exit.as_ref().and_then(|e| e.code);
+            if code != Some(0) {
+                bail!(
+                    "job {} ({}) failed: {:?} {:?}",
+                    job.id,
+                    job.name,
+                    job.exit,
+                    job.note
+                );
+            }
+        }
+        if jobs.len() != ids.len() {
+            bail!("the daemon lost some of jobs {ids:?}");
+        }
+        Ok(jobs)
     }
 
     /// Stops the daemon (its jobs are cancelled) and removes its directory.

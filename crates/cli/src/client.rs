@@ -167,11 +167,43 @@ pub fn run(args: RunArgs) -> Result<i32> {
         return Ok(0);
     }
     catch_interrupts();
-    wait_for(&socket, job, stream)
+    wait_for(&socket, job, stream, true)
 }
 
-/// Waits for the end of `job` on `stream`; cancels it on Ctrl-C; outlives daemon restarts.
-fn wait_for(socket: &Path, job: u64, mut stream: UnixStream) -> Result<i32> {
+/// Wait for jobs to end (jobs started with `run --detach`, or anyone's): blocks without
+/// polling, and exits 0 when every job exited 0, else with the first failed job's status.
+#[derive(Args)]
+#[command(after_help = "Examples:\n  \
+  id=$(cosched run -n 2 --detach --output sim.log -- ./sim) && cosched wait $id\n  \
+  cosched wait 12 13 14 && echo all three succeeded\n\n\
+The status is the job's exit code, 128 + the signal that killed it, or 1 for a job cancelled \
+before it ran. Ctrl-C stops waiting and leaves the jobs alone. A daemon restart meanwhile is \
+waited through.")]
+pub struct WaitArgs {
+    /// The jobs' ids
+    #[arg(required = true, value_name = "JOB")]
+    jobs: Vec<u64>,
+    #[command(flatten)]
+    socket: Socket,
+}
+
+pub fn wait(args: WaitArgs) -> Result<i32> {
+    let socket = args.socket.socket;
+    let mut first_failure = 0;
+    for job in args.jobs {
+        let stream = connect(&socket)?;
+        send(&stream, &Request::Wait { job, stdio: false }, &[])?;
+        let status = wait_for(&socket, job, stream, false)?;
+        if first_failure == 0 {
+            first_failure = status;
+        }
+    }
+    Ok(first_failure)
+}
+
+/// Waits for the end of `job` on `stream`; cancels it on Ctrl-C when interrupts are caught;
+/// outlives daemon restarts (handing this terminal to the job again when `stdio`).
+fn wait_for(socket: &Path, job: u64, mut stream: UnixStream, stdio: bool) -> Result<i32> {
     let mut cancelled = false;
     let mut told_lost = false;
     loop {
@@ -200,7 +232,8 @@ fn wait_for(socket: &Path, job: u64, mut stream: UnixStream) -> Result<i32> {
                 }
                 std::thread::sleep(Duration::from_millis(250));
                 if let Ok(again) = UnixStream::connect(socket) {
-                    if send(&again, &Request::Wait { job, stdio: true }, &[0, 1, 2]).is_ok() {
+                    let fds: &[RawFd] = if stdio { &[0, 1, 2] } else { &[] };
+                    if send(&again, &Request::Wait { job, stdio }, fds).is_ok() {
                         stream = again;
                     }
                 }

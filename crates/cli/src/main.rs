@@ -2,7 +2,8 @@
 //!
 //! Exit codes: 0 success, 1 the command failed (bad input file, bad option value, I/O, a
 //! request the daemon refused), 2 the command line itself is malformed (from the argument
-//! parser). `cosched run` exits with its job's code instead (128 + signal when killed).
+//! parser). `cosched run` and `cosched wait` exit with their job's code instead (128 + signal
+//! when killed).
 
 mod client;
 mod daemon;
@@ -32,6 +33,7 @@ struct Cli {
 enum Command {
     Daemon(daemon::DaemonArgs),
     Run(client::RunArgs),
+    Wait(client::WaitArgs),
     Ps(client::PsArgs),
     Matrix(client::MatrixArgs),
     Stats(client::StatsArgs),
@@ -49,13 +51,25 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
+    // `run` and `wait` exit with their jobs' status; the rest with 0 or 1.
+    let result = match Cli::parse().command {
+        Command::Run(args) => client::run(args),
+        Command::Wait(args) => client::wait(args),
+        other => execute(other).map(|()| 0),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(err) => {
+            eprintln!("cosched: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn execute(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Daemon(args) => daemon::run(args),
-        Command::Run(args) => match client::run(args) {
-            Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
-            Err(error) => Err(error),
-        },
+        Command::Run(_) | Command::Wait(_) => unreachable!("main runs these"),
         Command::Ps(args) => client::ps(args),
         Command::Matrix(args) => client::matrix(args),
         Command::Stats(args) => client::stats(args),
@@ -66,12 +80,5 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Generate(args) => sim::generate(args),
         Command::Supervise(args) => daemon::supervise(args),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("cosched: {err:#}");
-            ExitCode::FAILURE
-        }
     }
 }

@@ -293,6 +293,9 @@ fn gang_jobs_never_run_at_the_same_moment_and_keep_their_exit_codes() {
     let a = d.submit(&["-n", "2", "--", "python3", &spin, "2", "2.5", "5"]);
     let b = d.submit(&["-n", "2", "--", "python3", &spin, "2", "2.5", "6"]);
     let slots = per_slot_cpu(&d, a, b, 16);
+    // `wait` blocks until both ended and reports the first failure in the order given.
+    let waited = d.cosched(&["wait", &b.to_string(), &a.to_string()]);
+    assert_eq!(waited.status.code(), Some(6), "{waited:?}");
     let both = slots
         .iter()
         .filter(|(x, y)| *x > 3_000 && *y > 3_000)
@@ -551,6 +554,14 @@ fn refused(out: &Output, expected: &str) {
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr:?}");
 }
 
+/// A `wait` request carrying this process's stdin, stdout and stderr (argv: socket, job).
+const HAND_OVER_STDIO: &str = "import array, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+line = b'{\"op\":\"wait\",\"job\":' + sys.argv[2].encode() + b',\"stdio\":true}\\n'
+s.sendmsg([line], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [0, 1, 2]))])
+print(s.makefile().readline())";
+
 #[test]
 fn bad_requests_are_refused_with_clear_messages() {
     let d = Daemon::start(&["--quantum-ms", "100"]);
@@ -582,6 +593,21 @@ fn bad_requests_are_refused_with_clear_messages() {
     refused(
         &d.cosched_as(NOBODY, &["cancel", &root_job.to_string()]),
         "only its owner or root",
+    );
+    refused(&d.cosched(&["wait", "999"]), "no job 999");
+    // Anyone may wait for a job, but handing it descriptors (its output) is the owner's.
+    let handover = Command::new("python3")
+        .args(["-c", HAND_OVER_STDIO])
+        .arg(&socket)
+        .arg(root_job.to_string())
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&handover.stdout)
+            .contains("only its owner or root may hand descriptors to it"),
+        "{handover:?}"
     );
     refused(
         &d.cosched_as(

@@ -445,12 +445,19 @@ impl Inner {
 
     /// Registers interest in a job's end; an ended job answers at once. Descriptors sent
     /// along serve a job that has not started (its first client left with the old daemon).
+    /// Anyone may wait for a job (`ps` shows every job anyway); only its owner may hand it
+    /// descriptors, which would otherwise let one user read another's output.
     pub fn wait(
         &mut self,
+        who: &Credentials,
         job: JobId,
         stdio: Option<[OwnedFd; 3]>,
     ) -> Result<std::sync::mpsc::Receiver<JobRecord>, ApiError> {
-        let record = self.record(job)?.clone();
+        let record = match stdio {
+            Some(_) => self.owned(job, who, "hand descriptors to")?,
+            None => self.record(job)?,
+        }
+        .clone();
         let (sender, receiver) = channel();
         if record.status.ended() {
             let _ = sender.send(record);

@@ -342,13 +342,13 @@ fn handle(
             let job = shared.with(|inner, now| inner.submit(who, run, stdio, now))?;
             let _ = send(stream, &Reply::Submitted { ok: true, job });
             if !detach {
-                wait_and_reply(stream, shared, job, None)?;
+                wait_and_reply(stream, shared, who, job, None)?;
             }
             Ok(())
         }
         Request::Wait { job, stdio } => {
             let stdio = stdio_of(stdio, fds)?;
-            wait_and_reply(stream, shared, job, stdio)
+            wait_and_reply(stream, shared, who, job, stdio)
         }
         Request::Ps { all } => {
             let jobs = shared.with(|inner, _| inner.jobs(all));
@@ -378,10 +378,11 @@ fn handle(
 fn wait_and_reply(
     stream: &UnixStream,
     shared: &Arc<Shared>,
+    who: &Credentials,
     job: JobId,
     stdio: Option<[OwnedFd; 3]>,
 ) -> Result<(), ApiError> {
-    let ended = shared.with(|inner, _| inner.wait(job, stdio))?;
+    let ended = shared.with(|inner, _| inner.wait(who, job, stdio))?;
     if let Ok(record) = ended.recv() {
         let _ = send(
             stream,
