@@ -51,13 +51,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // `run` and `wait` exit with their jobs' status; the rest with 0 or 1.
-    let result = match Cli::parse().command {
-        Command::Run(args) => client::run(args),
-        Command::Wait(args) => client::wait(args),
-        other => execute(other).map(|()| 0),
-    };
-    match result {
+    match execute(Cli::parse().command) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(err) => {
             eprintln!("cosched: {err:#}");
@@ -66,10 +60,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn execute(command: Command) -> anyhow::Result<()> {
+/// The exit code: `run` and `wait` give their jobs' status; the rest 0 when they succeed.
+fn execute(command: Command) -> anyhow::Result<i32> {
     match command {
+        Command::Run(args) => return client::run(args),
+        Command::Wait(args) => return client::wait(args),
         Command::Daemon(args) => daemon::run(args),
-        Command::Run(_) | Command::Wait(_) => unreachable!("main runs these"),
         Command::Ps(args) => client::ps(args),
         Command::Matrix(args) => client::matrix(args),
         Command::Stats(args) => client::stats(args),
@@ -80,5 +76,6 @@ fn execute(command: Command) -> anyhow::Result<()> {
         Command::Sim(args) => sim::run(args),
         Command::Generate(args) => sim::generate(args),
         Command::Supervise(args) => daemon::supervise(args),
-    }
+    }?;
+    Ok(0)
 }
