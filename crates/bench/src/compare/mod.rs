@@ -19,7 +19,7 @@ pub struct CompareArgs {
     /// Repetitions of every (scheduler, mix) pair (default: 1 quick, 3 full)
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     repeat: Option<u16>,
-    /// Only these cases: mixes (fine, barrier, coarse, compute, spinbarrier) or seed
+    /// Only these cases: mixes (fine, barrier, coarse, compute, spinbarrier, throughput) or seed
     /// experiments (seed004-spinbarrier, seed000-elongation, seed002-local-compile,
     /// seed001-two-of-three)
     #[arg(long, value_delimiter = ',')]
