@@ -25,19 +25,41 @@ pub struct Socket {
 
 const REPLY_LIMIT: usize = 64 << 20;
 
+/// Connects to the daemon, and makes sure it is one: a socket served by another user (at a
+/// path that user could write) would receive this user's environment and descriptors.
 fn connect(socket: &Path) -> Result<UnixStream> {
-    UnixStream::connect(socket).with_context(|| {
+    let stream = UnixStream::connect(socket).with_context(|| {
         format!(
             "cannot reach the daemon at {} (is `cosched daemon` running? set --socket or COSCHED_SOCKET)",
             socket.display()
         )
-    })
+    })?;
+    let peer = unix::peer_credentials(&stream)
+        .with_context(|| format!("{}: whose socket is it", socket.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if peer.uid != 0 && peer.uid != me {
+        bail!(
+            "{} is served by uid {} (neither root nor you), not by the cosched daemon; \
+             refusing to send it anything",
+            socket.display(),
+            peer.uid
+        );
+    }
+    Ok(stream)
 }
 
 fn send(stream: &UnixStream, request: &Request, fds: &[RawFd]) -> Result<()> {
     let mut line = serde_json::to_vec(request)?;
     line.push(b'\n');
-    unix::send_with_fds(stream, &line, fds).context("sending the request")
+    if let Err(error) = unix::send_with_fds(stream, &line, fds) {
+        // A daemon that refused the connection said why before closing it.
+        if let Ok(Some(Reply::Error { error, .. })) = receive(stream) {
+            bail!("{error}");
+        }
+        return Err(error).context("sending the request");
+    }
+    Ok(())
 }
 
 fn receive(stream: &UnixStream) -> Result<Option<Reply>> {
@@ -46,14 +68,7 @@ fn receive(stream: &UnixStream) -> Result<Option<Reply>> {
             serde_json::from_slice(&line).context("the daemon's reply is not understood")?,
         )),
         Ok(None) => Ok(None),
-        Err(unix::LineError::Io(e))
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
-        {
-            Err(e.into())
-        }
+        Err(unix::LineError::Io(e)) => Err(e.into()),
         Err(e) => Err(e.into()),
     }
 }
@@ -75,11 +90,14 @@ fn ask(socket: &Path, request: &Request) -> Result<Reply> {
 #[command(after_help = "Examples:\n  \
   cosched run -n 2 -- mpirun -np 2 --bind-to none ./stencil\n  \
   cosched run -n 1 --class interactive -- make -j1\n  \
-  cosched run -n 4 --detach --output sim.log -- ./sim --steps 1000\n\n\
+  cosched run -n 4 --detach --output sim.log -- ./sim --steps 1000\n  \
+  id=$(cosched run -n 2 --detach -- ./sim)      # output in cosched-$id.out\n\n\
 The job runs as you, in this directory, with this environment plus COSCHED_JOB_ID and \
 COSCHED_CPUS (its processors). No shell is involved: write `sh -c '...'` for one. The exit \
 code is the job's (128 + the signal when it was killed). Ctrl-C cancels the job. If the daemon \
-restarts meanwhile, the job keeps running and this command waits for it.")]
+restarts meanwhile, the job keeps running and this command waits for it. With --detach the job \
+reads nothing; its output goes to this terminal when standard output is one, else (in a script) \
+to --output or cosched-JOBID.out here, and only the id is printed, as sbatch does.")]
 pub struct RunArgs {
     /// Processors the job needs
     #[arg(short = 'n', long = "procs", value_name = "N")]
@@ -90,11 +108,11 @@ pub struct RunArgs {
     /// A name shown by ps [default: the program's name]
     #[arg(long)]
     name: Option<String>,
-    /// Print the job id and return at once; the job keeps this terminal's output
+    /// Print the job id and return at once (see below for where the output goes)
     #[arg(long)]
     detach: bool,
-    /// With --detach: append the job's stdout and stderr to this file
-    #[arg(long, requires = "detach", value_name = "FILE")]
+    /// Append the job's stdout and stderr to this file
+    #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -129,15 +147,19 @@ pub fn run(args: RunArgs) -> Result<i32> {
         .ok_or_else(|| anyhow!("the working directory {} is not UTF-8", cwd.display()))?
         .to_string();
     let null = std::fs::File::open("/dev/null").context("/dev/null")?;
-    let output = match &args.output {
-        Some(path) => Some(
+    // A detached job must not hold a pipe its caller waits on (`id=$(cosched run --detach ...)`).
+    let default_output =
+        args.output.is_none() && args.detach && unsafe { libc::isatty(libc::STDOUT_FILENO) } == 0;
+    let output = match (&args.output, default_output) {
+        (Some(path), _) => Some(
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)
-                .with_context(|| format!("{}", path.display()))?,
+                .with_context(|| format!("opening --output {}", path.display()))?,
         ),
-        None => None,
+        (None, true) => Some(PendingOutput::create()?),
+        (None, false) => None,
     };
     let stdin = if args.detach { null.as_raw_fd() } else { 0 };
     let (stdout, stderr) = match &output {
@@ -155,19 +177,53 @@ pub fn run(args: RunArgs) -> Result<i32> {
         stdio: true,
     });
     let socket = args.socket.socket;
-    let stream = connect(&socket)?;
-    send(&stream, &request, &[stdin, stdout, stderr])?;
-    let job = match receive(&stream)? {
-        Some(Reply::Submitted { job, .. }) => job,
-        Some(Reply::Error { error, .. }) => bail!("{error}"),
-        _ => bail!("the daemon closed the connection without a reply"),
-    };
+    let submitted = connect(&socket).and_then(|stream| {
+        send(&stream, &request, &[stdin, stdout, stderr])?;
+        match receive(&stream)? {
+            Some(Reply::Submitted { job, .. }) => Ok((stream, job)),
+            Some(Reply::Error { error, .. }) => bail!("{error}"),
+            _ => bail!("the daemon closed the connection without a reply"),
+        }
+    });
+    if default_output {
+        match &submitted {
+            Ok((_, job)) => PendingOutput::name(*job)?,
+            Err(_) => {
+                let _ = std::fs::remove_file(PendingOutput::path());
+            }
+        }
+    }
+    let (stream, job) = submitted?;
     if args.detach {
         println!("{job}");
         return Ok(0);
     }
     catch_interrupts();
     wait_for(&socket, job, stream, true)
+}
+
+/// The default output of a detached job: made in this directory before the job has an id,
+/// named `cosched-JOBID.out` once it has one.
+struct PendingOutput;
+
+impl PendingOutput {
+    fn path() -> PathBuf {
+        PathBuf::from(format!(".cosched-{}.out", std::process::id()))
+    }
+
+    fn create() -> Result<std::fs::File> {
+        std::fs::OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(Self::path())
+            .context("cannot create the job's output file in this directory (pass --output FILE)")
+    }
+
+    fn name(job: u64) -> Result<()> {
+        let named = format!("cosched-{job}.out");
+        std::fs::rename(Self::path(), &named)
+            .with_context(|| format!("naming the job's output file {named}"))
+    }
 }
 
 /// Wait for jobs to end (jobs started with `run --detach`, or anyone's): blocks without
@@ -217,8 +273,13 @@ fn wait_for(socket: &Path, job: u64, mut stream: UnixStream, stdio: bool) -> Res
             }
         }
         match outcome {
-            Ok(Some(Reply::Ended { state, exit, .. })) => {
-                return Ok(exit_status(job, &state, exit))
+            Ok(Some(Reply::Ended {
+                state, exit, note, ..
+            })) => {
+                if let Some(note) = note {
+                    eprintln!("cosched: job {job}: {note}");
+                }
+                return Ok(exit_status(job, &state, exit));
             }
             Ok(Some(Reply::Error { error, .. })) => bail!("{error}"),
             Ok(Some(_)) => bail!("unexpected reply while waiting for job {job}"),
@@ -255,6 +316,10 @@ fn is_timeout(error: &anyhow::Error) -> bool {
 
 fn exit_status(job: u64, state: &str, exit: Option<ExitInfo>) -> i32 {
     match exit {
+        Some(exit) if state == "cancelled" => {
+            eprintln!("cosched: job {job} cancelled");
+            exit.shell_status()
+        }
         Some(exit) => exit.shell_status(),
         None => {
             eprintln!("cosched: job {job} {state} without running to its end");

@@ -15,7 +15,10 @@ pub const DEFAULT_SOCKET: &str = "/run/cosched/cosched.sock";
   cosched daemon --check                      what this machine offers, which actuator\n  \
   cosched daemon                              gang mode, 100 ms slots, /var/lib/cosched\n  \
   cosched daemon --mode moderate --quantum-ms 50\n  \
-  cosched daemon --state-dir /tmp/cs --socket /tmp/cs.sock --idle-after 30\n\n\
+  cosched daemon --state-dir /var/lib/cosched-test --socket /run/cosched-test.sock\n\n\
+The state directory holds the job store and what supervisors keep; it must be owned by root \
+and writable by nobody else, nor may any directory above it be (a sticky /tmp is fine as a \
+parent, a directory another user made there is not): the daemon refuses one that is not. \
 Modes: gang freezes the jobs outside the running slice; moderate gives the running slice all \
 the CPU weight and the others almost none; implicit only places jobs (space sharing) and tells \
 their MPI and OpenMP libraries to spin briefly and then block; local does nothing (plain Linux, \
@@ -66,6 +69,9 @@ pub struct DaemonArgs {
     /// Force a freezer instead of the best available: v2, v1 or signals
     #[arg(long, value_parser = ["v2", "v1", "signals"])]
     freezer: Option<String>,
+    /// Ended jobs kept in memory for `ps --all` (every record stays in the store)
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    keep_ended: usize,
 }
 
 pub fn run(args: DaemonArgs) -> Result<()> {
@@ -106,6 +112,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
             _ => Freezer::Signals,
         }),
         supervisor_exe: std::env::current_exe().context("finding this program for supervisors")?,
+        keep_ended: args.keep_ended,
     };
     cosched_daemon::serve(config, |banner| eprintln!("{banner}"))?;
     Ok(())
@@ -136,13 +143,9 @@ fn report(json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Internal: the per-job supervisor, started by the daemon.
-#[derive(Args)]
-pub struct SuperviseArgs {
-    spec: PathBuf,
-}
-
-pub fn supervise(args: SuperviseArgs) -> Result<()> {
-    cosched_daemon::supervisor::supervise(&args.spec)?;
+/// Internal: the per-job supervisor, started by the daemon (its spec and connections are
+/// inherited descriptors).
+pub fn supervise() -> Result<()> {
+    cosched_daemon::supervisor::supervise()?;
     Ok(())
 }

@@ -47,7 +47,7 @@ enum Command {
     Sim(sim::SimArgs),
     Generate(sim::GenerateArgs),
     #[command(hide = true)]
-    Supervise(daemon::SuperviseArgs),
+    Supervise,
 }
 
 fn main() -> ExitCode {
@@ -75,7 +75,7 @@ fn execute(command: Command) -> anyhow::Result<i32> {
         Command::Class(args) => client::class(args),
         Command::Sim(args) => sim::run(args),
         Command::Generate(args) => sim::generate(args),
-        Command::Supervise(args) => daemon::supervise(args),
+        Command::Supervise => daemon::supervise(),
     }?;
     Ok(0)
 }

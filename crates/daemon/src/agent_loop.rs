@@ -468,15 +468,18 @@ impl<A: Actuator> AgentLoop<A> {
         if let Err(error) = self.applier.release_all() {
             first_error.get_or_insert(error.to_string());
         }
-        for job in std::mem::take(&mut self.suspended) {
+        let suspended = std::mem::take(&mut self.suspended);
+        for &job in &suspended {
             if let Err(error) = self.applier.actuator_mut().thaw(&job_name(job)) {
                 first_error.get_or_insert(error.to_string());
             }
         }
         if cancel {
+            // Every job this agent holds: scheduled, suspended, idle, or already cancelled.
             let jobs: Vec<JobId> = self
                 .applier
                 .jobs()
+                .chain(suspended)
                 .chain(self.watching.keys().copied())
                 .chain(self.kill_at.keys().copied())
                 .collect();

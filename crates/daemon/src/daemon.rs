@@ -3,22 +3,24 @@
 //! thread is told what to do by message and never takes this lock.
 
 use crate::agent_loop::{AgentEvent, AgentMsg, Reply as AgentReply, Stats, CANCEL_GRACE};
+use crate::fault;
 use crate::protocol::{
-    validate_run, ExitInfo, JobView, MatrixEntryView, MatrixView, RunRequest, StatsView,
+    validate_run, ExitInfo, JobView, MatrixEntryView, MatrixView, Reply, RunRequest, StatsView,
     SummaryView,
 };
 use crate::store::{JobRecord, JobStatus, Store};
-use crate::supervisor::{self, LaunchSpec};
+use crate::supervisor::{self, Ending, LaunchSpec};
 use crate::unix::Credentials;
+use crate::waiters::Waiters;
 use cosched_agent::clock::now_micros;
 use cosched_agent::{Mode, Summary};
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, JobState, Micros, Rotation, Scheduler, Shape,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Child;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -44,6 +46,8 @@ pub enum ApiError {
         state: &'static str,
         action: &'static str,
     },
+    #[error("{0}")]
+    Busy(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -62,7 +66,16 @@ pub struct Settings {
     pub rotation: Rotation,
     /// The program that runs `supervise` (this very binary).
     pub supervisor_exe: PathBuf,
+    /// Ended records kept in memory (the rest stay in the store).
+    pub keep_ended: usize,
+    /// Open files this process may have (its soft limit).
+    pub max_files: u64,
 }
+
+/// Queued jobs one user (root aside) may have holding their client's stdio descriptors.
+pub const MAX_HELD_STDIO_PER_UID: usize = 1000;
+/// Descriptors kept free for clients, supervisors and the store.
+const SPARE_FILES: u64 = 512;
 
 /// A supervisor connection to watch, started once the lock is released.
 pub struct Watcher {
@@ -74,11 +87,17 @@ pub struct Watcher {
 pub struct Inner {
     settings: Settings,
     scheduler: Scheduler,
+    /// Unfinished jobs and the latest `keep_ended` ended ones.
     records: BTreeMap<JobId, JobRecord>,
+    /// Ended jobs in memory, oldest first.
+    ended: VecDeque<JobId>,
+    /// Ended jobs whose record could not be saved yet (a full disk): their supervisors keep
+    /// the exit status until it is.
+    unsaved: BTreeSet<JobId>,
     store: Box<dyn Store>,
     /// Descriptors of jobs not started yet.
     stdio: BTreeMap<JobId, [OwnedFd; 3]>,
-    waiters: BTreeMap<JobId, Vec<Sender<JobRecord>>>,
+    waiters: Waiters,
     generation: Option<Generation>,
     agent: Sender<AgentMsg>,
     /// Supervisor connections to start watching (see [`Watcher`]).
@@ -99,14 +118,17 @@ impl Inner {
         scheduler: Scheduler,
         store: Box<dyn Store>,
         agent: Sender<AgentMsg>,
+        waiters: Waiters,
     ) -> Inner {
         Inner {
             settings,
             scheduler,
             records: BTreeMap::new(),
+            ended: VecDeque::new(),
+            unsaved: BTreeSet::new(),
             store,
             stdio: BTreeMap::new(),
-            waiters: BTreeMap::new(),
+            waiters,
             generation: None,
             agent,
             new_watchers: Vec::new(),
@@ -117,8 +139,8 @@ impl Inner {
         self.settings.state_dir.join(sub)
     }
 
-    fn spec_file(&self, job: JobId) -> PathBuf {
-        self.dir("jobs").join(format!("job-{job}.json"))
+    fn started_file(&self, job: JobId) -> PathBuf {
+        self.dir("jobs").join(format!("job-{job}.started"))
     }
 
     fn exit_file(&self, job: JobId) -> PathBuf {
@@ -129,13 +151,31 @@ impl Inner {
         self.dir("run").join(format!("job-{job}.sock"))
     }
 
-    fn save(&mut self, job: JobId) -> Result<(), ApiError> {
-        let record = &self.records[&job];
-        self.store.put(record).map_err(internal)
+    /// Changes a job's record: in memory only once the store has it.
+    fn update(&mut self, job: JobId, change: impl FnOnce(&mut JobRecord)) -> Result<(), ApiError> {
+        let mut record = self.records[&job].clone();
+        change(&mut record);
+        self.store.put(&record).map_err(|e| {
+            ApiError::Internal(format!(
+                "job {job}: its record cannot be saved, so nothing changed ({e})"
+            ))
+        })?;
+        self.records.insert(job, record);
+        Ok(())
     }
 
     fn record(&self, job: JobId) -> Result<&JobRecord, ApiError> {
-        self.records.get(&job).ok_or(ApiError::NoSuchJob(job))
+        match self.records.get(&job) {
+            Some(record) => Ok(record),
+            None => Err(match self.store.get(job) {
+                Ok(Some(_)) => ApiError::WrongState {
+                    job,
+                    state: "already ended",
+                    action: "act on",
+                },
+                _ => ApiError::NoSuchJob(job),
+            }),
+        }
     }
 
     fn owned(
@@ -192,6 +232,7 @@ impl Inner {
                 "only root may submit to the express class".into(),
             ));
         }
+        self.check_descriptors(who)?;
         let probe = JobRequest::new(JobId::MAX, Shape::Count(run.procs));
         self.scheduler.check(&probe).map_err(|e| {
             ApiError::Invalid(
@@ -221,13 +262,47 @@ impl Inner {
             exit: None,
             note: None,
         };
+        self.store.insert(&record).map_err(|e| {
+            ApiError::Internal(format!(
+                "the job cannot be recorded, so it was not taken ({e})"
+            ))
+        })?;
+        fault::point("recorded", id);
         self.records.insert(id, record);
-        self.save(id)?;
         if let Some(stdio) = stdio {
             self.stdio.insert(id, stdio);
         }
         self.enqueue(id, now)?;
         Ok(id)
+    }
+
+    /// Refuses a job whose client descriptors the daemon could not hold: past the open-file
+    /// limit everything fails (accepting clients, launching, switching).
+    fn check_descriptors(&self, who: &Credentials) -> Result<(), ApiError> {
+        let held = |uid: Option<u32>| {
+            self.stdio
+                .keys()
+                .filter(|job| uid.is_none_or(|uid| self.records[job].owner.uid == uid))
+                .count()
+        };
+        if !who.is_root() && held(Some(who.uid)) >= MAX_HELD_STDIO_PER_UID {
+            return Err(ApiError::Busy(format!(
+                "too many queued jobs: uid {} has {MAX_HELD_STDIO_PER_UID} waiting to start \
+                 with their client's terminal or files; submit with --detach --output FILE, \
+                 or wait",
+                who.uid
+            )));
+        }
+        let open = std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count()) as u64;
+        if open + 3 + SPARE_FILES > self.settings.max_files {
+            return Err(ApiError::Busy(format!(
+                "too many queued jobs: {} hold their clients' descriptors and the daemon has {open} \
+                 of its {} open files in use; try again when some have started",
+                held(None),
+                self.settings.max_files
+            )));
+        }
+        Ok(())
     }
 
     /// Hands a job to the scheduler and acts on what it decides.
@@ -306,15 +381,21 @@ impl Inner {
             cpus: Some(cpus.clone()),
             reply,
         })?;
-        let record = self
-            .records
-            .get_mut(&job)
-            .expect("placed jobs have records");
-        record.status = JobStatus::Running;
-        if !record.launched {
-            self.launch(job, &cpus, admitted, now)?;
+        let first_launch = !self.records[&job].launched;
+        // The intent is durable before the supervisor exists: a restarted daemon then looks
+        // for the supervisor, its exit status or its started marker, and launches again only
+        // when none is there.
+        self.update(job, |record| {
+            record.status = JobStatus::Running;
+            record.launched = true;
+        })?;
+        if first_launch {
+            fault::point("intent", job);
+            self.launch(job, &cpus, admitted)?;
+            fault::point("spawned", job);
+            self.update(job, |record| record.started_us = Some(now))?;
         }
-        self.save(job)
+        Ok(())
     }
 
     fn launch(
@@ -322,7 +403,6 @@ impl Inner {
         job: JobId,
         cpus: &str,
         admitted: crate::agent_loop::Admitted,
-        now: Micros,
     ) -> Result<(), ApiError> {
         let record = &self.records[&job];
         let mut env = record.env.clone();
@@ -351,11 +431,9 @@ impl Inner {
             join_files: admitted.join_files,
             release: admitted.release,
             exit_file: self.exit_file(job),
+            started_file: self.started_file(job),
             socket: self.socket_file(job),
         };
-        let spec_file = self.spec_file(job);
-        write_private(&spec_file, &serde_json::to_vec(&spec).expect("serializes"))
-            .map_err(|e| internal(format_args!("{}: {e}", spec_file.display())))?;
         let _ = std::fs::remove_file(&spec.socket);
         let listener = UnixListener::bind(&spec.socket)
             .map_err(|e| internal(format_args!("{}: {e}", spec.socket.display())))?;
@@ -363,18 +441,15 @@ impl Inner {
             Some(stdio) => stdio,
             None => self.default_stdio(job)?,
         };
-        let child = supervisor::spawn(&self.settings.supervisor_exe, &spec_file, listener, stdio)
-            .map_err(|e| {
-            internal(format_args!(
-                "starting the supervisor {}: {e}",
-                self.settings.supervisor_exe.display()
-            ))
-        })?;
-        let stream = UnixStream::connect(&spec.socket)
-            .map_err(|e| internal(format_args!("{}: {e}", spec.socket.display())))?;
-        let record = self.records.get_mut(&job).expect("exists");
-        record.launched = true;
-        record.started_us = Some(now);
+        let (child, stream) =
+            supervisor::spawn(&self.settings.supervisor_exe, &spec, listener, stdio).map_err(
+                |e| {
+                    internal(format_args!(
+                        "starting the supervisor {}: {e}",
+                        self.settings.supervisor_exe.display()
+                    ))
+                },
+            )?;
         self.new_watchers.push(Watcher {
             job,
             stream,
@@ -389,12 +464,15 @@ impl Inner {
         let owner = &self.records[&job].owner;
         let out_path = self.dir("output").join(format!("job-{job}.out"));
         let open = || {
+            use std::os::unix::fs::OpenOptionsExt;
             let null = std::fs::File::open("/dev/null")?;
             let out = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(&out_path)?;
-            std::os::unix::fs::chown(&out_path, Some(owner.uid), Some(owner.gid))?;
+            std::os::unix::fs::fchown(&out, Some(owner.uid), Some(owner.gid))?;
             let err = out.try_clone()?;
             Ok::<_, std::io::Error>([null.into(), out.into(), err.into()])
         };
@@ -404,19 +482,25 @@ impl Inner {
     /// A job that could not be started ends here, with the reason kept.
     fn fail(&mut self, job: JobId, why: &str, now: Micros) {
         log(format_args!("job {job}: {why}"));
-        if let Some(record) = self.records.get_mut(&job) {
-            record.note = Some(why.to_string());
-        }
-        self.end(job, JobStatus::Lost, None, now);
+        self.end(
+            job,
+            JobStatus::Lost,
+            Ending {
+                exit: ExitInfo::default(),
+                note: Some(why.to_string()),
+            },
+            now,
+        );
     }
 
-    /// Records how a job ended, frees its cells and wakes whoever waits for it.
-    pub fn end(&mut self, job: JobId, status: JobStatus, exit: Option<ExitInfo>, now: Micros) {
+    /// Records how a job ended, frees its cells and answers whoever waits for it. Returns
+    /// whether the record is safely stored (a supervisor keeps its exit status until it is).
+    pub fn end(&mut self, job: JobId, status: JobStatus, ending: Ending, now: Micros) -> bool {
         let Some(record) = self.records.get_mut(&job) else {
-            return;
+            return false;
         };
         if record.status.ended() {
-            return;
+            return !self.unsaved.contains(&job);
         }
         let launched = record.launched;
         record.status = if record.cancel_requested && status == JobStatus::Done {
@@ -424,23 +508,73 @@ impl Inner {
         } else {
             status
         };
-        record.exit = exit;
+        record.exit = (ending.exit != ExitInfo::default()).then_some(ending.exit);
+        record.note = ending.note.or(record.note.take());
         record.ended_us = Some(now);
-        if let Err(error) = self.save(job) {
-            log(format_args!("job {job}: {error}"));
-        }
+        let saved = match self.store.put(record) {
+            Ok(()) => true,
+            Err(error) => {
+                log(format_args!(
+                    "job {job}: its end cannot be saved yet ({error}); its supervisor keeps the exit status"
+                ));
+                self.unsaved.insert(job);
+                false
+            }
+        };
         self.stdio.remove(&job);
         if launched {
             self.tell(AgentMsg::Discard { job });
         }
-        for file in [self.spec_file(job), self.socket_file(job)] {
-            let _ = std::fs::remove_file(file);
+        if saved {
+            self.forget_files(job);
         }
         self.unschedule(job, now);
-        let record = self.records[&job].clone();
-        for waiter in self.waiters.remove(&job).unwrap_or_default() {
-            let _ = waiter.send(record.clone());
+        let record = &self.records[&job];
+        self.waiters.ended(job, &ended_reply(record));
+        self.ended.push_back(job);
+        self.evict_ended();
+        saved
+    }
+
+    /// A job's files in the state directory, once its end is stored.
+    fn forget_files(&self, job: JobId) {
+        for file in [self.socket_file(job), self.started_file(job)] {
+            let _ = std::fs::remove_file(file);
         }
+    }
+
+    /// Ended records beyond `keep_ended` leave memory (the store keeps them).
+    fn evict_ended(&mut self) {
+        while self.ended.len() > self.settings.keep_ended {
+            let Some(&oldest) = self.ended.front() else {
+                break;
+            };
+            if self.unsaved.contains(&oldest) {
+                break;
+            }
+            self.ended.pop_front();
+            self.records.remove(&oldest);
+        }
+    }
+
+    /// Saves the ends that a full disk refused; the supervisors' exit files go once they are in.
+    pub fn retry_unsaved(&mut self) {
+        for job in std::mem::take(&mut self.unsaved) {
+            match self.store.put(&self.records[&job]) {
+                Ok(()) => {
+                    let _ = std::fs::remove_file(self.exit_file(job));
+                    self.forget_files(job);
+                }
+                Err(_) => {
+                    self.unsaved.insert(job);
+                }
+            }
+        }
+        self.evict_ended();
+    }
+
+    pub fn has_unsaved(&self) -> bool {
+        !self.unsaved.is_empty()
     }
 
     /// Registers interest in a job's end; an ended job answers at once. Descriptors sent
@@ -452,22 +586,26 @@ impl Inner {
         who: &Credentials,
         job: JobId,
         stdio: Option<[OwnedFd; 3]>,
-    ) -> Result<std::sync::mpsc::Receiver<JobRecord>, ApiError> {
-        let record = match stdio {
-            Some(_) => self.owned(job, who, "hand descriptors to")?,
-            None => self.record(job)?,
-        }
-        .clone();
-        let (sender, receiver) = channel();
+        client: UnixStream,
+    ) -> Result<(), ApiError> {
+        let evicted = match self.records.get(&job) {
+            Some(_) => None,
+            None => self.store.get(job).map_err(internal)?,
+        };
+        let record = match (&evicted, &stdio) {
+            (Some(record), _) => record,
+            (None, Some(_)) => self.owned(job, who, "hand descriptors to")?,
+            (None, None) => self.record(job)?,
+        };
         if record.status.ended() {
-            let _ = sender.send(record);
-        } else {
-            if let (Some(stdio), false) = (stdio, record.launched) {
-                self.stdio.entry(job).or_insert(stdio);
-            }
-            self.waiters.entry(job).or_default().push(sender);
+            let reply = ended_reply(record);
+            let _ = crate::server::send(&client, &reply);
+            return Ok(());
         }
-        Ok(receiver)
+        if let (Some(stdio), false) = (stdio, record.launched) {
+            self.stdio.entry(job).or_insert(stdio);
+        }
+        self.waiters.park(job, client, who.uid)
     }
 
     pub fn cancel(
@@ -484,13 +622,12 @@ impl Inner {
                 action: "cancel",
             });
         }
-        if !record.launched {
-            self.records.get_mut(&job).expect("exists").cancel_requested = true;
-            self.end(job, JobStatus::Cancelled, None, now);
+        let launched = record.launched;
+        self.update(job, |record| record.cancel_requested = true)?;
+        if !launched {
+            self.end(job, JobStatus::Cancelled, Ending::default(), now);
             return Ok(format!("job {job} cancelled before it started"));
         }
-        self.records.get_mut(&job).expect("exists").cancel_requested = true;
-        self.save(job)?;
         self.unschedule(job, now);
         self.tell(AgentMsg::Cancel { job });
         Ok(format!(
@@ -516,8 +653,7 @@ impl Inner {
                 })
             }
         }
-        self.records.get_mut(&job).expect("exists").status = JobStatus::Suspended;
-        self.save(job)?;
+        self.update(job, |record| record.status = JobStatus::Suspended)?;
         self.unschedule(job, now);
         self.ask(|reply| AgentMsg::Suspend { job, reply })?;
         Ok(format!("job {job} suspended"))
@@ -537,8 +673,7 @@ impl Inner {
                 action: "resume",
             });
         }
-        self.records.get_mut(&job).expect("exists").status = JobStatus::Queued;
-        self.save(job)?;
+        self.update(job, |record| record.status = JobStatus::Queued)?;
         self.enqueue(job, now)?;
         Ok(format!(
             "job {job} resumed ({})",
@@ -571,8 +706,7 @@ impl Inner {
                 "only root may raise a job's class ({old} to {class}); owners may lower it"
             )));
         }
-        self.records.get_mut(&job).expect("exists").class = class.name().to_string();
-        self.save(job)?;
+        self.update(job, |record| record.class = class.name().to_string())?;
         if self.scheduler.state(job).is_some() {
             let decisions = self.scheduler.set_class(job, class, now).expect("present");
             self.apply(decisions, now);
@@ -593,14 +727,13 @@ impl Inner {
 
     /// The agent found a running job idle: its cells go to others; it runs unscheduled.
     pub fn went_idle(&mut self, job: JobId, now: Micros) {
-        let Some(record) = self.records.get_mut(&job) else {
-            return;
-        };
-        if record.status != JobStatus::Running {
+        if self.records.get(&job).map(|r| r.status) != Some(JobStatus::Running) {
             return;
         }
-        record.status = JobStatus::Idle;
-        let _ = self.save(job);
+        if let Err(error) = self.update(job, |record| record.status = JobStatus::Idle) {
+            log(error);
+            return;
+        }
         self.unschedule(job, now);
         self.tell(AgentMsg::LetLoose { job });
     }
@@ -610,8 +743,10 @@ impl Inner {
         if self.records.get(&job).map(|r| r.status) != Some(JobStatus::Idle) {
             return;
         }
-        self.records.get_mut(&job).expect("exists").status = JobStatus::Queued;
-        let _ = self.save(job);
+        if let Err(error) = self.update(job, |record| record.status = JobStatus::Queued) {
+            log(error);
+            return;
+        }
         if let Err(error) = self.enqueue(job, now) {
             log(format_args!("job {job}: {error}"));
         }
@@ -712,12 +847,17 @@ impl Inner {
             let job = record.id;
             let ended = record.status.ended();
             self.records.insert(job, record);
-            if !ended {
+            if ended {
+                self.ended.push_back(job);
+            } else {
                 self.readopt(job, now);
             }
         }
+        self.evict_ended();
     }
 
+    /// Takes back a job the store holds as unfinished: its supervisor if it lives, its kept
+    /// exit status if it ended, a new launch if it never started; never a second launch.
     fn readopt(&mut self, job: JobId, now: Micros) {
         let record = &self.records[&job];
         if !record.launched {
@@ -726,17 +866,27 @@ impl Inner {
             }
             return;
         }
-        if let Some(exit) = supervisor::kept_exit(&self.exit_file(job)) {
-            self.ended_while_away(job, exit, now);
-            return;
-        }
+        let suspended = record.status == JobStatus::Suspended;
+        // The supervisor holds its listening socket from birth: connecting finds a live one.
         let stream = match UnixStream::connect(self.socket_file(job)) {
             Ok(stream) => stream,
             Err(error) => {
-                match supervisor::kept_exit(&self.exit_file(job)) {
-                    Some(exit) => self.ended_while_away(job, exit, now),
-                    None => {
-                        self.fail(job, &format!("its supervisor is gone ({error})"), now);
+                if let Some(ending) = supervisor::kept_exit(&self.exit_file(job)) {
+                    self.ended_while_away(job, ending, now);
+                } else if self.started_file(job).exists() {
+                    self.fail(job, &format!("its supervisor is gone ({error})"), now);
+                } else {
+                    log(format_args!(
+                        "job {job}: the daemon stopped before its supervisor started; starting it now"
+                    ));
+                    let relaunched = self
+                        .update(job, |record| {
+                            record.launched = false;
+                            record.status = JobStatus::Queued;
+                        })
+                        .and_then(|()| self.enqueue(job, now));
+                    if let Err(error) = relaunched {
+                        self.fail(job, &error.to_string(), now);
                     }
                 }
                 return;
@@ -747,7 +897,6 @@ impl Inner {
             stream,
             child: None,
         });
-        let suspended = record.status == JobStatus::Suspended;
         let readmitted = if suspended {
             self.ask(|reply| AgentMsg::Admit {
                 job,
@@ -756,22 +905,65 @@ impl Inner {
             })
             .and_then(|_| self.ask(|reply| AgentMsg::Suspend { job, reply }))
         } else {
-            self.records.get_mut(&job).expect("exists").status = JobStatus::Queued;
-            self.enqueue(job, now)
+            self.update(job, |record| record.status = JobStatus::Queued)
+                .and_then(|()| self.enqueue(job, now))
         };
         if let Err(error) = readmitted {
             log(format_args!("job {job}: taking it back: {error}"));
         }
     }
 
-    fn ended_while_away(&mut self, job: JobId, exit: ExitInfo, now: Micros) {
-        let _ = std::fs::remove_file(self.exit_file(job));
-        self.end(job, JobStatus::Done, Some(exit), now);
+    fn ended_while_away(&mut self, job: JobId, ending: Ending, now: Micros) {
+        if self.end(job, JobStatus::Done, ending, now) {
+            let _ = std::fs::remove_file(self.exit_file(job));
+        }
     }
 
-    /// The supervisor reported the end.
-    pub fn exited(&mut self, job: JobId, exit: ExitInfo, now: Micros) {
-        self.end(job, JobStatus::Done, Some(exit), now);
+    /// The supervisor reported the end; true once the record is stored (then it may forget).
+    pub fn exited(&mut self, job: JobId, ending: Ending, now: Micros) -> bool {
+        self.end(job, JobStatus::Done, ending, now)
+    }
+
+    /// A clean stop with `--on-stop cancel`: jobs not started end now; started ones are
+    /// marked so that their end (the agent kills them) is recorded as a cancel.
+    pub fn cancel_all(&mut self, now: Micros) -> usize {
+        let unfinished: Vec<JobId> = self
+            .records
+            .values()
+            .filter(|r| !r.status.ended())
+            .map(|r| r.id)
+            .collect();
+        let mut running = 0;
+        for job in unfinished {
+            if let Err(error) = self.update(job, |record| record.cancel_requested = true) {
+                log(error);
+            }
+            if self.records[&job].launched {
+                running += 1;
+            } else {
+                self.end(job, JobStatus::Cancelled, Ending::default(), now);
+            }
+        }
+        running
+    }
+
+    /// Launched jobs whose end is not recorded yet.
+    pub fn launched_unfinished(&self) -> usize {
+        self.records
+            .values()
+            .filter(|r| r.launched && !r.status.ended())
+            .count()
+    }
+}
+
+/// The second reply of `run` and `wait`.
+fn ended_reply(record: &JobRecord) -> Reply {
+    Reply::Ended {
+        ok: true,
+        job: record.id,
+        state: record.status.name().to_string(),
+        exit: record.exit,
+        note: record.note.clone(),
     }
 }
 
@@ -785,19 +977,6 @@ fn state_phrase(status: JobStatus, launched: bool) -> &'static str {
 fn program_name(argv0: &str) -> String {
     let base = argv0.rsplit('/').next().unwrap_or(argv0);
     base.chars().take(crate::protocol::MAX_NAME_CHARS).collect()
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
 }
 
 /// The user's name from the password database, or the number.
@@ -844,6 +1023,9 @@ impl Shared {
     /// Runs `f` on the state; then starts watching any supervisor it launched or found.
     pub fn with<T>(self: &Arc<Self>, f: impl FnOnce(&mut Inner, Micros) -> T) -> T {
         let mut inner = self.lock();
+        if inner.has_unsaved() {
+            inner.retry_unsaved();
+        }
         let out = f(&mut inner, now_micros());
         let watchers = std::mem::take(&mut inner.new_watchers);
         drop(inner);
@@ -862,23 +1044,25 @@ impl Shared {
     /// Waits for a supervisor's report of the end, records it, and confirms.
     fn watch(self: Arc<Self>, watcher: Watcher) {
         let Watcher { job, stream, child } = watcher;
-        let report = crate::unix::read_line(&stream, 4096);
-        let exit = match report {
-            Ok(Some(line)) => serde_json::from_slice::<ExitInfo>(&line).ok(),
+        let report = crate::unix::read_line(&stream, 64 << 10);
+        let ending = match report {
+            Ok(Some(line)) => serde_json::from_slice::<Ending>(&line).ok(),
             _ => None,
         };
-        match exit {
-            Some(exit) => {
-                self.with(|inner, now| inner.exited(job, exit, now));
-                use std::io::Write;
-                let _ = (&stream).write_all(b"ok\n");
+        match ending {
+            Some(ending) => {
+                // Confirmed only once stored: else the supervisor keeps the exit file.
+                if self.with(|inner, now| inner.exited(job, ending, now)) {
+                    use std::io::Write;
+                    let _ = (&stream).write_all(b"ok\n");
+                }
             }
             None => {
                 // The supervisor died without a word: its kept status, if any, tells the end.
                 self.with(|inner, now| {
                     let kept = supervisor::kept_exit(&inner.exit_file(job));
                     match kept {
-                        Some(exit) => inner.ended_while_away(job, exit, now),
+                        Some(ending) => inner.ended_while_away(job, ending, now),
                         None => inner.fail(job, "its supervisor died", now),
                     }
                 });
@@ -912,12 +1096,28 @@ impl Shared {
         }
     }
 
-    /// Clean stop: the agent lets every job loose (or kills them) and stops.
+    /// Clean stop: the agent lets every job loose (or kills them) and stops. Cancelled jobs'
+    /// ends are recorded (and their waiting clients told) before this returns.
     pub fn stop(self: &Arc<Self>, on_stop: OnStop) -> Result<(), ApiError> {
-        let inner = self.lock();
-        inner.ask(|reply| AgentMsg::Stop {
-            cancel: on_stop == OnStop::Cancel,
-            reply,
-        })
+        let cancel = on_stop == OnStop::Cancel;
+        if cancel {
+            let running = self.with(|inner, now| inner.cancel_all(now));
+            log(format_args!("cancelling {running} running job(s)"));
+        }
+        let stopped = {
+            let inner = self.lock();
+            inner.ask(|reply| AgentMsg::Stop { cancel, reply })
+        };
+        if cancel {
+            // Killed jobs' supervisors report within moments; a bound keeps a stuck one from
+            // holding the stop (its exit file tells the next daemon).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while self.lock().launched_unfinished() > 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        let waiters = self.lock().waiters.clone();
+        waiters.flush();
+        stopped
     }
 }

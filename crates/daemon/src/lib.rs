@@ -6,11 +6,13 @@
 pub mod agent_loop;
 pub mod check;
 pub mod daemon;
+pub mod fault;
 pub mod protocol;
 pub mod server;
 pub mod store;
 pub mod supervisor;
 pub mod unix;
+pub mod waiters;
 
 pub use daemon::OnStop;
 pub use server::{serve, usable_cpus, DaemonConfig, StartError};

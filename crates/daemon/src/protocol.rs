@@ -65,7 +65,7 @@ pub struct RunRequest {
 }
 
 /// How a job ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitInfo {
     /// The exit code, when it exited.
     pub code: Option<i32>,
@@ -82,6 +82,11 @@ impl ExitInfo {
             (None, None) => 1,
         }
     }
+}
+
+/// Reads one request line; the error is the one-line reply for the client.
+pub fn parse_request(line: &[u8]) -> Result<Request, String> {
+    serde_json::from_slice(line).map_err(|error| format!("bad request: {error}"))
 }
 
 /// Rejects what no job can be made of, naming the first thing wrong.
@@ -205,6 +210,9 @@ pub enum Reply {
         job: JobId,
         state: String,
         exit: Option<ExitInfo>,
+        /// Why the job ended without running its command, when it did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
     Jobs {
         ok: bool,

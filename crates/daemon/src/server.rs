@@ -6,24 +6,28 @@ use crate::daemon::{log, ApiError, Inner, OnStop, Settings, Shared};
 use crate::protocol::{Reply, Request, MAX_REQUEST_BYTES};
 use crate::store::{JobRecord, SqliteStore, Store};
 use crate::unix::{self, Credentials};
+use crate::waiters::Waiters;
 use cosched_agent::clock::now_micros;
 use cosched_agent::{job_name, Applier, Mode};
 use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout};
 use cosched_core::{Config, Machine, Micros, Rotation, Scheduler};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Most clients served at once; more are refused with a message, not queued without end.
+/// Most clients whose requests are read and handled at once (a thread each; clients waiting
+/// for a job's end are parked apart, see `waiters`). More are refused with a message.
 const MAX_CLIENTS: usize = 256;
-/// A client must send its request within this time.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Of those, most for one user (root is never refused): one user cannot take the rest.
+const MAX_CLIENTS_PER_UID: usize = 16;
+/// A client must send its whole request within this time (one deadline, not one per read).
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug)]
 pub struct DaemonConfig {
@@ -44,6 +48,8 @@ pub struct DaemonConfig {
     pub cgroup_parent: String,
     pub freezer: Option<Freezer>,
     pub supervisor_exe: PathBuf,
+    /// Ended records kept in memory for `ps --all` (all stay in the store).
+    pub keep_ended: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +67,8 @@ pub enum StartError {
     Config(String),
     #[error("another daemon is serving {0} (stop it first)")]
     Running(PathBuf),
+    #[error("{path}: {why}")]
+    Unsafe { path: PathBuf, why: String },
 }
 
 fn io_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
@@ -134,18 +142,26 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
             "the quantum must be at least 1 ms (10 ms or more is sensible)".into(),
         ));
     }
-    let signals = block_stop_signals();
-    for sub in ["", "jobs", "run", "output"] {
-        let dir = config.state_dir.join(sub);
-        std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
+    if let Ok(fault) = std::env::var("COSCHED_FAULT") {
+        let point = fault.split(':').next().unwrap_or_default();
+        if !crate::fault::POINTS.contains(&point) {
+            return Err(StartError::Config(format!(
+                "COSCHED_FAULT={fault}: no such point (one of {:?}, optionally :JOB)",
+                crate::fault::POINTS
+            )));
+        }
     }
-    std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(io_error(&config.state_dir))?;
+    let signals = block_stop_signals();
+    // Descriptors this process inherited reach no supervisor and no job.
+    unix::close_on_exec_from(3).map_err(io_error(Path::new("close_range")))?;
+    let max_files = raise_open_file_limit();
+    let mut config = config;
+    config.state_dir = private_state_dir(&config.state_dir)?;
     let listener = bind(&config.socket)?;
 
     let store_path = config.state_dir.join("jobs.sqlite");
     let store = SqliteStore::open(&store_path)?;
-    let records = store.load()?;
+    let records = store.load(config.keep_ended)?;
 
     let layout =
         Layout::detect().map_err(io_error(std::path::Path::new("/proc/self/mountinfo")))?;
@@ -191,13 +207,17 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         mode: config.mode,
         rotation,
         supervisor_exe: config.supervisor_exe.clone(),
+        keep_ended: config.keep_ended,
+        max_files,
     };
+    let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
     let shared = Shared::new(
         Inner::new(
             settings,
             scheduler,
             Box::new(store) as Box<dyn Store>,
             agent_tx,
+            waiters,
         ),
         stats,
     );
@@ -245,72 +265,227 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     stopped.map_err(|e| StartError::Config(format!("stopping: {e}")))
 }
 
-/// Binds the socket, refusing to take it from a live daemon; anyone may connect (looking is
-/// open to all; acting is checked per request).
-fn bind(path: &std::path::Path) -> Result<UnixListener, StartError> {
+/// Raises the soft open-file limit to the hard one (each queued job holds its client's three
+/// descriptors, each waiting client one); returns the limit in force.
+fn raise_open_file_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: get/setrlimit read and write `limit` only.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 1024;
+        }
+        limit.rlim_cur = limit.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        }
+    }
+    limit.rlim_cur
+}
+
+/// Why a directory is unsafe for root to keep files in, if it is: another user owns it or may
+/// write to it (and so plant, rename or swap what root later opens).
+fn unsafe_directory(meta: &std::fs::Metadata, sticky_ok: bool) -> Option<String> {
+    let mode = meta.mode();
+    if !meta.is_dir() {
+        Some("not a directory".into())
+    } else if meta.uid() != 0 {
+        Some(format!("owned by uid {}, not root", meta.uid()))
+    } else if mode & 0o022 != 0 && !(sticky_ok && mode & libc::S_ISVTX != 0) {
+        Some(format!("writable by others (mode {:o})", mode & 0o7777))
+    } else {
+        None
+    }
+}
+
+/// Makes (or checks) the state directory and its subdirectories, private to root; refuses one
+/// that another user owns or can write to, or that lies under such a directory. Returns its
+/// resolved path, used from then on (no symbolic link is followed again).
+fn private_state_dir(dir: &Path) -> Result<PathBuf, StartError> {
+    let refuse = |path: &Path, why: String| StartError::Unsafe {
+        path: path.to_path_buf(),
+        why: format!(
+            "{why}: another user could plant or swap the files the daemon trusts; use a \
+             state directory that only root can write to, under directories only root can \
+             write to (the default /var/lib/cosched)"
+        ),
+    };
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(io_error(dir)(error))
+        }
+        _ => {}
+    }
+    let resolved = dir.canonicalize().map_err(io_error(dir))?;
+    for ancestor in resolved.ancestors().skip(1) {
+        let meta = std::fs::metadata(ancestor).map_err(io_error(ancestor))?;
+        if let Some(why) = unsafe_directory(&meta, true) {
+            return Err(refuse(
+                ancestor,
+                format!("a parent of the state directory is {why}"),
+            ));
+        }
+    }
+    let meta = std::fs::metadata(&resolved).map_err(io_error(&resolved))?;
+    if let Some(why) = unsafe_directory(&meta, false) {
+        return Err(refuse(&resolved, format!("the state directory is {why}")));
+    }
+    std::fs::set_permissions(&resolved, std::fs::Permissions::from_mode(0o700))
+        .map_err(io_error(&resolved))?;
+    for sub in ["jobs", "run", "output"] {
+        let path = resolved.join(sub);
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(io_error(&path)(error))
+            }
+            _ => {}
+        }
+        let meta = std::fs::symlink_metadata(&path).map_err(io_error(&path))?;
+        if let Some(why) = unsafe_directory(&meta, false) {
+            return Err(refuse(&path, format!("is {why}")));
+        }
+    }
+    Ok(resolved)
+}
+
+/// Binds the socket, refusing to take it from a live daemon or to replace anything but a
+/// stale socket; anyone may connect (looking is open to all; acting is checked per request).
+fn bind(path: &Path) -> Result<UnixListener, StartError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io_error(dir))?;
     }
-    if UnixStream::connect(path).is_ok() {
-        return Err(StartError::Running(path.to_path_buf()));
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_socket() => {
+            return Err(StartError::Unsafe {
+                path: path.to_path_buf(),
+                why: "exists and is not a socket; refusing to replace it (remove it, or choose \
+                      another --socket)"
+                    .into(),
+            })
+        }
+        Ok(_) => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(StartError::Running(path.to_path_buf()));
+            }
+            std::fs::remove_file(path).map_err(io_error(path))?;
+        }
+        Err(_) => {}
     }
-    let _ = std::fs::remove_file(path);
     let listener = UnixListener::bind(path).map_err(io_error(path))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
         .map_err(io_error(path))?;
     Ok(listener)
 }
 
+/// Who is being served now: one count for all, one per user.
+#[derive(Default)]
+struct Clients {
+    total: usize,
+    per_uid: BTreeMap<u32, usize>,
+}
+
+impl Clients {
+    /// Takes a place for `uid`, or says why there is none. Root always gets one.
+    fn admit(&mut self, uid: u32) -> Result<(), String> {
+        let mine = self.per_uid.get(&uid).copied().unwrap_or(0);
+        if uid != 0 && mine >= MAX_CLIENTS_PER_UID {
+            return Err(format!(
+                "uid {uid} has {MAX_CLIENTS_PER_UID} requests in progress already; try again"
+            ));
+        }
+        if uid != 0 && self.total >= MAX_CLIENTS {
+            return Err("the daemon is serving too many clients; try again".into());
+        }
+        self.total += 1;
+        *self.per_uid.entry(uid).or_default() += 1;
+        Ok(())
+    }
+
+    fn leave(&mut self, uid: u32) {
+        self.total -= 1;
+        if let Some(mine) = self.per_uid.get_mut(&uid) {
+            *mine -= 1;
+            if *mine == 0 {
+                self.per_uid.remove(&uid);
+            }
+        }
+    }
+}
+
 fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
-    let clients = Arc::new(AtomicUsize::new(0));
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        if clients.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
-            clients.fetch_sub(1, Ordering::SeqCst);
-            let _ = send(
-                &stream,
-                &Reply::error("the daemon is serving too many clients; try again"),
-            );
+    let clients = Arc::new(Mutex::new(Clients::default()));
+    let mut out_of_files = false;
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of descriptors: accepting again at once would spin; wait for some to close.
+                if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                    if !out_of_files {
+                        log(format_args!(
+                            "accepting clients: {error}; retrying every 100 ms"
+                        ));
+                    }
+                    out_of_files = true;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                continue;
+            }
+        };
+        out_of_files = false;
+        let Ok(who) = unix::peer_credentials(&stream) else {
+            continue;
+        };
+        let admitted = clients.lock().expect("clients").admit(who.uid);
+        if let Err(why) = admitted {
+            let _ = send(&stream, &Reply::error(why));
             continue;
         }
         let shared = Arc::clone(&shared);
         let clients = Arc::clone(&clients);
-        std::thread::spawn(move || {
-            serve_client(&stream, &shared);
-            clients.fetch_sub(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new().spawn(move || {
+            serve_client(stream, &who, &shared);
+            clients.lock().expect("clients").leave(who.uid);
         });
+        if spawned.is_err() {
+            log("cannot start a client thread; the client was dropped");
+        }
     }
 }
 
-fn send(stream: &UnixStream, reply: &Reply) -> std::io::Result<()> {
+pub(crate) fn send(stream: &UnixStream, reply: &Reply) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(reply).expect("replies serialize");
     line.push(b'\n');
     (&*stream).write_all(&line)
 }
 
-fn serve_client(stream: &UnixStream, shared: &Arc<Shared>) {
-    let Ok(who) = unix::peer_credentials(stream) else {
-        return;
-    };
-    let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
-    let (line, fds) = match unix::read_line_with_fds(stream, MAX_REQUEST_BYTES) {
+fn serve_client(stream: UnixStream, who: &Credentials, shared: &Arc<Shared>) {
+    let deadline = Instant::now() + REQUEST_DEADLINE;
+    let (line, fds) = match unix::read_line_with_fds(&stream, MAX_REQUEST_BYTES, Some(deadline)) {
         Ok(Some(message)) => message,
         Ok(None) => return,
         Err(error) => {
-            unix::drain(stream);
-            let _ = send(stream, &Reply::error(format!("bad request: {error}")));
+            unix::drain(&stream);
+            let _ = send(&stream, &Reply::error(format!("bad request: {error}")));
             return;
         }
     };
-    let request: Request = match serde_json::from_slice(&line) {
+    let request = match crate::protocol::parse_request(&line) {
         Ok(request) => request,
         Err(error) => {
-            let _ = send(stream, &Reply::error(format!("bad request: {error}")));
+            let _ = send(&stream, &Reply::error(error));
             return;
         }
     };
-    if let Err(error) = handle(stream, shared, &who, request, fds) {
-        let _ = send(stream, &Reply::error(error.to_string()));
+    // A reply that cannot be written in this long is the client's loss, not a held thread.
+    let _ = stream.set_write_timeout(Some(REQUEST_DEADLINE));
+    if let Err((stream, error)) = handle(stream, shared, who, request, fds) {
+        let _ = send(&stream, &Reply::error(error.to_string()));
     }
 }
 
@@ -324,77 +499,82 @@ fn stdio_of(wanted: bool, fds: Vec<OwnedFd>) -> Result<Option<[OwnedFd; 3]>, Api
     }
 }
 
+/// Answers one request. A client that waits for a job's end is handed to the waiters (its
+/// stream with it); an error comes back with the stream, for the reply.
 fn handle(
-    stream: &UnixStream,
+    stream: UnixStream,
     shared: &Arc<Shared>,
     who: &Credentials,
     request: Request,
     fds: Vec<OwnedFd>,
-) -> Result<(), ApiError> {
-    let acted = |message: Result<String, ApiError>| -> Result<(), ApiError> {
-        let _ = send(stream, &Reply::done(message?));
-        Ok(())
-    };
-    match request {
+) -> Result<(), (UnixStream, ApiError)> {
+    let reply = match request {
         Request::Run(run) => {
-            let stdio = stdio_of(run.stdio, fds)?;
+            let stdio = match stdio_of(run.stdio, fds) {
+                Ok(stdio) => stdio,
+                Err(error) => return Err((stream, error)),
+            };
             let detach = run.detach;
-            let job = shared.with(|inner, now| inner.submit(who, run, stdio, now))?;
-            let _ = send(stream, &Reply::Submitted { ok: true, job });
-            if !detach {
-                wait_and_reply(stream, shared, who, job, None)?;
-            }
-            Ok(())
+            // Submitting, answering and parking under one lock: the job cannot end unheard.
+            return shared.with(|inner, now| match inner.submit(who, run, stdio, now) {
+                Ok(job) => {
+                    let _ = send(&stream, &Reply::Submitted { ok: true, job });
+                    if !detach {
+                        if let Err(error) = inner.wait(who, job, None, stream) {
+                            log(format_args!("job {job}: {error}"));
+                        }
+                    }
+                    Ok(())
+                }
+                Err(error) => Err((stream, error)),
+            });
         }
         Request::Wait { job, stdio } => {
-            let stdio = stdio_of(stdio, fds)?;
-            wait_and_reply(stream, shared, who, job, stdio)
+            let stdio = match stdio_of(stdio, fds) {
+                Ok(stdio) => stdio,
+                Err(error) => return Err((stream, error)),
+            };
+            let client = match stream.try_clone() {
+                Ok(client) => client,
+                Err(error) => return Err((stream, ApiError::Internal(error.to_string()))),
+            };
+            return shared
+                .with(|inner, _| inner.wait(who, job, stdio, client))
+                .map_err(|error| (stream, error));
         }
-        Request::Ps { all } => {
-            let jobs = shared.with(|inner, _| inner.jobs(all));
-            let _ = send(stream, &Reply::Jobs { ok: true, jobs });
-            Ok(())
-        }
-        Request::Matrix => {
-            let matrix = shared.with(|inner, now| inner.matrix(now));
-            let _ = send(stream, &Reply::Matrix { ok: true, matrix });
-            Ok(())
-        }
+        Request::Ps { all } => Ok(Reply::Jobs {
+            ok: true,
+            jobs: shared.with(|inner, _| inner.jobs(all)),
+        }),
+        Request::Matrix => Ok(Reply::Matrix {
+            ok: true,
+            matrix: shared.with(|inner, now| inner.matrix(now)),
+        }),
         Request::Stats => {
             let stats = shared.stats.lock().expect("stats").clone();
-            let stats = shared.with(|inner, _| inner.stats(&stats));
-            let _ = send(stream, &Reply::Stats { ok: true, stats });
+            Ok(Reply::Stats {
+                ok: true,
+                stats: shared.with(|inner, _| inner.stats(&stats)),
+            })
+        }
+        Request::Cancel { job } => shared
+            .with(|inner, now| inner.cancel(who, job, now))
+            .map(Reply::done),
+        Request::Suspend { job } => shared
+            .with(|inner, now| inner.suspend(who, job, now))
+            .map(Reply::done),
+        Request::Resume { job } => shared
+            .with(|inner, now| inner.resume(who, job, now))
+            .map(Reply::done),
+        Request::Class { job, class } => shared
+            .with(|inner, now| inner.set_class(who, job, &class, now))
+            .map(Reply::done),
+    };
+    match reply {
+        Ok(reply) => {
+            let _ = send(&stream, &reply);
             Ok(())
         }
-        Request::Cancel { job } => acted(shared.with(|inner, now| inner.cancel(who, job, now))),
-        Request::Suspend { job } => acted(shared.with(|inner, now| inner.suspend(who, job, now))),
-        Request::Resume { job } => acted(shared.with(|inner, now| inner.resume(who, job, now))),
-        Request::Class { job, class } => {
-            acted(shared.with(|inner, now| inner.set_class(who, job, &class, now)))
-        }
+        Err(error) => Err((stream, error)),
     }
 }
-
-fn wait_and_reply(
-    stream: &UnixStream,
-    shared: &Arc<Shared>,
-    who: &Credentials,
-    job: JobId,
-    stdio: Option<[OwnedFd; 3]>,
-) -> Result<(), ApiError> {
-    let ended = shared.with(|inner, _| inner.wait(who, job, stdio))?;
-    if let Ok(record) = ended.recv() {
-        let _ = send(
-            stream,
-            &Reply::Ended {
-                ok: true,
-                job,
-                state: record.status.name().to_string(),
-                exit: record.exit,
-            },
-        );
-    }
-    Ok(())
-}
-
-use cosched_core::JobId;

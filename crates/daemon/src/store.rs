@@ -87,16 +87,35 @@ pub enum StoreError {
         job: i64,
         source: serde_json::Error,
     },
+    #[error("job store {path}: {why}; refusing to use it (move it away to start a new store)")]
+    Foreign { path: PathBuf, why: String },
 }
 
 pub trait Store: Send {
-    /// Every record, by id.
-    fn load(&self) -> Result<Vec<JobRecord>, StoreError>;
-    /// Inserts or replaces a record; durable when it returns.
+    /// Every unfinished record and the `ended` latest ended ones, by id.
+    fn load(&self, ended: usize) -> Result<Vec<JobRecord>, StoreError>;
+    /// One record.
+    fn get(&self, job: JobId) -> Result<Option<JobRecord>, StoreError>;
+    /// Adds a new job's record; fails (never overwrites) if the id is taken. Durable when it
+    /// returns.
+    fn insert(&mut self, record: &JobRecord) -> Result<(), StoreError>;
+    /// Replaces a job's record; durable when it returns.
     fn put(&mut self, record: &JobRecord) -> Result<(), StoreError>;
-    /// A job id never handed out before, durable when it returns.
+    /// A job id never handed out before (above every id in the store), durable when it returns.
     fn next_id(&mut self) -> Result<JobId, StoreError>;
 }
+
+/// Marks an SQLite file as a cosched job store ("CSCH").
+const APPLICATION_ID: i64 = 0x4353_4348;
+const SCHEMA: &str = "CREATE TABLE jobs (
+                 id INTEGER PRIMARY KEY,
+                 status TEXT NOT NULL,
+                 record TEXT NOT NULL
+             );
+             CREATE TABLE counters (
+                 name TEXT PRIMARY KEY,
+                 value INTEGER NOT NULL
+             );";
 
 pub struct SqliteStore {
     path: PathBuf,
@@ -104,27 +123,56 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// Opens the store at `path`, making a new one only where no file is: an empty or foreign
+    /// file is refused (a store started afresh would hand out job ids again).
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         let fail = |source| StoreError::Sqlite {
             path: path.to_path_buf(),
             source,
         };
+        let foreign = |why: &str| StoreError::Foreign {
+            path: path.to_path_buf(),
+            why: why.to_string(),
+        };
+        let existing = match std::fs::symlink_metadata(path) {
+            Ok(meta) if !meta.is_file() => return Err(foreign("not a regular file")),
+            Ok(meta) if meta.len() == 0 => {
+                return Err(foreign("the file is empty, not a cosched job store"))
+            }
+            Ok(_) => true,
+            Err(_) => false,
+        };
         let db = Connection::open(path).map_err(fail)?;
         db.execute_batch(
             "PRAGMA journal_mode = WAL;
              PRAGMA synchronous = FULL;
-             PRAGMA busy_timeout = 5000;
-             CREATE TABLE IF NOT EXISTS jobs (
-                 id INTEGER PRIMARY KEY,
-                 status TEXT NOT NULL,
-                 record TEXT NOT NULL
-             );
-             CREATE TABLE IF NOT EXISTS counters (
-                 name TEXT PRIMARY KEY,
-                 value INTEGER NOT NULL
-             );",
+             PRAGMA busy_timeout = 5000;",
         )
         .map_err(fail)?;
+        if existing {
+            let id: i64 = db
+                .query_row("PRAGMA application_id", [], |row| row.get(0))
+                .map_err(fail)?;
+            let tables: Vec<String> = db
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+                .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect())
+                .map_err(fail)?;
+            if tables != ["counters", "jobs"] {
+                return Err(foreign(&format!(
+                    "its tables are {tables:?}, not a cosched job store's"
+                )));
+            }
+            // Stores made before the mark are adopted; another program's mark is refused.
+            if id != APPLICATION_ID && id != 0 {
+                return Err(foreign(&format!(
+                    "it belongs to another program (application id {id:#x})"
+                )));
+            }
+        } else {
+            db.execute_batch(SCHEMA).map_err(fail)?;
+        }
+        db.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID};"))
+            .map_err(fail)?;
         Ok(SqliteStore {
             path: path.to_path_buf(),
             db,
@@ -137,16 +185,15 @@ impl SqliteStore {
             source,
         }
     }
-}
 
-impl Store for SqliteStore {
-    fn load(&self) -> Result<Vec<JobRecord>, StoreError> {
-        let mut statement = self
-            .db
-            .prepare("SELECT id, record FROM jobs ORDER BY id")
-            .map_err(self.fail())?;
+    fn query(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let mut statement = self.db.prepare_cached(sql).map_err(self.fail())?;
         let rows = statement
-            .query_map([], |row| {
+            .query_map(params, |row| {
                 Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
             })
             .map_err(self.fail())?;
@@ -163,6 +210,42 @@ impl Store for SqliteStore {
         }
         Ok(records)
     }
+}
+
+impl Store for SqliteStore {
+    fn load(&self, ended: usize) -> Result<Vec<JobRecord>, StoreError> {
+        let ended_names =
+            [JobStatus::Done, JobStatus::Cancelled, JobStatus::Lost].map(|s| s.name());
+        let mut records = self.query(
+            "SELECT id, record FROM jobs WHERE status NOT IN (?1, ?2, ?3)",
+            params![ended_names[0], ended_names[1], ended_names[2]],
+        )?;
+        records.extend(self.query(
+            "SELECT id, record FROM jobs WHERE status IN (?1, ?2, ?3) ORDER BY id DESC LIMIT ?4",
+            params![ended_names[0], ended_names[1], ended_names[2], ended as i64],
+        )?);
+        records.sort_by_key(|r| r.id);
+        Ok(records)
+    }
+
+    fn get(&self, job: JobId) -> Result<Option<JobRecord>, StoreError> {
+        let mut found = self.query(
+            "SELECT id, record FROM jobs WHERE id = ?1",
+            params![job as i64],
+        )?;
+        Ok(found.pop())
+    }
+
+    fn insert(&mut self, record: &JobRecord) -> Result<(), StoreError> {
+        let text = serde_json::to_string(record).expect("records serialize");
+        self.db
+            .execute(
+                "INSERT INTO jobs (id, status, record) VALUES (?1, ?2, ?3)",
+                params![record.id as i64, record.status.name(), text],
+            )
+            .map_err(self.fail())?;
+        Ok(())
+    }
 
     fn put(&mut self, record: &JobRecord) -> Result<(), StoreError> {
         let text = serde_json::to_string(record).expect("records serialize");
@@ -177,14 +260,19 @@ impl Store for SqliteStore {
     }
 
     fn next_id(&mut self) -> Result<JobId, StoreError> {
-        let last: Option<i64> = self
+        let counted: Option<i64> = self
             .db
             .query_row("SELECT value FROM counters WHERE name = 'job'", [], |row| {
                 row.get(0)
             })
             .optional()
             .map_err(self.fail())?;
-        let next = last.unwrap_or(0) + 1;
+        // A damaged or reset counter must not hand out an id a record already has.
+        let highest: Option<i64> = self
+            .db
+            .query_row("SELECT MAX(id) FROM jobs", [], |row| row.get(0))
+            .map_err(self.fail())?;
+        let next = counted.unwrap_or(0).max(highest.unwrap_or(0)) + 1;
         self.db
             .execute(
                 "INSERT INTO counters (name, value) VALUES ('job', ?1)
@@ -247,11 +335,79 @@ pub(crate) mod tests {
             store.put(&record(1)).unwrap();
         }
         let mut store = SqliteStore::open(&path).unwrap();
-        let records = store.load().unwrap();
+        let records = store.load(10).unwrap();
         assert_eq!(records.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1, 2]);
         assert_eq!(records[1].status, JobStatus::Done);
         assert_eq!(records[1].exit.unwrap().code, Some(3));
         assert_eq!(store.next_id().unwrap(), 3, "ids are never reused");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cosched-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_damaged_counter_never_hands_out_a_taken_id() {
+        let dir = scratch("counter");
+        let path = dir.join("jobs.sqlite");
+        {
+            let mut store = SqliteStore::open(&path).unwrap();
+            for _ in 0..3 {
+                let id = store.next_id().unwrap();
+                store.insert(&record(id)).unwrap();
+            }
+            store.db.execute("DELETE FROM counters", []).unwrap();
+        }
+        let mut store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.next_id().unwrap(), 4);
+        store
+            .db
+            .execute("UPDATE counters SET value = 0", [])
+            .unwrap();
+        assert_eq!(store.next_id().unwrap(), 4, "taken ids stay taken");
+        let error = store.insert(&record(1)).expect_err("job 1 exists");
+        assert!(error.to_string().contains("UNIQUE"), "{error}");
+        assert_eq!(store.get(1).unwrap().unwrap().name, "job1");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_empty_or_foreign_file_is_refused() {
+        let dir = scratch("foreign");
+        let path = dir.join("jobs.sqlite");
+        std::fs::write(&path, b"").unwrap();
+        let error = SqliteStore::open(&path).err().expect("empty").to_string();
+        assert!(
+            error.contains("is empty") && error.contains("move it away"),
+            "{error}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE accounts (id INTEGER);")
+            .unwrap();
+        let error = SqliteStore::open(&path).err().expect("foreign").to_string();
+        assert!(error.contains("not a cosched job store"), "{error}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn loading_keeps_every_unfinished_job_and_the_latest_ended_ones() {
+        let dir = scratch("load");
+        let mut store = SqliteStore::open(&dir.join("jobs.sqlite")).unwrap();
+        for id in 1..=6 {
+            let mut r = record(id);
+            if id != 2 {
+                r.status = JobStatus::Done;
+            }
+            store.insert(&r).unwrap();
+        }
+        let ids: Vec<JobId> = store.load(2).unwrap().iter().map(|r| r.id).collect();
+        assert_eq!(ids, vec![2, 5, 6]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

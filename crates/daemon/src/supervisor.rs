@@ -1,11 +1,16 @@
 //! The per-job supervisor (as containerd-shim or slurmstepd): a small process, started by the
-//! daemon as `cosched supervise SPEC`, that starts the job, waits for it, and keeps its exit
-//! status in a file even when the daemon is dead. When its connection to the daemon breaks
-//! (the daemon died or stopped), it lets the job loose at once, so no job stays frozen.
+//! daemon as `cosched supervise`, that starts the job, waits for it, and keeps its exit status
+//! in a file even when the daemon is dead. When its connection to the daemon breaks (the daemon
+//! died or stopped), it lets the job loose at once, so no job stays frozen.
+//!
+//! Everything it trusts is inherited, never read from a path a user could reach: the launch
+//! spec (a sealed memfd), its connection to the daemon (one end of a socket pair, connected
+//! before the supervisor exists, so a daemon that dies at any moment is noticed at once) and
+//! the listening socket a restarted daemon connects to.
 //!
 //! The job's process joins its cgroup itself before it executes the command (nothing it forks
 //! can escape), takes the submitter's uid, gid and groups, and enters the submitter's working
-//! directory. No shell is involved.
+//! directory. No shell is involved, and no descriptor but its stdio reaches it.
 
 use crate::protocol::ExitInfo;
 use cosched_cgroups::ReleaseStep;
@@ -13,14 +18,14 @@ use cosched_core::JobId;
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// What a supervisor needs, written by the daemon next to the job's socket.
+/// What a supervisor needs; it reaches the supervisor as an inherited, sealed memfd.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchSpec {
     pub job: JobId,
@@ -33,23 +38,37 @@ pub struct LaunchSpec {
     pub join_files: Vec<PathBuf>,
     pub release: Vec<ReleaseStep>,
     pub exit_file: PathBuf,
+    /// Made (exclusively) just before the job is forked: a restarted daemon that finds neither
+    /// a supervisor nor an exit status knows from it whether the job may have run.
+    pub started_file: PathBuf,
     pub socket: PathBuf,
 }
 
-/// The listening socket reaches the supervisor as this descriptor.
+/// How a job ended, as the supervisor reports and keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ending {
+    #[serde(flatten)]
+    pub exit: ExitInfo,
+    /// Why the command never ran (its directory or program was missing...), for `ps` and `run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The listening socket (`run/job-N.sock`) for a restarted daemon.
 const LISTENER_FD: RawFd = 3;
-/// Without a daemon connected this long after starting, the job is let loose.
-const FIRST_CONTACT: Duration = Duration::from_secs(2);
+/// The connection to the daemon that started the supervisor.
+const DAEMON_FD: RawFd = 4;
+/// The launch spec, a sealed memfd.
+const SPEC_FD: RawFd = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SupervisorError {
-    #[error("launch spec {path}: {source}")]
-    Spec { path: PathBuf, source: io::Error },
-    #[error("launch spec {path}: {source}")]
-    BadSpec {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
+    #[error("launch spec (descriptor {SPEC_FD}): {0}")]
+    Spec(io::Error),
+    #[error("launch spec (descriptor {SPEC_FD}): {0}")]
+    BadSpec(serde_json::Error),
+    #[error("job {job}: {path} exists: the job was started before; refusing to start it twice")]
+    StartedBefore { job: JobId, path: PathBuf },
     #[error("job {job}: {what}: {source}")]
     Os {
         job: JobId,
@@ -59,39 +78,73 @@ pub enum SupervisorError {
 }
 
 /// Starts the supervisor of a job: a new session (no terminal signal reaches it), the job's
-/// stdio as its own, and `listener` as descriptor 3.
+/// stdio as its own, `listener`, its end of a fresh socket pair and the spec as descriptors 3, 4
+/// and 5, and nothing else. Returns the daemon's end of the pair: the supervisor is connected
+/// from its first instruction.
 pub fn spawn(
     exe: &Path,
-    spec_file: &Path,
+    spec: &LaunchSpec,
     listener: UnixListener,
     stdio: [OwnedFd; 3],
-) -> io::Result<Child> {
+) -> io::Result<(Child, UnixStream)> {
     use std::os::unix::process::CommandExt;
+    let (daemon_end, supervisor_end) = UnixStream::pair()?;
+    let spec_fd = sealed_memfd(&serde_json::to_vec(spec).expect("specs serialize"))?;
+    // Above the target numbers, so that no dup2 below overwrites a source.
+    let sources = [
+        dup_above(listener.as_fd())?,
+        dup_above(supervisor_end.as_fd())?,
+        dup_above(spec_fd.as_fd())?,
+    ];
+    let raw = sources.each_ref().map(|fd| fd.as_raw_fd());
     let [stdin, stdout, stderr] = stdio;
-    let fd = listener.as_raw_fd();
     let mut command = Command::new(exe);
     command
         .arg("supervise")
-        .arg(spec_file)
         .env_clear()
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr));
-    // SAFETY: setsid, dup2 and fcntl are async-signal-safe.
+    // SAFETY: setsid, dup2 and close_range are async-signal-safe.
     unsafe {
         command.pre_exec(move || {
             libc::setsid();
-            if fd == LISTENER_FD {
-                libc::fcntl(fd, libc::F_SETFD, 0);
-            } else if libc::dup2(fd, LISTENER_FD) < 0 {
-                return Err(io::Error::last_os_error());
+            for (source, target) in raw.into_iter().zip([LISTENER_FD, DAEMON_FD, SPEC_FD]) {
+                if libc::dup2(source, target) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
-            Ok(())
+            // Whatever else this process holds (descriptors the daemon inherited included)
+            // stays behind.
+            crate::unix::close_on_exec_from(SPEC_FD + 1)
         });
     }
     let child = command.spawn()?;
-    drop(listener);
-    Ok(child)
+    Ok((child, daemon_end))
+}
+
+fn dup_above(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor that nothing else owns.
+    let new = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) })?;
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// An anonymous file holding `bytes`, sealed so that nobody can change it afterwards.
+fn sealed_memfd(bytes: &[u8]) -> io::Result<OwnedFd> {
+    // SAFETY: memfd_create takes a NUL-terminated name; the descriptor returned is ours.
+    let fd = unsafe {
+        OwnedFd::from_raw_fd(check(libc::memfd_create(
+            c"cosched-spec".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        ))?)
+    };
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes)?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: adding seals to our own memfd.
+    check(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) })?;
+    io::Seek::seek(&mut file, io::SeekFrom::Start(0))?;
+    Ok(file.into())
 }
 
 /// Where the job's program is: a name with a slash as it is, else searched in the job's PATH.
@@ -118,12 +171,13 @@ fn cstring(s: &str) -> CString {
 }
 
 /// Steps of the child's start, reported through the error pipe when one fails.
-const STEPS: [&str; 5] = [
+const STEPS: [&str; 6] = [
     "",
     "cannot join its cgroup",
     "cannot take the submitter's uid, gid and groups",
     "cannot enter the working directory",
     "cannot run the command",
+    "cannot close the supervisor's descriptors",
 ];
 
 struct Prepared {
@@ -171,6 +225,10 @@ unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
     if libc::chdir(p.cwd.as_ptr()) != 0 {
         fail(3);
     }
+    // The job gets its stdio and nothing else (the report pipe closes at exec as it should).
+    if crate::unix::close_on_exec_from(3).is_err() {
+        fail(5);
+    }
     let Some(program) = &p.program else {
         *libc::__errno_location() = libc::ENOENT;
         fail(4);
@@ -204,7 +262,7 @@ fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 /// Writes the exit status where a restarted daemon finds it: whole or not at all.
-fn keep_exit(file: &Path, exit: &ExitInfo) -> io::Result<()> {
+fn keep_exit(file: &Path, exit: &Ending) -> io::Result<()> {
     let partial = file.with_extension("partial");
     let mut out = std::fs::File::create(&partial)?;
     out.write_all(serde_json::to_string(exit).expect("serializes").as_bytes())?;
@@ -212,25 +270,52 @@ fn keep_exit(file: &Path, exit: &ExitInfo) -> io::Result<()> {
     std::fs::rename(&partial, file)
 }
 
-/// Reads the exit status a supervisor kept.
-pub fn kept_exit(file: &Path) -> Option<ExitInfo> {
+/// Reads the ending a supervisor kept.
+pub fn kept_exit(file: &Path) -> Option<Ending> {
     serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()
 }
 
+/// Makes the started marker; it must not exist yet (a job is started once).
+fn mark_started(job: JobId, path: &Path) -> Result<(), SupervisorError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .and_then(|file| file.sync_all());
+    match made {
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+            Err(SupervisorError::StartedBefore {
+                job,
+                path: path.to_path_buf(),
+            })
+        }
+        other => other.map_err(os_error(job, "making the started marker")),
+    }
+}
+
+/// The spec from its inherited memfd.
+fn read_spec() -> Result<LaunchSpec, SupervisorError> {
+    // SAFETY: descriptor 5 was set up by `spawn` and is owned by nobody else here.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(SPEC_FD) });
+    let mut text = Vec::new();
+    io::Read::read_to_end(&mut file, &mut text).map_err(SupervisorError::Spec)?;
+    serde_json::from_slice(&text).map_err(SupervisorError::BadSpec)
+}
+
 /// The supervisor's life. Returns when the job has ended and its status is kept.
-pub fn supervise(spec_file: &Path) -> Result<(), SupervisorError> {
-    let text = std::fs::read_to_string(spec_file).map_err(|source| SupervisorError::Spec {
-        path: spec_file.to_path_buf(),
-        source,
-    })?;
-    let spec: LaunchSpec =
-        serde_json::from_str(&text).map_err(|source| SupervisorError::BadSpec {
-            path: spec_file.to_path_buf(),
-            source,
-        })?;
+pub fn supervise() -> Result<(), SupervisorError> {
+    let spec = read_spec()?;
     let job = spec.job;
-    // SAFETY: descriptor 3 was set up by `spawn` and is owned by nobody else here.
-    let listener = unsafe { UnixListener::from_raw_fd(LISTENER_FD) };
+    // SAFETY: descriptors 3 and 4 were set up by `spawn` and are owned by nobody else here.
+    let (listener, daemon) = unsafe {
+        (
+            UnixListener::from_raw_fd(LISTENER_FD),
+            UnixStream::from_raw_fd(DAEMON_FD),
+        )
+    };
     listener
         .set_nonblocking(true)
         .map_err(os_error(job, "listening socket"))?;
@@ -253,6 +338,7 @@ pub fn supervise(spec_file: &Path) -> Result<(), SupervisorError> {
         gid: spec.gid,
         groups: spec.groups.clone(),
     };
+    mark_started(job, &spec.started_file)?;
     let mut pipe = [0; 2];
     // SAFETY: `pipe` has room for two descriptors.
     check(unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) })
@@ -277,10 +363,8 @@ pub fn supervise(spec_file: &Path) -> Result<(), SupervisorError> {
     };
     let mut state = Watch {
         spec: &spec,
-        daemon: None,
-        ever_connected: false,
+        daemon: Some(daemon),
         released: false,
-        started: Instant::now(),
     };
     let mut report = Some(report);
     let mut failed_step = None;
@@ -290,7 +374,7 @@ pub fn supervise(spec_file: &Path) -> Result<(), SupervisorError> {
         let daemon_at = fds.len();
         fds.extend(state.daemon.as_ref().map(|d| poll_fd(d.as_raw_fd())));
         // SAFETY: `fds` is a valid array of pollfd.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 200) };
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
         if ready < 0 {
             let error = io::Error::last_os_error();
             if error.kind() == io::ErrorKind::Interrupted {
@@ -312,7 +396,6 @@ pub fn supervise(spec_file: &Path) -> Result<(), SupervisorError> {
             if let Ok((stream, _)) = listener.accept() {
                 let _ = stream.set_nonblocking(false);
                 state.daemon = Some(stream);
-                state.ever_connected = true;
                 state.released = false;
             }
         }
@@ -321,25 +404,24 @@ pub fn supervise(spec_file: &Path) -> Result<(), SupervisorError> {
         }
         if fds[0].revents != 0 {
             let exit = reap(child).map_err(os_error(job, "waitpid"))?;
-            if let Some((step, error)) = &failed_step {
-                let what = STEPS.get(usize::from(*step)).copied().unwrap_or("failed");
-                eprintln!(
-                    "cosched: job {job}: {what} ({}): {error}",
-                    if *step == 3 { &spec.cwd } else { &spec.argv[0] }
-                );
+            let note = failed_step.map(|(step, error)| {
+                let what = STEPS.get(usize::from(step)).copied().unwrap_or("failed");
+                let subject = if step == 3 { &spec.cwd } else { &spec.argv[0] };
+                let subject: String = subject.chars().take(200).collect();
+                format!("{what} ({subject}): {error}")
+            });
+            if let Some(note) = &note {
+                eprintln!("cosched: job {job}: {note}");
             }
-            return state.finish(exit);
+            return state.finish(Ending { exit, note }, &listener);
         }
-        state.check_daemon();
     }
 }
 
 struct Watch<'a> {
     spec: &'a LaunchSpec,
     daemon: Option<UnixStream>,
-    ever_connected: bool,
     released: bool,
-    started: Instant,
 }
 
 impl Watch<'_> {
@@ -356,14 +438,6 @@ impl Watch<'_> {
         }
     }
 
-    /// A daemon that never came is as good as a dead one.
-    fn check_daemon(&mut self) {
-        if !self.ever_connected && self.started.elapsed() > FIRST_CONTACT {
-            self.ever_connected = true;
-            self.let_loose();
-        }
-    }
-
     fn let_loose(&mut self) {
         if !self.released {
             self.released = true;
@@ -376,20 +450,44 @@ impl Watch<'_> {
         }
     }
 
-    /// Keeps the status, tells the daemon if it is there, and waits for it to confirm.
-    fn finish(mut self, exit: ExitInfo) -> Result<(), SupervisorError> {
+    /// Keeps the status and tells the daemon. Returns once one of them holds it for good: the
+    /// daemon confirmed it stored the end (the file goes), or the file is kept and no daemon
+    /// confirms. While neither holds it (a full disk under both), the supervisor stays, retrying
+    /// each second and answering a restarted daemon on its socket.
+    fn finish(mut self, ending: Ending, listener: &UnixListener) -> Result<(), SupervisorError> {
         let job = self.spec.job;
-        keep_exit(&self.spec.exit_file, &exit).map_err(os_error(job, "keeping the exit status"))?;
-        let _ = std::fs::remove_file(&self.spec.socket);
-        if let Some(stream) = self.daemon.take() {
-            let line = serde_json::to_string(&exit).expect("serializes") + "\n";
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-            let confirmed = (&stream).write_all(line.as_bytes()).is_ok()
-                && matches!(crate::unix::read_line(&stream, 16), Ok(Some(ack)) if ack == b"ok");
-            if confirmed {
-                let _ = std::fs::remove_file(&self.spec.exit_file);
+        let line = serde_json::to_string(&ending).expect("serializes") + "\n";
+        let mut kept = false;
+        loop {
+            if !kept {
+                match keep_exit(&self.spec.exit_file, &ending) {
+                    Ok(()) => kept = true,
+                    Err(error) => {
+                        eprintln!("cosched: job {job}: keeping the exit status: {error} (retrying)")
+                    }
+                }
             }
+            if self.daemon.is_none() {
+                if let Ok((stream, _)) = listener.accept() {
+                    let _ = stream.set_nonblocking(false);
+                    self.daemon = Some(stream);
+                }
+            }
+            if let Some(stream) = self.daemon.take() {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                let confirmed = (&stream).write_all(line.as_bytes()).is_ok()
+                    && matches!(crate::unix::read_line(&stream, 16), Ok(Some(ack)) if ack == b"ok");
+                if confirmed {
+                    let _ = std::fs::remove_file(&self.spec.exit_file);
+                    break;
+                }
+            }
+            if kept {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(1));
         }
+        let _ = std::fs::remove_file(&self.spec.socket);
         Ok(())
     }
 }

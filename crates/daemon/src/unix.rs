@@ -159,6 +159,8 @@ pub enum LineError {
     TooLong(usize),
     #[error("the connection closed before a whole request arrived")]
     Truncated,
+    #[error("no complete request within {0:?}; closing")]
+    Deadline(std::time::Duration),
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -167,17 +169,35 @@ pub enum LineError {
 pub type Message = (Vec<u8>, Vec<OwnedFd>);
 
 /// Reads one newline-terminated line of at most `limit` bytes (byte by byte past the newline
-/// is never read), with any descriptors sent along. `Ok(None)` when the peer closed first.
-pub fn read_line_with_fds(stream: &UnixStream, limit: usize) -> Result<Option<Message>, LineError> {
+/// is never read), with any descriptors sent along. `Ok(None)` when the peer closed first. With
+/// a `deadline`, the whole line must arrive by then, however the peer paces its bytes.
+pub fn read_line_with_fds(
+    stream: &UnixStream,
+    limit: usize,
+    deadline: Option<std::time::Instant>,
+) -> Result<Option<Message>, LineError> {
+    let start = std::time::Instant::now();
     let mut line = Vec::new();
     let mut fds = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(LineError::Deadline(deadline - start));
+            }
+            stream.set_read_timeout(Some(left))?;
+        }
         // Peek first, so bytes after the newline stay for the next read.
         let mut ahead = [0u8; 4096];
         let available = loop {
             match peek(stream, &mut ahead) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if deadline.is_some() && e.kind() == io::ErrorKind::WouldBlock => {
+                    return Err(LineError::Deadline(
+                        deadline.expect("checked").saturating_duration_since(start),
+                    ))
+                }
                 other => break other?,
             }
         };
@@ -223,7 +243,25 @@ fn peek(stream: &UnixStream, buf: &mut [u8]) -> io::Result<usize> {
 
 /// Reads one line without descriptors (replies, supervisor messages).
 pub fn read_line(stream: &UnixStream, limit: usize) -> Result<Option<Vec<u8>>, LineError> {
-    Ok(read_line_with_fds(stream, limit)?.map(|(line, _)| line))
+    Ok(read_line_with_fds(stream, limit, None)?.map(|(line, _)| line))
+}
+
+/// Marks every descriptor from `first` on close-on-exec (Linux 5.11's close_range), so that
+/// nothing this process holds reaches a program it executes. Async-signal-safe.
+pub fn close_on_exec_from(first: RawFd) -> io::Result<()> {
+    // SAFETY: close_range only changes descriptor flags.
+    let rc = unsafe {
+        libc::close_range(
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_int,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// Drains and drops whatever a misbehaving peer sent, so closing does not reset the

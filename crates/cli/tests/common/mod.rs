@@ -1,0 +1,311 @@
+//! The harness the daemon tests share: a daemon of its own per test (state directory, socket,
+//! cgroup parent), clients as root or as nobody, and what a test reads of jobs and cgroups.
+#![allow(dead_code)] // each test file uses its own part
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const COSCHED: &str = env!("CARGO_BIN_EXE_cosched");
+pub const NOBODY: u32 = 65534;
+/// The descriptor every test daemon inherits (see `Daemon::launch`).
+pub const STRAY_FD: i32 = 9;
+
+pub fn spin_py() -> String {
+    format!("{}/tests/workloads/spin.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+/// A daemon of its own: state directory, socket and cgroup parent named for this test.
+pub struct Daemon {
+    /// One daemon at a time: two would each run their jobs on the same two CPUs.
+    _serial: std::sync::MutexGuard<'static, ()>,
+    pub dir: PathBuf,
+    pub parent: String,
+    pub args: Vec<String>,
+    /// Set in the daemon's environment (COSCHED_FAULT...), until cleared.
+    pub env: Vec<(String, String)>,
+    /// The daemon's open-file limit (soft and hard), when set.
+    pub nofile: Option<u64>,
+    pub child: Option<Child>,
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl Daemon {
+    pub fn start(args: &[&str]) -> Daemon {
+        Daemon::start_with(args, &[], None)
+    }
+
+    pub fn start_with(args: &[&str], env: &[(&str, &str)], nofile: Option<u64>) -> Daemon {
+        assert_eq!(unsafe { libc::geteuid() }, 0, "the daemon tests need root");
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let dir = PathBuf::from(format!("/tmp/cosched-it-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // Others must reach the socket (the tests act as nobody too).
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let mut daemon = Daemon {
+            _serial: SERIAL.lock().unwrap_or_else(|p| p.into_inner()),
+            parent: format!("cosched-it-{}-{n}", std::process::id()),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            nofile,
+            dir,
+            child: None,
+        };
+        daemon.launch();
+        daemon
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("cosched.sock")
+    }
+
+    pub fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("daemon.log"))
+            .unwrap();
+        let mut command = Command::new(COSCHED);
+        command
+            .arg("daemon")
+            .arg("--state-dir")
+            .arg(self.dir.join("state"))
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--cgroup-parent")
+            .arg(&self.parent)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stderr(log);
+        let nofile = self.nofile;
+        // Every test daemon inherits a stray descriptor (9), as one started from a careless
+        // shell would: no job may see it.
+        unsafe {
+            command.pre_exec(move || {
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+                if null < 0 || libc::dup2(null, STRAY_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some(n) = nofile {
+                    let limit = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().unwrap();
+        self.child = Some(child);
+        let start = Instant::now();
+        while UnixStream::connect(self.socket()).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the daemon did not open its socket: {}",
+                self.log()
+            );
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("the daemon exited ({status}): {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn cosched(&self, args: &[&str]) -> Output {
+        Command::new(COSCHED)
+            .args(args)
+            .env("COSCHED_SOCKET", self.socket())
+            .output()
+            .unwrap()
+    }
+
+    pub fn cosched_as(&self, uid: u32, args: &[&str]) -> Output {
+        Command::new(COSCHED)
+            .args(args)
+            .env("COSCHED_SOCKET", self.socket())
+            .current_dir("/")
+            .uid(uid)
+            .gid(uid)
+            .output()
+            .unwrap()
+    }
+
+    /// Submits a detached job and returns its id. (Its output goes to a file: a job that
+    /// kept this test's pipe would hold `output()` until it ends.)
+    pub fn submit(&self, args: &[&str]) -> u64 {
+        let log = self.dir.join("jobs.out");
+        let mut all = vec!["run", "--detach", "--output", log.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let out = self.cosched(&all);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    pub fn json(&self, args: &[&str]) -> Value {
+        let out = self.cosched(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    pub fn job(&self, id: u64) -> Value {
+        let jobs = self.json(&["ps", "--all", "--json"]);
+        jobs.as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no job {id} in {jobs}"))
+    }
+
+    /// Waits (at most `patience`) until the job has ended; returns its record.
+    pub fn wait_end(&self, id: u64, patience: Duration) -> Value {
+        let start = Instant::now();
+        loop {
+            let job = self.job(id);
+            if ["done", "cancelled", "lost"].contains(&job["state"].as_str().unwrap()) {
+                return job;
+            }
+            assert!(
+                start.elapsed() < patience,
+                "job {id} still {job} after {patience:?}; daemon log: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn cgroup(&self, job: u64) -> PathBuf {
+        v2_root().join(&self.parent).join(format!("job-{job}"))
+    }
+
+    pub fn frozen(&self, job: u64) -> bool {
+        std::fs::read_to_string(self.cgroup(job).join("cgroup.events"))
+            .map(|t| t.lines().any(|l| l == "frozen 1"))
+            .unwrap_or(false)
+    }
+
+    pub fn cpu_us(&self, job: u64) -> i64 {
+        std::fs::read_to_string(self.cgroup(job).join("cpu.stat"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    pub fn signal(&mut self, signal: i32) {
+        if let Some(child) = &self.child {
+            unsafe { libc::kill(child.id() as i32, signal) };
+        }
+    }
+
+    pub fn wait_exit(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let start = Instant::now();
+            while child.try_wait().unwrap().is_none() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "daemon did not stop"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
+        self.wait_exit();
+        // Whatever a failed test left: kill its jobs, remove its cgroups.
+        for root in [
+            v2_root(),
+            PathBuf::from("/sys/fs/cgroup/cpuset"),
+            PathBuf::from("/sys/fs/cgroup/cpu"),
+            PathBuf::from("/sys/fs/cgroup/freezer"),
+        ] {
+            let parent = root.join(&self.parent);
+            if let Ok(entries) = std::fs::read_dir(&parent) {
+                // Job cgroups only: retrying the parent's files would wait a second each.
+                for entry in entries.flatten().filter(|e| e.path().is_dir()) {
+                    let _ = std::fs::write(entry.path().join("cgroup.freeze"), "0");
+                    let _ = std::fs::write(entry.path().join("cgroup.kill"), "1");
+                    for _ in 0..100 {
+                        if std::fs::remove_dir(entry.path()).is_ok() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }
+            let _ = std::fs::remove_dir(&parent);
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+pub fn v2_root() -> PathBuf {
+    let layout = cosched_cgroups::Layout::detect().unwrap();
+    layout
+        .v2
+        .expect("these tests read job CPU time from the cgroup v2 tree")
+}
+
+/// Sends raw bytes, returns the reply line.
+pub fn raw(socket: &Path, bytes: &[u8]) -> String {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    let _ = stream.write_all(bytes);
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).unwrap();
+    line
+}
+
+pub fn refused(out: &Output, expected: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(expected),
+        "expected {expected:?} in {stderr:?}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr:?}");
+}

@@ -1,0 +1,34 @@
+//! Fault injection for the crash tests: `COSCHED_FAULT=POINT` (or `POINT:JOB`) in the daemon's
+//! environment kills the daemon with SIGKILL when it reaches that point (for that job), exactly
+//! as a `kill -9` landing there would. Only root sets the daemon's environment; unset, each point
+//! costs one comparison.
+
+use cosched_core::JobId;
+use std::sync::OnceLock;
+
+/// The named points, in the order a job passes them: its record is saved (`recorded`), its
+/// launch intent is saved (`intent`), its supervisor is started (`spawned`).
+pub const POINTS: [&str; 3] = ["recorded", "intent", "spawned"];
+
+fn armed() -> &'static Option<(String, Option<JobId>)> {
+    static ARMED: OnceLock<Option<(String, Option<JobId>)>> = OnceLock::new();
+    ARMED.get_or_init(|| {
+        let value = std::env::var("COSCHED_FAULT").ok()?;
+        let (point, job) = match value.split_once(':') {
+            Some((point, job)) => (point.to_string(), job.parse().ok()),
+            None => (value, None),
+        };
+        Some((point, job))
+    })
+}
+
+/// Dies here if the environment says so.
+pub fn point(name: &str, job: JobId) {
+    if let Some((point, only)) = armed() {
+        if point == name && only.is_none_or(|only| only == job) {
+            eprintln!("cosched daemon: COSCHED_FAULT: killed at '{name}' (job {job})");
+            // SAFETY: kill(2) on ourselves.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+    }
+}
