@@ -550,8 +550,14 @@ fn render_stats(s: &StatsView) -> String {
     out += &row("switch (stop + start)", &s.switch_us);
     out += &row("skew (first to last task)", &s.skew_us);
     out += &format!(
-        "jobs: {} running, {} queued, {} ended; {} idle departures; {} missed slots\n",
-        s.jobs_running, s.jobs_queued, s.jobs_ended, s.idle_departures, s.missed_slots
+        "jobs: {} running, {} queued, {} ended (latest, kept in memory); {} idle departures; \
+         {} missed slots; {} clients waiting\n",
+        s.jobs_running,
+        s.jobs_queued,
+        s.jobs_ended,
+        s.idle_departures,
+        s.missed_slots,
+        s.clients_waiting
     );
     out
 }

@@ -74,7 +74,7 @@ pub struct Settings {
 
 /// Queued jobs one user (root aside) may have holding their client's stdio descriptors.
 pub const MAX_HELD_STDIO_PER_UID: usize = 1000;
-/// Descriptors kept free for clients, supervisors and the store.
+/// Descriptors kept free for clients, supervisors and the store (a quarter of a low limit).
 const SPARE_FILES: u64 = 512;
 
 /// A supervisor connection to watch, started once the lock is released.
@@ -240,7 +240,12 @@ impl Inner {
                     .replace(&format!("job {} ", JobId::MAX), "the job "),
             )
         })?;
-        let id = self.store.next_id().map_err(internal)?;
+        let unrecorded = |e: crate::store::StoreError| {
+            ApiError::Internal(format!(
+                "the job cannot be recorded, so it was not taken ({e})"
+            ))
+        };
+        let id = self.store.next_id().map_err(unrecorded)?;
         let record = JobRecord {
             id,
             name: run
@@ -262,11 +267,7 @@ impl Inner {
             exit: None,
             note: None,
         };
-        self.store.insert(&record).map_err(|e| {
-            ApiError::Internal(format!(
-                "the job cannot be recorded, so it was not taken ({e})"
-            ))
-        })?;
+        self.store.insert(&record).map_err(unrecorded)?;
         fault::point("recorded", id);
         self.records.insert(id, record);
         if let Some(stdio) = stdio {
@@ -294,7 +295,8 @@ impl Inner {
             )));
         }
         let open = std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count()) as u64;
-        if open + 3 + SPARE_FILES > self.settings.max_files {
+        let spare = SPARE_FILES.min(self.settings.max_files / 4);
+        if open + 3 + spare > self.settings.max_files {
             return Err(ApiError::Busy(format!(
                 "too many queued jobs: {} hold their clients' descriptors and the daemon has {open} \
                  of its {} open files in use; try again when some have started",
@@ -838,6 +840,7 @@ impl Inner {
             jobs_queued: count(|r| r.status == JobStatus::Queued),
             jobs_ended: count(|r| r.status.ended()),
             idle_departures: stats.idle_departures,
+            clients_waiting: self.waiters.count(),
         }
     }
 

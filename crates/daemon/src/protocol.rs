@@ -195,6 +195,9 @@ pub struct StatsView {
     pub jobs_queued: usize,
     pub jobs_ended: usize,
     pub idle_departures: u64,
+    /// Clients waiting for jobs to end (`run` without `--detach`, `wait`).
+    #[serde(default)]
+    pub clients_waiting: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

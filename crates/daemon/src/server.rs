@@ -19,7 +19,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Most clients whose requests are read and handled at once (a thread each; clients waiting
 /// for a job's end are parked apart, see `waiters`). More are refused with a message.
@@ -465,16 +465,16 @@ pub(crate) fn send(stream: &UnixStream, reply: &Reply) -> std::io::Result<()> {
 }
 
 fn serve_client(stream: UnixStream, who: &Credentials, shared: &Arc<Shared>) {
-    let deadline = Instant::now() + REQUEST_DEADLINE;
-    let (line, fds) = match unix::read_line_with_fds(&stream, MAX_REQUEST_BYTES, Some(deadline)) {
-        Ok(Some(message)) => message,
-        Ok(None) => return,
-        Err(error) => {
-            unix::drain(&stream);
-            let _ = send(&stream, &Reply::error(format!("bad request: {error}")));
-            return;
-        }
-    };
+    let (line, fds) =
+        match unix::read_line_with_fds(&stream, MAX_REQUEST_BYTES, Some(REQUEST_DEADLINE)) {
+            Ok(Some(message)) => message,
+            Ok(None) => return,
+            Err(error) => {
+                unix::drain(&stream);
+                let _ = send(&stream, &Reply::error(format!("bad request: {error}")));
+                return;
+            }
+        };
     let request = match crate::protocol::parse_request(&line) {
         Ok(request) => request,
         Err(error) => {

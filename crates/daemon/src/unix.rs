@@ -170,13 +170,14 @@ pub type Message = (Vec<u8>, Vec<OwnedFd>);
 
 /// Reads one newline-terminated line of at most `limit` bytes (byte by byte past the newline
 /// is never read), with any descriptors sent along. `Ok(None)` when the peer closed first. With
-/// a `deadline`, the whole line must arrive by then, however the peer paces its bytes.
+/// a `deadline`, the whole line must arrive within it, however the peer paces its bytes.
 pub fn read_line_with_fds(
     stream: &UnixStream,
     limit: usize,
-    deadline: Option<std::time::Instant>,
+    within: Option<std::time::Duration>,
 ) -> Result<Option<Message>, LineError> {
-    let start = std::time::Instant::now();
+    let deadline = within.map(|d| std::time::Instant::now() + d);
+    let late = || LineError::Deadline(within.unwrap_or_default());
     let mut line = Vec::new();
     let mut fds = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -184,7 +185,7 @@ pub fn read_line_with_fds(
         if let Some(deadline) = deadline {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
-                return Err(LineError::Deadline(deadline - start));
+                return Err(late());
             }
             stream.set_read_timeout(Some(left))?;
         }
@@ -194,9 +195,7 @@ pub fn read_line_with_fds(
             match peek(stream, &mut ahead) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if deadline.is_some() && e.kind() == io::ErrorKind::WouldBlock => {
-                    return Err(LineError::Deadline(
-                        deadline.expect("checked").saturating_duration_since(start),
-                    ))
+                    return Err(late())
                 }
                 other => break other?,
             }

@@ -85,10 +85,11 @@ impl Daemon {
             .open(self.dir.join("daemon.log"))
             .unwrap();
         let mut command = Command::new(COSCHED);
+        command.arg("daemon");
+        if !self.args.iter().any(|a| a == "--state-dir") {
+            command.arg("--state-dir").arg(self.dir.join("state"));
+        }
         command
-            .arg("daemon")
-            .arg("--state-dir")
-            .arg(self.dir.join("state"))
             .arg("--socket")
             .arg(self.socket())
             .arg("--cgroup-parent")

@@ -1,0 +1,719 @@
+//! A hostile local user (`nobody`) against root's daemon, and faults (kill -9 at every point of
+//! a launch, a full disk, too few descriptors, a stop that cancels): nobody gains anything,
+//! locks anyone out, or makes a job run twice, stay frozen or lose its record. Needs root.
+
+mod common;
+
+use common::*;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn chown(path: &Path, uid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
+}
+
+/// A scratch directory for one test, removed at the end.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = PathBuf::from(format!("/tmp/cosched-hard-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.0.join("state"))
+            .output();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Starts a daemon that is expected to refuse; returns its stderr.
+fn daemon_refuses(args: &[&str]) -> String {
+    let out = Command::new(COSCHED)
+        .arg("daemon")
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the daemon should refuse: {stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    stderr
+}
+
+#[test]
+fn a_state_directory_another_user_could_write_is_refused() {
+    let scratch = Scratch::new("statedir");
+    let root_file = scratch.0.join("root-file");
+    std::fs::write(&root_file, "root's").unwrap();
+    // The attack: nobody prepares the state directory before root starts the daemon.
+    let planted = scratch.0.join("planted");
+    for sub in ["", "jobs", "output"] {
+        std::fs::create_dir_all(planted.join(sub)).unwrap();
+        std::fs::set_permissions(planted.join(sub), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        chown(&planted.join(sub), NOBODY);
+    }
+    std::os::unix::fs::symlink(&root_file, planted.join("output/job-1.out")).unwrap();
+    let socket = scratch.0.join("s.sock");
+    let socket = socket.to_str().unwrap();
+    let error = daemon_refuses(&["--state-dir", planted.to_str().unwrap(), "--socket", socket]);
+    assert!(error.contains("owned by uid 65534, not root"), "{error}");
+    // Root's own directory under one that nobody owns: nobody could rename it away.
+    let under = scratch.0.join("nobodys");
+    std::fs::create_dir(&under).unwrap();
+    chown(&under, NOBODY);
+    let inner = under.join("state");
+    std::fs::create_dir(&inner).unwrap();
+    let error = daemon_refuses(&["--state-dir", inner.to_str().unwrap(), "--socket", socket]);
+    assert!(error.contains("a parent of the state directory"), "{error}");
+    // Root's directory with a subdirectory others may write.
+    let open = scratch.0.join("open");
+    std::fs::create_dir_all(open.join("jobs")).unwrap();
+    std::fs::set_permissions(open.join("jobs"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let error = daemon_refuses(&["--state-dir", open.to_str().unwrap(), "--socket", socket]);
+    assert!(error.contains("writable by others"), "{error}");
+    let meta = std::fs::metadata(&root_file).unwrap();
+    assert_eq!(meta.uid(), 0, "the planted link was never followed");
+    assert_eq!(std::fs::read_to_string(&root_file).unwrap(), "root's");
+    // A socket path that is a regular file is refused, not deleted.
+    let file = scratch.0.join("not-a-socket");
+    std::fs::write(&file, "keep").unwrap();
+    let state = scratch.0.join("good");
+    let error = daemon_refuses(&[
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--socket",
+        file.to_str().unwrap(),
+    ]);
+    assert!(error.contains("is not a socket"), "{error}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+    // An empty store is not a new store: job ids would start again at 1.
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(state.join("jobs.sqlite"), "").unwrap();
+    let error = daemon_refuses(&["--state-dir", state.to_str().unwrap(), "--socket", socket]);
+    assert!(error.contains("is empty"), "{error}");
+}
+
+/// The processes in a job's cgroup.
+fn job_pids(d: &Daemon, job: u64) -> Vec<i32> {
+    let start = Instant::now();
+    loop {
+        let pids: Vec<i32> = std::fs::read_to_string(d.cgroup(job).join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.parse().ok())
+            .collect();
+        if !pids.is_empty() {
+            return pids;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "job {job} has no process"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_job_inherits_its_stdio_and_nothing_else() {
+    let d = Daemon::start(&["--quantum-ms", "100"]);
+    let job = d.submit(&["-n", "1", "--", "sleep", "30"]);
+    let pid = job_pids(&d, job)[0];
+    // The program must have been executed (not the supervisor's fork before exec).
+    let start = Instant::now();
+    while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default() != "sleep\n" {
+        assert!(start.elapsed() < Duration::from_secs(20), "sleep never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    fds.sort();
+    assert_eq!(
+        fds,
+        ["0", "1", "2"],
+        "the job holds descriptors not meant for it (the daemon's stray {STRAY_FD} included?)"
+    );
+    assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+}
+
+#[test]
+fn the_client_sends_nothing_to_a_socket_another_user_serves() {
+    let scratch = Scratch::new("fake-socket");
+    let dir = scratch.0.join("nobodys");
+    std::fs::create_dir(&dir).unwrap();
+    chown(&dir, NOBODY);
+    let socket = dir.join("cosched.sock");
+    let heard = dir.join("heard");
+    // nobody's listener keeps whatever it is sent.
+    let script = "import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1]); s.listen(4)
+open(sys.argv[1] + '.ready', 'w').close()
+c, _ = s.accept()
+c.settimeout(3)
+data = b''
+try:
+    while True:
+        chunk = c.recv(65536)
+        if not chunk: break
+        data += chunk
+except OSError:
+    pass
+open(sys.argv[2], 'wb').write(data)";
+    let mut listener = Command::new("python3")
+        .args(["-c", script])
+        .arg(&socket)
+        .arg(&heard)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .spawn()
+        .unwrap();
+    let ready = PathBuf::from(format!("{}.ready", socket.display()));
+    let start = Instant::now();
+    while !ready.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "listener never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = Command::new(COSCHED)
+        .args(["run", "-n", "1", "--", "true"])
+        .env("COSCHED_SOCKET", &socket)
+        .env("ROOTS_SECRET", "hunter2")
+        .output()
+        .unwrap();
+    refused(&out, "served by uid 65534 (neither root nor you)");
+    listener.wait().unwrap();
+    let heard = std::fs::read(&heard).unwrap_or_default();
+    assert!(
+        heard.is_empty(),
+        "the fake daemon heard {}",
+        String::from_utf8_lossy(&heard)
+    );
+}
+
+/// nobody opens `count` connections running `script_body` on each (`s` is the socket) and
+/// keeps them `hold` seconds; returns once all are open.
+fn nobody_connections(
+    socket: &Path,
+    count: usize,
+    script_body: &str,
+    hold: f64,
+) -> std::process::Child {
+    let script = format!(
+        "import socket, sys, time
+conns = []
+for _ in range({count}):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+{script_body}
+    conns.append(s)
+print('open', flush=True)
+time.sleep({hold})"
+    );
+    let mut child = Command::new("python3")
+        .args(["-c", &script])
+        .arg(socket)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(
+        line.trim(),
+        "open",
+        "the attacker could not open its connections"
+    );
+    child
+}
+
+/// nobody keeps `count` connections open, each having sent one byte of a request, and
+/// opens a new one for each the daemon closes; runs until killed.
+fn slow_writers(socket: &Path, count: usize) -> std::process::Child {
+    let script = format!(
+        "import socket, sys, time
+def slow():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    s.sendall(b'{{')
+    s.setblocking(False)
+    return s
+conns = [slow() for _ in range({count})]
+print('open', flush=True)
+while True:
+    time.sleep(0.2)
+    for i, s in enumerate(conns):
+        try:
+            if s.recv(4096) == b'':
+                raise OSError
+        except BlockingIOError:
+            continue
+        except OSError:
+            pass
+        s.close()
+        conns[i] = slow()"
+    );
+    let mut child = Command::new("python3")
+        .args(["-c", &script])
+        .arg(socket)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(
+        line.trim(),
+        "open",
+        "the attacker could not open its connections"
+    );
+    child
+}
+
+/// Root's `ps` and `cancel` get through; returns how long `ps` took.
+fn root_gets_through(d: &Daemon, job: u64) -> Duration {
+    let start = Instant::now();
+    let ps = d.cosched(&["ps"]);
+    let took = start.elapsed();
+    assert!(
+        ps.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ps.stderr)
+    );
+    let cancel = d.cosched(&["suspend", &job.to_string()]);
+    assert!(
+        cancel.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cancel.stderr)
+    );
+    assert!(d.cosched(&["resume", &job.to_string()]).status.success());
+    took
+}
+
+#[test]
+fn one_user_cannot_lock_the_daemon_out() {
+    let d = Daemon::start(&["--quantum-ms", "100"]);
+    let forever = d.submit(&["-n", "1", "--", "sleep", "3600"]);
+    // 260 waiters for a job that never ends, whose client then leaves.
+    let waiters = nobody_connections(
+        &d.socket(),
+        260,
+        &format!("    s.sendall(b'{{\"op\":\"wait\",\"job\":{forever}}}\\n')"),
+        1.0,
+    );
+    let during = root_gets_through(&d, forever);
+    let waiting = d.json(&["stats", "--json"])["clients_waiting"]
+        .as_u64()
+        .unwrap();
+    assert!(waiting > 0, "the waiters were parked");
+    let mut waiters = waiters;
+    waiters.kill().unwrap();
+    waiters.wait().unwrap();
+    let start = Instant::now();
+    loop {
+        let waiting = d.json(&["stats", "--json"])["clients_waiting"]
+            .as_u64()
+            .unwrap();
+        if waiting == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{waiting} waiters outlived their clients"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // 300 slow writers (a byte each, then silence), replaced as the daemon drops them.
+    let slow = slow_writers(&d.socket(), 300);
+    // nobody itself is told why, in one line, not "Broken pipe".
+    refused(
+        &d.cosched_as(NOBODY, &["ps"]),
+        "uid 65534 has 16 requests in progress already",
+    );
+    let slow_ps = root_gets_through(&d, forever);
+    let mut slow = slow;
+    slow.kill().unwrap();
+    slow.wait().unwrap();
+    eprintln!(
+        "root's ps under 260 hung-up waiters: {during:?}; under 300 slow writers: {slow_ps:?}"
+    );
+    // A silent client is told why it is dropped.
+    let mut stream = UnixStream::connect(d.socket()).unwrap();
+    stream.write_all(b"{\"op\"").unwrap();
+    let mut reply = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&stream), &mut reply).unwrap();
+    assert!(
+        reply.contains("no complete request within 5s; closing"),
+        "{reply}"
+    );
+    assert!(d
+        .cosched(&["cancel", &forever.to_string()])
+        .status
+        .success());
+}
+
+/// A job that leaves one line in `log` each time it starts.
+fn counting_job(d: &Daemon, log: &Path) -> Vec<String> {
+    let script = format!("echo ran >> {}; sleep 1", log.display());
+    let out_file = d.dir.join("count.out");
+    vec![
+        "run".into(),
+        "--detach".into(),
+        "--output".into(),
+        out_file.to_str().unwrap().into(),
+        "-n".into(),
+        "1".into(),
+        "--".into(),
+        "sh".into(),
+        "-c".into(),
+        script,
+    ]
+}
+
+#[test]
+fn a_daemon_killed_anywhere_in_a_launch_runs_the_job_once_and_never_leaves_it_frozen() {
+    for point in cosched_daemon::fault::POINTS {
+        let fault = format!("{point}:1");
+        let mut d = Daemon::start_with(
+            &["--quantum-ms", "100"],
+            &[("COSCHED_FAULT", fault.as_str())],
+            None,
+        );
+        let log = d.dir.join("ran");
+        let args = counting_job(&d, &log);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // The daemon dies before or after answering: either way job 1 must run exactly once.
+        let _ = d.cosched(&args);
+        d.wait_exit();
+        if point == "spawned" {
+            // Its supervisor lives on and must let the (gang-mode, frozen) job run at once.
+            let start = Instant::now();
+            while !log.exists() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(1),
+                    "job 1 stayed frozen after the daemon died at '{point}'"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        d.env.clear();
+        d.launch();
+        let job = d.wait_end(1, Duration::from_secs(30));
+        assert_eq!(job["exit"]["code"], 0, "{point}: {job}");
+        let runs = std::fs::read_to_string(&log).unwrap_or_default();
+        assert_eq!(
+            runs.lines().count(),
+            1,
+            "killed at '{point}', the job ran {runs:?}"
+        );
+        assert!(!d.frozen(1));
+    }
+}
+
+#[test]
+fn a_full_disk_loses_no_exit_status_and_leaves_no_phantom_job() {
+    let scratch = Scratch::new("full");
+    let state = scratch.0.join("state");
+    std::fs::create_dir(&state).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs"])
+        .arg(&state)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount a tmpfs");
+    let mut d = Daemon::start(&[
+        "--quantum-ms",
+        "100",
+        "--mpl",
+        "1",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    let job = d.submit(&["-n", "1", "--", "sh", "-c", "sleep 3; exit 5"]);
+    let filler = state.join("filler");
+    let _ = Command::new("dd")
+        .args(["if=/dev/zero", "bs=4k"])
+        .arg(format!("of={}", filler.display()))
+        .output();
+    // Submissions that cannot start (two processors, one taken, one slice) until the store
+    // takes no more: that one is refused and leaves no trace.
+    let mut accepted = 0;
+    let refusal = loop {
+        let out = d.cosched(&[
+            "run",
+            "--detach",
+            "--output",
+            "/dev/null",
+            "-n",
+            "2",
+            "--",
+            "true",
+        ]);
+        if !out.status.success() {
+            break out;
+        }
+        accepted += 1;
+        assert!(accepted < 500, "the store never filled up");
+    };
+    refused(&refusal, "cannot be recorded");
+    assert_eq!(
+        d.json(&["ps", "--all", "--json"]).as_array().unwrap().len(),
+        accepted + 1,
+        "a refused job shows"
+    );
+    // The job ends while nothing can be saved: waiters still hear of it...
+    let waited = d.cosched(&["wait", &job.to_string()]);
+    assert_eq!(waited.status.code(), Some(5));
+    // ...and a daemon killed now, then restarted with room again, still knows how it ended.
+    d.signal(libc::SIGKILL);
+    d.wait_exit();
+    std::fs::remove_file(&filler).unwrap();
+    d.launch();
+    let record = d.wait_end(job, Duration::from_secs(30));
+    assert_eq!(record["exit"]["code"], 5, "{record}");
+    assert_eq!(record["state"], "done");
+}
+
+/// CPU time (user + system, in clock ticks) a process has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn running_out_of_descriptors_refuses_jobs_clearly_and_never_spins() {
+    let d = Daemon::start_with(&["--quantum-ms", "100", "--mpl", "1"], &[], Some(256));
+    let pid = d.child.as_ref().unwrap().id();
+    let busy = d.submit(&["-n", "2", "--", "sleep", "60"]);
+    // Queued jobs hold their client's three descriptors until they start.
+    let mut accepted = Vec::new();
+    let mut refusal = None;
+    for _ in 0..120 {
+        let out = d.cosched(&[
+            "run",
+            "--detach",
+            "--output",
+            "/dev/null",
+            "-n",
+            "2",
+            "--",
+            "true",
+        ]);
+        if out.status.success() {
+            accepted.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        } else {
+            refusal = Some(String::from_utf8_lossy(&out.stderr).to_string());
+            break;
+        }
+    }
+    let refusal = refusal.expect("a limit of 256 descriptors must refuse some of 120 jobs");
+    assert!(refusal.contains("too many queued jobs"), "{refusal}");
+    // Root's connections past the limit: the daemon waits for descriptors, it does not spin.
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        match UnixStream::connect(d.socket()) {
+            Ok(stream) => held.push(stream),
+            Err(_) => break,
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(pid) - before;
+    assert!(
+        used < 100,
+        "the daemon used {used} ticks in 2 s while out of descriptors"
+    );
+    drop(held);
+    assert!(d.cosched(&["cancel", &busy.to_string()]).status.success());
+    for job in &accepted {
+        let id: u64 = job.parse().unwrap();
+        let end = d.wait_end(id, Duration::from_secs(60));
+        assert_eq!(end["state"], "done", "job {id} lost: {end}");
+    }
+}
+
+#[test]
+fn a_stop_that_cancels_ends_every_job_as_cancelled_and_tells_its_client() {
+    let mut d = Daemon::start(&["--quantum-ms", "100", "--mpl", "1", "--on-stop", "cancel"]);
+    // Job 1: a blocking client's.
+    let client = Command::new(COSCHED)
+        .args(["run", "-n", "1", "--", "sleep", "60"])
+        .env("COSCHED_SOCKET", d.socket())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let running = 1;
+    job_pids(&d, running);
+    let suspended = d.submit(&["-n", "1", "--", "sleep", "60"]);
+    let suspended_pid = job_pids(&d, suspended)[0];
+    assert!(d
+        .cosched(&["suspend", &suspended.to_string()])
+        .status
+        .success());
+    let queued = d.submit(&["-n", "2", "--", "true"]);
+    d.signal(libc::SIGTERM);
+    d.wait_exit();
+    let out = client.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("cancelled") && !said.contains("keeps running"),
+        "{said}"
+    );
+    assert!(
+        !Path::new(&format!("/proc/{suspended_pid}")).exists(),
+        "the suspended job still runs"
+    );
+    d.launch();
+    for job in [running, suspended, queued] {
+        assert_eq!(
+            d.job(job)["state"],
+            "cancelled",
+            "job {job}: {}",
+            d.job(job)
+        );
+    }
+}
+
+#[test]
+fn ended_jobs_leave_memory_but_stay_answerable() {
+    let d = Daemon::start(&["--quantum-ms", "100", "--keep-ended", "2"]);
+    let jobs: Vec<u64> = (0..4)
+        .map(|i| d.submit(&["-n", "1", "--", "sh", "-c", &format!("exit {i}")]))
+        .collect();
+    // Each ends; the first ones leave memory as later ones end, and are still waited for.
+    for (code, &job) in jobs.iter().enumerate() {
+        let waited = d.cosched(&["wait", &job.to_string()]);
+        assert_eq!(waited.status.code(), Some(code as i32));
+    }
+    let listed = d.json(&["ps", "--all", "--json"]);
+    let listed: Vec<u64> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        jobs[2..],
+        "only the latest ended jobs stay in memory"
+    );
+    let first = jobs[0].to_string();
+    assert_eq!(d.cosched(&["wait", &first]).status.code(), Some(0));
+    refused(&d.cosched(&["cancel", &first]), "already ended");
+}
+
+#[test]
+fn detached_jobs_in_scripts_return_at_once_with_their_output_in_a_file() {
+    let d = Daemon::start(&["--quantum-ms", "100"]);
+    let scratch = Scratch::new("detach");
+    let start = Instant::now();
+    // As `id=$(cosched run --detach ...)`: standard output is a pipe.
+    let out = Command::new(COSCHED)
+        .args([
+            "run",
+            "--detach",
+            "-n",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "echo hello; sleep 30",
+        ])
+        .env("COSCHED_SOCKET", d.socket())
+        .current_dir(&scratch.0)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "--detach waited for the job"
+    );
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let id_number: u64 = id.parse().expect("only the id is printed");
+    let file = scratch.0.join(format!("cosched-{id}.out"));
+    let start = Instant::now();
+    while std::fs::read_to_string(&file).unwrap_or_default() != "hello\n" {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no output in {}",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(d.cosched(&["cancel", &id]).status.success());
+    d.wait_end(id_number, Duration::from_secs(20));
+    // --output without --detach: blocks, and writes there.
+    let log = scratch.0.join("blocking.log");
+    let out = d.cosched(&[
+        "run",
+        "--output",
+        log.to_str().unwrap(),
+        "-n",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "echo there; exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "there\n");
+    // A job whose directory is gone says why, to its client and in ps.
+    let request = "{\"op\":\"run\",\"argv\":[\"true\"],\"env\":[],\"cwd\":\"/nonexistent-cosched\",\"procs\":1}\n";
+    let reply = raw_all(&d.socket(), request.as_bytes());
+    assert!(
+        reply.contains("cannot enter the working directory (/nonexistent-cosched)"),
+        "{reply}"
+    );
+}
+
+/// Sends bytes, returns every reply line until the daemon closes.
+fn raw_all(socket: &Path, bytes: &[u8]) -> String {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    stream.write_all(bytes).unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut text).unwrap();
+    text
+}
