@@ -407,14 +407,14 @@ pub fn ps(args: PsArgs) -> Result<()> {
     Ok(())
 }
 
+/// At most `width` characters, control characters shown as '?': another user's command line
+/// must not write escape sequences to the terminal of whoever runs `ps`.
 fn truncate(text: &str, width: usize) -> String {
+    let shown = text.chars().map(|c| if c.is_control() { '?' } else { c });
     if text.chars().count() <= width {
-        text.to_string()
+        shown.collect()
     } else {
-        text.chars()
-            .take(width - 1)
-            .chain(std::iter::once('~'))
-            .collect()
+        shown.take(width - 1).chain(std::iter::once('~')).collect()
     }
 }
 

@@ -135,7 +135,34 @@ fn job_pids(d: &Daemon, job: u64) -> Vec<i32> {
 #[test]
 fn a_job_inherits_its_stdio_and_nothing_else() {
     let d = Daemon::start(&["--quantum-ms", "100"]);
-    let job = d.submit(&["-n", "1", "--", "sleep", "30"]);
+    // nobody's command line carries an escape sequence for root's terminal.
+    let out = d.cosched_as(
+        NOBODY,
+        &[
+            "run",
+            "--detach",
+            "--output",
+            "/dev/null",
+            "-n",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "exec sleep 30",
+            "\x1b]0;owned\x07",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ps = d.cosched(&["ps"]);
+    assert!(
+        !ps.stdout.contains(&0x1b),
+        "ps printed another user's escape sequence"
+    );
+    let job: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     let pid = job_pids(&d, job)[0];
     // The program must have been executed (not the supervisor's fork before exec).
     let start = Instant::now();
@@ -405,7 +432,8 @@ fn counting_job(d: &Daemon, log: &Path) -> Vec<String> {
 #[test]
 fn a_daemon_killed_anywhere_in_a_launch_runs_the_job_once_and_never_leaves_it_frozen() {
     for point in cosched_daemon::fault::POINTS {
-        let fault = format!("{point}:1");
+        let job = if point == "accepted" { 0 } else { 1 };
+        let fault = format!("{point}:{job}");
         let mut d = Daemon::start_with(
             &["--quantum-ms", "100"],
             &[("COSCHED_FAULT", fault.as_str())],
@@ -430,6 +458,12 @@ fn a_daemon_killed_anywhere_in_a_launch_runs_the_job_once_and_never_leaves_it_fr
         }
         d.env.clear();
         d.launch();
+        if point == "accepted" {
+            // Killed before anything was stored: no job, nothing ran.
+            assert_eq!(d.json(&["ps", "--all", "--json"]), serde_json::json!([]));
+            assert!(!log.exists(), "a job that was never recorded ran");
+            continue;
+        }
         let job = d.wait_end(1, Duration::from_secs(30));
         assert_eq!(job["exit"]["code"], 0, "{point}: {job}");
         let runs = std::fs::read_to_string(&log).unwrap_or_default();

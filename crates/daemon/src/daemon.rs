@@ -74,6 +74,8 @@ pub struct Settings {
 
 /// Queued jobs one user (root aside) may have holding their client's stdio descriptors.
 pub const MAX_HELD_STDIO_PER_UID: usize = 1000;
+/// Unfinished jobs one user (root aside) may have: each is a record in memory.
+pub const MAX_UNFINISHED_PER_UID: usize = 10_000;
 /// Descriptors kept free for clients, supervisors and the store (a quarter of a low limit).
 const SPARE_FILES: u64 = 512;
 
@@ -233,6 +235,17 @@ impl Inner {
             ));
         }
         self.check_descriptors(who)?;
+        let unfinished = self
+            .records
+            .values()
+            .filter(|r| r.owner.uid == who.uid && !r.status.ended())
+            .count();
+        if !who.is_root() && unfinished >= MAX_UNFINISHED_PER_UID {
+            return Err(ApiError::Busy(format!(
+                "too many queued jobs: uid {} has {MAX_UNFINISHED_PER_UID} unfinished",
+                who.uid
+            )));
+        }
         let probe = JobRequest::new(JobId::MAX, Shape::Count(run.procs));
         self.scheduler.check(&probe).map_err(|e| {
             ApiError::Invalid(
@@ -499,7 +512,8 @@ impl Inner {
     /// whether the record is safely stored (a supervisor keeps its exit status until it is).
     pub fn end(&mut self, job: JobId, status: JobStatus, ending: Ending, now: Micros) -> bool {
         let Some(record) = self.records.get_mut(&job) else {
-            return false;
+            // Ended and out of memory already: stored.
+            return matches!(self.store.get(job), Ok(Some(r)) if r.status.ended());
         };
         if record.status.ended() {
             return !self.unsaved.contains(&job);

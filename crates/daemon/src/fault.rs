@@ -6,9 +6,10 @@
 use cosched_core::JobId;
 use std::sync::OnceLock;
 
-/// The named points, in the order a job passes them: its record is saved (`recorded`), its
-/// launch intent is saved (`intent`), its supervisor is started (`spawned`).
-pub const POINTS: [&str; 3] = ["recorded", "intent", "spawned"];
+/// The named points, in the order a job passes them: its request is read (`accepted`, job 0:
+/// no id yet), its record is saved (`recorded`), its launch intent is saved (`intent`), its
+/// supervisor is started (`spawned`).
+pub const POINTS: [&str; 4] = ["accepted", "recorded", "intent", "spawned"];
 
 fn armed() -> &'static Option<(String, Option<JobId>)> {
     static ARMED: OnceLock<Option<(String, Option<JobId>)>> = OnceLock::new();

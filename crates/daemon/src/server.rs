@@ -515,6 +515,7 @@ fn handle(
                 Err(error) => return Err((stream, error)),
             };
             let detach = run.detach;
+            crate::fault::point("accepted", 0);
             // Submitting, answering and parking under one lock: the job cannot end unheard.
             return shared.with(|inner, now| match inner.submit(who, run, stdio, now) {
                 Ok(job) => {
