@@ -47,6 +47,8 @@ impl Daemon {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        // Whatever the umask: the daemon refuses a state directory under one others may write.
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
         let log = std::fs::File::create(dir.join("daemon.log"))?;
         let parent = format!("cosched-bench-{}", std::process::id());
         let mut command = Command::new(&cosched);

@@ -922,8 +922,12 @@ impl Inner {
             })
             .and_then(|_| self.ask(|reply| AgentMsg::Suspend { job, reply }))
         } else {
-            self.update(job, |record| record.status = JobStatus::Queued)
-                .and_then(|()| self.enqueue(job, now))
+            self.update(job, |record| {
+                record.status = JobStatus::Queued;
+                // A daemon killed just after spawning the supervisor never stored this.
+                record.started_us.get_or_insert(now);
+            })
+            .and_then(|()| self.enqueue(job, now))
         };
         if let Err(error) = readmitted {
             log(format_args!("job {job}: taking it back: {error}"));
