@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Args};
-use cosched_core::{PartitionerKind, MICROS_PER_SEC};
+use cosched_core::{Machine, PartitionerKind, MICROS_PER_SEC};
 use cosched_sim::swf::{self, Trace};
 use cosched_sim::{generate::generate as generate_trace, *};
 use serde::Serialize;
@@ -210,7 +210,11 @@ pub fn run(args: SimArgs) -> Result<()> {
         Some(0) => bail!("--procs must be at least 1"),
         Some(n) => n,
         None => match trace.header.max_procs() {
-            Some(n) if n > 0 && n <= i64::from(u32::MAX) => n as u32,
+            Some(n) if n > i64::from(Machine::MAX_PROCS) => bail!(
+                "{workload}: the header declares {n} processors (MaxProcs, else MaxNodes), more than cosched models (at most {}): give --procs",
+                Machine::MAX_PROCS
+            ),
+            Some(n) if n > 0 => n as u32,
             _ => trace
                 .records
                 .iter()

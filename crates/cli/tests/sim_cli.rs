@@ -231,3 +231,58 @@ fn bad_options_get_one_clear_line_and_a_non_zero_exit() {
         assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// One line on stderr, a failure exit, and the words that say what was wrong.
+fn refused(args: &[&str], says: &str) {
+    let out = cosched(args);
+    let text = stderr(&out);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert_eq!(text.lines().count(), 1, "{args:?}: {text}");
+    assert!(text.contains(says), "{args:?}: {text}");
+}
+
+#[test]
+fn hostile_numbers_and_bytes_are_refused_in_one_line() {
+    let job = |run: &str| format!("1 0 -1 {run} 1 -1 -1 1 -1 -1 1 1 1 -1 1 -1 -1 -1\n");
+    let huge_run = temp("huge-run.swf");
+    std::fs::write(&huge_run.0, format!("; MaxProcs: 4\n{}", job("9.3e12"))).unwrap();
+    refused(
+        &["sim", "--trace", huge_run.to_str().unwrap()],
+        "huge-run.swf:2: field 4 (run time): 9.3e12 is out of range",
+    );
+    // Each run time is allowed; together they overflow the clock: refused, not wrapped.
+    let long_sum = temp("long-sum.swf");
+    let lines: String = (0..2_200).map(|_| job("4294967296")).collect();
+    std::fs::write(&long_sum.0, format!("; MaxProcs: 4\n{lines}")).unwrap();
+    refused(
+        &["sim", "--trace", long_sum.to_str().unwrap()],
+        "more than the simulator's clock holds",
+    );
+    let wide = temp("wide.swf");
+    std::fs::write(&wide.0, format!("; MaxProcs: 4294967295\n{}", job("10"))).unwrap();
+    refused(
+        &["sim", "--trace", wide.to_str().unwrap()],
+        "the header declares 4294967295 processors (MaxProcs, else MaxNodes), more than cosched models (at most 16777216): give --procs",
+    );
+    refused(
+        &["sim", "--generate", "10", "--procs", "4000000000"],
+        "4000000000 processors is more than cosched models",
+    );
+    let binary = temp("binary.swf");
+    std::fs::write(&binary.0, b"; MaxProcs: 4\n\xff\xfe\n").unwrap();
+    refused(
+        &["sim", "--trace", binary.to_str().unwrap()],
+        "binary.swf:2: not UTF-8 text",
+    );
+    let cut = temp("cut.swf.gz");
+    let whole = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/traces/KTH-SP2-1996-2.1-cln.swf.gz"),
+    )
+    .expect("../shared/traces beside the checkout");
+    std::fs::write(&cut.0, &whole[..3000]).unwrap();
+    refused(
+        &["sim", "--trace", cut.to_str().unwrap()],
+        "cannot read: incomplete deflate stream",
+    );
+}

@@ -10,6 +10,7 @@ pub mod partition;
 pub mod partitioner;
 pub mod plan;
 pub mod procset;
+pub mod queue;
 pub mod scheduler;
 
 pub use job::{Class, JobId, JobRequest, Micros, UnknownClass, MICROS_PER_SEC};

@@ -22,6 +22,8 @@ pub struct Machine {
 pub enum MachineError {
     #[error("a machine needs at least one processor")]
     NoProcessors,
+    #[error("{procs} processors is more than cosched models (at most {max})", max = Machine::MAX_PROCS)]
+    TooManyProcessors { procs: u64 },
     #[error("a mesh needs a width and a height of at least 1 (got {width}x{height})")]
     EmptyMesh { width: u32, height: u32 },
     #[error("{procs} processors do not split into nodes of {cpus_per_node}")]
@@ -29,10 +31,23 @@ pub enum MachineError {
 }
 
 impl Machine {
-    pub fn line(procs: u32) -> Result<Self, MachineError> {
-        if procs == 0 {
-            return Err(MachineError::NoProcessors);
+    /// The largest machine: 2^24 processors (the largest systems built have about 10^7 cores).
+    /// Every slice keeps a bitset of this size, so a mistyped count would otherwise cost
+    /// gigabytes before anything is scheduled.
+    pub const MAX_PROCS: u32 = 1 << 24;
+
+    fn check_size(procs: u64) -> Result<(), MachineError> {
+        match procs {
+            0 => Err(MachineError::NoProcessors),
+            n if n > u64::from(Machine::MAX_PROCS) => {
+                Err(MachineError::TooManyProcessors { procs: n })
+            }
+            _ => Ok(()),
         }
+    }
+
+    pub fn line(procs: u32) -> Result<Self, MachineError> {
+        Machine::check_size(u64::from(procs))?;
         Ok(Machine {
             procs,
             topology: Topology::Line,
@@ -41,10 +56,11 @@ impl Machine {
     }
 
     pub fn mesh(width: u32, height: u32) -> Result<Self, MachineError> {
-        let procs = width.checked_mul(height).unwrap_or(0);
-        if width == 0 || height == 0 || procs == 0 {
+        if width == 0 || height == 0 {
             return Err(MachineError::EmptyMesh { width, height });
         }
+        Machine::check_size(u64::from(width) * u64::from(height))?;
+        let procs = width * height;
         Ok(Machine {
             procs,
             topology: Topology::Mesh { width, height },
@@ -106,5 +122,11 @@ mod tests {
         assert_eq!(Machine::line(0), Err(MachineError::NoProcessors));
         assert!(Machine::mesh(0, 4).is_err());
         assert_eq!(Machine::mesh(4, 2).unwrap().procs(), 8);
+        assert_eq!(
+            Machine::line(u32::MAX).unwrap_err().to_string(),
+            "4294967295 processors is more than cosched models (at most 16777216)"
+        );
+        assert!(Machine::mesh(65_536, 65_536).is_err());
+        assert!(Machine::line(Machine::MAX_PROCS).is_ok());
     }
 }

@@ -63,6 +63,8 @@ impl fmt::Display for Shape {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Partition {
     spans: Arc<[Span]>,
+    /// Processors in all spans, counted once at construction.
+    size: u32,
 }
 
 impl Partition {
@@ -79,6 +81,7 @@ impl Partition {
             }
         }
         Partition {
+            size: merged.iter().map(|s| s.len).sum(),
             spans: merged.into(),
         }
     }
@@ -92,7 +95,7 @@ impl Partition {
     }
 
     pub fn size(&self) -> u32 {
-        self.spans.iter().map(|s| s.len).sum()
+        self.size
     }
 
     pub fn processors(&self) -> impl Iterator<Item = u32> + '_ {

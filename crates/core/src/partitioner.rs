@@ -118,7 +118,20 @@ impl PartitionerKind {
     }
 
     pub fn find(self, machine: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+        // No partitioner finds `n` processors among fewer than `n` free ones: answered from
+        // the kept count, so a full slice costs nothing to ask.
+        if shape.procs() > u64::from(busy.free()) {
+            return None;
+        }
         self.get().find(machine, busy, shape)
+    }
+
+    /// Whether failing to place `n` processors proves that every larger request fails on the
+    /// same occupancy: true for the 1-D partitioners (a longer run, a larger set or buddy block
+    /// is never easier to find), not for submeshes (a wider but shorter one may fit where a
+    /// smaller one does not).
+    pub fn fails_upward(self) -> bool {
+        !self.is_2d()
     }
 
     fn get(self) -> &'static dyn Partitioner {

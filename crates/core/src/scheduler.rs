@@ -12,6 +12,7 @@ use crate::partition::{Partition, Shape};
 use crate::partitioner::{NeverFits, PartitionerKind};
 use crate::plan::{Plan, PlanEntry, PlanSlice, Role};
 use crate::procset::ProcSet;
+use crate::queue::{QueueKey, WaitQueue};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
@@ -145,6 +146,9 @@ impl Job {
 struct Slice {
     id: SliceId,
     own: Vec<JobId>,
+    /// Own jobs by planned end (see [`Scheduler::planned_end`]): EASY's reservation reads
+    /// them in this order at every event, so they are kept sorted rather than sorted each time.
+    ends: BTreeSet<(Micros, JobId)>,
     /// Own jobs' processors plus every preempting job's: where nothing new may be placed.
     taken: ProcSet,
     alternates: Vec<JobId>,
@@ -158,7 +162,7 @@ pub struct Scheduler {
     machine: Machine,
     config: Config,
     jobs: BTreeMap<JobId, Job>,
-    queue: BTreeSet<(Class, u64, JobId)>,
+    queue: WaitQueue,
     slices: Vec<Slice>,
     /// Placed jobs with a slice of their own, by placement order (candidates for alternates).
     placed: BTreeMap<u64, JobId>,
@@ -169,6 +173,12 @@ pub struct Scheduler {
     standby_procs: ProcSet,
     next_seq: u64,
     next_slice: SliceId,
+    /// Counts changes to any slice's own jobs or occupancy: a reservation computed at one
+    /// count holds while the count stays.
+    matrix_changes: u64,
+    /// The last EASY reservation, reused while nothing it depends on has changed (an arrival
+    /// that starts nothing leaves it as it was: half the events of a loaded trace).
+    reservation_memo: Option<ReservationMemo>,
 }
 
 impl Scheduler {
@@ -188,7 +198,7 @@ impl Scheduler {
             machine,
             config,
             jobs: BTreeMap::new(),
-            queue: BTreeSet::new(),
+            queue: WaitQueue::default(),
             slices: Vec::new(),
             placed: BTreeMap::new(),
             preempting: BTreeMap::new(),
@@ -197,6 +207,8 @@ impl Scheduler {
             standby_procs: ProcSet::new(procs),
             next_seq: 0,
             next_slice: 0,
+            matrix_changes: 0,
+            reservation_memo: None,
         })
     }
 
@@ -225,7 +237,7 @@ impl Scheduler {
 
     /// Waiting jobs in the order they will be considered.
     pub fn queued(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.queue.iter().map(|&(_, _, id)| id)
+        self.queue.iter().map(|(_, _, id)| id)
     }
 
     pub fn job_count(&self) -> usize {
@@ -259,7 +271,8 @@ impl Scheduler {
         self.check(&request)?;
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.queue.insert((request.class, seq, request.id));
+        self.queue
+            .insert((request.class, seq, request.id), request.shape.procs());
         let id = request.id;
         self.jobs.insert(
             id,
@@ -331,7 +344,10 @@ impl Scheduler {
         self.unplace(&moved);
         change(&mut moved);
         moved.state = JobState::Queued;
-        self.queue.insert((moved.request.class, moved.seq, job));
+        self.queue.insert(
+            (moved.request.class, moved.seq, job),
+            moved.request.shape.procs(),
+        );
         self.jobs.insert(job, moved);
         let mut decisions = Vec::new();
         self.schedule(now, &mut decisions);
@@ -377,11 +393,15 @@ impl Scheduler {
             .iter()
             .map(|slice| {
                 let mut entries = preempting.clone();
+                let nothing_preempts = self.preempting_procs.is_empty();
                 entries.extend(
                     slice
                         .own
                         .iter()
-                        .filter(|&&id| self.partition(id).is_clear_in(&self.preempting_procs))
+                        .filter(|&&id| {
+                            nothing_preempts
+                                || self.partition(id).is_clear_in(&self.preempting_procs)
+                        })
                         .map(|&id| self.entry(id, Role::Own)),
                 );
                 entries.extend(
@@ -461,21 +481,20 @@ impl Scheduler {
                 self.commit(key, partition, home, now, decisions);
                 continue;
             }
-            let reservation = self.reserve(key.2, now);
-            if !matches!(reservation, Reservation::Strict) {
-                let behind: Vec<(Class, u64, JobId)> = self
-                    .queue
-                    .range((
-                        Bound::Excluded(key),
-                        Bound::Excluded((Class::Standby, 0, 0)),
-                    ))
-                    .copied()
-                    .collect();
-                for later in behind {
-                    if let Some((partition, home)) = self.find_backfill(later.2, &reservation, now)
-                    {
-                        self.commit(later, partition, home, now, decisions);
-                    }
+            // No job behind the head small enough for any slice's free processors: nothing
+            // to backfill, and no reservation to compute.
+            let room = self.slices.iter().map(|s| s.taken.free()).max();
+            let candidate = room.and_then(|free| {
+                self.queue
+                    .next_smaller(key, Class::Standby, u64::from(free) + 1)
+            });
+            if candidate.is_none() {
+                break;
+            }
+            if let Some(mut memo) = self.reservation(key.2, now) {
+                self.backfill(key, &mut memo, now, decisions);
+                if memo.matrix_changes == self.matrix_changes {
+                    self.reservation_memo = Some(memo);
                 }
             }
             break;
@@ -490,17 +509,13 @@ impl Scheduler {
     }
 
     /// The first waiting job of the classes from `from` up to (not including) `until`.
-    fn first_waiting(&self, from: Class, until: Option<Class>) -> Option<(Class, u64, JobId)> {
-        let end = until.map_or(Bound::Unbounded, |c| Bound::Excluded((c, 0, 0)));
-        self.queue
-            .range((Bound::Included((from, 0, 0)), end))
-            .next()
-            .copied()
+    fn first_waiting(&self, from: Class, until: Option<Class>) -> Option<QueueKey> {
+        self.queue.first(from, until)
     }
 
     fn commit(
         &mut self,
-        key: (Class, u64, JobId),
+        key: QueueKey,
         partition: Partition,
         home: Home,
         now: Micros,
@@ -516,6 +531,8 @@ impl Scheduler {
     }
 
     fn find(&self, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+        #[cfg(test)]
+        tests::FINDS.with(|finds| finds.set(finds.get() + 1));
         self.config.partitioner.find(&self.machine, busy, shape)
     }
 
@@ -551,95 +568,185 @@ impl Scheduler {
         estimate.saturating_mul(Micros::from(self.config.mpl))
     }
 
+    /// When a placed job should be over by its stretched estimate (`Micros::MAX`: no estimate).
+    fn planned_end(&self, job: &Job) -> Micros {
+        let JobState::Placed { placed_at, .. } = job.state else {
+            unreachable!("only placed jobs have an end")
+        };
+        job.request
+            .estimate
+            .map_or(Micros::MAX, |e| placed_at.saturating_add(self.stretched(e)))
+    }
+
+    /// The head's reservation (`None`: no backfilling, or no promise can be made), taken
+    /// from the memo when the matrix has not changed and no planned end has passed since it
+    /// was made.
+    fn reservation(&mut self, head: JobId, now: Micros) -> Option<ReservationMemo> {
+        if let Some(memo) = self.reservation_memo.take() {
+            let unchanged = memo.head == head && memo.matrix_changes == self.matrix_changes;
+            // Past a planned end, that job counts as ending "now": the shadow would move.
+            let same_ends = now == memo.made_at || now < memo.first_end;
+            if unchanged && same_ends {
+                return Some(memo);
+            }
+        }
+        let (slice, shadow, outside) = self.reserve(head, now)?;
+        let memo = ReservationMemo {
+            head,
+            matrix_changes: self.matrix_changes,
+            made_at: now,
+            first_end: self
+                .slices
+                .iter()
+                .filter_map(|s| s.ends.first().map(|&(end, _)| end))
+                .min()
+                .unwrap_or(Micros::MAX),
+            slice,
+            shadow,
+            outside,
+        };
+        Some(memo)
+    }
+
     /// EASY: when the head cannot start, the earliest time (by stretched estimates) it could,
-    /// in which slice and on which processors. With several slices each is a virtual machine
-    /// running at `1/mpl` speed (Zhang, Franke, Moreira & Sivasubramaniam 2000).
-    fn reserve(&self, head: JobId, now: Micros) -> Reservation {
+    /// in which slice, and that slice with the processors it would get marked busy. With
+    /// several slices each is a virtual machine running at `1/mpl` speed (Zhang, Franke,
+    /// Moreira & Sivasubramaniam 2000).
+    fn reserve(&self, head: JobId, now: Micros) -> Option<(SliceId, Micros, ProcSet)> {
         if self.config.backfill != Backfill::Easy {
-            return Reservation::Strict;
+            return None;
         }
         let shape = self.jobs[&head].request.shape;
-        let mut best = Reservation::Strict;
+        let mut best: Option<(&Slice, Micros, Partition)> = None;
         for slice in &self.slices {
-            let mut ending: Vec<(Micros, JobId)> = slice
-                .own
-                .iter()
-                .map(|&id| {
-                    let job = &self.jobs[&id];
-                    let JobState::Placed { placed_at, .. } = job.state else {
-                        unreachable!("own jobs are placed")
-                    };
-                    let end = job.request.estimate.map_or(Micros::MAX, |e| {
-                        placed_at.saturating_add(self.stretched(e)).max(now)
-                    });
-                    (end, id)
-                })
+            // Jobs past their planned end may end any moment: all count as ending now, in id
+            // order; the rest end as planned. A job without an estimate promises nothing.
+            let mut overdue: Vec<(Micros, JobId)> = slice
+                .ends
+                .range(..=(now, JobId::MAX))
+                .map(|&(_, id)| (now, id))
                 .collect();
-            ending.sort_unstable();
-            let mut map = slice.taken.clone();
-            // A running job without an estimate (or preempting processors in the way) gives no
-            // promise for this slice.
-            for (end, id) in ending.into_iter().take_while(|&(end, _)| end < Micros::MAX) {
-                self.partition(id).unmark(&mut map);
-                if let Some(partition) = self.find(&map, shape) {
-                    let earlier = !matches!(best, Reservation::At { shadow, .. } if shadow <= end);
-                    if earlier {
-                        best = Reservation::At {
-                            slice: slice.id,
-                            shadow: end,
-                            partition,
-                        };
-                    }
+            overdue.sort_unstable();
+            let upcoming = slice
+                .ends
+                .range((Bound::Excluded((now, JobId::MAX)), Bound::Unbounded))
+                .copied();
+            let earlier = |end: Micros| best.as_ref().is_none_or(|&(_, shadow, _)| end < shadow);
+            // Until enough processors are free no partitioner can succeed: count, and copy the
+            // slice and unmark the ending jobs only once the count allows a look.
+            let mut map: Option<ProcSet> = None;
+            let mut ending = Vec::new();
+            let mut free = u64::from(slice.taken.free());
+            let mut found = None;
+            for (end, id) in overdue
+                .into_iter()
+                .chain(upcoming)
+                .take_while(|&(end, _)| end < Micros::MAX && earlier(end))
+            {
+                let partition = self.partition(id);
+                ending.push(partition);
+                free += u64::from(partition.size());
+                if free < shape.procs() {
+                    continue;
+                }
+                let map = map.get_or_insert_with(|| slice.taken.clone());
+                ending.drain(..).for_each(|p| p.unmark(map));
+                if let Some(reserved) = self.find(map, shape) {
+                    found = Some((end, reserved));
                     break;
                 }
             }
+            if let Some((shadow, reserved)) = found {
+                best = Some((slice, shadow, reserved));
+            }
         }
-        best
+        // The chosen slice as it is now, with the reserved processors busy.
+        best.map(|(slice, shadow, reserved)| {
+            let mut outside = slice.taken.clone();
+            reserved.mark(&mut outside);
+            (slice.id, shadow, outside)
+        })
     }
 
-    /// A slice and processors for a job behind the head, if it cannot delay the head: in the
-    /// head's reserved slice it must avoid the reserved processors or end before the shadow
+    /// EASY's pass over the jobs behind the head, in queue order: each starts in the first
+    /// slice with room if it cannot delay the head. In the head's reserved slice a job must
+    /// avoid the reserved processors or end (by its stretched estimate) before the shadow
     /// time; other slices are not the head's.
-    fn find_backfill(
-        &self,
-        id: JobId,
-        reservation: &Reservation,
+    ///
+    /// The pass costs the jobs it tries, not the queue's length: a request at least as large
+    /// as every slice's room (free processors, or the smallest request that already failed
+    /// there, see [`PartitionerKind::fails_upward`]) cannot start, so the queue's index skips
+    /// straight to the next smaller one.
+    fn backfill(
+        &mut self,
+        head: QueueKey,
+        reservation: &mut ReservationMemo,
         now: Micros,
-    ) -> Option<(Partition, Home)> {
-        let Reservation::At {
-            slice: reserved_slice,
-            shadow,
-            partition: reserved,
-        } = reservation
-        else {
-            return None;
-        };
-        let job = &self.jobs[&id];
-        let shape = job.request.shape;
-        let ends_in_time = job
-            .request
-            .estimate
-            .is_some_and(|e| now.saturating_add(self.stretched(e)) <= *shadow);
-        self.slices.iter().find_map(|slice| {
-            let home = Home::Slice(slice.id);
-            if slice.id != *reserved_slice {
-                return self.find(&slice.taken, shape).map(|p| (p, home));
+        decisions: &mut Vec<Decision>,
+    ) {
+        let (shadow, outside) = (reservation.shadow, &mut reservation.outside);
+        let reserved_index = self.slice_index(reservation.slice);
+        let upward = self.config.partitioner.fails_upward();
+        let mut failed = vec![u64::MAX; self.slices.len()];
+        let mut failed_outside = u64::MAX;
+        let room = |set: &ProcSet, failed: u64| (u64::from(set.free()) + 1).min(failed);
+        let mut cursor = head;
+        loop {
+            let below = self
+                .slices
+                .iter()
+                .zip(&failed)
+                .map(|(slice, &failed)| room(&slice.taken, failed))
+                .fold(room(outside, failed_outside), u64::max);
+            let Some(next) = self.queue.next_smaller(cursor, Class::Standby, below) else {
+                break;
+            };
+            cursor = next;
+            let request = &self.jobs[&next.2].request;
+            let (shape, size) = (request.shape, request.shape.procs());
+            let ends_in_time = request
+                .estimate
+                .is_some_and(|e| now.saturating_add(self.stretched(e)) <= shadow);
+            let attempt = |set: &ProcSet, failed: &mut u64| {
+                if size >= *failed {
+                    return None;
+                }
+                let found = self.find(set, shape);
+                if found.is_none() && upward {
+                    *failed = size;
+                }
+                found
+            };
+            let mut placed = None;
+            for (index, slice) in self.slices.iter().enumerate() {
+                let found = if index == reserved_index {
+                    // Processors outside the reservation first: then the end time does not matter.
+                    attempt(outside, &mut failed_outside).or_else(|| {
+                        ends_in_time
+                            .then(|| attempt(&slice.taken, &mut failed[index]))
+                            .flatten()
+                    })
+                } else {
+                    attempt(&slice.taken, &mut failed[index])
+                };
+                if let Some(partition) = found {
+                    placed = Some((partition, index));
+                    break;
+                }
             }
-            // Prefer processors outside the reservation: then the end time does not matter.
-            let mut map = slice.taken.clone();
-            reserved.mark(&mut map);
-            self.find(&map, shape)
-                .or_else(|| {
-                    ends_in_time
-                        .then(|| self.find(&slice.taken, shape))
-                        .flatten()
-                })
-                .map(|p| (p, home))
-        })
+            if let Some((partition, index)) = placed {
+                if index == reserved_index {
+                    partition.mark(outside);
+                }
+                let home = Home::Slice(self.slices[index].id);
+                self.commit(next, partition, home, now, decisions);
+            }
+        }
     }
 
     /// Puts a job in the matrix and refreshes what depends on it.
     fn place(&mut self, id: JobId, partition: Partition, home: Home, now: Micros) {
+        self.matrix_changes += 1;
         let seq = self.next_seq;
         self.next_seq += 1;
         match home {
@@ -657,6 +764,7 @@ impl Scheduler {
                     self.slices.push(Slice {
                         id: slice_id,
                         own: Vec::new(),
+                        ends: BTreeSet::new(),
                         taken: self.preempting_procs.clone(),
                         alternates: Vec::new(),
                         busy: self.preempting_procs.clone(),
@@ -673,6 +781,7 @@ impl Scheduler {
             home,
             placed_at: now,
         };
+        let end = self.planned_end(&self.jobs[&id]);
         match home {
             Home::Preempting => self.refresh_all(),
             Home::Standby => {
@@ -686,6 +795,7 @@ impl Scheduler {
                 let index = self.slice_index(slice_id);
                 let slice = &mut self.slices[index];
                 slice.own.push(id);
+                slice.ends.insert((end, id));
                 partition.mark(&mut slice.taken);
                 self.refill(index);
                 // The newest placement is last in alternate order: it only takes what is left.
@@ -707,6 +817,7 @@ impl Scheduler {
 
     /// Takes a job out of the queue or the matrix, refreshing what depended on it.
     fn unplace(&mut self, job: &Job) {
+        self.matrix_changes += 1;
         let id = job.request.id;
         let JobState::Placed {
             partition, home, ..
@@ -732,6 +843,8 @@ impl Scheduler {
                 self.placed.remove(&job.placed_seq);
                 let index = self.slice_index(slice_id);
                 self.slices[index].own.retain(|&j| j != id);
+                let end = self.planned_end(job);
+                self.slices[index].ends.remove(&(end, id));
                 let mut stale: Vec<usize> = (0..self.slices.len())
                     .filter(|&i| i == index || self.slices[i].alternates.contains(&id))
                     .collect();
@@ -743,7 +856,12 @@ impl Scheduler {
                         .filter(|i| **i > index)
                         .for_each(|i| *i -= 1);
                 } else {
-                    self.retake(index);
+                    // Own partitions are disjoint; preempting jobs may cover any of them.
+                    let taken = &mut self.slices[index].taken;
+                    partition.unmark(taken);
+                    if !self.preempting_procs.is_empty() {
+                        taken.union_with(&self.preempting_procs);
+                    }
                 }
                 if self.config.repack && self.repack() {
                     self.refresh_all();
@@ -768,8 +886,11 @@ impl Scheduler {
                     continue;
                 };
                 moved = true;
+                let end = self.planned_end(&self.jobs[&id]);
                 self.slices[from].own.retain(|&j| j != id);
+                self.slices[from].ends.remove(&(end, id));
                 self.slices[to].own.push(id);
+                self.slices[to].ends.insert((end, id));
                 partition.mark(&mut self.slices[to].taken);
                 let to_id = self.slices[to].id;
                 if let JobState::Placed { home, .. } =
@@ -810,6 +931,19 @@ impl Scheduler {
                     kept.standby,
                     recomputed.alternates,
                     recomputed.standby
+                ));
+            }
+        }
+        for slice in &self.slices {
+            let ends: BTreeSet<(Micros, JobId)> = slice
+                .own
+                .iter()
+                .map(|id| (self.planned_end(&self.jobs[id]), *id))
+                .collect();
+            if ends != slice.ends {
+                return Err(format!(
+                    "slice {} drifted: kept ends {:?}, own jobs give {ends:?}",
+                    slice.id, slice.ends
                 ));
             }
         }
@@ -868,13 +1002,60 @@ fn job_partition(jobs: &BTreeMap<JobId, Job>, id: JobId) -> &Partition {
     }
 }
 
-/// What the head of the queue is owed while later jobs are considered.
-enum Reservation {
-    /// No backfilling: nothing passes the head.
-    Strict,
-    At {
-        slice: SliceId,
-        shadow: Micros,
-        partition: Partition,
-    },
+/// What the head of the queue is owed while later jobs are considered, with what it was
+/// computed from.
+#[derive(Clone, Debug)]
+struct ReservationMemo {
+    head: JobId,
+    matrix_changes: u64,
+    made_at: Micros,
+    /// The earliest planned end of any own job when it was made.
+    first_end: Micros,
+    /// The head's earliest slice and time (by stretched estimates).
+    slice: SliceId,
+    shadow: Micros,
+    /// The reserved slice with the reserved processors marked busy.
+    outside: ProcSet,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Placement attempts on this thread: the work a scheduling pass does.
+        pub static FINDS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    fn finds() -> u64 {
+        FINDS.with(Cell::get)
+    }
+
+    #[test]
+    fn backfilling_tries_the_jobs_that_could_start_not_the_whole_queue() {
+        let config = Config {
+            mpl: 1,
+            alternates: false,
+            backfill: Backfill::Easy,
+            ..Config::default()
+        };
+        let mut s = Scheduler::new(Machine::line(1000).unwrap(), config).unwrap();
+        let job = |id, procs, estimate| JobRequest::new(id, Shape::Count(procs)).estimate(estimate);
+        s.submit(job(0, 500, 1_000), 0).unwrap();
+        // The head waits for job 0; 5,000 jobs behind it can never start beside job 0.
+        s.submit(job(1, 1000, 1_000), 0).unwrap();
+        for id in 2..5_002 {
+            s.submit(job(id, 600, 10), 0).unwrap();
+        }
+        let before = finds();
+        let decisions = s.submit(job(9_999, 10, 5), 1).unwrap();
+        assert!(matches!(decisions[0], Decision::Placed { job: 9_999, .. }));
+        let tries = finds() - before;
+        assert!(tries < 10, "{tries} placement attempts for one arrival");
+        // Ending the small job starts nothing, and looks at no queued job either.
+        let before = finds();
+        assert_eq!(s.remove(9_999, 6).unwrap().len(), 1);
+        assert!(finds() - before < 10);
+    }
 }

@@ -4,6 +4,7 @@
 //! whitespace-separated numeric fields, `-1` meaning unknown. Plain or gzip-compressed files are
 //! read alike (detected by the gzip magic bytes, not the name).
 
+use cosched_core::Machine;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -32,6 +33,25 @@ pub const FIELD_NAMES: [&str; FIELDS] = [
     "preceding job",
     "think time",
 ];
+
+/// The longest time a field may give: 2^32 s (136 years; archive logs span under 10). Every
+/// time becomes microseconds in an `i64`, so the cap keeps any sum of them far from overflow.
+pub const MAX_SECONDS: f64 = 4_294_967_296.0;
+
+/// The largest count a non-time, non-processor field may give (user ids, memory in KB, job
+/// numbers): 2^53, the largest integer a double holds exactly.
+pub const MAX_COUNT: f64 = 9_007_199_254_740_992.0;
+
+/// The largest value field `index` (0-based) may hold; the smallest is always -1 (unknown).
+fn field_limit(index: usize) -> f64 {
+    match index {
+        // submit, wait, run, average CPU time, requested time, think time
+        1 | 2 | 3 | 5 | 8 | 17 => MAX_SECONDS,
+        // allocated and requested processors
+        4 | 7 => f64::from(Machine::MAX_PROCS),
+        _ => MAX_COUNT,
+    }
+}
 
 /// One job line. Values are kept as read (fractional CPU times exist in some logs).
 #[derive(Clone, Debug, PartialEq)]
@@ -115,8 +135,17 @@ pub struct Trace {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SwfError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
+    /// The error is kept as a field, not a source, so it prints once and not again as a cause.
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: io::Error },
+    #[error("{path}:{line}: cannot read: {error} (a damaged or truncated gzip file?)")]
+    Damaged {
+        path: PathBuf,
+        line: usize,
+        error: io::Error,
+    },
+    #[error("{path}:{line}: not UTF-8 text (is this an SWF file?)")]
+    NotText { path: PathBuf, line: usize },
     #[error("{path}:{line}: expected {FIELDS} fields, found {found}")]
     FieldCount {
         path: PathBuf,
@@ -131,15 +160,24 @@ pub enum SwfError {
         name: &'static str,
         text: String,
     },
+    #[error("{path}:{line}: field {field} ({name}): {text} is out of range (-1 for unknown, or 0 to {limit})")]
+    OutOfRange {
+        path: PathBuf,
+        line: usize,
+        field: usize,
+        name: &'static str,
+        text: String,
+        limit: f64,
+    },
     #[error("{path}: no job records")]
     Empty { path: PathBuf },
 }
 
 /// Reads a plain or gzip-compressed SWF file.
 pub fn read_path(path: &Path) -> Result<Trace, SwfError> {
-    let io_err = |source| SwfError::Io {
+    let io_err = |error| SwfError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let mut file = BufReader::new(File::open(path).map_err(io_err)?);
     let gzipped = file.fill_buf().map_err(io_err)?.starts_with(&[0x1f, 0x8b]);
@@ -154,19 +192,27 @@ pub fn read_path(path: &Path) -> Result<Trace, SwfError> {
 /// Reads SWF text; `path` only names the source in errors.
 pub fn read(mut reader: impl BufRead, path: &Path) -> Result<Trace, SwfError> {
     let mut trace = Trace::default();
-    let mut line = String::new();
+    let mut bytes = Vec::new();
     let mut number = 0;
     loop {
-        line.clear();
-        let read = reader.read_line(&mut line).map_err(|source| SwfError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        bytes.clear();
+        let read = reader
+            .read_until(b'\n', &mut bytes)
+            .map_err(|error| SwfError::Damaged {
+                path: path.to_path_buf(),
+                line: number + 1,
+                error,
+            })?;
         if read == 0 {
             break;
         }
         number += 1;
-        let text = line.trim();
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| SwfError::NotText {
+                path: path.to_path_buf(),
+                line: number,
+            })?
+            .trim();
         if text.is_empty() {
             continue;
         }
@@ -195,7 +241,7 @@ fn parse_record(text: &str, path: &Path, line: usize) -> Result<Record, SwfError
     }
     let mut record = Record::unknown();
     for (i, word) in words.iter().enumerate() {
-        record.fields[i] = word
+        let value = word
             .parse::<f64>()
             .ok()
             .filter(|v| v.is_finite())
@@ -206,6 +252,18 @@ fn parse_record(text: &str, path: &Path, line: usize) -> Result<Record, SwfError
                 name: FIELD_NAMES[i],
                 text: word.to_string(),
             })?;
+        let limit = field_limit(i);
+        if value != -1.0 && !(0.0..=limit).contains(&value) {
+            return Err(SwfError::OutOfRange {
+                path: path.to_path_buf(),
+                line,
+                field: i + 1,
+                name: FIELD_NAMES[i],
+                text: word.to_string(),
+                limit,
+            });
+        }
+        record.fields[i] = value;
     }
     Ok(record)
 }
@@ -281,5 +339,62 @@ mod tests {
         assert_eq!(err.to_string(), "t.swf:1: expected 18 fields, found 4");
         let err = read_bytes("; only a header\n".as_bytes(), "h.swf").unwrap_err();
         assert_eq!(err.to_string(), "h.swf: no job records");
+    }
+
+    #[test]
+    fn unreadable_bytes_name_their_line_once() {
+        let err = read_bytes(&b"; x\n; y\n\xff\xfe 3\n"[..], "u.swf").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "u.swf:3: not UTF-8 text (is this an SWF file?)"
+        );
+        assert!(std::error::Error::source(&err).is_none());
+        let mut gz = Vec::new();
+        {
+            use flate2::write::GzEncoder;
+            let mut encoder = GzEncoder::new(&mut gz, flate2::Compression::default());
+            encoder.write_all(SAMPLE.as_bytes()).unwrap();
+            encoder.finish().unwrap();
+        }
+        let dir = std::env::temp_dir().join(format!("cosched-swf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cut = dir.join("cut.swf.gz");
+        std::fs::write(&cut, &gz[..gz.len() / 2]).unwrap();
+        let err = read_path(&cut).unwrap_err();
+        let text = err.to_string();
+        let prefix = format!("{}:", cut.display());
+        assert!(
+            text.starts_with(&prefix) && text.contains(": cannot read: "),
+            "{text}"
+        );
+        assert!(std::error::Error::source(&err).is_none(), "printed twice");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn every_field_is_range_checked_where_it_is_read() {
+        let line = |field: usize, value: &str| {
+            let mut words = vec!["1"; FIELDS];
+            words[field - 1] = value;
+            format!("; x\n{}\n", words.join(" "))
+        };
+        let err = |field, value| {
+            read_bytes(line(field, value).as_bytes(), "r.swf")
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(4, "9.3e12"),
+            "r.swf:2: field 4 (run time): 9.3e12 is out of range (-1 for unknown, or 0 to 4294967296)"
+        );
+        assert_eq!(
+            err(5, "4294967295"),
+            "r.swf:2: field 5 (allocated processors): 4294967295 is out of range (-1 for unknown, or 0 to 16777216)"
+        );
+        assert!(err(2, "-5").contains("field 2 (submit time): -5 is out of range"));
+        assert!(err(12, "1e300").contains("field 12 (user id)"));
+        for (field, value) in [(2, "-1"), (4, "4294967296"), (8, "16777216"), (6, "0.5")] {
+            assert!(read_bytes(line(field, value).as_bytes(), "ok.swf").is_ok());
+        }
     }
 }

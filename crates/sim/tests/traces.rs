@@ -3,6 +3,7 @@
 //! the shared folder beside the checkout. A missing folder fails the test (it must not pass by
 //! skipping).
 
+use cosched_core::{PartitionerKind, MICROS_PER_SEC};
 use cosched_sim::swf::read_path;
 use cosched_sim::*;
 use std::path::PathBuf;
@@ -93,4 +94,71 @@ fn generated_workloads_match_the_reference_distributions() {
         (ref_mean / mean - 1.0).abs() < 0.15,
         "mean size {ref_mean} vs {mean}"
     );
+}
+
+/// The README's figures (`results/traces.jsonl`, written by `scripts/trace-results` before the
+/// engine was made fast on wide machines) are what the engine still gives, to the last bit:
+/// counting free processors, the queue index and the reservation memo change the speed, not
+/// one decision. KTH-SP2 under a spread of policies and both partitioners; the other rows are
+/// checked the same way by `scripts/trace-results --check`.
+#[test]
+fn kth_replays_give_the_recorded_results() {
+    let rows = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../results/traces.jsonl"),
+    )
+    .expect("results/traces.jsonl is in the repository");
+    let trace = load("KTH-SP2-1996-2.1-cln.swf.gz");
+    let (jobs, dropped) = jobs_from_trace(&trace);
+    let mut checked = 0;
+    for line in rows.lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        let text = |key: &str| row[key].as_str().unwrap_or_default().to_string();
+        let mpl = row["mpl"].as_u64();
+        let interesting = matches!(
+            (
+                text("policy").as_str(),
+                mpl,
+                row["alternates"].as_bool(),
+                row["backfill"].as_bool()
+            ),
+            ("fcfs" | "easy", ..)
+                | ("gang", Some(4), Some(true), Some(true))
+                | ("gang", Some(2), Some(true), Some(false))
+                | ("gang", Some(8), Some(false), _)
+        );
+        if !text("workload").contains("KTH-SP2") || !interesting {
+            continue;
+        }
+        let policy: Policy = text("policy").parse().unwrap();
+        let mut config = SimConfig::new(row["procs"].as_u64().unwrap() as u32, policy);
+        config.partitioner = text("partitioner").parse::<PartitionerKind>().unwrap();
+        if let Some(mpl) = mpl {
+            config.mpl = mpl as u32;
+            config.alternates = row["alternates"].as_bool().unwrap();
+            config.repack = row["repack"].as_bool().unwrap();
+            config.backfill = row["backfill"].as_bool().unwrap();
+            config.quantum = (row["quantum_s"].as_f64().unwrap() * MICROS_PER_SEC as f64) as i64;
+        }
+        let outcome = simulate(&jobs, dropped, &config, &mut |_, _| {}).unwrap();
+        let m = metrics(&outcome.results, config.procs);
+        for (name, value) in [
+            ("utilization", m.utilization),
+            ("mean_wait_s", m.mean_wait_s),
+            ("mean_bounded_slowdown", m.mean_bounded_slowdown),
+            ("p95_bounded_slowdown", m.p95_bounded_slowdown),
+            ("makespan_s", m.makespan_s),
+        ] {
+            let recorded = row[name].as_f64().unwrap();
+            assert!(
+                (value - recorded).abs() <= 1e-9 * recorded.abs().max(1.0),
+                "{} {} {:?}: {name} {value} != recorded {recorded}",
+                text("partitioner"),
+                policy,
+                mpl
+            );
+        }
+        assert_eq!(outcome.generations, row["generations"].as_u64().unwrap());
+        checked += 1;
+    }
+    assert_eq!(checked, 10, "rows of results/traces.jsonl checked");
 }
