@@ -104,7 +104,8 @@ impl Partition {
 
     /// True when none of this partition's processors is in `busy`.
     pub fn is_clear_in(&self, busy: &ProcSet) -> bool {
-        self.spans.iter().all(|&s| busy.is_span_clear(s))
+        // More processors than are free cannot all be free: a full slice answers at once.
+        self.size <= busy.free() && self.spans.iter().all(|&s| busy.is_span_clear(s))
     }
 
     pub fn mark(&self, busy: &mut ProcSet) {

@@ -392,7 +392,13 @@ impl Scheduler {
             .slices
             .iter()
             .map(|slice| {
-                let mut entries = preempting.clone();
+                let mut entries = Vec::with_capacity(
+                    preempting.len()
+                        + slice.own.len()
+                        + slice.alternates.len()
+                        + slice.standby.len(),
+                );
+                entries.extend_from_slice(&preempting);
                 let nothing_preempts = self.preempting_procs.is_empty();
                 entries.extend(
                     slice
@@ -617,32 +623,37 @@ impl Scheduler {
             return None;
         }
         let shape = self.jobs[&head].request.shape;
-        let mut best: Option<(&Slice, Micros, Partition)> = None;
-        for slice in &self.slices {
-            // Jobs past their planned end may end any moment: all count as ending now, in id
-            // order; the rest end as planned. A job without an estimate promises nothing.
-            let mut overdue: Vec<(Micros, JobId)> = slice
-                .ends
-                .range(..=(now, JobId::MAX))
-                .map(|&(_, id)| (now, id))
-                .collect();
-            overdue.sort_unstable();
-            let upcoming = slice
-                .ends
-                .range((Bound::Excluded((now, JobId::MAX)), Bound::Unbounded))
-                .copied();
-            let earlier = |end: Micros| best.as_ref().is_none_or(|&(_, shadow, _)| end < shadow);
-            // Until enough processors are free no partitioner can succeed: count, and copy the
-            // slice and unmark the ending jobs only once the count allows a look.
+        // No partitioner finds `n` processors among fewer: per slice, the first end after
+        // which enough could be free is the earliest its shadow can be. Slices are then tried
+        // from the earliest bound, and a slice that cannot beat the best so far is not copied
+        // or searched at all.
+        let mut bounds: Vec<(Micros, usize)> = Vec::new();
+        for (index, slice) in self.slices.iter().enumerate() {
+            let mut free = u64::from(slice.taken.free());
+            let bound = self.ending_order(slice, now).find_map(|(end, id)| {
+                free += u64::from(self.partition(id).size());
+                (free >= shape.procs()).then_some(end)
+            });
+            bounds.extend(bound.map(|end| (end, index)));
+        }
+        bounds.sort_unstable();
+        // The earliest shadow wins; on a tie, the first slice in matrix order.
+        let mut best: Option<(usize, Micros, Partition)> = None;
+        for (bound, index) in bounds {
+            let beats = |end: Micros| {
+                best.as_ref().is_none_or(|&(best_index, shadow, _)| {
+                    end < shadow || end == shadow && index < best_index
+                })
+            };
+            if !beats(bound) {
+                continue;
+            }
+            let slice = &self.slices[index];
+            // Copy the slice and unmark the ending jobs only once the count allows a look.
             let mut map: Option<ProcSet> = None;
             let mut ending = Vec::new();
             let mut free = u64::from(slice.taken.free());
-            let mut found = None;
-            for (end, id) in overdue
-                .into_iter()
-                .chain(upcoming)
-                .take_while(|&(end, _)| end < Micros::MAX && earlier(end))
-            {
+            for (end, id) in self.ending_order(slice, now).take_while(|&(end, _)| beats(end)) {
                 let partition = self.partition(id);
                 ending.push(partition);
                 free += u64::from(partition.size());
@@ -652,20 +663,42 @@ impl Scheduler {
                 let map = map.get_or_insert_with(|| slice.taken.clone());
                 ending.drain(..).for_each(|p| p.unmark(map));
                 if let Some(reserved) = self.find(map, shape) {
-                    found = Some((end, reserved));
+                    best = Some((index, end, reserved));
                     break;
                 }
             }
-            if let Some((shadow, reserved)) = found {
-                best = Some((slice, shadow, reserved));
-            }
         }
         // The chosen slice as it is now, with the reserved processors busy.
-        best.map(|(slice, shadow, reserved)| {
+        best.map(|(index, shadow, reserved)| {
+            let slice = &self.slices[index];
             let mut outside = slice.taken.clone();
             reserved.mark(&mut outside);
             (slice.id, shadow, outside)
         })
+    }
+
+    /// A slice's own jobs in the order EASY expects them to end: those past their planned end
+    /// may end any moment, so all count as ending now, in id order; the rest end as planned.
+    /// Jobs without an estimate promise nothing and are left out.
+    fn ending_order<'a>(
+        &self,
+        slice: &'a Slice,
+        now: Micros,
+    ) -> impl Iterator<Item = (Micros, JobId)> + 'a {
+        let mut overdue: Vec<(Micros, JobId)> = slice
+            .ends
+            .range(..=(now, JobId::MAX))
+            .map(|&(_, id)| (now, id))
+            .collect();
+        overdue.sort_unstable();
+        let upcoming = slice
+            .ends
+            .range((Bound::Excluded((now, JobId::MAX)), Bound::Unbounded))
+            .copied();
+        overdue
+            .into_iter()
+            .chain(upcoming)
+            .take_while(|&(end, _)| end < Micros::MAX)
     }
 
     /// EASY's pass over the jobs behind the head, in queue order: each starts in the first
