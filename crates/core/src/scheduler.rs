@@ -653,7 +653,10 @@ impl Scheduler {
             let mut map: Option<ProcSet> = None;
             let mut ending = Vec::new();
             let mut free = u64::from(slice.taken.free());
-            for (end, id) in self.ending_order(slice, now).take_while(|&(end, _)| beats(end)) {
+            for (end, id) in self
+                .ending_order(slice, now)
+                .take_while(|&(end, _)| beats(end))
+            {
                 let partition = self.partition(id);
                 ending.push(partition);
                 free += u64::from(partition.size());
