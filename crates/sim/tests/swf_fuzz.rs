@@ -1,5 +1,5 @@
 //! Fuzzing the SWF reader and the replay behind it with proptest (CI runs the default 256
-//! cases a property; `PROPTEST_CASES=100000 cargo test --release -p cosched-sim --test swf_fuzz`
+//! cases a property; `PROPTEST_CASES=200000 cargo test --release -p cosched-sim --test swf_fuzz`
 //! for a long run): whatever a trace holds, reading it gives a trace or one error line naming
 //! the file, and a trace that reads replays to the end or to one error, never a panic.
 
