@@ -182,9 +182,9 @@ impl Partitioner for FirstFit {
 
     fn find(&self, _: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
         let n = count(shape);
-        busy.runs(false)
-            .find(|run| run.len >= n)
-            .map(|run| Partition::block(run.start, n))
+        // A run of 0 is any run: the first free processor, as a run of 1.
+        busy.first_free_run(n.max(1))
+            .map(|start| Partition::block(start, n))
     }
 }
 

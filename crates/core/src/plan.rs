@@ -128,25 +128,68 @@ pub struct Generation {
 impl Generation {
     /// The generation that follows `previous` (if any) from `first_slot` on.
     pub fn follow(previous: Option<&Generation>, plan: Plan, first_slot: i64) -> Generation {
-        let count = plan.slices.len().max(1);
-        let (number, first_slice) = match previous {
-            Some(prev) => (
-                prev.number + 1,
-                prev.slice_for_slot(first_slot).unwrap_or(0) % count,
-            ),
-            None => (1, 0),
-        };
-        Generation {
-            number,
+        let cycle = Cycle::follow(
+            previous.map(Generation::cycle).as_ref(),
+            plan.slices.len(),
             first_slot,
-            first_slice,
+        );
+        Generation {
+            number: previous.map_or(1, |prev| prev.number + 1),
+            first_slot,
+            first_slice: cycle.first_slice,
             plan,
+        }
+    }
+
+    /// Which slice runs in which slot under this generation.
+    pub fn cycle(&self) -> Cycle {
+        Cycle {
+            first_slot: self.first_slot,
+            first_slice: self.first_slice,
+            slices: self.plan.slices.len(),
         }
     }
 
     /// The slice that runs in `slot`, or `None` when the plan is empty (or the slot precedes it).
     pub fn slice_for_slot(&self, slot: i64) -> Option<usize> {
-        let count = self.plan.slices.len() as i64;
+        self.cycle().slice_for_slot(slot)
+    }
+
+    /// Position of `slice` in the cycle that begins at `first_slot` (0 = first to run).
+    pub fn position_of(&self, slice: usize) -> usize {
+        self.cycle().position_of(slice)
+    }
+}
+
+/// The rotation's arithmetic without the plan: `slices` slices taking turns from
+/// `first_slot`, slice `first_slice` first. The simulator follows cycles without building
+/// plans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cycle {
+    pub first_slot: i64,
+    pub first_slice: usize,
+    pub slices: usize,
+}
+
+impl Cycle {
+    /// The cycle of `slices` slices from `first_slot` on after `previous`: the rotation
+    /// continues where the last one was, so frequent changes do not keep restarting at slice
+    /// 0 and starving the last slices. With as many slices as before, every slot keeps its
+    /// slice.
+    pub fn follow(previous: Option<&Cycle>, slices: usize, first_slot: i64) -> Cycle {
+        let first_slice = previous.map_or(0, |prev| {
+            prev.slice_for_slot(first_slot).unwrap_or(0) % slices.max(1)
+        });
+        Cycle {
+            first_slot,
+            first_slice,
+            slices,
+        }
+    }
+
+    /// The slice that runs in `slot`, or `None` without slices (or before `first_slot`).
+    pub fn slice_for_slot(&self, slot: i64) -> Option<usize> {
+        let count = self.slices as i64;
         if count == 0 || slot < self.first_slot {
             return None;
         }
@@ -155,8 +198,7 @@ impl Generation {
 
     /// Position of `slice` in the cycle that begins at `first_slot` (0 = first to run).
     pub fn position_of(&self, slice: usize) -> usize {
-        let count = self.plan.slices.len();
-        (slice + count - self.first_slice) % count
+        (slice + self.slices - self.first_slice) % self.slices
     }
 }
 

@@ -13,6 +13,65 @@ pub struct ProcSet {
     /// How many processors are in the set, kept current by every change: "can `n` fit?" is
     /// a comparison, not a scan of every word (1,458 of them on 93,312 processors).
     members: u32,
+    /// The free runs of each block of [`BLOCK_WORDS`] words, kept current by every change:
+    /// "where is the first free run of n?" skips every block whose runs are all shorter.
+    blocks: Vec<BlockRuns>,
+}
+
+/// Words per block of [`BlockRuns`]: small enough that refreshing the two blocks at the ends
+/// of a changed span is cheap, large enough that a query walks few blocks (183 on Curie).
+const BLOCK_WORDS: usize = 8;
+const BLOCK_BITS: u32 = BLOCK_WORDS as u32 * 64;
+
+/// Free runs in one block: the run at its start, the run at its end and the longest run
+/// wholly inside it (all three are the block's size when it is free). Processors past the
+/// set's capacity count as busy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+struct BlockRuns {
+    head: u16,
+    tail: u16,
+    longest: u16,
+}
+
+impl BlockRuns {
+    const FREE: BlockRuns = BlockRuns {
+        head: BLOCK_BITS as u16,
+        tail: BLOCK_BITS as u16,
+        longest: BLOCK_BITS as u16,
+    };
+    const FULL: BlockRuns = BlockRuns {
+        head: 0,
+        tail: 0,
+        longest: 0,
+    };
+
+    /// Measures the runs of clear bits in `words` (bits set = busy).
+    fn measure(words: impl Iterator<Item = u64>) -> BlockRuns {
+        let (mut head, mut run, mut longest) = (None, 0u32, 0u32);
+        for word in words {
+            let mut pos = 0;
+            while pos < 64 {
+                let rest = word >> pos;
+                if rest == 0 {
+                    run += 64 - pos;
+                    break;
+                }
+                let clear = rest.trailing_zeros();
+                run += clear;
+                head.get_or_insert(run);
+                longest = longest.max(run);
+                run = 0;
+                pos += clear;
+                pos += (!(word >> pos)).trailing_zeros().min(64 - pos);
+            }
+        }
+        let longest = longest.max(run);
+        BlockRuns {
+            head: head.unwrap_or(run) as u16,
+            tail: run as u16,
+            longest: longest as u16,
+        }
+    }
 }
 
 impl std::fmt::Debug for ProcSet {
@@ -33,10 +92,60 @@ impl std::fmt::Debug for ProcSet {
 impl ProcSet {
     /// An empty set over processors `0..len`.
     pub fn new(len: u32) -> Self {
-        ProcSet {
-            words: vec![0; (len as usize).div_ceil(64)],
+        let words = (len as usize).div_ceil(64);
+        let mut set = ProcSet {
+            words: vec![0; words],
             len,
             members: 0,
+            blocks: vec![BlockRuns::FREE; words.div_ceil(BLOCK_WORDS)],
+        };
+        if let Some(last) = set.blocks.len().checked_sub(1) {
+            set.measure_block(last);
+        }
+        set
+    }
+
+    /// Copies `other` (same capacity) into this set without allocating.
+    pub fn copy_from(&mut self, other: &ProcSet) {
+        debug_assert_eq!(self.len, other.len);
+        self.words.copy_from_slice(&other.words);
+        self.blocks.copy_from_slice(&other.blocks);
+        self.members = other.members;
+    }
+
+    /// Re-measures one block's runs from its words.
+    fn measure_block(&mut self, block: usize) {
+        let first = block * BLOCK_WORDS;
+        let words = &self.words[first..(first + BLOCK_WORDS).min(self.words.len())];
+        let capacity = self.len;
+        let beyond = |i: usize| {
+            // Bits past the capacity, and whole missing words of a short last block, are busy.
+            let start = ((first + i) * 64) as u32;
+            match capacity.saturating_sub(start) {
+                0 => u64::MAX,
+                n if n >= 64 => 0,
+                n => u64::MAX << n,
+            }
+        };
+        let padded = (0..BLOCK_WORDS).map(|i| words.get(i).copied().unwrap_or(0) | beyond(i));
+        self.blocks[block] = BlockRuns::measure(padded);
+    }
+
+    /// Brings the block runs of the words `first..=last` up to date after a change that set
+    /// (`now_member`) or cleared every bit of the words strictly between them.
+    fn remeasure(&mut self, first: usize, last: usize, now_member: bool) {
+        let (first_block, last_block) = (first / BLOCK_WORDS, last / BLOCK_WORDS);
+        self.measure_block(first_block);
+        if last_block > first_block {
+            let whole = if now_member {
+                BlockRuns::FULL
+            } else {
+                BlockRuns::FREE
+            };
+            // Blocks strictly inside the span are wholly set or wholly clear; only the last
+            // block may be short, and it is the span's last, which is measured.
+            self.blocks[first_block + 1..last_block].fill(whole);
+            self.measure_block(last_block);
         }
     }
 
@@ -82,8 +191,16 @@ impl ProcSet {
         Self::for_span_words(span, |i, mask, _| self.words[i] & mask == 0)
     }
 
+    /// The word indices of a non-empty span's first and last processors.
+    fn word_range(span: Span) -> (usize, usize) {
+        ((span.start / 64) as usize, ((span.end() - 1) / 64) as usize)
+    }
+
     pub fn insert_span(&mut self, span: Span) {
         debug_assert!(span.end() <= self.len, "{span} outside 0..{}", self.len);
+        if span.len == 0 {
+            return;
+        }
         Self::for_span_words(span, |i, mask, bits| {
             // Marking a free run is the common case: no bit count needed (no POPCNT on the
             // baseline x86-64 target, and this runs for every word of every partition).
@@ -95,10 +212,15 @@ impl ProcSet {
             self.words[i] |= mask;
             true
         });
+        let (first, last) = Self::word_range(span);
+        self.remeasure(first, last, true);
     }
 
     pub fn remove_span(&mut self, span: Span) {
         debug_assert!(span.end() <= self.len, "{span} outside 0..{}", self.len);
+        if span.len == 0 {
+            return;
+        }
         Self::for_span_words(span, |i, mask, bits| {
             let removed = match mask & self.words[i] {
                 present if present == mask => bits,
@@ -108,6 +230,8 @@ impl ProcSet {
             self.words[i] &= !mask;
             true
         });
+        let (first, last) = Self::word_range(span);
+        self.remeasure(first, last, false);
     }
 
     /// Adds every processor of `other` (same capacity).
@@ -117,6 +241,42 @@ impl ProcSet {
             *a |= b;
         }
         self.members = self.words.iter().map(|w| w.count_ones()).sum();
+        (0..self.blocks.len()).for_each(|block| self.measure_block(block));
+    }
+
+    /// The first processor of the leftmost run of `n` (at least 1) processors outside the
+    /// set: the start of the first maximal free run at least `n` long. Walks the blocks'
+    /// runs, looking at words only in a block that holds such a run wholly.
+    pub fn first_free_run(&self, n: u32) -> Option<u32> {
+        debug_assert!(n > 0);
+        if self.free() < n {
+            return None;
+        }
+        // The free run reaching the current block's start from earlier blocks.
+        let (mut start, mut run) = (0u32, 0u32);
+        for (index, block) in self.blocks.iter().enumerate() {
+            let block_start = index as u32 * BLOCK_BITS;
+            if u32::from(block.head) == BLOCK_BITS {
+                run += BLOCK_BITS;
+                if run >= n {
+                    return Some(start);
+                }
+                continue;
+            }
+            if run + u32::from(block.head) >= n {
+                return Some(start);
+            }
+            if u32::from(block.longest) >= n {
+                let from = block_start + u32::from(block.head);
+                return self
+                    .runs_from(from, false)
+                    .find(|r| r.len >= n)
+                    .map(|r| r.start);
+            }
+            run = u32::from(block.tail);
+            start = block_start + BLOCK_BITS - run;
+        }
+        None
     }
 
     pub fn is_disjoint(&self, other: &ProcSet) -> bool {
@@ -146,7 +306,12 @@ impl ProcSet {
 
     /// Maximal runs of members (`member = true`) or of non-members, in increasing order.
     pub fn runs(&self, member: bool) -> impl Iterator<Item = Span> + '_ {
-        let mut cursor = 0;
+        self.runs_from(0, member)
+    }
+
+    /// [`ProcSet::runs`] from processor `from` on (a run containing `from` starts there).
+    fn runs_from(&self, from: u32, member: bool) -> impl Iterator<Item = Span> + '_ {
+        let mut cursor = from;
         std::iter::from_fn(move || {
             let start = self.next(cursor, member)?;
             let end = self.next(start, !member).unwrap_or(self.len);
@@ -180,37 +345,76 @@ mod tests {
         );
     }
 
+    /// The leftmost free run of `n`, by looking at every run.
+    fn first_free_run_by_scan(set: &ProcSet, n: u32) -> Option<u32> {
+        set.runs(false)
+            .find(|run| run.len >= n)
+            .map(|run| run.start)
+    }
+
     #[test]
-    fn counts_and_fullness_follow_every_change() {
-        // A fixed pseudo-random walk of spans over a set that does not end on a word boundary.
-        let mut set = ProcSet::new(1000);
-        let mut model = vec![false; 1000];
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        for step in 0..5_000 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let start = (state % 1000) as u32;
-            let len = ((state >> 20) % 300) as u32 % (1000 - start) + 1;
-            let insert = step % 3 != 0;
-            let span = Span::new(start, len);
-            if insert {
-                set.insert_span(span);
-            } else {
-                set.remove_span(span);
+    fn counts_runs_and_block_summaries_follow_every_change() {
+        // A fixed pseudo-random walk of spans over sets that do not end on a word boundary,
+        // with spans long enough to cover whole blocks.
+        for capacity in [1000u32, 5000] {
+            let mut set = ProcSet::new(capacity);
+            let mut model = vec![false; capacity as usize];
+            let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+            for step in 0..3_000 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let start = (state % u64::from(capacity)) as u32;
+                let len = ((state >> 20) % u64::from(capacity / 3)) as u32 % (capacity - start) + 1;
+                let insert = step % 3 != 0;
+                let span = Span::new(start, len);
+                if insert {
+                    set.insert_span(span);
+                } else {
+                    set.remove_span(span);
+                }
+                (start..start + len).for_each(|p| model[p as usize] = insert);
+                if step % 7 == 0 {
+                    let mut other = ProcSet::new(capacity);
+                    other.insert_span(Span::new(capacity - 10, 10));
+                    set.union_with(&other);
+                    (capacity - 10..capacity).for_each(|p| model[p as usize] = true);
+                }
+                assert_eq!(set.count() as usize, model.iter().filter(|&&m| m).count());
+                let free: Vec<u32> = (0..capacity).filter(|&p| !model[p as usize]).collect();
+                let found: Vec<u32> = set.runs(false).flat_map(|s| s.start..s.end()).collect();
+                assert_eq!(found, free, "capacity {capacity} step {step}");
+                let mut measured = set.clone();
+                (0..measured.blocks.len()).for_each(|b| measured.measure_block(b));
+                assert_eq!(
+                    set.blocks, measured.blocks,
+                    "capacity {capacity} step {step}"
+                );
+                for n in [1, 2, 63, 64, 65, 200, 511, 512, 513, 1100, capacity] {
+                    assert_eq!(
+                        set.first_free_run(n),
+                        first_free_run_by_scan(&set, n),
+                        "capacity {capacity} step {step} n {n}"
+                    );
+                }
             }
-            (start..start + len).for_each(|p| model[p as usize] = insert);
-            if step % 7 == 0 {
-                let mut other = ProcSet::new(1000);
-                other.insert_span(Span::new(990, 10));
-                set.union_with(&other);
-                (990..1000).for_each(|p| model[p] = true);
-            }
-            assert_eq!(set.count() as usize, model.iter().filter(|&&m| m).count());
-            let free: Vec<u32> = (0..1000).filter(|&p| !model[p as usize]).collect();
-            let found: Vec<u32> = set.runs(false).flat_map(|s| s.start..s.end()).collect();
-            assert_eq!(found, free, "step {step}");
         }
+    }
+
+    #[test]
+    fn block_runs_of_words() {
+        let runs = |words: [u64; BLOCK_WORDS]| BlockRuns::measure(words.into_iter());
+        assert_eq!(runs([0; BLOCK_WORDS]), BlockRuns::FREE);
+        assert_eq!(runs([u64::MAX; BLOCK_WORDS]), BlockRuns::FULL);
+        let mut words = [0; BLOCK_WORDS];
+        words[1] = 1 << 3 | 1 << 60; // busy at 67 and 124
+        words[7] = 1 << 63; // busy at 511
+        let expected = BlockRuns {
+            head: 67,
+            tail: 0,
+            longest: 511 - 125,
+        };
+        assert_eq!(runs(words), expected);
     }
 
     #[test]

@@ -383,24 +383,42 @@ impl Scheduler {
 
     /// The matrix as it stands: every slice with the jobs that run in it.
     pub fn plan(&self) -> Plan {
-        let preempting: Vec<PlanEntry> = self
+        let slices = self
+            .rows(|id, role| self.entry(id, role))
+            .into_iter()
+            .map(|entries| PlanSlice { entries })
+            .collect();
+        Plan { slices }
+    }
+
+    /// The jobs of each slice of [`Scheduler::plan`], in the same order, without partitions
+    /// or roles: what the simulator needs at every event.
+    pub fn plan_jobs(&self) -> Vec<Vec<JobId>> {
+        self.rows(|id, _| id)
+    }
+
+    /// Every slice as a row of `entry(job, role)`: preempting jobs, then the slice's own jobs
+    /// (those no preempting job covers), alternates and standby jobs. With no slice, the
+    /// preempting and standby jobs make one row.
+    fn rows<T: Clone>(&self, entry: impl Fn(JobId, Role) -> T) -> Vec<Vec<T>> {
+        let preempting: Vec<T> = self
             .preempting
             .values()
-            .map(|&id| self.entry(id, Role::Preempting))
+            .map(|&id| entry(id, Role::Preempting))
             .collect();
-        let mut slices: Vec<PlanSlice> = self
+        let nothing_preempts = self.preempting_procs.is_empty();
+        let mut rows: Vec<Vec<T>> = self
             .slices
             .iter()
             .map(|slice| {
-                let mut entries = Vec::with_capacity(
+                let mut row = Vec::with_capacity(
                     preempting.len()
                         + slice.own.len()
                         + slice.alternates.len()
                         + slice.standby.len(),
                 );
-                entries.extend_from_slice(&preempting);
-                let nothing_preempts = self.preempting_procs.is_empty();
-                entries.extend(
+                row.extend_from_slice(&preempting);
+                row.extend(
                     slice
                         .own
                         .iter()
@@ -408,34 +426,29 @@ impl Scheduler {
                             nothing_preempts
                                 || self.partition(id).is_clear_in(&self.preempting_procs)
                         })
-                        .map(|&id| self.entry(id, Role::Own)),
+                        .map(|&id| entry(id, Role::Own)),
                 );
-                entries.extend(
+                row.extend(
                     slice
                         .alternates
                         .iter()
-                        .map(|&id| self.entry(id, Role::Alternate)),
+                        .map(|&id| entry(id, Role::Alternate)),
                 );
-                entries.extend(
-                    slice
-                        .standby
-                        .iter()
-                        .map(|&id| self.entry(id, Role::Standby)),
-                );
-                PlanSlice { entries }
+                row.extend(slice.standby.iter().map(|&id| entry(id, Role::Standby)));
+                row
             })
             .collect();
-        if slices.is_empty() && (!self.preempting.is_empty() || !self.standby.is_empty()) {
-            let mut entries = preempting;
-            entries.extend(
+        if rows.is_empty() && (!self.preempting.is_empty() || !self.standby.is_empty()) {
+            let mut row = preempting;
+            row.extend(
                 self.standby
                     .values()
                     .filter(|&&id| self.partition(id).is_clear_in(&self.preempting_procs))
-                    .map(|&id| self.entry(id, Role::Standby)),
+                    .map(|&id| entry(id, Role::Standby)),
             );
-            slices.push(PlanSlice { entries });
+            rows.push(row);
         }
-        Plan { slices }
+        rows
     }
 
     fn entry(&self, job: JobId, role: Role) -> PlanEntry {
@@ -596,7 +609,7 @@ impl Scheduler {
                 return Some(memo);
             }
         }
-        let (slice, shadow, outside) = self.reserve(head, now)?;
+        let (slice, shadow, reserved) = self.reserve(head, now)?;
         let memo = ReservationMemo {
             head,
             matrix_changes: self.matrix_changes,
@@ -609,16 +622,17 @@ impl Scheduler {
                 .unwrap_or(Micros::MAX),
             slice,
             shadow,
-            outside,
+            reserved,
+            outside: None,
         };
         Some(memo)
     }
 
     /// EASY: when the head cannot start, the earliest time (by stretched estimates) it could,
-    /// in which slice, and that slice with the processors it would get marked busy. With
+    /// in which slice, and the processors it would get there. With
     /// several slices each is a virtual machine running at `1/mpl` speed (Zhang, Franke,
     /// Moreira & Sivasubramaniam 2000).
-    fn reserve(&self, head: JobId, now: Micros) -> Option<(SliceId, Micros, ProcSet)> {
+    fn reserve(&self, head: JobId, now: Micros) -> Option<(SliceId, Micros, Partition)> {
         if self.config.backfill != Backfill::Easy {
             return None;
         }
@@ -671,13 +685,7 @@ impl Scheduler {
                 }
             }
         }
-        // The chosen slice as it is now, with the reserved processors busy.
-        best.map(|(index, shadow, reserved)| {
-            let slice = &self.slices[index];
-            let mut outside = slice.taken.clone();
-            reserved.mark(&mut outside);
-            (slice.id, shadow, outside)
-        })
+        best.map(|(index, shadow, reserved)| (self.slices[index].id, shadow, reserved))
     }
 
     /// A slice's own jobs in the order EASY expects them to end: those past their planned end
@@ -720,7 +728,7 @@ impl Scheduler {
         now: Micros,
         decisions: &mut Vec<Decision>,
     ) {
-        let (shadow, outside) = (reservation.shadow, &mut reservation.outside);
+        let shadow = reservation.shadow;
         let reserved_index = self.slice_index(reservation.slice);
         let upward = self.config.partitioner.fails_upward();
         let mut failed = vec![u64::MAX; self.slices.len()];
@@ -733,7 +741,15 @@ impl Scheduler {
                 .iter()
                 .zip(&failed)
                 .map(|(slice, &failed)| room(&slice.taken, failed))
-                .fold(room(outside, failed_outside), u64::max);
+                // Unbuilt, the reserved slice's room outside the reservation is bounded by
+                // its whole room, which is in the fold already.
+                .fold(
+                    reservation
+                        .outside
+                        .as_ref()
+                        .map_or(0, |outside| room(outside, failed_outside)),
+                    u64::max,
+                );
             let Some(next) = self.queue.next_smaller(cursor, Class::Standby, below) else {
                 break;
             };
@@ -757,6 +773,7 @@ impl Scheduler {
             for (index, slice) in self.slices.iter().enumerate() {
                 let found = if index == reserved_index {
                     // Processors outside the reservation first: then the end time does not matter.
+                    let outside = reservation.outside(&slice.taken);
                     attempt(outside, &mut failed_outside).or_else(|| {
                         ends_in_time
                             .then(|| attempt(&slice.taken, &mut failed[index]))
@@ -772,7 +789,7 @@ impl Scheduler {
             }
             if let Some((partition, index)) = placed {
                 if index == reserved_index {
-                    partition.mark(outside);
+                    partition.mark(reservation.outside(&self.slices[index].taken));
                 }
                 let home = Home::Slice(self.slices[index].id);
                 self.commit(next, partition, home, now, decisions);
@@ -783,6 +800,7 @@ impl Scheduler {
     /// Puts a job in the matrix and refreshes what depends on it.
     fn place(&mut self, id: JobId, partition: Partition, home: Home, now: Micros) {
         self.matrix_changes += 1;
+        let mut opened = false;
         let seq = self.next_seq;
         self.next_seq += 1;
         match home {
@@ -795,7 +813,8 @@ impl Scheduler {
                 self.standby.insert(seq, id);
             }
             Home::Slice(slice_id) => {
-                if slice_id == self.next_slice {
+                opened = slice_id == self.next_slice;
+                if opened {
                     self.next_slice += 1;
                     self.slices.push(Slice {
                         id: slice_id,
@@ -833,7 +852,17 @@ impl Scheduler {
                 slice.own.push(id);
                 slice.ends.insert((end, id));
                 partition.mark(&mut slice.taken);
-                self.refill(index);
+                if !opened && partition.is_clear_in(&slice.busy) {
+                    // Nothing of the slice's greedy fill stood there: every alternate stays
+                    // (none overlaps the job) and none rejected before can fit now.
+                    partition.mark(&mut slice.busy);
+                    let jobs = &self.jobs;
+                    slice
+                        .standby
+                        .retain(|s| !job_partition(jobs, *s).overlaps(&partition));
+                } else {
+                    self.refill(index);
+                }
                 // The newest placement is last in alternate order: it only takes what is left.
                 if self.config.alternates {
                     for (i, slice) in self.slices.iter_mut().enumerate() {
@@ -1005,10 +1034,13 @@ impl Scheduler {
 
     /// Recomputes a slice's alternates and standby jobs from scratch, greedily in placement order.
     fn refill(&mut self, index: usize) {
-        let slice = &self.slices[index];
-        let mut busy = slice.taken.clone();
+        let slice = &mut self.slices[index];
+        // The old `busy` is overwritten in place: a copy of a slice's words, not an allocation.
+        let mut busy = std::mem::replace(&mut slice.busy, ProcSet::new(0));
+        busy.copy_from(&slice.taken);
         let mut alternates = Vec::new();
-        if self.config.alternates {
+        // With one slice every placed job is its own: there is no other slice to borrow from.
+        if self.config.alternates && self.slices.len() > 1 {
             for &id in self.placed.values() {
                 let partition = job_partition(&self.jobs, id);
                 // Own jobs never qualify: their processors are already in `taken`.
@@ -1050,8 +1082,22 @@ struct ReservationMemo {
     /// The head's earliest slice and time (by stretched estimates).
     slice: SliceId,
     shadow: Micros,
-    /// The reserved slice with the reserved processors marked busy.
-    outside: ProcSet,
+    /// The processors the head would get in that slice.
+    reserved: Partition,
+    /// The reserved slice with the reserved processors marked busy, made when first needed:
+    /// most passes never look outside the reservation, and marking a wide job costs.
+    outside: Option<ProcSet>,
+}
+
+impl ReservationMemo {
+    /// The reserved slice (whose `taken` is given) outside the reservation.
+    fn outside(&mut self, taken: &ProcSet) -> &mut ProcSet {
+        self.outside.get_or_insert_with(|| {
+            let mut outside = taken.clone();
+            self.reserved.mark(&mut outside);
+            outside
+        })
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 
 use crate::workload::{Dropped, SimJob};
 use cosched_core::{
-    Backfill, Config, ConfigError, Decision, Generation, JobId, JobRequest, Machine, MachineError,
+    Backfill, Config, ConfigError, Cycle, Decision, JobId, JobRequest, Machine, MachineError,
     Micros, PartitionerKind, Rotation, Scheduler, Shape, SubmitError, MICROS_PER_SEC,
 };
 use std::cmp::Reverse;
@@ -148,9 +148,20 @@ pub struct Outcome {
 /// Per-job replay state, indexed by the job's position in the input (its core job id).
 #[derive(Clone, Default)]
 struct Running {
+    /// Work left at `base`.
     remaining: Micros,
-    /// Positions in the current cycle (0 = the slot the generation started with), sorted.
+    /// The slot boundary from which `positions` count: the generation that last changed the
+    /// job's slices. Generations with as many slices keep every slot's slice, so a job whose
+    /// slices stay the same keeps its base, its positions and its completion.
+    base: Micros,
+    /// The slices it runs in, in increasing order.
+    slices: Vec<usize>,
+    /// Its positions in the cycle that began at `base` (0 = that boundary's slot), sorted.
     positions: Vec<usize>,
+    /// The slices it runs in under the generation being applied, valid when `gathered` is
+    /// that generation's number.
+    incoming: Vec<usize>,
+    gathered: u64,
     /// When it first ran: set from the plan when placed, and cleared again if the next
     /// generation comes before that slot does.
     start: Option<Micros>,
@@ -164,8 +175,9 @@ struct Replay<'a> {
     jobs: &'a [SimJob],
     sched: Scheduler,
     rotation: Rotation,
-    generation: Option<Generation>,
-    generation_start: Micros,
+    cycle: Option<Cycle>,
+    /// Generations applied so far.
+    generations: u64,
     state: Vec<Running>,
     /// Jobs that have been in a plan and have not finished.
     active: Vec<usize>,
@@ -177,22 +189,22 @@ struct Replay<'a> {
 
 impl Replay<'_> {
     fn slices(&self) -> usize {
-        self.generation.as_ref().map_or(0, |g| g.plan.slices.len())
+        self.cycle.map_or(0, |c| c.slices)
     }
 
     fn useful_per_slot(&self) -> Micros {
         self.config.quantum - self.config.switch_overhead
     }
 
-    /// Work a job did from the current generation's start to `to` (a slot boundary).
+    /// Work a job did from its base to `to` (a slot boundary), under the current cycle.
     fn work_done(&self, job: &Running, to: Micros) -> Micros {
         let slices = self.slices();
         if job.positions.is_empty() {
             0
         } else if slices == 1 {
-            to - self.generation_start
+            to - job.base
         } else {
-            let slots = (to - self.generation_start) / self.config.quantum;
+            let slots = (to - job.base) / self.config.quantum;
             let cycles = slots / slices as i64;
             let partial = slots % slices as i64;
             let in_partial = job
@@ -211,15 +223,14 @@ impl Replay<'_> {
             return Micros::MAX;
         }
         if slices == 1 {
-            return self.generation_start + job.remaining;
+            return job.base + job.remaining;
         }
         let useful = self.useful_per_slot();
         let k = job.positions.len() as i64;
         let last = (job.remaining + useful - 1) / useful - 1; // index of the last slot it needs
         let cycle = last / k;
         let position = job.positions[(last % k) as usize] as i64;
-        let slot_start =
-            self.generation_start + (cycle * slices as i64 + position) * self.config.quantum;
+        let slot_start = job.base + (cycle * slices as i64 + position) * self.config.quantum;
         slot_start + self.config.switch_overhead + (job.remaining - last * useful)
     }
 
@@ -248,42 +259,60 @@ impl Replay<'_> {
     }
 
     /// Time sharing: makes the matrix as it stands now the plan in force from `at` (a slot
-    /// boundary), recomputing every running job's end from its slots in the new cycle.
+    /// boundary). A job whose slices changed (or every job, when the number of slices did)
+    /// is re-based at `at` with its ends recomputed; the others keep theirs.
     fn apply_plan(&mut self, at: Micros) {
-        for i in 0..self.active.len() {
-            let index = self.active[i];
-            let work = self.work_done(&self.state[index], at);
+        let rows = self.sched.plan_jobs();
+        self.generations += 1;
+        let number = self.generations;
+        for (slice, row) in rows.iter().enumerate() {
+            for &id in row {
+                let index = id as usize;
+                let job = &mut self.state[index];
+                if job.gathered != number {
+                    job.gathered = number;
+                    job.incoming.clear();
+                }
+                job.incoming.push(slice);
+                if job.slot_in_active.is_none() {
+                    job.slot_in_active = Some(self.active.len());
+                    self.active.push(index);
+                }
+            }
+        }
+        let cycle = Cycle::follow(self.cycle.as_ref(), rows.len(), self.rotation.slot_at(at));
+        let same_turns = self.cycle.is_some_and(|old| old.slices == cycle.slices);
+        let mut changed = Vec::new();
+        for &index in &self.active {
+            let job = &self.state[index];
+            let incoming: &[usize] = if job.gathered == number {
+                &job.incoming
+            } else {
+                &[]
+            };
+            if !same_turns || incoming != job.slices.as_slice() {
+                // Work done under the old cycle, up to the switch.
+                changed.push((index, self.work_done(job, at)));
+            }
+        }
+        self.cycle = Some(cycle);
+        let (slices, quantum) = (cycle.slices, self.config.quantum);
+        for (index, work) in changed {
             let job = &mut self.state[index];
             job.remaining -= work;
             debug_assert!(
                 job.remaining > 0,
                 "job {index} finished before {at} unnoticed"
             );
-            job.positions.clear();
-        }
-        let first_slot = match self.config.policy {
-            Policy::Gang => self.rotation.slot_at(at),
-            Policy::Fcfs | Policy::Easy => 0,
-        };
-        let generation =
-            Generation::follow(self.generation.as_ref(), self.sched.plan(), first_slot);
-        for (slice, entries) in generation.plan.slices.iter().enumerate() {
-            let position = generation.position_of(slice);
-            for id in entries.jobs() {
-                let index = id as usize;
-                if self.state[index].slot_in_active.is_none() {
-                    self.state[index].slot_in_active = Some(self.active.len());
-                    self.active.push(index);
-                }
-                self.state[index].positions.push(position);
+            job.base = at;
+            if job.gathered == number {
+                std::mem::swap(&mut job.slices, &mut job.incoming);
+            } else {
+                job.slices.clear();
             }
-        }
-        self.generation = Some(generation);
-        self.generation_start = at;
-        let (slices, quantum) = (self.slices(), self.config.quantum);
-        for i in 0..self.active.len() {
-            let index = self.active[i];
-            let job = &mut self.state[index];
+            job.positions.clear();
+            job.positions
+                .extend(job.slices.iter().map(|&s| cycle.position_of(s)));
             job.positions.sort_unstable();
             // A start promised by the last generation for a slot it never reached is void.
             if job.start.is_some_and(|start| start >= at) {
@@ -408,8 +437,8 @@ pub fn simulate(
         jobs,
         sched: Scheduler::new(machine, config.core_config())?,
         rotation: Rotation::new(0, config.quantum),
-        generation: None,
-        generation_start: 0,
+        cycle: None,
+        generations: 0,
         state: jobs
             .iter()
             .map(|j| Running {
