@@ -16,9 +16,9 @@ pub mod scheduler;
 pub use job::{Class, JobId, JobRequest, Micros, UnknownClass, MICROS_PER_SEC};
 pub use machine::{Machine, MachineError, Topology};
 pub use partition::{Partition, Shape, Span};
-pub use partitioner::{NeverFits, PartitionerKind, UnknownPartitioner};
+pub use partitioner::{NeverFits, PartitionerKind, RunRule, UnknownPartitioner};
 pub use plan::{Cycle, Generation, Plan, PlanEntry, PlanSlice, Role, Rotation, Switch};
-pub use procset::ProcSet;
+pub use procset::{ProcSet, Released};
 pub use scheduler::{
     Backfill, Config, ConfigError, Decision, Home, JobError, JobState, Scheduler, SubmitError,
 };

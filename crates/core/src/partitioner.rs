@@ -134,6 +134,15 @@ impl PartitionerKind {
         !self.is_2d()
     }
 
+    /// How this partitioner picks its one free run, for the partitioners that take one.
+    pub fn run_rule(self) -> Option<RunRule> {
+        match self {
+            PartitionerKind::FirstFit => Some(RunRule::Lowest),
+            PartitionerKind::BestFit => Some(RunRule::Shortest),
+            _ => None,
+        }
+    }
+
     fn get(self) -> &'static dyn Partitioner {
         match self {
             PartitionerKind::FirstFit => &FirstFit,
@@ -143,6 +152,29 @@ impl PartitionerKind {
             PartitionerKind::FirstFit2d => &Submesh { rotate: false },
             PartitionerKind::AdaptiveScan => &Submesh { rotate: true },
         }
+    }
+}
+
+/// Which long-enough free run a one-run partitioner takes. Knowing the rule lets EASY ask
+/// where a job would go once jobs end by looking only at the runs those jobs' processors
+/// join: when the job does not fit now, every run that could hold it contains one of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunRule {
+    /// First fit: the lowest-numbered run.
+    Lowest,
+    /// Best fit: the shortest run, the lowest on ties.
+    Shortest,
+}
+
+impl RunRule {
+    /// The first `n` processors of the run this rule takes among `runs` (any order).
+    pub fn pick(self, runs: impl Iterator<Item = Span>, n: u32) -> Option<Partition> {
+        let long = runs.filter(|run| run.len >= n.max(1));
+        match self {
+            RunRule::Lowest => long.min_by_key(|run| run.start),
+            RunRule::Shortest => long.min_by_key(|run| (run.len, run.start)),
+        }
+        .map(|run| Partition::block(run.start, n))
     }
 }
 
@@ -196,11 +228,7 @@ impl Partitioner for BestFit {
     }
 
     fn find(&self, _: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
-        let n = count(shape);
-        busy.runs(false)
-            .filter(|run| run.len >= n)
-            .min_by_key(|run| (run.len, run.start))
-            .map(|run| Partition::block(run.start, n))
+        RunRule::Shortest.pick(busy.runs(false), count(shape))
     }
 }
 

@@ -5,6 +5,7 @@
 //! processors × 16 slices in the microseconds.
 
 use crate::partition::Span;
+use std::collections::BTreeMap;
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ProcSet {
@@ -252,9 +253,44 @@ impl ProcSet {
         if self.free() < n {
             return None;
         }
-        // The free run reaching the current block's start from earlier blocks.
-        let (mut start, mut run) = (0u32, 0u32);
-        for (index, block) in self.blocks.iter().enumerate() {
+        self.walk_blocks(0, 0, 0, n)
+    }
+
+    /// [`ProcSet::first_free_run`] among processors `from` and after (a run reaching `from`
+    /// from below counts from `from`).
+    pub fn first_free_run_from(&self, from: u32, n: u32) -> Option<u32> {
+        debug_assert!(n > 0);
+        if self.free() < n {
+            return None;
+        }
+        // Word by word in `from`'s block, then block by block.
+        let block = from / BLOCK_BITS;
+        let block_end = (block + 1) * BLOCK_BITS;
+        for run in self.runs_from(from, false) {
+            if run.start >= block_end {
+                break;
+            }
+            if run.len >= n {
+                return Some(run.start);
+            }
+            if run.end() > block_end {
+                // Too short, and over by its (busy) end: go on from the block holding it.
+                let resume = run.end() / BLOCK_BITS;
+                return self.walk_blocks(
+                    resume as usize,
+                    run.start,
+                    resume * BLOCK_BITS - run.start,
+                    n,
+                );
+            }
+        }
+        self.walk_blocks(block as usize + 1, block_end, 0, n)
+    }
+
+    /// The block walk behind the first-free-run searches, from block `first` on, with a free
+    /// run of `run` processors from `start` reaching that block's start.
+    fn walk_blocks(&self, first: usize, mut start: u32, mut run: u32, n: u32) -> Option<u32> {
+        for (index, block) in self.blocks.iter().enumerate().skip(first) {
             let block_start = index as u32 * BLOCK_BITS;
             if u32::from(block.head) == BLOCK_BITS {
                 run += BLOCK_BITS;
@@ -277,6 +313,16 @@ impl ProcSet {
             start = block_start + BLOCK_BITS - run;
         }
         None
+    }
+
+    /// How many processors of `span` are in the set.
+    pub fn count_in(&self, span: Span) -> u32 {
+        let mut count = 0;
+        Self::for_span_words(span, |i, mask, _| {
+            count += (self.words[i] & mask).count_ones();
+            true
+        });
+        count
     }
 
     pub fn is_disjoint(&self, other: &ProcSet) -> bool {
@@ -304,6 +350,21 @@ impl ProcSet {
         }
     }
 
+    /// The last processor before `before` whose membership equals `member`, if any.
+    pub fn prev(&self, before: u32, member: bool) -> Option<u32> {
+        let last = before.min(self.len).checked_sub(1)?;
+        let mut index = (last / 64) as usize;
+        let flip = if member { 0 } else { u64::MAX };
+        let mut word = (self.words[index] ^ flip) & (u64::MAX >> (63 - last % 64));
+        loop {
+            if word != 0 {
+                return Some(index as u32 * 64 + 63 - word.leading_zeros());
+            }
+            index = index.checked_sub(1)?;
+            word = self.words[index] ^ flip;
+        }
+    }
+
     /// Maximal runs of members (`member = true`) or of non-members, in increasing order.
     pub fn runs(&self, member: bool) -> impl Iterator<Item = Span> + '_ {
         self.runs_from(0, member)
@@ -318,6 +379,58 @@ impl ProcSet {
             cursor = end;
             Some(Span::new(start, end - start))
         })
+    }
+}
+
+/// A set seen with some of its members released, without copying it: EASY asks "where
+/// would the head fit once these jobs end?" at every event, and a copy of 93,312 processors
+/// plus the unmarking cost more than the answer.
+#[derive(Debug)]
+pub struct Released<'a> {
+    set: &'a ProcSet,
+    /// The maximal free runs (released processors counting as free) that hold a released
+    /// processor, start to end: each release merges with its neighbours once, so a look costs
+    /// a lookup however many jobs have ended.
+    runs: BTreeMap<u32, u32>,
+}
+
+impl<'a> Released<'a> {
+    pub fn new(set: &'a ProcSet) -> Self {
+        Released {
+            set,
+            runs: BTreeMap::new(),
+        }
+    }
+
+    /// Releases a span of members none of which was released before.
+    pub fn release(&mut self, span: Span) {
+        if span.len == 0 {
+            return;
+        }
+        debug_assert!(span.end() <= self.set.len && self.free_run_at(span.start).is_none());
+        // A run holding a released processor is maximal, so a neighbouring one ends (starts)
+        // exactly at this span; otherwise the set's own free run, if any, is the neighbour.
+        let start = match self.runs.range(..span.start).next_back() {
+            Some((&start, &end)) if end == span.start => {
+                self.runs.remove(&start);
+                start
+            }
+            _ => self.set.prev(span.start, true).map_or(0, |busy| busy + 1),
+        };
+        let end = match self.runs.remove(&span.end()) {
+            Some(end) => end,
+            None => self.set.next(span.end(), true).unwrap_or(self.set.len),
+        };
+        self.runs.insert(start, end);
+    }
+
+    /// The maximal free run holding `proc`, if `proc` was released.
+    pub fn free_run_at(&self, proc: u32) -> Option<Span> {
+        self.runs
+            .range(..=proc)
+            .next_back()
+            .filter(|&(_, &end)| proc < end)
+            .map(|(&start, &end)| Span::new(start, end - start))
     }
 }
 
@@ -396,7 +509,20 @@ mod tests {
                         first_free_run_by_scan(&set, n),
                         "capacity {capacity} step {step} n {n}"
                     );
+                    let from = (state >> 40) as u32 % capacity;
+                    let by_scan = set
+                        .runs_from(from, false)
+                        .find(|run| run.len >= n)
+                        .map(|run| run.start);
+                    assert_eq!(
+                        set.first_free_run_from(from, n),
+                        by_scan,
+                        "capacity {capacity} step {step} n {n} from {from}"
+                    );
                 }
+                let span = Span::new(start, len);
+                let in_span = (start..start + len).filter(|&p| model[p as usize]).count();
+                assert_eq!(set.count_in(span) as usize, in_span);
             }
         }
     }
@@ -415,6 +541,65 @@ mod tests {
             longest: 511 - 125,
         };
         assert_eq!(runs(words), expected);
+    }
+
+    #[test]
+    fn released_runs_match_a_copy_with_the_spans_removed() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut random = |below: u32| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % u64::from(below)) as u32
+        };
+        for capacity in [70u32, 1000, 3000] {
+            for round in 0..40 {
+                // Jobs side by side with gaps, as in a slice; release them in random order.
+                let mut set = ProcSet::new(capacity);
+                let mut jobs = Vec::new();
+                let mut at = random(5);
+                while at < capacity {
+                    let len = (random(600) + 1).min(capacity - at);
+                    jobs.push(Span::new(at, len));
+                    set.insert_span(Span::new(at, len));
+                    at += len + random(3) * random(40);
+                }
+                let mut copy = set.clone();
+                let mut released = Released::new(&set);
+                while !jobs.is_empty() {
+                    let job = jobs.swap_remove(random(jobs.len() as u32) as usize);
+                    released.release(job);
+                    copy.remove_span(job);
+                    let run = copy
+                        .runs(false)
+                        .find(|r| r.start <= job.start && job.start < r.end());
+                    assert_eq!(
+                        released.free_run_at(job.start),
+                        run,
+                        "capacity {capacity} round {round} job {job}"
+                    );
+                    for proc in [job.start, job.end() - 1, random(capacity)] {
+                        let expected = copy.runs(false).find(|r| r.start <= proc && proc < r.end());
+                        let found = released.free_run_at(proc);
+                        // Only runs holding a released processor are known.
+                        assert!(found.is_none() || found == expected, "proc {proc}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn prev_finds_the_last_match_before() {
+        let mut set = ProcSet::new(130);
+        set.insert_span(Span::new(10, 60));
+        assert_eq!(set.prev(0, true), None);
+        assert_eq!(set.prev(10, true), None);
+        assert_eq!(set.prev(11, true), Some(10));
+        assert_eq!(set.prev(200, true), Some(69));
+        assert_eq!(set.prev(200, false), Some(129));
+        assert_eq!(set.prev(70, false), Some(9));
+        assert_eq!(set.prev(64, true), Some(63));
     }
 
     #[test]

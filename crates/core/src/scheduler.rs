@@ -8,10 +8,10 @@
 
 use crate::job::{Class, JobId, JobRequest, Micros};
 use crate::machine::Machine;
-use crate::partition::{Partition, Shape};
-use crate::partitioner::{NeverFits, PartitionerKind};
+use crate::partition::{Partition, Shape, Span};
+use crate::partitioner::{NeverFits, PartitionerKind, RunRule};
 use crate::plan::{Plan, PlanEntry, PlanSlice, Role};
-use crate::procset::ProcSet;
+use crate::procset::{ProcSet, Released};
 use crate::queue::{QueueKey, WaitQueue};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -164,8 +164,9 @@ pub struct Scheduler {
     jobs: BTreeMap<JobId, Job>,
     queue: WaitQueue,
     slices: Vec<Slice>,
-    /// Placed jobs with a slice of their own, by placement order (candidates for alternates).
-    placed: BTreeMap<u64, JobId>,
+    /// Placed jobs with a slice of their own, by placement order (candidates for alternates),
+    /// with their partitions: refilling a slice reads every one, without a lookup each.
+    placed: BTreeMap<u64, (JobId, Partition)>,
     /// Jobs in every slice, by placement order.
     preempting: BTreeMap<u64, JobId>,
     preempting_procs: ProcSet,
@@ -633,6 +634,17 @@ impl Scheduler {
     /// several slices each is a virtual machine running at `1/mpl` speed (Zhang, Franke,
     /// Moreira & Sivasubramaniam 2000).
     fn reserve(&self, head: JobId, now: Micros) -> Option<(SliceId, Micros, Partition)> {
+        self.reserve_by(head, now, self.config.partitioner.run_rule())
+    }
+
+    /// [`Scheduler::reserve`], looking only at runs the ending jobs join when `rule` is the
+    /// partitioner's (`None`: searching a copy of the slice, which any partitioner allows).
+    fn reserve_by(
+        &self,
+        head: JobId,
+        now: Micros,
+        rule: Option<RunRule>,
+    ) -> Option<(SliceId, Micros, Partition)> {
         if self.config.backfill != Backfill::Easy {
             return None;
         }
@@ -663,23 +675,22 @@ impl Scheduler {
                 continue;
             }
             let slice = &self.slices[index];
-            // Copy the slice and unmark the ending jobs only once the count allows a look.
-            let mut map: Option<ProcSet> = None;
-            let mut ending = Vec::new();
+            // The head does not fit in this slice now (else it would have been placed).
+            debug_assert!(self.find(&slice.taken, shape).is_none());
+            let mut after = AfterEnds::new(&slice.taken, rule);
             let mut free = u64::from(slice.taken.free());
             for (end, id) in self
                 .ending_order(slice, now)
                 .take_while(|&(end, _)| beats(end))
             {
                 let partition = self.partition(id);
-                ending.push(partition);
+                after.release(partition);
                 free += u64::from(partition.size());
+                // Looked at only once the count allows a fit.
                 if free < shape.procs() {
                     continue;
                 }
-                let map = map.get_or_insert_with(|| slice.taken.clone());
-                ending.drain(..).for_each(|p| p.unmark(map));
-                if let Some(reserved) = self.find(map, shape) {
+                if let Some(reserved) = after.find(self, shape) {
                     best = Some((index, end, reserved));
                     break;
                 }
@@ -733,21 +744,21 @@ impl Scheduler {
         let upward = self.config.partitioner.fails_upward();
         let mut failed = vec![u64::MAX; self.slices.len()];
         let mut failed_outside = u64::MAX;
-        let room = |set: &ProcSet, failed: u64| (u64::from(set.free()) + 1).min(failed);
+        let room = |free: u32, failed: u64| (u64::from(free) + 1).min(failed);
         let mut cursor = head;
         loop {
             let below = self
                 .slices
                 .iter()
                 .zip(&failed)
-                .map(|(slice, &failed)| room(&slice.taken, failed))
+                .map(|(slice, &failed)| room(slice.taken.free(), failed))
                 // Unbuilt, the reserved slice's room outside the reservation is bounded by
                 // its whole room, which is in the fold already.
                 .fold(
                     reservation
                         .outside
                         .as_ref()
-                        .map_or(0, |outside| room(outside, failed_outside)),
+                        .map_or(0, |outside| room(outside.free(), failed_outside)),
                     u64::max,
                 );
             let Some(next) = self.queue.next_smaller(cursor, Class::Standby, below) else {
@@ -759,11 +770,11 @@ impl Scheduler {
             let ends_in_time = request
                 .estimate
                 .is_some_and(|e| now.saturating_add(self.stretched(e)) <= shadow);
-            let attempt = |set: &ProcSet, failed: &mut u64| {
+            let attempt = |find: &dyn Fn() -> Option<Partition>, failed: &mut u64| {
                 if size >= *failed {
                     return None;
                 }
-                let found = self.find(set, shape);
+                let found = find();
                 if found.is_none() && upward {
                     *failed = size;
                 }
@@ -773,14 +784,17 @@ impl Scheduler {
             for (index, slice) in self.slices.iter().enumerate() {
                 let found = if index == reserved_index {
                     // Processors outside the reservation first: then the end time does not matter.
-                    let outside = reservation.outside(&slice.taken);
-                    attempt(outside, &mut failed_outside).or_else(|| {
+                    let outside = reservation.outside(&slice.taken, self.config.partitioner);
+                    let in_outside = || outside.find(self, &slice.taken, shape);
+                    attempt(&in_outside, &mut failed_outside).or_else(|| {
                         ends_in_time
-                            .then(|| attempt(&slice.taken, &mut failed[index]))
+                            .then(|| {
+                                attempt(&|| self.find(&slice.taken, shape), &mut failed[index])
+                            })
                             .flatten()
                     })
                 } else {
-                    attempt(&slice.taken, &mut failed[index])
+                    attempt(&|| self.find(&slice.taken, shape), &mut failed[index])
                 };
                 if let Some(partition) = found {
                     placed = Some((partition, index));
@@ -789,7 +803,9 @@ impl Scheduler {
             }
             if let Some((partition, index)) = placed {
                 if index == reserved_index {
-                    partition.mark(reservation.outside(&self.slices[index].taken));
+                    reservation
+                        .outside(&self.slices[index].taken, self.config.partitioner)
+                        .mark(&partition);
                 }
                 let home = Home::Slice(self.slices[index].id);
                 self.commit(next, partition, home, now, decisions);
@@ -826,7 +842,7 @@ impl Scheduler {
                         standby: Vec::new(),
                     });
                 }
-                self.placed.insert(seq, id);
+                self.placed.insert(seq, (id, partition.clone()));
             }
         }
         let job = self.jobs.get_mut(&id).expect("placing a known job");
@@ -1041,12 +1057,11 @@ impl Scheduler {
         let mut alternates = Vec::new();
         // With one slice every placed job is its own: there is no other slice to borrow from.
         if self.config.alternates && self.slices.len() > 1 {
-            for &id in self.placed.values() {
-                let partition = job_partition(&self.jobs, id);
+            for (id, partition) in self.placed.values() {
                 // Own jobs never qualify: their processors are already in `taken`.
                 if partition.is_clear_in(&busy) {
                     partition.mark(&mut busy);
-                    alternates.push(id);
+                    alternates.push(*id);
                 }
             }
         }
@@ -1070,6 +1085,77 @@ fn job_partition(jobs: &BTreeMap<JobId, Job>, id: JobId) -> &Partition {
     }
 }
 
+/// A slice as it will be once some of its jobs end, for EASY's "when and where could the
+/// head start?". One-run partitioners look only at the runs the ended jobs' processors join
+/// (no other run can newly hold the head); the others search a copy with the jobs unmarked.
+enum AfterEnds<'a> {
+    Runs {
+        rule: RunRule,
+        released: Released<'a>,
+        /// Spans released since the last look.
+        fresh: Vec<Span>,
+    },
+    Copy {
+        taken: &'a ProcSet,
+        map: Option<ProcSet>,
+        ending: Vec<&'a Partition>,
+    },
+}
+
+impl<'a> AfterEnds<'a> {
+    fn new(taken: &'a ProcSet, rule: Option<RunRule>) -> Self {
+        match rule {
+            Some(rule) => AfterEnds::Runs {
+                rule,
+                released: Released::new(taken),
+                fresh: Vec::new(),
+            },
+            None => AfterEnds::Copy {
+                taken,
+                map: None,
+                ending: Vec::new(),
+            },
+        }
+    }
+
+    fn release(&mut self, partition: &'a Partition) {
+        match self {
+            AfterEnds::Runs {
+                released, fresh, ..
+            } => {
+                for &span in partition.spans() {
+                    released.release(span);
+                    fresh.push(span);
+                }
+            }
+            AfterEnds::Copy { ending, .. } => ending.push(partition),
+        }
+    }
+
+    /// Where the head would go with every job released so far ended, given that it did not
+    /// fit before the first of them.
+    fn find(&mut self, scheduler: &Scheduler, shape: Shape) -> Option<Partition> {
+        match self {
+            AfterEnds::Runs {
+                rule,
+                released,
+                fresh,
+            } => {
+                let runs = fresh
+                    .drain(..)
+                    .filter_map(|span| released.free_run_at(span.start));
+                rule.pick(runs, shape.procs() as u32)
+            }
+            AfterEnds::Copy { taken, map, ending } => {
+                // Copied only at the first look: most reservations need none.
+                let map = map.get_or_insert_with(|| (*taken).clone());
+                ending.drain(..).for_each(|p| p.unmark(map));
+                scheduler.find(map, shape)
+            }
+        }
+    }
+}
+
 /// What the head of the queue is owed while later jobs are considered, with what it was
 /// computed from.
 #[derive(Clone, Debug)]
@@ -1084,19 +1170,93 @@ struct ReservationMemo {
     shadow: Micros,
     /// The processors the head would get in that slice.
     reserved: Partition,
-    /// The reserved slice with the reserved processors marked busy, made when first needed:
-    /// most passes never look outside the reservation, and marking a wide job costs.
-    outside: Option<ProcSet>,
+    /// The reserved slice outside the reserved processors, made when first needed: most
+    /// passes never look there.
+    outside: Option<Outside>,
+}
+
+/// The reserved slice's processors outside the head's reservation: a job started there
+/// cannot delay the head, whatever its end time.
+#[derive(Clone, Debug)]
+enum Outside {
+    /// The slice's `taken` with the reservation marked: a copy, and marking a wide
+    /// reservation costs.
+    Marked(ProcSet),
+    /// First fit, whose reservation is one block: the slice's `taken` is searched around the
+    /// block, with no copy. `free` processors of the slice lie outside the block.
+    AroundBlock { block: Span, free: u32 },
+}
+
+impl Outside {
+    fn new(taken: &ProcSet, reserved: &Partition, partitioner: PartitionerKind) -> Outside {
+        match (partitioner.run_rule(), reserved.spans()) {
+            (Some(RunRule::Lowest), &[block]) => Outside::AroundBlock {
+                block,
+                free: taken.free() - (block.len - taken.count_in(block)),
+            },
+            _ => {
+                let mut outside = taken.clone();
+                reserved.mark(&mut outside);
+                Outside::Marked(outside)
+            }
+        }
+    }
+
+    fn free(&self) -> u32 {
+        match self {
+            Outside::Marked(set) => set.free(),
+            Outside::AroundBlock { free, .. } => *free,
+        }
+    }
+
+    /// Where the scheduler's partitioner would put `shape` outside the reservation, in the
+    /// slice whose `taken` is given.
+    fn find(&self, scheduler: &Scheduler, taken: &ProcSet, shape: Shape) -> Option<Partition> {
+        match *self {
+            Outside::Marked(ref set) => scheduler.find(set, shape),
+            Outside::AroundBlock { block, free } => {
+                let n = shape.procs() as u32;
+                if n > free {
+                    return None;
+                }
+                // The first run in the whole slice, unless the block cuts it below `n`: then
+                // nothing before the block's end is long enough.
+                let first = scheduler.find(taken, shape)?.spans()[0].start;
+                if first >= block.end() || first + n <= block.start {
+                    return Some(Partition::block(first, n));
+                }
+                taken
+                    .first_free_run_from(block.end(), n.max(1))
+                    .map(|start| Partition::block(start, n))
+            }
+        }
+    }
+
+    /// Takes a job's processors (free in the slice) out of the room outside the reservation.
+    fn mark(&mut self, partition: &Partition) {
+        match self {
+            Outside::Marked(set) => partition.mark(set),
+            Outside::AroundBlock { block, free } => {
+                let inside: u32 = partition
+                    .spans()
+                    .iter()
+                    .map(|s| {
+                        s.end()
+                            .min(block.end())
+                            .saturating_sub(s.start.max(block.start))
+                    })
+                    .sum();
+                *free -= partition.size() - inside;
+            }
+        }
+    }
 }
 
 impl ReservationMemo {
     /// The reserved slice (whose `taken` is given) outside the reservation.
-    fn outside(&mut self, taken: &ProcSet) -> &mut ProcSet {
-        self.outside.get_or_insert_with(|| {
-            let mut outside = taken.clone();
-            self.reserved.mark(&mut outside);
-            outside
-        })
+    fn outside(&mut self, taken: &ProcSet, partitioner: PartitionerKind) -> &mut Outside {
+        self.outside
+            .get_or_insert_with(|| Outside::new(taken, &self.reserved, partitioner))
     }
 }
 
@@ -1139,5 +1299,69 @@ mod tests {
         let before = finds();
         assert_eq!(s.remove(9_999, 6).unwrap().len(), 1);
         assert!(finds() - before < 10);
+    }
+
+    #[test]
+    fn first_fit_shortcuts_agree_with_searching_a_copy() {
+        let config = Config {
+            mpl: 2,
+            backfill: Backfill::Easy,
+            partitioner: PartitionerKind::FirstFit,
+            ..Config::default()
+        };
+        let mut s = Scheduler::new(Machine::line(300).unwrap(), config).unwrap();
+        let mut state = 0x853c_49e6_748f_ea9b_u64;
+        let mut random = |below: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % below
+        };
+        let (mut now, mut checked) = (0, 0);
+        for id in 0..3_000 {
+            now += random(40) as Micros;
+            let placed: Vec<JobId> = s
+                .jobs()
+                .filter(|(_, _, state)| matches!(state, JobState::Placed { .. }))
+                .map(|(id, _, _)| id)
+                .collect();
+            if !placed.is_empty() && random(2) == 0 {
+                let job = placed[random(placed.len() as u64) as usize];
+                s.remove(job, now).unwrap();
+            } else {
+                let shape = Shape::Count(1 + random(200) as u32);
+                let request = JobRequest::new(id, shape).estimate(1 + random(400) as Micros);
+                s.submit(request, now).unwrap();
+            }
+            let Some(head) = s.first_waiting(Class::Interactive, Some(Class::Standby)) else {
+                continue;
+            };
+            let reserved = s.reserve_by(head.2, now, Some(RunRule::Lowest));
+            assert_eq!(reserved, s.reserve_by(head.2, now, None), "job {id}");
+            let Some((slice, _, reserved)) = reserved else {
+                continue;
+            };
+            checked += 1;
+            // A copy, to start a job in as the backfilling pass would.
+            let mut taken = s.slices[s.slice_index(slice)].taken.clone();
+            let mut around = Outside::new(&taken, &reserved, PartitionerKind::FirstFit);
+            let mut marked = Outside::new(&taken, &reserved, PartitionerKind::Buddy);
+            assert!(matches!(around, Outside::AroundBlock { .. }));
+            for n in [1, 2, 17, 60, 150, 299] {
+                let found = around.find(&s, &taken, Shape::Count(n));
+                assert_eq!(
+                    found,
+                    marked.find(&s, &taken, Shape::Count(n)),
+                    "job {id} n {n}"
+                );
+                if let Some(partition) = found.filter(|_| n == 17) {
+                    around.mark(&partition);
+                    marked.mark(&partition);
+                    partition.mark(&mut taken);
+                }
+            }
+            assert_eq!(around.free(), marked.free(), "job {id}");
+        }
+        assert!(checked > 300, "only {checked} reservations compared");
     }
 }
