@@ -134,6 +134,25 @@ impl PartitionerKind {
         !self.is_2d()
     }
 
+    /// Whether this partitioner takes the lowest-numbered free processors that serve (first
+    /// fit, scatter), so that [`PartitionerKind::find_from`] answers for it.
+    pub fn fills_from_below(self) -> bool {
+        matches!(self, PartitionerKind::FirstFit | PartitionerKind::Scatter)
+    }
+
+    /// Where a partitioner that [fills from below](PartitionerKind::fills_from_below) puts
+    /// `shape` when every processor below `from` counts as busy too.
+    pub fn find_from(self, busy: &ProcSet, from: u32, shape: Shape) -> Option<Partition> {
+        let n = count(shape);
+        match self {
+            PartitionerKind::FirstFit => busy
+                .first_free_run_from(from, n.max(1))
+                .map(|start| Partition::block(start, n)),
+            PartitionerKind::Scatter => Scatter::take(busy.runs_from(from, false), n),
+            _ => unreachable!("{self} does not fill from below"),
+        }
+    }
+
     /// How this partitioner picks its one free run, for the partitioners that take one.
     pub fn run_rule(self) -> Option<RunRule> {
         match self {
@@ -240,9 +259,15 @@ impl Partitioner for Scatter {
     }
 
     fn find(&self, _: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
-        let mut needed = count(shape);
+        Scatter::take(busy.runs(false), count(shape))
+    }
+}
+
+impl Scatter {
+    /// The first `needed` processors of the free runs given in increasing order.
+    fn take(runs: impl Iterator<Item = Span>, mut needed: u32) -> Option<Partition> {
         let mut spans = Vec::new();
-        for run in busy.runs(false) {
+        for run in runs {
             let take = run.len.min(needed);
             spans.push(Span::new(run.start, take));
             needed -= take;

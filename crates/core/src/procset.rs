@@ -371,7 +371,7 @@ impl ProcSet {
     }
 
     /// [`ProcSet::runs`] from processor `from` on (a run containing `from` starts there).
-    fn runs_from(&self, from: u32, member: bool) -> impl Iterator<Item = Span> + '_ {
+    pub fn runs_from(&self, from: u32, member: bool) -> impl Iterator<Item = Span> + '_ {
         let mut cursor = from;
         std::iter::from_fn(move || {
             let start = self.next(cursor, member)?;

@@ -1182,19 +1182,27 @@ enum Outside {
     /// The slice's `taken` with the reservation marked: a copy, and marking a wide
     /// reservation costs.
     Marked(ProcSet),
-    /// First fit, whose reservation is one block: the slice's `taken` is searched around the
-    /// block, with no copy. `free` processors of the slice lie outside the block.
+    /// A partitioner that fills from below, whose reservation leaves no free processor of
+    /// the slice in `block` (first fit: the reservation itself; scatter: everything up to
+    /// its last processor): `taken` is searched around the block, with no copy. `free`
+    /// processors of the slice lie outside the block.
     AroundBlock { block: Span, free: u32 },
 }
 
 impl Outside {
     fn new(taken: &ProcSet, reserved: &Partition, partitioner: PartitionerKind) -> Outside {
-        match (partitioner.run_rule(), reserved.spans()) {
-            (Some(RunRule::Lowest), &[block]) => Outside::AroundBlock {
+        let block = match (partitioner, reserved.spans()) {
+            (PartitionerKind::FirstFit, &[block]) => Some(block),
+            // Scatter took the lowest free processors: every one below its last.
+            (PartitionerKind::Scatter, [.., last]) => Some(Span::new(0, last.end())),
+            _ => None,
+        };
+        match block {
+            Some(block) => Outside::AroundBlock {
                 block,
                 free: taken.free() - (block.len - taken.count_in(block)),
             },
-            _ => {
+            None => {
                 let mut outside = taken.clone();
                 reserved.mark(&mut outside);
                 Outside::Marked(outside)
@@ -1215,19 +1223,18 @@ impl Outside {
         match *self {
             Outside::Marked(ref set) => scheduler.find(set, shape),
             Outside::AroundBlock { block, free } => {
-                let n = shape.procs() as u32;
-                if n > free {
+                if shape.procs() > u64::from(free) {
                     return None;
                 }
-                // The first run in the whole slice, unless the block cuts it below `n`: then
-                // nothing before the block's end is long enough.
-                let first = scheduler.find(taken, shape)?.spans()[0].start;
-                if first >= block.end() || first + n <= block.start {
-                    return Some(Partition::block(first, n));
+                // The answer in the whole slice if it misses the block; else the block leaves
+                // nothing below its end that serves (first fit: the run there is cut short;
+                // scatter: nothing there is free).
+                let whole = scheduler.find(taken, shape)?;
+                if !whole.overlaps(&Partition::block(block.start, block.len)) {
+                    return Some(whole);
                 }
-                taken
-                    .first_free_run_from(block.end(), n.max(1))
-                    .map(|start| Partition::block(start, n))
+                let partitioner = scheduler.config.partitioner;
+                partitioner.find_from(taken, block.end(), shape)
             }
         }
     }
@@ -1302,66 +1309,76 @@ mod tests {
     }
 
     #[test]
-    fn first_fit_shortcuts_agree_with_searching_a_copy() {
-        let config = Config {
-            mpl: 2,
-            backfill: Backfill::Easy,
-            partitioner: PartitionerKind::FirstFit,
-            ..Config::default()
-        };
-        let mut s = Scheduler::new(Machine::line(300).unwrap(), config).unwrap();
-        let mut state = 0x853c_49e6_748f_ea9b_u64;
-        let mut random = |below: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % below
-        };
-        let (mut now, mut checked) = (0, 0);
-        for id in 0..3_000 {
-            now += random(40) as Micros;
-            let placed: Vec<JobId> = s
-                .jobs()
-                .filter(|(_, _, state)| matches!(state, JobState::Placed { .. }))
-                .map(|(id, _, _)| id)
-                .collect();
-            if !placed.is_empty() && random(2) == 0 {
-                let job = placed[random(placed.len() as u64) as usize];
-                s.remove(job, now).unwrap();
-            } else {
-                let shape = Shape::Count(1 + random(200) as u32);
-                let request = JobRequest::new(id, shape).estimate(1 + random(400) as Micros);
-                s.submit(request, now).unwrap();
-            }
-            let Some(head) = s.first_waiting(Class::Interactive, Some(Class::Standby)) else {
-                continue;
+    fn reservation_shortcuts_agree_with_searching_a_copy() {
+        for partitioner in [
+            PartitionerKind::FirstFit,
+            PartitionerKind::BestFit,
+            PartitionerKind::Scatter,
+        ] {
+            let config = Config {
+                mpl: 2,
+                backfill: Backfill::Easy,
+                partitioner,
+                ..Config::default()
             };
-            let reserved = s.reserve_by(head.2, now, Some(RunRule::Lowest));
-            assert_eq!(reserved, s.reserve_by(head.2, now, None), "job {id}");
-            let Some((slice, _, reserved)) = reserved else {
-                continue;
+            let mut s = Scheduler::new(Machine::line(300).unwrap(), config).unwrap();
+            let mut state = 0x853c_49e6_748f_ea9b_u64;
+            let mut random = |below: u64| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state % below
             };
-            checked += 1;
-            // A copy, to start a job in as the backfilling pass would.
-            let mut taken = s.slices[s.slice_index(slice)].taken.clone();
-            let mut around = Outside::new(&taken, &reserved, PartitionerKind::FirstFit);
-            let mut marked = Outside::new(&taken, &reserved, PartitionerKind::Buddy);
-            assert!(matches!(around, Outside::AroundBlock { .. }));
-            for n in [1, 2, 17, 60, 150, 299] {
-                let found = around.find(&s, &taken, Shape::Count(n));
-                assert_eq!(
-                    found,
-                    marked.find(&s, &taken, Shape::Count(n)),
-                    "job {id} n {n}"
-                );
-                if let Some(partition) = found.filter(|_| n == 17) {
-                    around.mark(&partition);
-                    marked.mark(&partition);
-                    partition.mark(&mut taken);
+            let (mut now, mut checked) = (0, 0);
+            for id in 0..3_000 {
+                now += random(40) as Micros;
+                let placed: Vec<JobId> = s
+                    .jobs()
+                    .filter(|(_, _, state)| matches!(state, JobState::Placed { .. }))
+                    .map(|(id, _, _)| id)
+                    .collect();
+                if !placed.is_empty() && random(2) == 0 {
+                    let job = placed[random(placed.len() as u64) as usize];
+                    s.remove(job, now).unwrap();
+                } else {
+                    let shape = Shape::Count(1 + random(200) as u32);
+                    let request = JobRequest::new(id, shape).estimate(1 + random(400) as Micros);
+                    s.submit(request, now).unwrap();
                 }
+                let Some(head) = s.first_waiting(Class::Interactive, Some(Class::Standby)) else {
+                    continue;
+                };
+                let context = format!("{partitioner} job {id}");
+                let reserved = s.reserve(head.2, now);
+                assert_eq!(reserved, s.reserve_by(head.2, now, None), "{context}");
+                let Some((slice, _, reserved)) = reserved else {
+                    continue;
+                };
+                checked += 1;
+                if !partitioner.fills_from_below() {
+                    continue;
+                }
+                // A copy, to start a job in as the backfilling pass would.
+                let mut taken = s.slices[s.slice_index(slice)].taken.clone();
+                let mut around = Outside::new(&taken, &reserved, partitioner);
+                let mut marked = Outside::new(&taken, &reserved, PartitionerKind::Buddy);
+                assert!(matches!(around, Outside::AroundBlock { .. }));
+                for n in [1, 2, 17, 60, 150, 299] {
+                    let found = around.find(&s, &taken, Shape::Count(n));
+                    let expected = marked.find(&s, &taken, Shape::Count(n));
+                    assert_eq!(found, expected, "{context} n {n}");
+                    if let Some(partition) = found.filter(|_| n == 17) {
+                        around.mark(&partition);
+                        marked.mark(&partition);
+                        partition.mark(&mut taken);
+                    }
+                }
+                assert_eq!(around.free(), marked.free(), "{context}");
             }
-            assert_eq!(around.free(), marked.free(), "job {id}");
+            assert!(
+                checked > 300,
+                "{partitioner}: {checked} reservations compared"
+            );
         }
-        assert!(checked > 300, "only {checked} reservations compared");
     }
 }
