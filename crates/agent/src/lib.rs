@@ -15,7 +15,7 @@ pub use idle::IdleTracker;
 pub use stats::{Samples, Summary};
 
 use cosched_cgroups::{Actuator, CgroupError, ReleaseStep};
-use cosched_core::{Generation, JobId};
+use cosched_core::{Generation, JobId, Partition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
@@ -98,7 +98,7 @@ pub struct Applier<A: Actuator> {
     current: Option<Generation>,
     pending: Vec<Generation>,
     /// Jobs the agent knows (their cgroups exist), with the processors last set.
-    jobs: BTreeMap<JobId, Option<String>>,
+    jobs: BTreeMap<JobId, Option<Partition>>,
     /// Jobs now allowed to run (gang: thawed; moderate: favoured).
     running: BTreeSet<JobId>,
 }
@@ -148,21 +148,21 @@ impl<A: Actuator> Applier<A> {
     /// Makes a job's cgroup (or finds it again after a restart), puts it on `cpus` and takes
     /// charge of it: frozen until its slot in gang mode, continued in the other modes (a job
     /// suspended earlier must run again).
-    pub fn admit(&mut self, job: JobId, cpus: Option<&str>) -> Result<(), AgentError> {
+    pub fn admit(&mut self, job: JobId, cpus: Option<&Partition>) -> Result<(), AgentError> {
         let name = job_name(job);
         let fail = |source| AgentError::Actuator { job, source };
         self.actuator.create(&name).map_err(fail)?;
         if let (Some(cpus), false) = (cpus, self.mode == Mode::Local) {
-            self.actuator.set_cpus(&name, cpus).map_err(fail)?;
+            self.actuator
+                .set_cpus(&name, &cpus.to_string())
+                .map_err(fail)?;
         }
         if self.mode != Mode::Gang {
             self.actuator.thaw(&name).map_err(fail)?;
         }
         self.adopt(job)?;
-        self.jobs.insert(
-            job,
-            cpus.filter(|_| self.mode != Mode::Local).map(String::from),
-        );
+        self.jobs
+            .insert(job, cpus.filter(|_| self.mode != Mode::Local).cloned());
         Ok(())
     }
 
@@ -320,15 +320,15 @@ impl<A: Actuator> Applier<A> {
                 let Some(last) = self.jobs.get_mut(&entry.job) else {
                     continue;
                 };
-                let cpus = entry.partition.to_string();
-                if last.as_deref() != Some(cpus.as_str()) {
+                // The cgroup is written only when the processors change.
+                if last.as_ref() != Some(&entry.partition) {
                     self.actuator
-                        .set_cpus(&job_name(entry.job), &cpus)
+                        .set_cpus(&job_name(entry.job), &entry.partition.to_string())
                         .map_err(|source| AgentError::Actuator {
                             job: entry.job,
                             source,
                         })?;
-                    *last = Some(cpus);
+                    *last = Some(entry.partition.clone());
                 }
             }
         }

@@ -22,6 +22,18 @@ pub enum Role {
     Standby,
 }
 
+impl Role {
+    /// The role's name in the API and on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Own => "own",
+            Role::Alternate => "alternate",
+            Role::Preempting => "preempting",
+            Role::Standby => "standby",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanEntry {
     pub job: JobId,

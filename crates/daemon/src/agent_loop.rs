@@ -7,7 +7,7 @@ use cosched_agent::clock::{self, now_micros};
 use cosched_agent::skew::Baseline;
 use cosched_agent::{job_name, Applier, IdleTracker, Mode, Samples};
 use cosched_cgroups::{Actuator, ReleaseStep};
-use cosched_core::{Generation, JobId, Micros, Rotation};
+use cosched_core::{Generation, JobId, Micros, Partition, Rotation};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -34,7 +34,7 @@ pub enum AgentMsg {
     /// Make (or find again) the job's cgroup, place it and take charge of it.
     Admit {
         job: JobId,
-        cpus: Option<String>,
+        cpus: Option<Partition>,
         reply: Reply<Admitted>,
     },
     Publish(Generation),
@@ -91,20 +91,6 @@ impl Stats {
             actuator,
         }
     }
-}
-
-/// How many processors a cpuset list names (`0-3,8` is 5).
-pub fn cpu_count(list: &str) -> usize {
-    list.split(',')
-        .filter(|part| !part.is_empty())
-        .map(|part| match part.split_once('-') {
-            Some((a, b)) => match (a.trim().parse::<usize>(), b.trim().parse::<usize>()) {
-                (Ok(a), Ok(b)) if b >= a => b - a + 1,
-                _ => 0,
-            },
-            None => 1,
-        })
-        .sum()
 }
 
 pub struct AgentLoop<A: Actuator> {
@@ -211,7 +197,7 @@ impl<A: Actuator> AgentLoop<A> {
                 self.forget(job);
                 let outcome = self
                     .applier
-                    .admit(job, cpus.as_deref())
+                    .admit(job, cpus.as_ref())
                     .map_err(|e| e.to_string())
                     .and_then(|()| {
                         let name = job_name(job);
@@ -222,7 +208,7 @@ impl<A: Actuator> AgentLoop<A> {
                         })
                     });
                 if let Some(cpus) = &cpus {
-                    self.sizes.insert(job, cpu_count(cpus));
+                    self.sizes.insert(job, cpus.size() as usize);
                 }
                 let _ = reply.send(outcome);
             }
@@ -490,18 +476,5 @@ impl<A: Actuator> AgentLoop<A> {
             }
         }
         first_error.map_or(Ok(()), Err)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_lists_are_counted() {
-        assert_eq!(cpu_count("0-3,8"), 5);
-        assert_eq!(cpu_count("1"), 1);
-        assert_eq!(cpu_count(""), 0);
-        assert_eq!(cpu_count("3-1"), 0);
     }
 }

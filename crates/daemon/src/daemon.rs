@@ -15,7 +15,8 @@ use crate::waiters::Waiters;
 use cosched_agent::clock::now_micros;
 use cosched_agent::{Mode, Summary};
 use cosched_core::{
-    Class, Decision, Generation, JobId, JobRequest, JobState, Micros, Rotation, Scheduler, Shape,
+    Class, Decision, Generation, JobId, JobRequest, JobState, Micros, Partition, Rotation,
+    Scheduler, Shape,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
@@ -341,7 +342,7 @@ impl Inner {
         for decision in decisions {
             match decision {
                 Decision::Placed { job, partition, .. } => {
-                    if let Err(error) = self.start(job, partition.to_string(), now) {
+                    if let Err(error) = self.start(job, partition, now) {
                         self.fail(job, &error.to_string(), now);
                     }
                 }
@@ -390,7 +391,7 @@ impl Inner {
     }
 
     /// A placed job: launched now, or (launched earlier) taken back into the rotation.
-    fn start(&mut self, job: JobId, cpus: String, now: Micros) -> Result<(), ApiError> {
+    fn start(&mut self, job: JobId, cpus: Partition, now: Micros) -> Result<(), ApiError> {
         let admitted = self.ask(|reply| AgentMsg::Admit {
             job,
             cpus: Some(cpus.clone()),
@@ -416,7 +417,7 @@ impl Inner {
     fn launch(
         &mut self,
         job: JobId,
-        cpus: &str,
+        cpus: &Partition,
         admitted: crate::agent_loop::Admitted,
     ) -> Result<(), ApiError> {
         let record = &self.records[&job];
@@ -810,7 +811,7 @@ impl Inner {
                             .map(|e| MatrixEntryView {
                                 job: e.job,
                                 cpus: e.partition.to_string(),
-                                role: format!("{:?}", e.role).to_lowercase(),
+                                role: e.role.name().to_string(),
                             })
                             .collect()
                     })
