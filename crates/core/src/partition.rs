@@ -116,6 +116,18 @@ impl Partition {
         self.spans.iter().for_each(|&s| busy.remove_span(s));
     }
 
+    /// How many of this partition's processors lie in `span`.
+    pub fn processors_in(&self, span: Span) -> u32 {
+        self.spans
+            .iter()
+            .map(|s| {
+                s.end()
+                    .min(span.end())
+                    .saturating_sub(s.start.max(span.start))
+            })
+            .sum()
+    }
+
     pub fn overlaps(&self, other: &Partition) -> bool {
         let (mut i, mut j) = (0, 0);
         while i < self.spans.len() && j < other.spans.len() {
@@ -165,5 +177,9 @@ mod tests {
         let b = Partition::from_spans(vec![Span::new(0, 1), Span::new(10, 1)]);
         assert!(!b.overlaps(&Partition::block(1, 9)));
         assert!(b.overlaps(&Partition::block(5, 6)));
+        assert_eq!(a.processors_in(Span::new(4, 4)), 0);
+        assert_eq!(a.processors_in(Span::new(3, 10)), 1);
+        assert_eq!(b.processors_in(Span::new(0, 11)), 2);
+        assert_eq!(b.processors_in(Span::new(1, 9)), 0);
     }
 }

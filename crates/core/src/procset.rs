@@ -458,9 +458,9 @@ mod tests {
         );
     }
 
-    /// The leftmost free run of `n`, by looking at every run.
-    fn first_free_run_by_scan(set: &ProcSet, n: u32) -> Option<u32> {
-        set.runs(false)
+    /// The leftmost free run of `n` from `from` on, by looking at every run.
+    fn first_free_run_by_scan(set: &ProcSet, from: u32, n: u32) -> Option<u32> {
+        set.runs_from(from, false)
             .find(|run| run.len >= n)
             .map(|run| run.start)
     }
@@ -506,17 +506,13 @@ mod tests {
                 for n in [1, 2, 63, 64, 65, 200, 511, 512, 513, 1100, capacity] {
                     assert_eq!(
                         set.first_free_run(n),
-                        first_free_run_by_scan(&set, n),
+                        first_free_run_by_scan(&set, 0, n),
                         "capacity {capacity} step {step} n {n}"
                     );
                     let from = (state >> 40) as u32 % capacity;
-                    let by_scan = set
-                        .runs_from(from, false)
-                        .find(|run| run.len >= n)
-                        .map(|run| run.start);
                     assert_eq!(
                         set.first_free_run_from(from, n),
-                        by_scan,
+                        first_free_run_by_scan(&set, from, n),
                         "capacity {capacity} step {step} n {n} from {from}"
                     );
                 }

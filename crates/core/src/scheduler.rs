@@ -1015,6 +1015,13 @@ impl Scheduler {
                 ));
             }
         }
+        for (id, partition) in self.placed.values() {
+            if job_partition(&self.jobs, *id) != partition {
+                return Err(format!(
+                    "job {id}: placed with {partition}, now on another partition"
+                ));
+            }
+        }
         for slice in &self.slices {
             let ends: BTreeSet<(Micros, JobId)> = slice
                 .own
@@ -1230,7 +1237,7 @@ impl Outside {
                 // nothing below its end that serves (first fit: the run there is cut short;
                 // scatter: nothing there is free).
                 let whole = scheduler.find(taken, shape)?;
-                if !whole.overlaps(&Partition::block(block.start, block.len)) {
+                if whole.processors_in(block) == 0 {
                     return Some(whole);
                 }
                 let partitioner = scheduler.config.partitioner;
@@ -1244,16 +1251,7 @@ impl Outside {
         match self {
             Outside::Marked(set) => partition.mark(set),
             Outside::AroundBlock { block, free } => {
-                let inside: u32 = partition
-                    .spans()
-                    .iter()
-                    .map(|s| {
-                        s.end()
-                            .min(block.end())
-                            .saturating_sub(s.start.max(block.start))
-                    })
-                    .sum();
-                *free -= partition.size() - inside;
+                *free -= partition.size() - partition.processors_in(*block);
             }
         }
     }
