@@ -153,11 +153,13 @@ impl PartitionerKind {
         }
     }
 
-    /// How this partitioner picks its one free run, for the partitioners that take one.
-    pub fn run_rule(self) -> Option<RunRule> {
+    /// How EASY can ask where this partitioner would put a job once some jobs end without
+    /// searching a copy of the slice (`None`: it cannot).
+    pub fn release_search(self) -> Option<ReleaseSearch> {
         match self {
-            PartitionerKind::FirstFit => Some(RunRule::Lowest),
-            PartitionerKind::BestFit => Some(RunRule::Shortest),
+            PartitionerKind::FirstFit => Some(ReleaseSearch::Run(RunRule::Lowest)),
+            PartitionerKind::BestFit => Some(ReleaseSearch::Run(RunRule::Shortest)),
+            PartitionerKind::Scatter => Some(ReleaseSearch::LowestFree),
             _ => None,
         }
     }
@@ -172,6 +174,33 @@ impl PartitionerKind {
             PartitionerKind::AdaptiveScan => &Submesh { rotate: true },
         }
     }
+}
+
+/// Where a partitioner's answer lies once some jobs end, without a copy of the slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseSearch {
+    /// One free run, picked by the rule among those the ended jobs' processors join.
+    Run(RunRule),
+    /// The lowest-numbered free processors (scatter), among the slice's free runs and the
+    /// ended jobs' processors.
+    LowestFree,
+}
+
+/// The first `n` processors of two sets of free spans, each disjoint and in increasing
+/// order, and disjoint from each other: where scatter goes when `released` is freed.
+pub fn lowest_free(
+    free: impl Iterator<Item = Span>,
+    released: &[Span],
+    n: u32,
+) -> Option<Partition> {
+    let mut free = free.peekable();
+    let mut released = released.iter().copied().peekable();
+    let ascending = std::iter::from_fn(|| match (free.peek(), released.peek()) {
+        (Some(a), Some(b)) if b.start < a.start => released.next(),
+        (Some(_), _) => free.next(),
+        (None, _) => released.next(),
+    });
+    Scatter::take(ascending, n)
 }
 
 /// Which long-enough free run a one-run partitioner takes. Knowing the rule lets EASY ask

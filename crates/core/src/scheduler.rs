@@ -9,11 +9,11 @@
 use crate::job::{Class, JobId, JobRequest, Micros};
 use crate::machine::Machine;
 use crate::partition::{Partition, Shape, Span};
-use crate::partitioner::{NeverFits, PartitionerKind, RunRule};
+use crate::partitioner::{lowest_free, NeverFits, PartitionerKind, ReleaseSearch, RunRule};
 use crate::plan::{Plan, PlanEntry, PlanSlice, Role};
 use crate::procset::{ProcSet, Released};
 use crate::queue::{QueueKey, WaitQueue};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
 /// How the wait queue is served when its head does not fit.
@@ -146,9 +146,10 @@ impl Job {
 struct Slice {
     id: SliceId,
     own: Vec<JobId>,
-    /// Own jobs by planned end (see [`Scheduler::planned_end`]): EASY's reservation reads
-    /// them in this order at every event, so they are kept sorted rather than sorted each time.
-    ends: BTreeSet<(Micros, JobId)>,
+    /// Own jobs by planned end (see [`Scheduler::planned_end`]), with their sizes: EASY's
+    /// reservation reads them in this order at every event, so they are kept sorted rather
+    /// than sorted each time, and counted without a job lookup each.
+    ends: BTreeMap<(Micros, JobId), u32>,
     /// Own jobs' processors plus every preempting job's: where nothing new may be placed.
     taken: ProcSet,
     alternates: Vec<JobId>,
@@ -618,7 +619,7 @@ impl Scheduler {
             first_end: self
                 .slices
                 .iter()
-                .filter_map(|s| s.ends.first().map(|&(end, _)| end))
+                .filter_map(|s| s.ends.first_key_value().map(|(&(end, _), _)| end))
                 .min()
                 .unwrap_or(Micros::MAX),
             slice,
@@ -634,16 +635,16 @@ impl Scheduler {
     /// several slices each is a virtual machine running at `1/mpl` speed (Zhang, Franke,
     /// Moreira & Sivasubramaniam 2000).
     fn reserve(&self, head: JobId, now: Micros) -> Option<(SliceId, Micros, Partition)> {
-        self.reserve_by(head, now, self.config.partitioner.run_rule())
+        self.reserve_by(head, now, self.config.partitioner.release_search())
     }
 
-    /// [`Scheduler::reserve`], looking only at runs the ending jobs join when `rule` is the
-    /// partitioner's (`None`: searching a copy of the slice, which any partitioner allows).
+    /// [`Scheduler::reserve`] by the partitioner's `search` (`None`: searching a copy of the
+    /// slice, which any partitioner allows).
     fn reserve_by(
         &self,
         head: JobId,
         now: Micros,
-        rule: Option<RunRule>,
+        search: Option<ReleaseSearch>,
     ) -> Option<(SliceId, Micros, Partition)> {
         if self.config.backfill != Backfill::Easy {
             return None;
@@ -656,10 +657,16 @@ impl Scheduler {
         let mut bounds: Vec<(Micros, usize)> = Vec::new();
         for (index, slice) in self.slices.iter().enumerate() {
             let mut free = u64::from(slice.taken.free());
-            let bound = self.ending_order(slice, now).find_map(|(end, id)| {
-                free += u64::from(self.partition(id).size());
-                (free >= shape.procs()).then_some(end)
-            });
+            // In end order: the jobs past their end all count as ending now, in whichever
+            // order, so the count reaches the size at the same time as in `ending_order`.
+            let bound = slice
+                .ends
+                .iter()
+                .take_while(|&(&(end, _), _)| end < Micros::MAX)
+                .find_map(|(&(end, _), &size)| {
+                    free += u64::from(size);
+                    (free >= shape.procs()).then_some(end.max(now))
+                });
             bounds.extend(bound.map(|end| (end, index)));
         }
         bounds.sort_unstable();
@@ -677,7 +684,7 @@ impl Scheduler {
             let slice = &self.slices[index];
             // The head does not fit in this slice now (else it would have been placed).
             debug_assert!(self.find(&slice.taken, shape).is_none());
-            let mut after = AfterEnds::new(&slice.taken, rule);
+            let mut after = AfterEnds::new(&slice.taken, search);
             let mut free = u64::from(slice.taken.free());
             for (end, id) in self
                 .ending_order(slice, now)
@@ -710,13 +717,13 @@ impl Scheduler {
         let mut overdue: Vec<(Micros, JobId)> = slice
             .ends
             .range(..=(now, JobId::MAX))
-            .map(|&(_, id)| (now, id))
+            .map(|(&(_, id), _)| (now, id))
             .collect();
         overdue.sort_unstable();
         let upcoming = slice
             .ends
             .range((Bound::Excluded((now, JobId::MAX)), Bound::Unbounded))
-            .copied();
+            .map(|(&key, _)| key);
         overdue
             .into_iter()
             .chain(upcoming)
@@ -835,7 +842,7 @@ impl Scheduler {
                     self.slices.push(Slice {
                         id: slice_id,
                         own: Vec::new(),
-                        ends: BTreeSet::new(),
+                        ends: BTreeMap::new(),
                         taken: self.preempting_procs.clone(),
                         alternates: Vec::new(),
                         busy: self.preempting_procs.clone(),
@@ -866,7 +873,7 @@ impl Scheduler {
                 let index = self.slice_index(slice_id);
                 let slice = &mut self.slices[index];
                 slice.own.push(id);
-                slice.ends.insert((end, id));
+                slice.ends.insert((end, id), partition.size());
                 partition.mark(&mut slice.taken);
                 if !opened && partition.is_clear_in(&slice.busy) {
                     // Nothing of the slice's greedy fill stood there: every alternate stays
@@ -971,7 +978,7 @@ impl Scheduler {
                 self.slices[from].own.retain(|&j| j != id);
                 self.slices[from].ends.remove(&(end, id));
                 self.slices[to].own.push(id);
-                self.slices[to].ends.insert((end, id));
+                self.slices[to].ends.insert((end, id), partition.size());
                 partition.mark(&mut self.slices[to].taken);
                 let to_id = self.slices[to].id;
                 if let JobState::Placed { home, .. } =
@@ -1023,10 +1030,13 @@ impl Scheduler {
             }
         }
         for slice in &self.slices {
-            let ends: BTreeSet<(Micros, JobId)> = slice
+            let ends: BTreeMap<(Micros, JobId), u32> = slice
                 .own
                 .iter()
-                .map(|id| (self.planned_end(&self.jobs[id]), *id))
+                .map(|id| {
+                    let end = self.planned_end(&self.jobs[id]);
+                    ((end, *id), self.partition(*id).size())
+                })
                 .collect();
             if ends != slice.ends {
                 return Err(format!(
@@ -1094,13 +1104,18 @@ fn job_partition(jobs: &BTreeMap<JobId, Job>, id: JobId) -> &Partition {
 
 /// A slice as it will be once some of its jobs end, for EASY's "when and where could the
 /// head start?". One-run partitioners look only at the runs the ended jobs' processors join
-/// (no other run can newly hold the head); the others search a copy with the jobs unmarked.
+/// (no other run can newly hold the head); scatter takes the lowest of the slice's free
+/// processors and the released ones; the others search a copy with the jobs unmarked.
 enum AfterEnds<'a> {
     Runs {
         rule: RunRule,
         released: Released<'a>,
         /// Spans released since the last look.
         fresh: Vec<Span>,
+    },
+    LowestFree {
+        taken: &'a ProcSet,
+        released: Vec<Span>,
     },
     Copy {
         taken: &'a ProcSet,
@@ -1110,12 +1125,16 @@ enum AfterEnds<'a> {
 }
 
 impl<'a> AfterEnds<'a> {
-    fn new(taken: &'a ProcSet, rule: Option<RunRule>) -> Self {
-        match rule {
-            Some(rule) => AfterEnds::Runs {
+    fn new(taken: &'a ProcSet, search: Option<ReleaseSearch>) -> Self {
+        match search {
+            Some(ReleaseSearch::Run(rule)) => AfterEnds::Runs {
                 rule,
                 released: Released::new(taken),
                 fresh: Vec::new(),
+            },
+            Some(ReleaseSearch::LowestFree) => AfterEnds::LowestFree {
+                taken,
+                released: Vec::new(),
             },
             None => AfterEnds::Copy {
                 taken,
@@ -1135,6 +1154,7 @@ impl<'a> AfterEnds<'a> {
                     fresh.push(span);
                 }
             }
+            AfterEnds::LowestFree { released, .. } => released.extend_from_slice(partition.spans()),
             AfterEnds::Copy { ending, .. } => ending.push(partition),
         }
     }
@@ -1152,6 +1172,10 @@ impl<'a> AfterEnds<'a> {
                     .drain(..)
                     .filter_map(|span| released.free_run_at(span.start));
                 rule.pick(runs, shape.procs() as u32)
+            }
+            AfterEnds::LowestFree { taken, released } => {
+                released.sort_unstable();
+                lowest_free(taken.runs(false), released, shape.procs() as u32)
             }
             AfterEnds::Copy { taken, map, ending } => {
                 // Copied only at the first look: most reservations need none.

@@ -231,41 +231,69 @@ pub fn read(mut reader: impl BufRead, path: &Path) -> Result<Trace, SwfError> {
 }
 
 fn parse_record(text: &str, path: &Path, line: usize) -> Result<Record, SwfError> {
-    let words: Vec<&str> = text.split_whitespace().collect();
-    if words.len() != FIELDS {
-        return Err(SwfError::FieldCount {
-            path: path.to_path_buf(),
-            line,
-            found: words.len(),
-        });
-    }
+    // A wrong field count is the error to report, even when a bad field comes first.
+    let found = || text.split_whitespace().count();
+    let field_count = || SwfError::FieldCount {
+        path: path.to_path_buf(),
+        line,
+        found: found(),
+    };
+    let or_field_count = |error| {
+        if found() == FIELDS {
+            error
+        } else {
+            field_count()
+        }
+    };
     let mut record = Record::unknown();
-    for (i, word) in words.iter().enumerate() {
-        let value = word
-            .parse::<f64>()
-            .ok()
+    let mut words = text.split_whitespace();
+    for (i, slot) in record.fields.iter_mut().enumerate() {
+        let word = words.next().ok_or_else(field_count)?;
+        let value = parse_number(word)
             .filter(|v| v.is_finite())
-            .ok_or_else(|| SwfError::NotANumber {
-                path: path.to_path_buf(),
-                line,
-                field: i + 1,
-                name: FIELD_NAMES[i],
-                text: word.to_string(),
+            .ok_or_else(|| {
+                or_field_count(SwfError::NotANumber {
+                    path: path.to_path_buf(),
+                    line,
+                    field: i + 1,
+                    name: FIELD_NAMES[i],
+                    text: word.to_string(),
+                })
             })?;
         let limit = field_limit(i);
         if value != -1.0 && !(0.0..=limit).contains(&value) {
-            return Err(SwfError::OutOfRange {
+            return Err(or_field_count(SwfError::OutOfRange {
                 path: path.to_path_buf(),
                 line,
                 field: i + 1,
                 name: FIELD_NAMES[i],
                 text: word.to_string(),
                 limit,
-            });
+            }));
         }
-        record.fields[i] = value;
+        *slot = value;
+    }
+    if words.next().is_some() {
+        return Err(field_count());
     }
     Ok(record)
+}
+
+/// A field's value. Nearly every field of an archive log is a whole number: those are read
+/// as integers (exact below 2^53, as the float parser would give them, at a fraction of its
+/// cost over 18 fields of 300,000 lines); anything else goes to the float parser.
+fn parse_number(word: &str) -> Option<f64> {
+    let (negative, digits) = match word.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, word),
+    };
+    if (1..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()) {
+        let whole = digits
+            .bytes()
+            .fold(0u64, |n, b| n * 10 + u64::from(b - b'0')) as f64;
+        return Some(if negative { -whole } else { whole });
+    }
+    word.parse::<f64>().ok()
 }
 
 /// Writes a trace: its header lines as they are, then one line per record.
@@ -301,6 +329,40 @@ mod tests {
     use super::*;
 
     const SAMPLE: &str = "; Version: 2.2\n; MaxNodes: 338 (batch partition; 512 total)\n; Note: free text\n\n1 0 5 100 4 -1 -1 4 200 -1 1 3 1 -1 1 -1 -1 -1\n2 10 -1 50 -1 12.5 -1 8 -1 -1 1 3 1 -1 1 -1 -1 -1\n";
+
+    #[test]
+    fn whole_numbers_read_as_the_float_parser_reads_them() {
+        let words = [
+            "0",
+            "-0",
+            "-1",
+            "7",
+            "0042",
+            "999999999999999",
+            "1000000000000000",
+            "9223372036854775808",
+            "1.5",
+            "-2.25",
+            "1e3",
+            "+5",
+            "-",
+            "",
+            "12a",
+            "inf",
+            "NaN",
+            "--3",
+            "1_000",
+        ];
+        for word in words {
+            let expected = word.parse::<f64>().ok();
+            let found = parse_number(word);
+            assert_eq!(
+                found.map(f64::to_bits),
+                expected.map(f64::to_bits),
+                "{word:?}"
+            );
+        }
+    }
 
     #[test]
     fn header_keys_and_leading_integers() {
