@@ -5,9 +5,10 @@
 //! processors × 16 slices in the microseconds.
 
 use crate::partition::Span;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct ProcSet {
     words: Vec<u64>,
     len: u32,
@@ -17,7 +18,21 @@ pub struct ProcSet {
     /// The free runs of each block of [`BLOCK_WORDS`] words, kept current by every change:
     /// "where is the first free run of n?" skips every block whose runs are all shorter.
     blocks: Vec<BlockRuns>,
+    /// No free run is longer than this (`u32::MAX`: unknown), learnt by a search that
+    /// failed: backfilling asks the same full slice for smaller and smaller runs, and each
+    /// ask after the first is then answered without a walk. Adding members keeps it true;
+    /// removing any forgets it.
+    longest_free: Cell<u32>,
 }
+
+/// Equal members, whatever each set has learnt about its runs.
+impl PartialEq for ProcSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.words == other.words
+    }
+}
+
+impl Eq for ProcSet {}
 
 /// Words per block of [`BlockRuns`]: small enough that refreshing the two blocks at the ends
 /// of a changed span is cheap, large enough that a query walks few blocks (183 on Curie).
@@ -99,6 +114,7 @@ impl ProcSet {
             len,
             members: 0,
             blocks: vec![BlockRuns::FREE; words.div_ceil(BLOCK_WORDS)],
+            longest_free: Cell::new(u32::MAX),
         };
         if let Some(last) = set.blocks.len().checked_sub(1) {
             set.measure_block(last);
@@ -112,6 +128,7 @@ impl ProcSet {
         self.words.copy_from_slice(&other.words);
         self.blocks.copy_from_slice(&other.blocks);
         self.members = other.members;
+        self.longest_free.set(other.longest_free.get());
     }
 
     /// Re-measures one block's runs from its words.
@@ -222,6 +239,7 @@ impl ProcSet {
         if span.len == 0 {
             return;
         }
+        self.longest_free.set(u32::MAX);
         Self::for_span_words(span, |i, mask, bits| {
             let removed = match mask & self.words[i] {
                 present if present == mask => bits,
@@ -250,10 +268,30 @@ impl ProcSet {
     /// runs, looking at words only in a block that holds such a run wholly.
     pub fn first_free_run(&self, n: u32) -> Option<u32> {
         debug_assert!(n > 0);
-        if self.free() < n {
+        if self.free() < n || self.longest_free.get() < n {
             return None;
         }
-        self.walk_blocks(0, 0, 0, n)
+        let found = self.walk_blocks(0, 0, 0, n);
+        if found.is_none() {
+            self.longest_free.set(self.longest_free_run());
+        }
+        found
+    }
+
+    /// The length of the longest free run, from the blocks' runs.
+    fn longest_free_run(&self) -> u32 {
+        let (mut longest, mut run) = (0, 0);
+        for block in &self.blocks {
+            if block.head == BLOCK_BITS as u16 {
+                run += BLOCK_BITS;
+                continue;
+            }
+            longest = longest
+                .max(run + u32::from(block.head))
+                .max(u32::from(block.longest));
+            run = u32::from(block.tail);
+        }
+        longest.max(run)
     }
 
     /// [`ProcSet::first_free_run`] among processors `from` and after (a run reaching `from`
@@ -501,6 +539,12 @@ mod tests {
                 (0..measured.blocks.len()).for_each(|b| measured.measure_block(b));
                 assert_eq!(
                     set.blocks, measured.blocks,
+                    "capacity {capacity} step {step}"
+                );
+                let longest = set.runs(false).map(|r| r.len).max().unwrap_or(0);
+                assert_eq!(
+                    set.longest_free_run(),
+                    longest,
                     "capacity {capacity} step {step}"
                 );
                 for n in [1, 2, 63, 64, 65, 200, 511, 512, 513, 1100, capacity] {
