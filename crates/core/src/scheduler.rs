@@ -153,9 +153,25 @@ struct Slice {
     /// Own jobs' processors plus every preempting job's: where nothing new may be placed.
     taken: ProcSet,
     alternates: Vec<JobId>,
-    /// `taken` plus the alternates: where no further alternate may go.
-    busy: ProcSet,
+    /// The alternates' processors (none in `taken`): with `taken`, where no further alternate
+    /// may go. Kept apart so that refilling unmarks the old alternates instead of copying
+    /// `taken` (a copy of the whole machine, at every event).
+    lent: ProcSet,
     standby: Vec<JobId>,
+}
+
+impl Slice {
+    /// Whether `partition` lies wholly outside `taken` and the alternates.
+    fn has_room_for(&self, partition: &Partition) -> bool {
+        fits_between(partition, &self.taken, &self.lent)
+    }
+}
+
+/// Whether `partition` misses both `taken` and `lent` (disjoint sets).
+fn fits_between(partition: &Partition, taken: &ProcSet, lent: &ProcSet) -> bool {
+    partition.size() <= taken.free() - lent.count()
+        && partition.is_clear_in(taken)
+        && partition.is_clear_in(lent)
 }
 
 #[derive(Clone, Debug)]
@@ -572,15 +588,20 @@ impl Scheduler {
     }
 
     fn find_standby(&self, shape: Shape) -> Option<Partition> {
-        let free_of = |busy: &ProcSet| {
+        let free_of = |busy: &ProcSet, lent: Option<&ProcSet>| {
             let mut map = busy.clone();
             map.union_with(&self.standby_procs);
+            if let Some(lent) = lent {
+                map.union_with(lent);
+            }
             self.find(&map, shape)
         };
         if self.slices.is_empty() {
-            return free_of(&self.preempting_procs);
+            return free_of(&self.preempting_procs, None);
         }
-        self.slices.iter().find_map(|s| free_of(&s.busy))
+        self.slices
+            .iter()
+            .find_map(|s| free_of(&s.taken, Some(&s.lent)))
     }
 
     /// A job's estimated wall time in the matrix: a job gets at least one slot in `mpl`, so its
@@ -845,7 +866,7 @@ impl Scheduler {
                         ends: BTreeMap::new(),
                         taken: self.preempting_procs.clone(),
                         alternates: Vec::new(),
-                        busy: self.preempting_procs.clone(),
+                        lent: ProcSet::new(self.machine.procs()),
                         standby: Vec::new(),
                     });
                 }
@@ -864,7 +885,7 @@ impl Scheduler {
             Home::Preempting => self.refresh_all(),
             Home::Standby => {
                 for slice in &mut self.slices {
-                    if partition.is_clear_in(&slice.busy) {
+                    if slice.has_room_for(&partition) {
                         slice.standby.push(id);
                     }
                 }
@@ -875,10 +896,9 @@ impl Scheduler {
                 slice.own.push(id);
                 slice.ends.insert((end, id), partition.size());
                 partition.mark(&mut slice.taken);
-                if !opened && partition.is_clear_in(&slice.busy) {
+                if !opened && partition.is_clear_in(&slice.lent) {
                     // Nothing of the slice's greedy fill stood there: every alternate stays
                     // (none overlaps the job) and none rejected before can fit now.
-                    partition.mark(&mut slice.busy);
                     let jobs = &self.jobs;
                     slice
                         .standby
@@ -889,9 +909,9 @@ impl Scheduler {
                 // The newest placement is last in alternate order: it only takes what is left.
                 if self.config.alternates {
                     for (i, slice) in self.slices.iter_mut().enumerate() {
-                        if i != index && partition.is_clear_in(&slice.busy) {
+                        if i != index && slice.has_room_for(&partition) {
                             slice.alternates.push(id);
-                            partition.mark(&mut slice.busy);
+                            partition.mark(&mut slice.lent);
                             let jobs = &self.jobs;
                             slice
                                 .standby
@@ -933,9 +953,17 @@ impl Scheduler {
                 self.slices[index].own.retain(|&j| j != id);
                 let end = self.planned_end(job);
                 self.slices[index].ends.remove(&(end, id));
-                let mut stale: Vec<usize> = (0..self.slices.len())
-                    .filter(|&i| i == index || self.slices[i].alternates.contains(&id))
-                    .collect();
+                // Out of the alternates now, while its partition is at hand: refilling
+                // unmarks the alternates it finds by looking their partitions up.
+                let mut stale = vec![index];
+                for (i, slice) in self.slices.iter_mut().enumerate() {
+                    if let Some(at) = slice.alternates.iter().position(|&a| a == id) {
+                        slice.alternates.remove(at);
+                        partition.unmark(&mut slice.lent);
+                        stale.push(i);
+                    }
+                }
+                stale.sort_unstable();
                 if self.slices[index].own.is_empty() {
                     self.slices.remove(index);
                     stale.retain(|&i| i != index);
@@ -1005,10 +1033,15 @@ impl Scheduler {
     /// For tests and debug assertions; returns what differs.
     pub fn audit(&self) -> Result<(), String> {
         let mut fresh = self.clone();
+        // From nothing, not from the alternates kept: those are what is checked.
+        for slice in &mut fresh.slices {
+            slice.alternates.clear();
+            slice.lent = ProcSet::new(self.machine.procs());
+        }
         fresh.refresh_all();
         for (kept, recomputed) in self.slices.iter().zip(&fresh.slices) {
             let differs = kept.taken != recomputed.taken
-                || kept.busy != recomputed.busy
+                || kept.lent != recomputed.lent
                 || kept.alternates != recomputed.alternates
                 || kept.standby != recomputed.standby;
             if differs {
@@ -1065,19 +1098,28 @@ impl Scheduler {
         self.slices[index].taken = taken;
     }
 
-    /// Recomputes a slice's alternates and standby jobs from scratch, greedily in placement order.
+    /// Recomputes a slice's alternates and standby jobs from scratch, greedily in placement
+    /// order. Every alternate it holds must still be placed (see [`Scheduler::unplace`]).
     fn refill(&mut self, index: usize) {
-        let slice = &mut self.slices[index];
-        // The old `busy` is overwritten in place: a copy of a slice's words, not an allocation.
-        let mut busy = std::mem::replace(&mut slice.busy, ProcSet::new(0));
-        busy.copy_from(&slice.taken);
-        let mut alternates = Vec::new();
         // With one slice every placed job is its own: there is no other slice to borrow from.
-        if self.config.alternates && self.slices.len() > 1 {
+        let borrows = self.config.alternates && self.slices.len() > 1;
+        let slice = &mut self.slices[index];
+        let mut lent = std::mem::replace(&mut slice.lent, ProcSet::new(0));
+        for &id in &slice.alternates {
+            job_partition(&self.jobs, id).unmark(&mut lent);
+        }
+        debug_assert!(
+            lent.is_empty(),
+            "slice {} lent more than its alternates",
+            slice.id
+        );
+        let taken = &slice.taken;
+        let mut alternates = Vec::new();
+        if borrows {
             for (id, partition) in self.placed.values() {
                 // Own jobs never qualify: their processors are already in `taken`.
-                if partition.is_clear_in(&busy) {
-                    partition.mark(&mut busy);
+                if fits_between(partition, taken, &lent) {
+                    partition.mark(&mut lent);
                     alternates.push(*id);
                 }
             }
@@ -1086,10 +1128,10 @@ impl Scheduler {
             .standby
             .values()
             .copied()
-            .filter(|&id| job_partition(&self.jobs, id).is_clear_in(&busy))
+            .filter(|&id| fits_between(job_partition(&self.jobs, id), taken, &lent))
             .collect();
         let slice = &mut self.slices[index];
-        slice.busy = busy;
+        slice.lent = lent;
         slice.alternates = alternates;
         slice.standby = standby;
     }
