@@ -381,6 +381,14 @@ impl ProcSet {
                 return (proc < self.len).then_some(proc);
             }
             index += 1;
+            // Looking for a free processor, a wholly busy block is stepped over at once (a
+            // full slice's low end, on every scatter search).
+            while !member
+                && index % BLOCK_WORDS == 0
+                && self.blocks.get(index / BLOCK_WORDS).is_some_and(|b| b.longest == 0)
+            {
+                index += BLOCK_WORDS;
+            }
             if index >= self.words.len() {
                 return None;
             }
