@@ -126,6 +126,18 @@ impl PartitionerKind {
         self.get().find(machine, busy, shape)
     }
 
+    /// The smallest request that surely cannot be placed in `busy`, from what it knows without
+    /// a search: more than its free processors, or (one-run partitioners) more than the
+    /// longest free run a failed search measured.
+    pub fn room(self, busy: &ProcSet) -> u64 {
+        let free = busy.free();
+        let most = match self.release_search() {
+            Some(ReleaseSearch::Run(_)) => busy.longest_free_known().map_or(free, |l| l.min(free)),
+            _ => free,
+        };
+        u64::from(most) + 1
+    }
+
     /// Whether failing to place `n` processors proves that every larger request fails on the
     /// same occupancy: true for the 1-D partitioners (a longer run, a larger set or buddy block
     /// is never easier to find), not for submeshes (a wider but shorter one may fit where a

@@ -278,6 +278,12 @@ impl ProcSet {
         found
     }
 
+    /// The length of the longest free run if a failed search has measured it since the last
+    /// processor was freed.
+    pub fn longest_free_known(&self) -> Option<u32> {
+        Some(self.longest_free.get()).filter(|&longest| longest != u32::MAX)
+    }
+
     /// The length of the longest free run, from the blocks' runs.
     fn longest_free_run(&self) -> u32 {
         let (mut longest, mut run) = (0, 0);
@@ -384,8 +390,11 @@ impl ProcSet {
             // Looking for a free processor, a wholly busy block is stepped over at once (a
             // full slice's low end, on every scatter search).
             while !member
-                && index % BLOCK_WORDS == 0
-                && self.blocks.get(index / BLOCK_WORDS).is_some_and(|b| b.longest == 0)
+                && index.is_multiple_of(BLOCK_WORDS)
+                && self
+                    .blocks
+                    .get(index / BLOCK_WORDS)
+                    .is_some_and(|b| b.longest == 0)
             {
                 index += BLOCK_WORDS;
             }

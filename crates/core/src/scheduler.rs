@@ -520,11 +520,10 @@ impl Scheduler {
             }
             // No job behind the head small enough for any slice's free processors: nothing
             // to backfill, and no reservation to compute.
-            let room = self.slices.iter().map(|s| s.taken.free()).max();
-            let candidate = room.and_then(|free| {
-                self.queue
-                    .next_smaller(key, Class::Standby, u64::from(free) + 1)
-            });
+            let partitioner = self.config.partitioner;
+            let room = self.slices.iter().map(|s| partitioner.room(&s.taken)).max();
+            let candidate =
+                room.and_then(|room| self.queue.next_smaller(key, Class::Standby, room));
             if candidate.is_none() {
                 break;
             }
@@ -772,21 +771,21 @@ impl Scheduler {
         let upward = self.config.partitioner.fails_upward();
         let mut failed = vec![u64::MAX; self.slices.len()];
         let mut failed_outside = u64::MAX;
-        let room = |free: u32, failed: u64| (u64::from(free) + 1).min(failed);
+        let partitioner = self.config.partitioner;
+        let room = |busy: &ProcSet, failed: u64| partitioner.room(busy).min(failed);
         let mut cursor = head;
         loop {
             let below = self
                 .slices
                 .iter()
                 .zip(&failed)
-                .map(|(slice, &failed)| room(slice.taken.free(), failed))
+                .map(|(slice, &failed)| room(&slice.taken, failed))
                 // Unbuilt, the reserved slice's room outside the reservation is bounded by
                 // its whole room, which is in the fold already.
                 .fold(
-                    reservation
-                        .outside
-                        .as_ref()
-                        .map_or(0, |outside| room(outside.free(), failed_outside)),
+                    reservation.outside.as_ref().map_or(0, |outside| {
+                        (u64::from(outside.free()) + 1).min(failed_outside)
+                    }),
                     u64::max,
                 );
             let Some(next) = self.queue.next_smaller(cursor, Class::Standby, below) else {
