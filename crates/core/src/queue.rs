@@ -27,16 +27,19 @@ impl WaitQueue {
         let class = key.0;
         let tree = &mut self.smallest[class as usize];
         if !tree.covers(key.1) {
-            let live = self.jobs.range(class_range(class)).map(|(k, &p)| (k.1, p));
+            let live = self
+                .jobs
+                .range(class_range(class))
+                .map(|(k, &p)| (k.1, p, k.2));
             tree.rebuild(live);
         }
-        tree.set(key.1, clamp(procs));
+        tree.set(key.1, clamp(procs), key.2);
     }
 
     pub fn remove(&mut self, key: &QueueKey) -> bool {
         let removed = self.jobs.remove(key).is_some();
         if removed {
-            self.smallest[key.0 as usize].set(key.1, EMPTY);
+            self.smallest[key.0 as usize].set(key.1, EMPTY, key.2);
         }
         removed
     }
@@ -56,14 +59,9 @@ impl WaitQueue {
         let mut class = after.0;
         let mut from = after.1.checked_add(1)?;
         while class < until {
-            if let Some(seq) = self.smallest[class as usize].first_below(from, below) {
-                let key = self
-                    .jobs
-                    .range((class, seq, 0)..)
-                    .next()
-                    .map(|(&k, _)| k)
-                    .expect("the index holds only waiting jobs");
-                return Some(key);
+            if let Some((seq, id)) = self.smallest[class as usize].first_below(from, below) {
+                debug_assert!(self.jobs.contains_key(&(class, seq, id)));
+                return Some((class, seq, id));
             }
             class = *Class::ALL.get(class as usize + 1)?;
             from = 0;
@@ -104,6 +102,8 @@ struct MinTree {
     /// `nodes[1]` is the root; leaf `i` is `nodes[leaves + i]`. Empty leaves hold `EMPTY`.
     /// Requests are at most the machine's processor count, which is below `u32::MAX`.
     nodes: Vec<u32>,
+    /// The job at each leaf: a found job's queue key needs no search of the queue.
+    ids: Vec<JobId>,
 }
 
 impl MinTree {
@@ -112,30 +112,35 @@ impl MinTree {
     }
 
     /// Lays the window out again around `live` (sequence, value) pairs, with room to grow.
-    fn rebuild(&mut self, live: impl Iterator<Item = (u64, u64)>) {
-        let live: Vec<(u64, u64)> = live.collect();
-        let low = live.iter().map(|&(s, _)| s).min().unwrap_or(0);
-        let high = live.iter().map(|&(s, _)| s).max().unwrap_or(0);
+    fn rebuild(&mut self, live: impl Iterator<Item = (u64, u64, JobId)>) {
+        let live: Vec<(u64, u64, JobId)> = live.collect();
+        let low = live.iter().map(|&(s, _, _)| s).min().unwrap_or(0);
+        let high = live.iter().map(|&(s, _, _)| s).max().unwrap_or(0);
         // Room for the span twice over, and for new sequence numbers above it.
         let span = usize::try_from(high - low + 1).expect("sequence numbers span memory");
         self.leaves = (2 * span).next_power_of_two().max(64);
         // New numbers come above the live ones; old ones re-enter (a requeue) below.
         self.base = low.saturating_sub(self.leaves as u64 / 4);
         self.nodes = vec![EMPTY; 2 * self.leaves];
-        for (seq, value) in live {
-            self.nodes[self.leaves + (seq - self.base) as usize] = clamp(value);
+        self.ids = vec![0; self.leaves];
+        for (seq, value, id) in live {
+            let leaf = (seq - self.base) as usize;
+            self.nodes[self.leaves + leaf] = clamp(value);
+            self.ids[leaf] = id;
         }
         for node in (1..self.leaves).rev() {
             self.nodes[node] = self.nodes[2 * node].min(self.nodes[2 * node + 1]);
         }
     }
 
-    fn set(&mut self, seq: u64, value: u32) {
+    fn set(&mut self, seq: u64, value: u32, id: JobId) {
         if !self.covers(seq) {
             // Only a removal can miss the window (an insert rebuilds first): nothing is there.
             return;
         }
-        let mut node = self.leaves + (seq - self.base) as usize;
+        let leaf = (seq - self.base) as usize;
+        self.ids[leaf] = id;
+        let mut node = self.leaves + leaf;
         self.nodes[node] = value;
         while node > 1 {
             node /= 2;
@@ -143,8 +148,9 @@ impl MinTree {
         }
     }
 
-    /// The smallest sequence number at or after `from` whose value is below `below`.
-    fn first_below(&self, from: u64, below: u64) -> Option<u64> {
+    /// The smallest sequence number at or after `from` whose value is below `below`, with
+    /// its job.
+    fn first_below(&self, from: u64, below: u64) -> Option<(u64, JobId)> {
         if self.leaves == 0 || from >= self.base + self.leaves as u64 {
             return None;
         }
@@ -157,7 +163,8 @@ impl MinTree {
                         node += 1;
                     }
                 }
-                return Some(self.base + (node - self.leaves) as u64);
+                let leaf = node - self.leaves;
+                return Some((self.base + leaf as u64, self.ids[leaf]));
             }
             // On to the next subtree to the right: climb while we are a right child.
             while node % 2 == 1 {
