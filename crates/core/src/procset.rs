@@ -42,7 +42,7 @@ const BLOCK_BITS: u32 = BLOCK_WORDS as u32 * 64;
 /// Free runs in one block: the run at its start, the run at its end and the longest run
 /// wholly inside it (all three are the block's size when it is free). Processors past the
 /// set's capacity count as busy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct BlockRuns {
     head: u16,
     tail: u16,
@@ -271,33 +271,15 @@ impl ProcSet {
         if self.free() < n || self.longest_free.get() < n {
             return None;
         }
-        let found = self.walk_blocks(0, 0, 0, n);
-        if found.is_none() {
-            self.longest_free.set(self.longest_free_run());
-        }
-        found
+        self.walk_blocks(0, 0, 0, n)
+            .map_err(|longest| self.longest_free.set(longest))
+            .ok()
     }
 
     /// The length of the longest free run if a failed search has measured it since the last
     /// processor was freed.
     pub fn longest_free_known(&self) -> Option<u32> {
         Some(self.longest_free.get()).filter(|&longest| longest != u32::MAX)
-    }
-
-    /// The length of the longest free run, from the blocks' runs.
-    fn longest_free_run(&self) -> u32 {
-        let (mut longest, mut run) = (0, 0);
-        for block in &self.blocks {
-            if block.head == BLOCK_BITS as u16 {
-                run += BLOCK_BITS;
-                continue;
-            }
-            longest = longest
-                .max(run + u32::from(block.head))
-                .max(u32::from(block.longest));
-            run = u32::from(block.tail);
-        }
-        longest.max(run)
     }
 
     /// [`ProcSet::first_free_run`] among processors `from` and after (a run reaching `from`
@@ -320,43 +302,52 @@ impl ProcSet {
             if run.end() > block_end {
                 // Too short, and over by its (busy) end: go on from the block holding it.
                 let resume = run.end() / BLOCK_BITS;
-                return self.walk_blocks(
-                    resume as usize,
-                    run.start,
-                    resume * BLOCK_BITS - run.start,
-                    n,
-                );
+                return self
+                    .walk_blocks(
+                        resume as usize,
+                        run.start,
+                        resume * BLOCK_BITS - run.start,
+                        n,
+                    )
+                    .ok();
             }
         }
-        self.walk_blocks(block as usize + 1, block_end, 0, n)
+        self.walk_blocks(block as usize + 1, block_end, 0, n).ok()
     }
 
     /// The block walk behind the first-free-run searches, from block `first` on, with a free
-    /// run of `run` processors from `start` reaching that block's start.
-    fn walk_blocks(&self, first: usize, mut start: u32, mut run: u32, n: u32) -> Option<u32> {
+    /// run of `run` processors from `start` reaching that block's start. Failing, it has seen
+    /// every run from there on and returns the longest (from block 0: the set's longest).
+    fn walk_blocks(&self, first: usize, mut start: u32, mut run: u32, n: u32) -> Result<u32, u32> {
+        let mut longest = 0;
         for (index, block) in self.blocks.iter().enumerate().skip(first) {
             let block_start = index as u32 * BLOCK_BITS;
             if u32::from(block.head) == BLOCK_BITS {
                 run += BLOCK_BITS;
                 if run >= n {
-                    return Some(start);
+                    return Ok(start);
                 }
                 continue;
             }
             if run + u32::from(block.head) >= n {
-                return Some(start);
+                return Ok(start);
             }
             if u32::from(block.longest) >= n {
                 let from = block_start + u32::from(block.head);
                 return self
                     .runs_from(from, false)
                     .find(|r| r.len >= n)
-                    .map(|r| r.start);
+                    .map(|r| r.start)
+                    // Never short (the block holds the run wholly): if it were, nothing learnt.
+                    .ok_or(u32::MAX);
             }
+            longest = longest
+                .max(run + u32::from(block.head))
+                .max(u32::from(block.longest));
             run = u32::from(block.tail);
             start = block_start + BLOCK_BITS - run;
         }
-        None
+        Err(longest.max(run))
     }
 
     /// How many processors of `span` are in the set.
@@ -560,7 +551,7 @@ mod tests {
                 );
                 let longest = set.runs(false).map(|r| r.len).max().unwrap_or(0);
                 assert_eq!(
-                    set.longest_free_run(),
+                    set.walk_blocks(0, 0, 0, u32::MAX).unwrap_err(),
                     longest,
                     "capacity {capacity} step {step}"
                 );
@@ -582,6 +573,23 @@ mod tests {
                 assert_eq!(set.count_in(span) as usize, in_span);
             }
         }
+    }
+
+    #[test]
+    fn a_failed_search_learns_a_longest_run_that_reaches_the_end() {
+        // Wholly free blocks at the end: the run is still open when the walk ends.
+        let mut set = ProcSet::new(1024);
+        set.insert_span(Span::new(0, 1));
+        assert_eq!(set.first_free_run(1024), None);
+        assert_eq!(set.longest_free_known(), None, "more than free: no walk");
+        assert_eq!(set.first_free_run(1023), Some(1));
+        set.insert_span(Span::new(300, 1));
+        // Runs 1..300 and 301..1024: the longest (723) ends with the set.
+        assert_eq!(set.first_free_run(724), None);
+        assert_eq!(set.longest_free_known(), Some(723));
+        assert_eq!(set.first_free_run(723), Some(301));
+        set.remove_span(Span::new(300, 1));
+        assert_eq!(set.longest_free_known(), None);
     }
 
     #[test]

@@ -111,7 +111,8 @@ impl MinTree {
         seq >= self.base && seq - self.base < self.leaves as u64
     }
 
-    /// Lays the window out again around `live` (sequence, value) pairs, with room to grow.
+    /// Lays the window out again around `live` (sequence, value, job) entries, with room to
+    /// grow.
     fn rebuild(&mut self, live: impl Iterator<Item = (u64, u64, JobId)>) {
         let live: Vec<(u64, u64, JobId)> = live.collect();
         let low = live.iter().map(|&(s, _, _)| s).min().unwrap_or(0);

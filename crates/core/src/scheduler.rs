@@ -962,7 +962,6 @@ impl Scheduler {
                         stale.push(i);
                     }
                 }
-                stale.sort_unstable();
                 if self.slices[index].own.is_empty() {
                     self.slices.remove(index);
                     stale.retain(|&i| i != index);
