@@ -63,6 +63,8 @@ pub struct Tick {
     pub slot: i64,
     pub deadline: Micros,
     pub woke: Micros,
+    /// Boundaries slept through since the last tick (skipped, not replayed).
+    pub missed: u64,
 }
 
 impl Tick {
@@ -71,23 +73,54 @@ impl Tick {
     }
 }
 
-/// Calls `on_tick` at every slot boundary from the next one on, until it returns false.
-/// A boundary missed entirely (the thread slept through it) is skipped, not replayed.
-pub fn run(rotation: Rotation, mut on_tick: impl FnMut(Tick) -> bool) {
+/// What runs on the clock: work between boundaries, and the boundaries themselves.
+pub trait SlotWork {
+    /// Until `until` (a margin before the next boundary): take orders, do what waits. Returns
+    /// false to stop the clock.
+    fn between(&mut self, until: Micros) -> bool;
+    /// The boundary into `tick.slot`; returns false to stop the clock.
+    fn boundary(&mut self, tick: Tick) -> bool;
+}
+
+/// The clock loop (the only one): from the next boundary on, `between` until `margin` before
+/// each boundary, then sleep to the boundary and call `boundary`, until either says stop.
+pub fn drive(rotation: Rotation, margin: Micros, work: &mut impl SlotWork) {
     let mut slot = rotation.next_boundary(now_micros());
+    let mut missed = 0;
     loop {
         let deadline = rotation.slot_start(slot);
+        if !work.between(deadline - margin) {
+            return;
+        }
         sleep_until(deadline);
         let woke = now_micros();
-        if !on_tick(Tick {
+        let tick = Tick {
             slot,
             deadline,
             woke,
-        }) {
+            missed,
+        };
+        if !work.boundary(tick) {
             return;
         }
-        slot = (slot + 1).max(rotation.slot_at(now_micros()) + 1);
+        let next = (slot + 1).max(rotation.slot_at(now_micros()) + 1);
+        missed = (next - slot - 1) as u64;
+        slot = next;
     }
+}
+
+/// Calls `on_tick` at every slot boundary from the next one on, until it returns false.
+pub fn run(rotation: Rotation, on_tick: impl FnMut(Tick) -> bool) {
+    struct OnTick<F>(F);
+    impl<F: FnMut(Tick) -> bool> SlotWork for OnTick<F> {
+        fn between(&mut self, _until: Micros) -> bool {
+            true
+        }
+        fn boundary(&mut self, tick: Tick) -> bool {
+            (self.0)(tick)
+        }
+    }
+    drive(rotation, 0, &mut OnTick(on_tick));
 }
 
 #[cfg(test)]
@@ -113,5 +146,50 @@ mod tests {
                 "woke before its deadline: {tick:?}"
             );
         }
+    }
+
+    /// Records what the clock asks of it; sleeps through two boundaries once.
+    struct Recorder {
+        rotation: Rotation,
+        untils: Vec<Micros>,
+        ticks: Vec<Tick>,
+    }
+
+    impl SlotWork for Recorder {
+        fn between(&mut self, until: Micros) -> bool {
+            self.untils.push(until);
+            true
+        }
+        fn boundary(&mut self, tick: Tick) -> bool {
+            self.ticks.push(tick);
+            if self.ticks.len() == 3 {
+                sleep_until(tick.deadline + 2 * self.rotation.quantum + self.rotation.quantum / 2);
+            }
+            self.ticks.len() < 6
+        }
+    }
+
+    #[test]
+    fn work_runs_before_each_margin_and_slept_through_boundaries_are_counted() {
+        let quantum = 10_000;
+        let rotation = Rotation::new(now_micros() / quantum * quantum, quantum);
+        let mut recorder = Recorder {
+            rotation,
+            untils: Vec::new(),
+            ticks: Vec::new(),
+        };
+        drive(rotation, 1_000, &mut recorder);
+        let ticks = &recorder.ticks;
+        for (until, tick) in recorder.untils.iter().zip(ticks) {
+            assert_eq!(*until, tick.deadline - 1_000);
+        }
+        for pair in ticks.windows(2) {
+            assert_eq!(
+                pair[1].slot,
+                pair[0].slot + 1 + pair[1].missed as i64,
+                "{ticks:?}"
+            );
+        }
+        assert!(ticks[3].missed >= 2, "{ticks:?}");
     }
 }

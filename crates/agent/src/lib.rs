@@ -1,4 +1,6 @@
-//! cosched-agent: applies plan generations on one node.
+//! cosched-agent: everything a node does. [`node::NodeAgent`] takes orders from a
+//! [`node::PlanSource`] and reports to an [`node::EventSink`]: it launches jobs under their
+//! [`supervisor`]s and switches them on the slot [`clock`].
 //!
 //! The [`Applier`] turns "slot `k` begins" into actuator calls: in `gang` mode it freezes the
 //! jobs that leave and then thaws the jobs that enter (strictly in that order: thawing first
@@ -7,11 +9,18 @@
 //! [`clock`] provides the real-time slot clock that calls it.
 
 pub mod clock;
+pub mod fault;
+pub mod fds;
 mod idle;
+pub mod node;
 pub mod skew;
 mod stats;
+pub mod supervisor;
 
 pub use idle::IdleTracker;
+pub use node::{
+    EventSink, NodeAgent, NodeSettings, Order, PlanSource, Received, Stats, CANCEL_GRACE,
+};
 pub use stats::{Samples, Summary};
 
 use cosched_cgroups::{Actuator, CgroupError, ReleaseStep};

@@ -146,6 +146,6 @@ fn report(json: bool) -> Result<()> {
 /// Internal: the per-job supervisor, started by the daemon (its spec and connections are
 /// inherited descriptors).
 pub fn supervise() -> Result<()> {
-    cosched_daemon::supervisor::supervise()?;
+    cosched_agent::supervisor::supervise()?;
     Ok(())
 }

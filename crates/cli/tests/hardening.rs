@@ -439,7 +439,7 @@ fn counting_job(d: &Daemon, log: &Path) -> Vec<String> {
 
 #[test]
 fn a_daemon_killed_anywhere_in_a_launch_runs_the_job_once_and_never_leaves_it_frozen() {
-    for point in cosched_daemon::fault::POINTS {
+    for point in cosched_agent::fault::POINTS {
         let job = if point == "accepted" { 0 } else { 1 };
         let fault = format!("{point}:{job}");
         let mut d = Daemon::start_with(
@@ -658,14 +658,17 @@ fn a_stop_that_cancels_ends_every_job_as_cancelled_and_tells_its_client() {
 #[test]
 fn ended_jobs_leave_memory_but_stay_answerable() {
     let d = Daemon::start(&["--quantum-ms", "100", "--keep-ended", "2"]);
+    // Each ends before the next is submitted (submitted together, they would end in whatever
+    // order their slices came round); the first ones leave memory as later ones end, and
+    // are still waited for.
     let jobs: Vec<u64> = (0..4)
-        .map(|i| d.submit(&["-n", "1", "--", "sh", "-c", &format!("exit {i}")]))
+        .map(|code| {
+            let job = d.submit(&["-n", "1", "--", "sh", "-c", &format!("exit {code}")]);
+            let waited = d.cosched(&["wait", &job.to_string()]);
+            assert_eq!(waited.status.code(), Some(code));
+            job
+        })
         .collect();
-    // Each ends; the first ones leave memory as later ones end, and are still waited for.
-    for (code, &job) in jobs.iter().enumerate() {
-        let waited = d.cosched(&["wait", &job.to_string()]);
-        assert_eq!(waited.status.code(), Some(code as i32));
-    }
     let listed = d.json(&["ps", "--all", "--json"]);
     let listed: Vec<u64> = listed
         .as_array()

@@ -1,29 +1,26 @@
-//! The daemon's state: the core's scheduler, every job record (mirrored in the store), the
-//! current generation, and what waits on jobs. Every change goes through one lock; the agent
-//! thread is told what to do by message and never takes this lock.
+//! The controller's state: the core's scheduler, every job record (mirrored in the store),
+//! the current generation, and what waits on jobs. Every change goes through one lock. The
+//! node agents are told what to do by order and report by event; nothing here waits for an
+//! agent, and nothing here touches a process.
 
-use crate::agent_loop::{AgentEvent, AgentMsg, Reply as AgentReply, Stats, CANCEL_GRACE};
-use crate::fault;
 use crate::protocol::{
     validate_run, ExitInfo, JobView, MatrixEntryView, MatrixView, Reply, RunRequest, StatsView,
     SummaryView,
 };
 use crate::store::{JobRecord, JobStatus, Store};
-use crate::supervisor::{self, Ending, LaunchSpec};
 use crate::unix::Credentials;
 use crate::waiters::Waiters;
 use cosched_agent::clock::now_micros;
-use cosched_agent::{Mode, Summary};
+use cosched_agent::{fault, Mode, Order, Stats, Summary, CANCEL_GRACE};
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, JobState, Micros, Partition, Rotation,
     Scheduler, Shape,
 };
+use cosched_proto::{Command, Ending, Event, Launch, NodeMap};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
-use std::process::Child;
-use std::sync::mpsc::{channel, Sender};
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What a client did wrong or may not do; the message goes back to it as is.
@@ -62,11 +59,10 @@ pub enum OnStop {
 
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub state_dir: PathBuf,
     pub mode: Mode,
     pub rotation: Rotation,
-    /// The program that runs `supervise` (this very binary).
-    pub supervisor_exe: PathBuf,
+    /// The nodes behind the core's processors (one on a single machine).
+    pub nodes: NodeMap,
     /// Ended records kept in memory (the rest stay in the store).
     pub keep_ended: usize,
     /// Open files this process may have (its soft limit).
@@ -79,13 +75,6 @@ pub const MAX_HELD_STDIO_PER_UID: usize = 1000;
 pub const MAX_UNFINISHED_PER_UID: usize = 10_000;
 /// Descriptors kept free for clients, supervisors and the store (a quarter of a low limit).
 const SPARE_FILES: u64 = 512;
-
-/// A supervisor connection to watch, started once the lock is released.
-pub struct Watcher {
-    pub job: JobId,
-    pub stream: UnixStream,
-    pub child: Option<Child>,
-}
 
 pub struct Inner {
     settings: Settings,
@@ -102,9 +91,10 @@ pub struct Inner {
     stdio: BTreeMap<JobId, [OwnedFd; 3]>,
     waiters: Waiters,
     generation: Option<Generation>,
-    agent: Sender<AgentMsg>,
-    /// Supervisor connections to start watching (see [`Watcher`]).
-    pub new_watchers: Vec<Watcher>,
+    /// Orders to the agent; `None` once the controller let go of it (a clean stop).
+    agent: Option<Sender<Order>>,
+    /// Jobs that left the rotation for idleness.
+    idle_departures: u64,
 }
 
 fn internal(error: impl std::fmt::Display) -> ApiError {
@@ -120,7 +110,7 @@ impl Inner {
         settings: Settings,
         scheduler: Scheduler,
         store: Box<dyn Store>,
-        agent: Sender<AgentMsg>,
+        agent: Sender<Order>,
         waiters: Waiters,
     ) -> Inner {
         Inner {
@@ -133,25 +123,9 @@ impl Inner {
             stdio: BTreeMap::new(),
             waiters,
             generation: None,
-            agent,
-            new_watchers: Vec::new(),
+            agent: Some(agent),
+            idle_departures: 0,
         }
-    }
-
-    fn dir(&self, sub: &str) -> PathBuf {
-        self.settings.state_dir.join(sub)
-    }
-
-    fn started_file(&self, job: JobId) -> PathBuf {
-        self.dir("jobs").join(format!("job-{job}.started"))
-    }
-
-    fn exit_file(&self, job: JobId) -> PathBuf {
-        self.dir("jobs").join(format!("job-{job}.exit"))
-    }
-
-    fn socket_file(&self, job: JobId) -> PathBuf {
-        self.dir("run").join(format!("job-{job}.sock"))
     }
 
     /// Changes a job's record: in memory only once the store has it.
@@ -199,20 +173,20 @@ impl Inner {
         }
     }
 
-    fn ask<T>(&self, build: impl FnOnce(AgentReply<T>) -> AgentMsg) -> Result<T, ApiError> {
-        let (reply, answer) = channel();
-        self.agent
-            .send(build(reply))
-            .map_err(|_| internal("the agent thread has stopped"))?;
-        answer
-            .recv()
-            .map_err(|_| internal("the agent thread has stopped"))?
-            .map_err(ApiError::Internal)
+    fn tell(&self, command: Command) {
+        self.send(command.into());
     }
 
-    fn tell(&self, message: AgentMsg) {
-        // The agent thread only stops at shutdown, when nothing more matters.
-        let _ = self.agent.send(message);
+    fn send(&self, order: Order) {
+        // The agent only stops once the controller let go of it, at the very end.
+        if let Some(agent) = &self.agent {
+            let _ = agent.send(order);
+        }
+    }
+
+    /// Lets go of the agent: it finishes the orders sent and ends.
+    pub fn let_go_of_agent(&mut self) {
+        self.agent = None;
     }
 
     /// A new job from `who`.
@@ -350,9 +324,7 @@ impl Inner {
                     let launched = self.records.get(&job).is_some_and(|r| r.launched);
                     if launched {
                         // Its processes exist: they wait stopped.
-                        if let Err(error) = self.ask(|reply| AgentMsg::Suspend { job, reply }) {
-                            log(format_args!("job {job}: {error}"));
-                        }
+                        self.tell(Command::Suspend { job });
                     }
                 }
                 Decision::Removed { .. } => {}
@@ -386,113 +358,58 @@ impl Inner {
             rotation.next_boundary(now)
         };
         let generation = Generation::follow(self.generation.as_ref(), plan, first_slot);
-        self.generation = Some(generation.clone());
-        self.tell(AgentMsg::Publish(generation));
+        let wire = cosched_proto::Generation::new(&generation, *rotation, &self.settings.nodes);
+        self.generation = Some(generation);
+        self.tell(Command::Publish { generation: wire });
     }
 
     /// A placed job: launched now, or (launched earlier) taken back into the rotation.
     fn start(&mut self, job: JobId, cpus: Partition, now: Micros) -> Result<(), ApiError> {
-        let admitted = self.ask(|reply| AgentMsg::Admit {
-            job,
-            cpus: Some(cpus.clone()),
-            reply,
-        })?;
         let first_launch = !self.records[&job].launched;
-        // The intent is durable before the supervisor exists: a restarted daemon then looks
-        // for the supervisor, its exit status or its started marker, and launches again only
-        // when none is there.
+        // The intent is durable before the agent hears of it: a restarted daemon then asks
+        // the agent for the supervisor, its exit status or its started marker, and launches
+        // again only when none is there.
         self.update(job, |record| {
             record.status = JobStatus::Running;
             record.launched = true;
+            if first_launch {
+                record.started_us = Some(now);
+            }
         })?;
-        if first_launch {
+        let mut launch = first_launch.then(|| {
             fault::point("intent", job);
-            self.launch(job, &cpus, admitted)?;
-            fault::point("spawned", job);
-            self.update(job, |record| record.started_us = Some(now))?;
+            self.launch_of(job)
+        });
+        let mut stdio = if first_launch {
+            self.stdio.remove(&job)
+        } else {
+            None
+        };
+        // The launcher runs on the job's first node; the other nodes only place it.
+        for placed in self.settings.nodes.place(&cpus) {
+            self.send(Order {
+                command: Command::Start {
+                    job,
+                    cpus: placed.cpus,
+                    launch: launch.take(),
+                },
+                stdio: stdio.take(),
+            });
         }
         Ok(())
     }
 
-    fn launch(
-        &mut self,
-        job: JobId,
-        cpus: &Partition,
-        admitted: crate::agent_loop::Admitted,
-    ) -> Result<(), ApiError> {
+    /// What the job runs and as whom, from its record.
+    fn launch_of(&self, job: JobId) -> Launch {
         let record = &self.records[&job];
-        let mut env = record.env.clone();
-        let mut set_default = |key: &str, value: &str| {
-            if !env.iter().any(|(k, _)| k == key) {
-                env.push((key.to_string(), value.to_string()));
-            }
-        };
-        if self.settings.mode == Mode::Implicit {
-            // Spin briefly, then yield or block (Arpaci-Dusseau; Solsona).
-            set_default("OMPI_MCA_mpi_yield_when_idle", "1");
-            set_default("GOMP_SPINCOUNT", "10000");
-            set_default("COSCHED_WAIT", "spinblock");
-        }
-        env.retain(|(k, _)| k != "COSCHED_JOB_ID" && k != "COSCHED_CPUS");
-        env.push(("COSCHED_JOB_ID".into(), job.to_string()));
-        env.push(("COSCHED_CPUS".into(), cpus.to_string()));
-        let spec = LaunchSpec {
-            job,
+        Launch {
             argv: record.argv.clone(),
-            env,
+            env: record.env.clone(),
             cwd: record.cwd.clone(),
             uid: record.owner.uid,
             gid: record.owner.gid,
             groups: record.owner.groups.clone(),
-            join_files: admitted.join_files,
-            release: admitted.release,
-            exit_file: self.exit_file(job),
-            started_file: self.started_file(job),
-            socket: self.socket_file(job),
-        };
-        let _ = std::fs::remove_file(&spec.socket);
-        let listener = UnixListener::bind(&spec.socket)
-            .map_err(|e| internal(format_args!("{}: {e}", spec.socket.display())))?;
-        let stdio = match self.stdio.remove(&job) {
-            Some(stdio) => stdio,
-            None => self.default_stdio(job)?,
-        };
-        let (child, stream) =
-            supervisor::spawn(&self.settings.supervisor_exe, &spec, listener, stdio).map_err(
-                |e| {
-                    internal(format_args!(
-                        "starting the supervisor {}: {e}",
-                        self.settings.supervisor_exe.display()
-                    ))
-                },
-            )?;
-        self.new_watchers.push(Watcher {
-            job,
-            stream,
-            child: Some(child),
-        });
-        Ok(())
-    }
-
-    /// A job whose client is gone (recovered after a restart): no input, output to a file in
-    /// the state directory owned by the job's user.
-    fn default_stdio(&self, job: JobId) -> Result<[OwnedFd; 3], ApiError> {
-        let owner = &self.records[&job].owner;
-        let out_path = self.dir("output").join(format!("job-{job}.out"));
-        let open = || {
-            use std::os::unix::fs::OpenOptionsExt;
-            let null = std::fs::File::open("/dev/null")?;
-            let out = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&out_path)?;
-            std::os::unix::fs::fchown(&out, Some(owner.uid), Some(owner.gid))?;
-            let err = out.try_clone()?;
-            Ok::<_, std::io::Error>([null.into(), out.into(), err.into()])
-        };
-        open().map_err(|e| internal(format_args!("{}: {e}", out_path.display())))
+        }
     }
 
     /// A job that could not be started ends here, with the reason kept.
@@ -514,10 +431,20 @@ impl Inner {
     pub fn end(&mut self, job: JobId, status: JobStatus, ending: Ending, now: Micros) -> bool {
         let Some(record) = self.records.get_mut(&job) else {
             // Ended and out of memory already: stored.
-            return matches!(self.store.get(job), Ok(Some(r)) if r.status.ended());
+            let stored = matches!(self.store.get(job), Ok(Some(r)) if r.status.ended());
+            if stored {
+                self.tell(Command::Stored { job });
+            }
+            return stored;
         };
         if record.status.ended() {
-            return !self.unsaved.contains(&job);
+            // A second word on an ended job (its supervisor reporting after it was declared
+            // lost, say): its status files may go once the end is stored.
+            let stored = !self.unsaved.contains(&job);
+            if stored && record.launched {
+                self.tell(Command::Stored { job });
+            }
+            return stored;
         }
         let launched = record.launched;
         record.status = if record.cancel_requested && status == JobStatus::Done {
@@ -540,10 +467,7 @@ impl Inner {
         };
         self.stdio.remove(&job);
         if launched {
-            self.tell(AgentMsg::Discard { job });
-        }
-        if saved {
-            self.forget_files(job);
+            self.tell(Command::Ended { job, stored: saved });
         }
         self.unschedule(job, now);
         let record = &self.records[&job];
@@ -551,13 +475,6 @@ impl Inner {
         self.ended.push_back(job);
         self.evict_ended();
         saved
-    }
-
-    /// A job's files in the state directory, once its end is stored.
-    fn forget_files(&self, job: JobId) {
-        for file in [self.socket_file(job), self.started_file(job)] {
-            let _ = std::fs::remove_file(file);
-        }
     }
 
     /// Ended records beyond `keep_ended` leave memory (the store keeps them).
@@ -578,10 +495,7 @@ impl Inner {
     pub fn retry_unsaved(&mut self) {
         for job in std::mem::take(&mut self.unsaved) {
             match self.store.put(&self.records[&job]) {
-                Ok(()) => {
-                    let _ = std::fs::remove_file(self.exit_file(job));
-                    self.forget_files(job);
-                }
+                Ok(()) => self.tell(Command::Stored { job }),
                 Err(_) => {
                     self.unsaved.insert(job);
                 }
@@ -646,7 +560,7 @@ impl Inner {
             return Ok(format!("job {job} cancelled before it started"));
         }
         self.unschedule(job, now);
-        self.tell(AgentMsg::Cancel { job });
+        self.tell(Command::Cancel { job });
         Ok(format!(
             "job {job}: SIGTERM sent (SIGKILL in {} s if it is still there)",
             CANCEL_GRACE / 1_000_000
@@ -672,7 +586,7 @@ impl Inner {
         }
         self.update(job, |record| record.status = JobStatus::Suspended)?;
         self.unschedule(job, now);
-        self.ask(|reply| AgentMsg::Suspend { job, reply })?;
+        self.tell(Command::Suspend { job });
         Ok(format!("job {job} suspended"))
     }
 
@@ -751,8 +665,9 @@ impl Inner {
             log(error);
             return;
         }
+        self.idle_departures += 1;
         self.unschedule(job, now);
-        self.tell(AgentMsg::LetLoose { job });
+        self.tell(Command::LetLoose { job });
     }
 
     /// An idle job computes again: back into the rotation (or the queue).
@@ -854,7 +769,7 @@ impl Inner {
             jobs_running: count(|r| r.status == JobStatus::Running),
             jobs_queued: count(|r| r.status == JobStatus::Queued),
             jobs_ended: count(|r| r.status.ended()),
-            idle_departures: stats.idle_departures,
+            idle_departures: self.idle_departures,
             clients_waiting: self.waiters.count(),
         }
     }
@@ -874,76 +789,71 @@ impl Inner {
         self.evict_ended();
     }
 
-    /// Takes back a job the store holds as unfinished: its supervisor if it lives, its kept
-    /// exit status if it ended, a new launch if it never started; never a second launch.
+    /// Takes back a job the store holds as unfinished: a job never launched is queued; a
+    /// launched one is handed to the agent to find (its supervisor, else its kept exit status,
+    /// else a sign it started) and, unless suspended, queued to go back into the rotation.
+    /// What the agent finds comes back as an event: never a second launch.
     fn readopt(&mut self, job: JobId, now: Micros) {
         let record = &self.records[&job];
+        let suspended = record.status == JobStatus::Suspended;
         if !record.launched {
             if let Err(error) = self.enqueue(job, now) {
                 self.fail(job, &error.to_string(), now);
             }
             return;
         }
-        let suspended = record.status == JobStatus::Suspended;
-        // The supervisor holds its listening socket from birth: connecting finds a live one.
-        let stream = match UnixStream::connect(self.socket_file(job)) {
-            Ok(stream) => stream,
-            Err(error) => {
-                if let Some(ending) = supervisor::kept_exit(&self.exit_file(job)) {
-                    self.ended_while_away(job, ending, now);
-                } else if self.started_file(job).exists() {
-                    self.fail(job, &format!("its supervisor is gone ({error})"), now);
-                } else {
-                    log(format_args!(
-                        "job {job}: the daemon stopped before its supervisor started; starting it now"
-                    ));
-                    let relaunched = self
-                        .update(job, |record| {
-                            record.launched = false;
-                            record.status = JobStatus::Queued;
-                        })
-                        .and_then(|()| self.enqueue(job, now));
-                    if let Err(error) = relaunched {
-                        self.fail(job, &error.to_string(), now);
-                    }
-                }
-                return;
-            }
-        };
-        self.new_watchers.push(Watcher {
-            job,
-            stream,
-            child: None,
-        });
-        let readmitted = if suspended {
-            self.ask(|reply| AgentMsg::Admit {
-                job,
-                cpus: None,
-                reply,
-            })
-            .and_then(|_| self.ask(|reply| AgentMsg::Suspend { job, reply }))
-        } else {
-            self.update(job, |record| {
+        self.tell(Command::Adopt { job, suspended });
+        if suspended {
+            return;
+        }
+        let queued = self
+            .update(job, |record| {
                 record.status = JobStatus::Queued;
-                // A daemon killed just after spawning the supervisor never stored this.
+                // Records from before launch times were stored with the intent.
                 record.started_us.get_or_insert(now);
             })
-            .and_then(|()| self.enqueue(job, now))
-        };
-        if let Err(error) = readmitted {
-            log(format_args!("job {job}: taking it back: {error}"));
+            .and_then(|()| self.enqueue(job, now));
+        if let Err(error) = queued {
+            self.fail(job, &error.to_string(), now);
         }
     }
 
-    fn ended_while_away(&mut self, job: JobId, ending: Ending, now: Micros) {
-        if self.end(job, JobStatus::Done, ending, now) {
-            let _ = std::fs::remove_file(self.exit_file(job));
+    /// The agent found no sign that a launched job ever started (the daemon stopped between
+    /// storing the intent and the supervisor's start): it is launched when next placed.
+    pub fn not_started(&mut self, job: JobId, now: Micros) {
+        if self
+            .records
+            .get(&job)
+            .is_none_or(|r| r.status.ended() || !r.launched)
+        {
+            return;
+        }
+        log(format_args!(
+            "job {job}: the daemon stopped before its supervisor started; starting it now"
+        ));
+        self.unschedule(job, now);
+        let relaunched = self
+            .update(job, |record| {
+                record.launched = false;
+                record.status = JobStatus::Queued;
+            })
+            .and_then(|()| self.enqueue(job, now));
+        if let Err(error) = relaunched {
+            self.fail(job, &error.to_string(), now);
         }
     }
 
-    /// The supervisor reported the end; true once the record is stored (then it may forget).
+    /// The job's supervisor reported its end (or left it in its exit file); true once the
+    /// record is stored.
     pub fn exited(&mut self, job: JobId, ending: Ending, now: Micros) -> bool {
         self.end(job, JobStatus::Done, ending, now)
+    }
+
+    /// The agent cannot run or find the job.
+    pub fn lost(&mut self, job: JobId, why: &str, now: Micros) {
+        if self.records.get(&job).is_some_and(|r| !r.status.ended()) {
+            self.fail(job, why, now);
+        }
     }
 
     /// A clean stop with `--on-stop cancel`: jobs not started end now; started ones are
@@ -1042,57 +952,18 @@ impl Shared {
         })
     }
 
-    /// Runs `f` on the state; then starts watching any supervisor it launched or found.
+    /// Runs `f` on the state.
     pub fn with<T>(self: &Arc<Self>, f: impl FnOnce(&mut Inner, Micros) -> T) -> T {
         let mut inner = self.lock();
         if inner.has_unsaved() {
             inner.retry_unsaved();
         }
-        let out = f(&mut inner, now_micros());
-        let watchers = std::mem::take(&mut inner.new_watchers);
-        drop(inner);
-        for watcher in watchers {
-            let shared = Arc::clone(self);
-            std::thread::spawn(move || shared.watch(watcher));
-        }
-        out
+        f(&mut inner, now_micros())
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock is a bug; the state is still the best we have.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Waits for a supervisor's report of the end, records it, and confirms.
-    fn watch(self: Arc<Self>, watcher: Watcher) {
-        let Watcher { job, stream, child } = watcher;
-        let report = crate::unix::read_line(&stream, 64 << 10);
-        let ending = match report {
-            Ok(Some(line)) => serde_json::from_slice::<Ending>(&line).ok(),
-            _ => None,
-        };
-        match ending {
-            Some(ending) => {
-                // Confirmed only once stored: else the supervisor keeps the exit file.
-                if self.with(|inner, now| inner.exited(job, ending, now)) {
-                    use std::io::Write;
-                    let _ = (&stream).write_all(b"ok\n");
-                }
-            }
-            None => {
-                // The supervisor died without a word: its kept status, if any, tells the end.
-                self.with(|inner, now| {
-                    let kept = supervisor::kept_exit(&inner.exit_file(job));
-                    match kept {
-                        Some(ending) => inner.ended_while_away(job, ending, now),
-                        None => inner.fail(job, "its supervisor died", now),
-                    }
-                });
-            }
-        }
-        if let Some(mut child) = child {
-            let _ = child.wait();
-        }
     }
 
     /// Ends interactive jobs' preempting stretches as they run out (checked a few times a
@@ -1105,31 +976,32 @@ impl Shared {
         }
     }
 
-    /// Handles the agent's reports until the agent stops.
-    pub fn listen_to_agent(self: Arc<Self>, events: std::sync::mpsc::Receiver<AgentEvent>) {
+    /// Handles the agents' reports until the last agent stops.
+    pub fn listen_to_agent(self: Arc<Self>, events: std::sync::mpsc::Receiver<Event>) {
         for event in events {
-            match event {
-                AgentEvent::Idle(job) => {
-                    self.stats.lock().expect("stats").idle_departures += 1;
-                    self.with(|inner, now| inner.went_idle(job, now));
+            self.with(|inner, now| match event {
+                Event::Ended { job, ending } => {
+                    inner.exited(job, ending, now);
                 }
-                AgentEvent::Woke(job) => self.with(|inner, now| inner.woke(job, now)),
-            }
+                Event::Lost { job, why } => inner.lost(job, &why, now),
+                Event::NotStarted { job } => inner.not_started(job, now),
+                Event::Idle { job } => inner.went_idle(job, now),
+                Event::Woke { job } => inner.woke(job, now),
+                Event::Trouble { job, what } => log(format_args!("job {job}: agent: {what}")),
+            });
         }
     }
 
-    /// Clean stop: the agent lets every job loose (or kills them) and stops. Cancelled jobs'
-    /// ends are recorded (and their waiting clients told) before this returns.
-    pub fn stop(self: &Arc<Self>, on_stop: OnStop) -> Result<(), ApiError> {
+    /// Clean stop: the agent lets every job loose (or kills them) and stops switching; then
+    /// the controller lets go of it and it ends. Cancelled jobs' ends are recorded (and their
+    /// waiting clients told) before this returns.
+    pub fn stop(self: &Arc<Self>, on_stop: OnStop) {
         let cancel = on_stop == OnStop::Cancel;
         if cancel {
             let running = self.with(|inner, now| inner.cancel_all(now));
             log(format_args!("cancelling {running} running job(s)"));
         }
-        let stopped = {
-            let inner = self.lock();
-            inner.ask(|reply| AgentMsg::Stop { cancel, reply })
-        };
+        self.lock().tell(Command::Stop { cancel });
         if cancel {
             // Killed jobs' supervisors report within moments; a bound keeps a stuck one from
             // holding the stop (its exit file tells the next daemon).
@@ -1138,8 +1010,11 @@ impl Shared {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
         }
-        let waiters = self.lock().waiters.clone();
+        let waiters = {
+            let mut inner = self.lock();
+            inner.let_go_of_agent();
+            inner.waiters.clone()
+        };
         waiters.flush();
-        stopped
     }
 }

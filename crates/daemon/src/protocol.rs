@@ -64,25 +64,7 @@ pub struct RunRequest {
     pub stdio: bool,
 }
 
-/// How a job ended.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExitInfo {
-    /// The exit code, when it exited.
-    pub code: Option<i32>,
-    /// The signal that killed it, when it was killed.
-    pub signal: Option<i32>,
-}
-
-impl ExitInfo {
-    /// A shell's convention: the code, or 128 + the signal.
-    pub fn shell_status(&self) -> i32 {
-        match (self.code, self.signal) {
-            (Some(code), _) => code,
-            (None, Some(signal)) => 128 + signal,
-            (None, None) => 1,
-        }
-    }
-}
+pub use cosched_proto::ExitInfo;
 
 /// Reads one request line; the error is the one-line reply for the client.
 pub fn parse_request(line: &[u8]) -> Result<Request, String> {

@@ -1,16 +1,16 @@
 //! The daemon's process: startup (state directory, store, cgroups, recovery), the socket API
 //! and the clean stop on SIGTERM or SIGINT.
 
-use crate::agent_loop::{AgentLoop, Stats};
 use crate::daemon::{log, ApiError, Inner, OnStop, Settings, Shared};
 use crate::protocol::{Reply, Request, MAX_REQUEST_BYTES};
 use crate::store::{JobRecord, SqliteStore, Store};
 use crate::unix::{self, Credentials};
 use crate::waiters::Waiters;
 use cosched_agent::clock::now_micros;
-use cosched_agent::{job_name, Applier, Mode};
+use cosched_agent::{Mode, NodeAgent, NodeSettings, Stats};
 use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout};
-use cosched_core::{Config, Machine, Micros, Rotation, Scheduler};
+use cosched_core::{Config, Micros, Rotation, Scheduler};
+use cosched_proto::NodeMap;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -105,35 +105,33 @@ fn wait_for_stop(set: &libc::sigset_t) -> i32 {
     signal
 }
 
-/// Refuses to start over processes in job groups that the store does not hold as unfinished:
-/// a new job would share its group with them (job ids start again at 1 in a new state
-/// directory), and they would be frozen with it.
+/// Refuses to start over processes in job groups that the store does not hold as unfinished.
 fn refuse_strangers(
     actuator: &Cgroups,
     records: &[JobRecord],
     config: &DaemonConfig,
 ) -> Result<(), StartError> {
-    let unfinished: Vec<String> = records
+    let unfinished = records
         .iter()
         .filter(|r| !r.status.ended())
-        .map(|r| job_name(r.id))
+        .map(|r| r.id)
         .collect();
-    let existing = actuator.existing_jobs()?;
-    let strangers = existing
-        .iter()
-        .filter(|(name, procs)| *procs > 0 && !unfinished.contains(name));
-    if let Some((name, procs)) = strangers.clone().next() {
+    let strangers = cosched_agent::node::strangers(actuator, &unfinished)?;
+    if let Some((name, procs)) = strangers.first() {
         return Err(StartError::Config(format!(
             "cgroup {}/{name} holds {procs} process(es) of a job that {} does not know \
              ({} such group(s)): another daemon's jobs, or jobs left running by a stop; end \
              them or use another --cgroup-parent",
             config.cgroup_parent,
             config.state_dir.display(),
-            strangers.count()
+            strangers.len()
         )));
     }
     Ok(())
 }
+
+/// The node name of the agent inside a single-machine daemon.
+pub const LOCAL_NODE: &str = "local";
 
 /// Runs the daemon until SIGTERM or SIGINT. `ready` is called once the socket accepts.
 pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), StartError> {
@@ -144,16 +142,16 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     }
     if let Ok(fault) = std::env::var("COSCHED_FAULT") {
         let point = fault.split(':').next().unwrap_or_default();
-        if !crate::fault::POINTS.contains(&point) {
+        if !cosched_agent::fault::POINTS.contains(&point) {
             return Err(StartError::Config(format!(
                 "COSCHED_FAULT={fault}: no such point (one of {:?}, optionally :JOB)",
-                crate::fault::POINTS
+                cosched_agent::fault::POINTS
             )));
         }
     }
     let signals = block_stop_signals();
     // Descriptors this process inherited reach no supervisor and no job.
-    unix::close_on_exec_from(3).map_err(io_error(Path::new("close_range")))?;
+    cosched_agent::fds::close_on_exec_from(3).map_err(io_error(Path::new("close_range")))?;
     let max_files = raise_open_file_limit();
     let mut config = config;
     config.state_dir = private_state_dir(&config.state_dir)?;
@@ -169,7 +167,12 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     refuse_strangers(&actuator, &records, &config)?;
     let stats = Arc::new(Mutex::new(Stats::new(actuator.describe())));
     let procs = config.procs.unwrap_or_else(usable_cpus);
-    let machine = Machine::line(procs).map_err(|e| StartError::Config(e.to_string()))?;
+    // One machine is a one-node cluster whose agent runs in this process.
+    let nodes =
+        NodeMap::single(LOCAL_NODE, procs).map_err(|e| StartError::Config(e.to_string()))?;
+    let machine = nodes
+        .machine()
+        .map_err(|e| StartError::Config(e.to_string()))?;
     // Local mode runs every job at once (plain Linux); implicit shares space only.
     let mpl = match config.mode {
         Mode::Local => 4096,
@@ -190,12 +193,18 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
 
     let (agent_tx, agent_rx) = channel();
     let (event_tx, event_rx) = channel();
-    let agent = AgentLoop::new(
-        Applier::new(actuator, config.mode),
-        rotation,
-        config.idle_after,
+    let agent = NodeAgent::new(
+        NodeSettings {
+            node: LOCAL_NODE.to_string(),
+            mode: config.mode,
+            rotation,
+            idle_after: config.idle_after,
+            state_dir: config.state_dir.clone(),
+            supervisor_exe: config.supervisor_exe.clone(),
+        },
+        actuator,
         Arc::clone(&stats),
-        event_tx,
+        Arc::new(event_tx),
     );
     let agent_thread = std::thread::Builder::new()
         .name("cosched-clock".into())
@@ -203,10 +212,9 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         .map_err(io_error(std::path::Path::new("clock thread")))?;
 
     let settings = Settings {
-        state_dir: config.state_dir.clone(),
         mode: config.mode,
         rotation,
-        supervisor_exe: config.supervisor_exe.clone(),
+        nodes,
         keep_ended: config.keep_ended,
         max_files,
     };
@@ -257,11 +265,12 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
             OnStop::Cancel => "cancelled",
         }
     ));
-    let stopped = shared.stop(config.on_stop);
+    shared.stop(config.on_stop);
     let _ = std::fs::remove_file(&config.socket);
-    if let Ok(actuator) = agent_thread.join() {
-        drop(actuator);
-    }
+    let stopped = match agent_thread.join() {
+        Ok((_actuator, stopped)) => stopped,
+        Err(_) => Err("the agent thread panicked".into()),
+    };
     stopped.map_err(|e| StartError::Config(format!("stopping: {e}")))
 }
 
@@ -515,7 +524,7 @@ fn handle(
                 Err(error) => return Err((stream, error)),
             };
             let detach = run.detach;
-            crate::fault::point("accepted", 0);
+            cosched_agent::fault::point("accepted", 0);
             // Submitting, answering and parking under one lock: the job cannot end unheard.
             return shared.with(|inner, now| match inner.submit(who, run, stdio, now) {
                 Ok(job) => {

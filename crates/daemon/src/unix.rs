@@ -245,24 +245,6 @@ pub fn read_line(stream: &UnixStream, limit: usize) -> Result<Option<Vec<u8>>, L
     Ok(read_line_with_fds(stream, limit, None)?.map(|(line, _)| line))
 }
 
-/// Marks every descriptor from `first` on close-on-exec (Linux 5.11's close_range), so that
-/// nothing this process holds reaches a program it executes. Async-signal-safe.
-pub fn close_on_exec_from(first: RawFd) -> io::Result<()> {
-    // SAFETY: close_range only changes descriptor flags.
-    let rc = unsafe {
-        libc::close_range(
-            first as libc::c_uint,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC as libc::c_int,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// Drains and drops whatever a misbehaving peer sent, so closing does not reset the
 /// connection before it reads our error reply.
 pub fn drain(stream: &UnixStream) {

@@ -1,7 +1,8 @@
 //! The per-job supervisor (as containerd-shim or slurmstepd): a small process, started by the
-//! daemon as `cosched supervise`, that starts the job, waits for it, and keeps its exit status
-//! in a file even when the daemon is dead. When its connection to the daemon breaks (the daemon
-//! died or stopped), it lets the job loose at once, so no job stays frozen.
+//! node's agent as `cosched supervise`, that starts the job, waits for it, and keeps its exit
+//! status in a file even when the agent is dead. When its connection to the agent breaks (the
+//! agent, or the daemon it runs in, died or stopped), it lets the job loose at once, so no job
+//! stays frozen. Below, "the daemon" is the process holding the agent.
 //!
 //! Everything it trusts is inherited, never read from a path a user could reach: the launch
 //! spec (a sealed memfd), its connection to the daemon (one end of a socket pair, connected
@@ -12,9 +13,9 @@
 //! can escape), takes the submitter's uid, gid and groups, and enters the submitter's working
 //! directory. No shell is involved, and no descriptor but its stdio reaches it.
 
-use crate::protocol::ExitInfo;
 use cosched_cgroups::ReleaseStep;
 use cosched_core::JobId;
+use cosched_proto::{Ending, ExitInfo, Launch};
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::io::{self, Write};
@@ -29,12 +30,8 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchSpec {
     pub job: JobId,
-    pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub cwd: String,
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
+    /// The command, its environment (with what the node adds), directory and identity.
+    pub launch: Launch,
     pub join_files: Vec<PathBuf>,
     pub release: Vec<ReleaseStep>,
     pub exit_file: PathBuf,
@@ -42,16 +39,6 @@ pub struct LaunchSpec {
     /// a supervisor nor an exit status knows from it whether the job may have run.
     pub started_file: PathBuf,
     pub socket: PathBuf,
-}
-
-/// How a job ended, as the supervisor reports and keeps it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Ending {
-    #[serde(flatten)]
-    pub exit: ExitInfo,
-    /// Why the command never ran (its directory or program was missing...), for `ps` and `run`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
 }
 
 /// The listening socket (`run/job-N.sock`) for a restarted daemon.
@@ -116,7 +103,7 @@ pub fn spawn(
             }
             // Whatever else this process holds (descriptors the daemon inherited included)
             // stays behind.
-            crate::unix::close_on_exec_from(SPEC_FD + 1)
+            crate::fds::close_on_exec_from(SPEC_FD + 1)
         });
     }
     let child = command.spawn()?;
@@ -226,7 +213,7 @@ unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
         fail(3);
     }
     // The job gets its stdio and nothing else (the report pipe closes at exec as it should).
-    if crate::unix::close_on_exec_from(3).is_err() {
+    if crate::fds::close_on_exec_from(3).is_err() {
         fail(5);
     }
     let Some(program) = &p.program else {
@@ -275,6 +262,13 @@ pub fn kept_exit(file: &Path) -> Option<Ending> {
     serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()
 }
 
+/// The supervisor's report of the end, read by whoever holds its connection; `None` when it
+/// closed (died) without one.
+pub fn read_report(stream: &UnixStream, limit: usize) -> Option<Ending> {
+    let line = crate::fds::read_line(stream, limit).ok()??;
+    serde_json::from_slice(&line).ok()
+}
+
 /// Makes the started marker; it must not exist yet (a job is started once).
 fn mark_started(job: JobId, path: &Path) -> Result<(), SupervisorError> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -320,23 +314,24 @@ pub fn supervise() -> Result<(), SupervisorError> {
         .set_nonblocking(true)
         .map_err(os_error(job, "listening socket"))?;
     let prepared = Prepared {
-        program: resolve(&spec.argv[0], &spec.env)
+        program: resolve(&spec.launch.argv[0], &spec.launch.env)
             .map(|p| CString::new(p.into_os_string().into_encoded_bytes()).expect("no NUL")),
-        argv: spec.argv.iter().map(|a| cstring(a)).collect(),
+        argv: spec.launch.argv.iter().map(|a| cstring(a)).collect(),
         env: spec
+            .launch
             .env
             .iter()
             .map(|(k, v)| cstring(&format!("{k}={v}")))
             .collect(),
-        cwd: cstring(&spec.cwd),
+        cwd: cstring(&spec.launch.cwd),
         join_files: spec
             .join_files
             .iter()
             .map(|f| cstring(&f.to_string_lossy()))
             .collect(),
-        uid: spec.uid,
-        gid: spec.gid,
-        groups: spec.groups.clone(),
+        uid: spec.launch.uid,
+        gid: spec.launch.gid,
+        groups: spec.launch.groups.clone(),
     };
     mark_started(job, &spec.started_file)?;
     let mut pipe = [0; 2];
@@ -406,7 +401,11 @@ pub fn supervise() -> Result<(), SupervisorError> {
             let exit = reap(child).map_err(os_error(job, "waitpid"))?;
             let note = failed_step.map(|(step, error)| {
                 let what = STEPS.get(usize::from(step)).copied().unwrap_or("failed");
-                let subject = if step == 3 { &spec.cwd } else { &spec.argv[0] };
+                let subject = if step == 3 {
+                    &spec.launch.cwd
+                } else {
+                    &spec.launch.argv[0]
+                };
                 let subject: String = subject.chars().take(200).collect();
                 format!("{what} ({subject}): {error}")
             });
@@ -476,7 +475,7 @@ impl Watch<'_> {
             if let Some(stream) = self.daemon.take() {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
                 let confirmed = (&stream).write_all(line.as_bytes()).is_ok()
-                    && matches!(crate::unix::read_line(&stream, 16), Ok(Some(ack)) if ack == b"ok");
+                    && matches!(crate::fds::read_line(&stream, 16), Ok(Some(ack)) if ack == b"ok");
                 if confirmed {
                     let _ = std::fs::remove_file(&self.spec.exit_file);
                     break;

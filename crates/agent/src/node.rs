@@ -1,0 +1,784 @@
+//! A node's agent: the only code that touches the node's processes and cgroups. On the slot
+//! clock (real-time priority) it switches at each boundary; between boundaries it carries out
+//! the controller's orders in the order sent (publish a generation, start or adopt a job,
+//! suspend, cancel, forget an ended one). It launches jobs under their supervisors, measures
+//! lateness, switch time and skew, and reports job events (ended, lost, idle, woke).
+//!
+//! Orders come from a [`PlanSource`] and events go to an [`EventSink`]; nothing is answered,
+//! so the same agent runs in the daemon's process (channels) or on its own node.
+
+use crate::clock::{self, now_micros, SlotWork, Tick};
+use crate::skew::Baseline;
+use crate::supervisor::{self, LaunchSpec};
+use crate::{fault, job_name, Applier, IdleTracker, Mode, Samples};
+use cosched_cgroups::{Actuator, CgroupError, Cgroups};
+use cosched_core::{JobId, Micros, Rotation};
+use cosched_proto::{Command, CpuSet, Event, Launch};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A cancelled job gets SIGTERM, then SIGKILL this much later if it is still there.
+pub const CANCEL_GRACE: Micros = 3_000_000;
+/// How often jobs out of the rotation for idleness are checked for work.
+const IDLE_WATCH_PERIOD: Micros = 1_000_000;
+/// Samples kept per measure (older ones are dropped in halves).
+const SAMPLES_KEPT: usize = 100_000;
+/// The longest report a supervisor sends (an exit status and a note).
+const REPORT_LIMIT: usize = 64 << 10;
+
+/// An order as it reaches the agent. `stdio` rides along only inside one process: a job
+/// started by a waiting client gets that client's descriptors; descriptors never cross
+/// machines, so elsewhere the job writes to a file in the node's state directory.
+#[derive(Debug)]
+pub struct Order {
+    pub command: Command,
+    pub stdio: Option<[OwnedFd; 3]>,
+}
+
+impl From<Command> for Order {
+    fn from(command: Command) -> Self {
+        Order {
+            command,
+            stdio: None,
+        }
+    }
+}
+
+/// What a wait for the next order gave.
+#[derive(Debug)]
+pub enum Received {
+    Order(Order),
+    /// Nothing came before the time given.
+    Timeout,
+    /// The controller let go: the agent lets every job loose and ends.
+    Closed,
+}
+
+/// Where orders come from: a channel from the daemon on one machine, etcd in a cluster.
+pub trait PlanSource {
+    /// Waits until `until` (CLOCK_REALTIME µs) at most for the next order.
+    fn next_order(&mut self, until: Micros) -> Received;
+}
+
+impl PlanSource for Receiver<Order> {
+    fn next_order(&mut self, until: Micros) -> Received {
+        let wait = Duration::from_micros((until - now_micros()).max(0) as u64);
+        match self.recv_timeout(wait) {
+            Ok(order) => Received::Order(order),
+            Err(RecvTimeoutError::Timeout) => Received::Timeout,
+            Err(RecvTimeoutError::Disconnected) => Received::Closed,
+        }
+    }
+}
+
+/// Where job events go. Supervisors' watchers report from their own threads.
+pub trait EventSink: Send + Sync {
+    fn report(&self, event: Event);
+}
+
+impl EventSink for Sender<Event> {
+    fn report(&self, event: Event) {
+        // A controller that stopped listening has stopped altogether.
+        let _ = self.send(event);
+    }
+}
+
+/// The agent's measurements (`cosched stats`).
+#[derive(Clone, Debug)]
+pub struct Stats {
+    pub lateness: Samples,
+    pub switch: Samples,
+    pub skew: Samples,
+    pub missed_slots: u64,
+    pub realtime: bool,
+    pub actuator: String,
+}
+
+impl Stats {
+    pub fn new(actuator: String) -> Stats {
+        Stats {
+            lateness: Samples::new(SAMPLES_KEPT),
+            switch: Samples::new(SAMPLES_KEPT),
+            skew: Samples::new(SAMPLES_KEPT),
+            missed_slots: 0,
+            realtime: false,
+            actuator,
+        }
+    }
+}
+
+/// Who the node is and how it works.
+#[derive(Clone, Debug)]
+pub struct NodeSettings {
+    /// The node's name in generations (its entries are the ones it applies).
+    pub node: String,
+    pub mode: Mode,
+    pub rotation: Rotation,
+    /// A job using no CPU in its own slots this long leaves the rotation (gang, moderate).
+    pub idle_after: Option<Micros>,
+    /// Where supervisors keep their files (`jobs/`, `run/`) and jobs without a client write
+    /// (`output/`): root's and writable by nobody else (the caller checked).
+    pub state_dir: PathBuf,
+    /// The program that runs `supervise` (this very binary).
+    pub supervisor_exe: PathBuf,
+}
+
+impl NodeSettings {
+    fn file(&self, dir: &str, job: JobId, suffix: &str) -> PathBuf {
+        self.state_dir
+            .join(dir)
+            .join(format!("{}{suffix}", job_name(job)))
+    }
+
+    pub fn exit_file(&self, job: JobId) -> PathBuf {
+        self.file("jobs", job, ".exit")
+    }
+
+    pub fn started_file(&self, job: JobId) -> PathBuf {
+        self.file("jobs", job, ".started")
+    }
+
+    pub fn socket_file(&self, job: JobId) -> PathBuf {
+        self.file("run", job, ".sock")
+    }
+
+    pub fn output_file(&self, job: JobId) -> PathBuf {
+        self.file("output", job, ".out")
+    }
+}
+
+pub struct NodeAgent<A: Actuator> {
+    settings: NodeSettings,
+    applier: Applier<A>,
+    stats: Arc<Mutex<Stats>>,
+    events: Arc<dyn EventSink>,
+    idle: Option<IdleTracker>,
+    /// Idle jobs let loose, with their CPU usage when last looked at.
+    watching: BTreeMap<JobId, Duration>,
+    last_watch: Micros,
+    suspended: BTreeSet<JobId>,
+    /// Cancelled jobs and when they get SIGKILL.
+    kill_at: BTreeMap<JobId, Micros>,
+    /// Ended jobs whose cgroup could not be removed yet (processes still exiting).
+    discard_later: BTreeSet<JobId>,
+    /// Processors of each job's partition here (skew is measured only when its tasks fit).
+    sizes: BTreeMap<JobId, usize>,
+    baselines: BTreeMap<JobId, Baseline>,
+    /// Each job's full baseline at its last entry: who worked in its slot since ([`Baseline::busy_since`]).
+    last_captures: BTreeMap<JobId, Baseline>,
+    /// Connections to the supervisors, on which a stored end is confirmed.
+    supervisors: BTreeMap<JobId, UnixStream>,
+    /// Set by `Stop`: no more switching; what the stop gave.
+    stopped: Option<Result<(), String>>,
+}
+
+fn log(message: impl std::fmt::Display) {
+    eprintln!("cosched agent: {message}");
+}
+
+impl<A: Actuator> NodeAgent<A> {
+    pub fn new(
+        settings: NodeSettings,
+        actuator: A,
+        stats: Arc<Mutex<Stats>>,
+        events: Arc<dyn EventSink>,
+    ) -> Self {
+        let slotted = matches!(settings.mode, Mode::Gang | Mode::Moderate);
+        NodeAgent {
+            applier: Applier::new(actuator, settings.mode),
+            idle: settings
+                .idle_after
+                .filter(|_| slotted)
+                .map(IdleTracker::new),
+            settings,
+            stats,
+            events,
+            watching: BTreeMap::new(),
+            last_watch: 0,
+            suspended: BTreeSet::new(),
+            kill_at: BTreeMap::new(),
+            discard_later: BTreeSet::new(),
+            sizes: BTreeMap::new(),
+            baselines: BTreeMap::new(),
+            last_captures: BTreeMap::new(),
+            supervisors: BTreeMap::new(),
+            stopped: None,
+        }
+    }
+
+    /// Runs until the source closes. Every job is let loose by then (by `Stop`, or at the
+    /// close itself). Returns the actuator and what the stop gave.
+    pub fn run(mut self, source: impl PlanSource) -> (A, Result<(), String>) {
+        let realtime = clock::make_realtime(50);
+        if let Err(error) = &realtime {
+            log(format_args!(
+                "no real-time priority for the clock thread ({error}): switches may be late by milliseconds"
+            ));
+        }
+        self.stats.lock().expect("stats").realtime = realtime.is_ok();
+        let rotation = self.settings.rotation;
+        let margin = (rotation.quantum / 4).min(1_000);
+        let mut on_clock = OnClock {
+            agent: &mut self,
+            source,
+        };
+        clock::drive(rotation, margin, &mut on_clock);
+        let stopped = self.stopped.take().unwrap_or(Ok(()));
+        (self.applier.into_actuator(), stopped)
+    }
+
+    fn handle(&mut self, order: Order) {
+        let Order { command, stdio } = order;
+        match command {
+            Command::Publish { generation } => {
+                if let Err(error) = generation.check() {
+                    log(error);
+                    return;
+                }
+                if generation.rotation() != self.settings.rotation {
+                    log(format_args!(
+                        "generation {}: another rotation than this node's; ignored",
+                        generation.number
+                    ));
+                    return;
+                }
+                let mine = generation.for_node(&self.settings.node);
+                for slice in &mine.plan.slices {
+                    for entry in &slice.entries {
+                        self.sizes
+                            .insert(entry.job, entry.partition.size() as usize);
+                    }
+                }
+                self.applier.publish(mine);
+            }
+            Command::Start { job, cpus, launch } => {
+                self.forget(job);
+                let started = self.admit(job, &cpus).and_then(|()| match launch {
+                    Some(launch) => self.launch(job, &cpus, launch, stdio),
+                    None => Ok(()),
+                });
+                if let Err(why) = started {
+                    log(format_args!("job {job}: {why}"));
+                    self.events.report(Event::Lost { job, why });
+                }
+            }
+            Command::Adopt { job, suspended } => self.adopt(job, suspended),
+            Command::Suspend { job } => {
+                self.forget(job);
+                match self.applier.suspend(job) {
+                    Ok(()) => {
+                        self.suspended.insert(job);
+                    }
+                    Err(error) => self.trouble(job, error),
+                }
+            }
+            Command::LetLoose { job } => {
+                self.forget(job);
+                match self.let_loose(job) {
+                    Ok(()) => {
+                        let usage = self.usage(job).unwrap_or_default();
+                        self.watching.insert(job, usage);
+                    }
+                    Err(error) => self.trouble(job, error),
+                }
+            }
+            Command::Cancel { job } => {
+                self.forget(job);
+                if let Err(error) = self.let_loose(job) {
+                    self.trouble(job, error);
+                }
+                if let Ok(pids) = self.applier.actuator().pids(&job_name(job)) {
+                    for pid in pids {
+                        // SAFETY: kill(2) has no memory-safety preconditions.
+                        unsafe { libc::kill(pid, libc::SIGTERM) };
+                    }
+                }
+                self.kill_at.insert(job, now_micros() + CANCEL_GRACE);
+            }
+            Command::Ended { job, stored } => {
+                self.forget(job);
+                self.kill_at.remove(&job);
+                self.sizes.remove(&job);
+                self.discard(job);
+                if stored {
+                    self.confirm_stored(job);
+                }
+            }
+            Command::Stored { job } => self.confirm_stored(job),
+            Command::Stop { cancel } => {
+                let outcome = self.stop(cancel);
+                self.stopped = Some(outcome);
+            }
+        }
+    }
+
+    fn trouble(&self, job: JobId, what: impl std::fmt::Display) {
+        let what = what.to_string();
+        log(format_args!("job {job}: {what}"));
+        self.events.report(Event::Trouble { job, what });
+    }
+
+    /// Drops what the loop tracks of a job that changes hands (not its cgroup).
+    fn forget(&mut self, job: JobId) {
+        self.watching.remove(&job);
+        self.suspended.remove(&job);
+        self.baselines.remove(&job);
+        self.last_captures.remove(&job);
+        if let Some(tracker) = &mut self.idle {
+            tracker.forget(job);
+        }
+    }
+
+    fn admit(&mut self, job: JobId, cpus: &CpuSet) -> Result<(), String> {
+        self.applier
+            .admit(job, Some(&cpus.to_partition()))
+            .map_err(|e| e.to_string())?;
+        self.sizes.insert(job, cpus.len() as usize);
+        Ok(())
+    }
+
+    /// Starts the job's supervisor (the controller stored the intent before ordering it).
+    fn launch(
+        &mut self,
+        job: JobId,
+        cpus: &CpuSet,
+        launch: Launch,
+        stdio: Option<[OwnedFd; 3]>,
+    ) -> Result<(), String> {
+        let mut launch = launch;
+        let env = &mut launch.env;
+        let mut set_default = |key: &str, value: &str| {
+            if !env.iter().any(|(k, _)| k == key) {
+                env.push((key.to_string(), value.to_string()));
+            }
+        };
+        if self.settings.mode == Mode::Implicit {
+            // Spin briefly, then yield or block (Arpaci-Dusseau; Solsona).
+            set_default("OMPI_MCA_mpi_yield_when_idle", "1");
+            set_default("GOMP_SPINCOUNT", "10000");
+            set_default("COSCHED_WAIT", "spinblock");
+        }
+        env.retain(|(k, _)| k != "COSCHED_JOB_ID" && k != "COSCHED_CPUS");
+        env.push(("COSCHED_JOB_ID".into(), job.to_string()));
+        env.push(("COSCHED_CPUS".into(), cpus.to_string()));
+        let name = job_name(job);
+        let (uid, gid) = (launch.uid, launch.gid);
+        let spec = LaunchSpec {
+            job,
+            launch,
+            join_files: self
+                .applier
+                .actuator()
+                .join_files(&name)
+                .map_err(|e| e.to_string())?,
+            release: self.applier.release_steps(job).map_err(|e| e.to_string())?,
+            exit_file: self.settings.exit_file(job),
+            started_file: self.settings.started_file(job),
+            socket: self.settings.socket_file(job),
+        };
+        let _ = std::fs::remove_file(&spec.socket);
+        let listener = UnixListener::bind(&spec.socket)
+            .map_err(|e| format!("{}: {e}", spec.socket.display()))?;
+        let stdio = match stdio {
+            Some(stdio) => stdio,
+            None => self.default_stdio(job, uid, gid)?,
+        };
+        let exe = &self.settings.supervisor_exe;
+        let (child, stream) = supervisor::spawn(exe, &spec, listener, stdio)
+            .map_err(|e| format!("starting the supervisor {}: {e}", exe.display()))?;
+        fault::point("spawned", job);
+        self.watch(job, stream, Some(child));
+        Ok(())
+    }
+
+    /// A job whose client is gone (recovered after a restart, or started on another node than
+    /// its client's): no input, output to a file in the state directory owned by the job's user.
+    fn default_stdio(&self, job: JobId, uid: u32, gid: u32) -> Result<[OwnedFd; 3], String> {
+        let out_path = self.settings.output_file(job);
+        let open = || {
+            use std::os::unix::fs::OpenOptionsExt;
+            let null = std::fs::File::open("/dev/null")?;
+            let out = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&out_path)?;
+            std::os::unix::fs::fchown(&out, Some(uid), Some(gid))?;
+            let err = out.try_clone()?;
+            Ok::<_, std::io::Error>([null.into(), out.into(), err.into()])
+        };
+        open().map_err(|e| format!("{}: {e}", out_path.display()))
+    }
+
+    /// Keeps the connection to a supervisor and waits, on a thread of its own, for its report
+    /// of the end (or for its death: then its kept exit status, if any, tells the end).
+    fn watch(&mut self, job: JobId, stream: UnixStream, child: Option<Child>) {
+        let reader = match stream.try_clone() {
+            Ok(reader) => reader,
+            Err(error) => {
+                self.trouble(job, format_args!("watching its supervisor: {error}"));
+                return;
+            }
+        };
+        self.supervisors.insert(job, stream);
+        let events = Arc::clone(&self.events);
+        let exit_file = self.settings.exit_file(job);
+        let watcher = std::thread::Builder::new()
+            .name(format!("cosched-watch-{job}"))
+            .spawn(move || {
+                let report = supervisor::read_report(&reader, REPORT_LIMIT);
+                let event = match report.or_else(|| supervisor::kept_exit(&exit_file)) {
+                    Some(ending) => Event::Ended { job, ending },
+                    None => Event::Lost {
+                        job,
+                        why: "its supervisor died".into(),
+                    },
+                };
+                events.report(event);
+                if let Some(mut child) = child {
+                    let _ = child.wait();
+                }
+            });
+        if let Err(error) = watcher {
+            self.trouble(job, format_args!("watching its supervisor: {error}"));
+        }
+    }
+
+    /// After a controller restart: the job's live supervisor, else its kept exit status, else
+    /// (it started but left nothing) lost, else it never started and may be launched.
+    fn adopt(&mut self, job: JobId, suspended: bool) {
+        // The supervisor holds its listening socket from birth: connecting finds a live one.
+        match UnixStream::connect(self.settings.socket_file(job)) {
+            Ok(stream) => {
+                self.watch(job, stream, None);
+                if suspended {
+                    self.forget(job);
+                    let stopped = self
+                        .applier
+                        .admit(job, None)
+                        .and_then(|()| self.applier.suspend(job));
+                    match stopped {
+                        Ok(()) => {
+                            self.suspended.insert(job);
+                        }
+                        Err(error) => self.trouble(job, error),
+                    }
+                }
+            }
+            Err(error) => {
+                let event =
+                    if let Some(ending) = supervisor::kept_exit(&self.settings.exit_file(job)) {
+                        Event::Ended { job, ending }
+                    } else if self.settings.started_file(job).exists() {
+                        Event::Lost {
+                            job,
+                            why: format!("its supervisor is gone ({error})"),
+                        }
+                    } else {
+                        log(format_args!(
+                            "job {job}: stopped before its supervisor started; it may start now"
+                        ));
+                        Event::NotStarted { job }
+                    };
+                self.events.report(event);
+            }
+        }
+    }
+
+    /// The controller stored the job's end: the supervisor may drop the status it keeps (it
+    /// is told; one that is gone left its files, removed here).
+    fn confirm_stored(&mut self, job: JobId) {
+        if let Some(stream) = self.supervisors.remove(&job) {
+            let _ = (&stream).write_all(b"ok\n");
+        }
+        for file in [
+            self.settings.exit_file(job),
+            self.settings.socket_file(job),
+            self.settings.started_file(job),
+        ] {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+
+    /// Lets a job run freely: out of the applier's charge, thawed, default weight.
+    fn let_loose(&mut self, job: JobId) -> Result<(), String> {
+        self.applier.release(job).map_err(|e| e.to_string())?;
+        let steps = self.applier.release_steps(job).map_err(|e| e.to_string())?;
+        cosched_cgroups::release(&steps).map_err(|e| format!("job {job}: {e}"))
+    }
+
+    fn discard(&mut self, job: JobId) {
+        // Known again after a restart: creating is idempotent.
+        let name = job_name(job);
+        let created = self.applier.actuator_mut().create(&name);
+        match created
+            .map_err(|e| e.to_string())
+            .and_then(|()| self.applier.discard(job).map_err(|e| e.to_string()))
+        {
+            Ok(()) => {
+                self.discard_later.remove(&job);
+            }
+            Err(error) => {
+                if self.discard_later.insert(job) {
+                    log(format_args!("{error} (will retry)"));
+                }
+            }
+        }
+    }
+
+    fn usage(&self, job: JobId) -> Option<Duration> {
+        self.applier.actuator().cpu_usage(&job_name(job)).ok()
+    }
+
+    fn tick(&mut self, tick: Tick) {
+        let Tick {
+            slot,
+            deadline,
+            woke,
+            missed,
+        } = tick;
+        let before: Vec<JobId> = self.applier.running().collect();
+        let record = match self.applier.enter_slot(slot) {
+            Ok(record) => record,
+            Err(error) => {
+                log(format_args!("slot {slot}: {error}"));
+                return;
+            }
+        };
+        let mut skews = Vec::new();
+        if self.applier.mode() == Mode::Gang {
+            // A task that sleeps (a launcher waiting for its ranks) never shows: give up soon.
+            let patience =
+                Duration::from_micros((self.settings.rotation.quantum / 10).min(5_000) as u64);
+            for job in &record.started {
+                if let Some(skew) = self.baselines.remove(job).and_then(|b| b.measure(patience)) {
+                    skews.push(skew);
+                }
+            }
+        }
+        self.baselines.clear();
+        {
+            let mut stats = self.stats.lock().expect("stats");
+            stats.missed_slots += missed;
+            stats
+                .lateness
+                .record(Duration::from_micros((woke - deadline).max(0) as u64));
+            if !record.stopped.is_empty() || !record.started.is_empty() {
+                stats.switch.record(record.duration);
+            }
+            for skew in skews {
+                stats.skew.record(skew);
+            }
+        }
+        self.track_idleness(&before, woke);
+        self.watch_idle(woke);
+        self.enforce_cancels(woke);
+        self.retry_discards();
+        self.capture_baselines(slot + 1);
+    }
+
+    fn retry_discards(&mut self) {
+        for job in self.discard_later.clone() {
+            self.discard(job);
+        }
+    }
+
+    /// Applies a generation published for the slot under way (the daemon does that when no
+    /// unfinished job runs in it), so idle processors go to the next jobs before the boundary.
+    fn apply_early(&mut self) {
+        let now = now_micros();
+        let slot = self.settings.rotation.slot_at(now);
+        if !self.applier.has_due(slot) {
+            return;
+        }
+        let before: Vec<JobId> = self.applier.running().collect();
+        match self.applier.enter_slot(slot) {
+            Ok(record) if !record.stopped.is_empty() || !record.started.is_empty() => {
+                self.stats
+                    .lock()
+                    .expect("stats")
+                    .switch
+                    .record(record.duration);
+            }
+            Ok(_) => {}
+            Err(error) => log(format_args!("slot {slot} (early): {error}")),
+        }
+        self.track_idleness(&before, now);
+        self.capture_baselines(slot + 1);
+    }
+
+    fn track_idleness(&mut self, before: &[JobId], now: Micros) {
+        if self.idle.is_none() {
+            return;
+        }
+        let usages: BTreeMap<JobId, Duration> = before
+            .iter()
+            .copied()
+            .chain(self.applier.running())
+            .filter_map(|job| Some((job, self.usage(job)?)))
+            .collect();
+        let tracker = self.idle.as_mut().expect("checked");
+        for job in before {
+            if let Some(&usage) = usages.get(job) {
+                if tracker.slot_ended(*job, usage, now) {
+                    tracker.forget(*job);
+                    self.events.report(Event::Idle { job: *job });
+                }
+            }
+        }
+        for job in self.applier.running().collect::<Vec<_>>() {
+            if let Some(&usage) = usages.get(&job) {
+                tracker.slot_started(job, usage, now);
+            }
+        }
+    }
+
+    fn watch_idle(&mut self, now: Micros) {
+        let interval = now - self.last_watch;
+        if interval < IDLE_WATCH_PERIOD || self.watching.is_empty() {
+            return;
+        }
+        self.last_watch = now;
+        let threshold = Duration::from_micros((interval / 100) as u64);
+        for (job, before) in self.watching.clone() {
+            let Some(usage) = self.usage(job) else {
+                continue;
+            };
+            if usage.saturating_sub(before) >= threshold {
+                self.watching.remove(&job);
+                self.events.report(Event::Woke { job });
+            } else {
+                self.watching.insert(job, usage);
+            }
+        }
+    }
+
+    fn enforce_cancels(&mut self, now: Micros) {
+        let due: Vec<JobId> = self
+            .kill_at
+            .iter()
+            .filter(|(_, &at)| at <= now)
+            .map(|(&job, _)| job)
+            .collect();
+        for job in due {
+            self.kill_at.remove(&job);
+            if let Err(error) = self.applier.actuator_mut().kill(&job_name(job)) {
+                log(format_args!("job {job}: {error}"));
+            }
+        }
+    }
+
+    /// Run times of the next slot's entrants while they are still frozen.
+    fn capture_baselines(&mut self, next_slot: i64) {
+        if self.applier.mode() != Mode::Gang {
+            return;
+        }
+        for job in self.applier.entrants(next_slot) {
+            let Ok(pids) = self.applier.actuator().pids(&job_name(job)) else {
+                continue;
+            };
+            let mut baseline = Baseline::capture(&pids);
+            if let Some(previous) = self.last_captures.insert(job, baseline.clone()) {
+                baseline = baseline.busy_since(&previous);
+            }
+            let size = self.sizes.get(&job).copied().unwrap_or(0);
+            if baseline.task_count() > 0 && baseline.task_count() <= size {
+                self.baselines.insert(job, baseline);
+            }
+        }
+    }
+
+    /// Lets every job loose (or kills them all) and stops switching.
+    fn stop(&mut self, cancel: bool) -> Result<(), String> {
+        let mut first_error = None;
+        if let Err(error) = self.applier.release_all() {
+            first_error.get_or_insert(error.to_string());
+        }
+        let suspended = std::mem::take(&mut self.suspended);
+        for &job in &suspended {
+            if let Err(error) = self.applier.actuator_mut().thaw(&job_name(job)) {
+                first_error.get_or_insert(error.to_string());
+            }
+        }
+        if cancel {
+            // Every job this agent holds: scheduled, suspended, idle, or already cancelled.
+            let jobs: Vec<JobId> = self
+                .applier
+                .jobs()
+                .chain(suspended)
+                .chain(self.watching.keys().copied())
+                .chain(self.kill_at.keys().copied())
+                .collect();
+            for job in jobs {
+                if let Err(error) = self.applier.actuator_mut().kill(&job_name(job)) {
+                    first_error.get_or_insert(error.to_string());
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Job cgroups holding processes of jobs not in `known` (the store's unfinished jobs), with
+/// their process counts: another daemon's jobs, or jobs a stop left running. A new job would
+/// share its cgroup with them (ids start at 1 in a new state directory) and freeze them.
+pub fn strangers(
+    cgroups: &Cgroups,
+    known: &BTreeSet<JobId>,
+) -> Result<Vec<(String, usize)>, CgroupError> {
+    let known: BTreeSet<String> = known.iter().map(|&job| job_name(job)).collect();
+    Ok(cgroups
+        .existing_jobs()?
+        .into_iter()
+        .filter(|(name, procs)| *procs > 0 && !known.contains(name))
+        .collect())
+}
+
+/// The agent on its clock, with its source of orders.
+struct OnClock<'a, A: Actuator, S: PlanSource> {
+    agent: &'a mut NodeAgent<A>,
+    source: S,
+}
+
+impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
+    fn between(&mut self, until: Micros) -> bool {
+        loop {
+            if now_micros() >= until {
+                return true;
+            }
+            match self.source.next_order(until) {
+                Received::Order(order) => {
+                    self.agent.handle(order);
+                    if self.agent.stopped.is_none() {
+                        self.agent.apply_early();
+                    }
+                }
+                Received::Timeout => return true,
+                Received::Closed => {
+                    if self.agent.stopped.is_none() {
+                        let outcome = self.agent.stop(false);
+                        self.agent.stopped = Some(outcome);
+                    }
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn boundary(&mut self, tick: Tick) -> bool {
+        if self.agent.stopped.is_some() {
+            self.agent.retry_discards();
+        } else {
+            self.agent.tick(tick);
+        }
+        true
+    }
+}

@@ -1,0 +1,25 @@
+//! cosched-proto: what crosses the seam between the controller (API, store, core) and the
+//! agent of each node: plan generations whose partitions are per-node CPU sets, orders, and
+//! job events, all versioned by [`PROTOCOL_VERSION`]. Classes, roles and states are enums
+//! here, never formatted strings.
+
+mod cpuset;
+mod generation;
+mod order;
+
+pub use cpuset::{CpuSet, CpuSetError};
+pub use generation::{
+    valid_node_name, Entry, Generation, Node, NodeCpus, NodeMap, NodeMapError, Role, Slice,
+};
+pub use order::{Command, Ending, Event, ExitInfo, Launch};
+
+/// Bumped whenever a wire type changes meaning; a reader refuses another version.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtoError {
+    #[error("{what} speaks protocol {got}, this build protocol {PROTOCOL_VERSION}: run the same cosched version everywhere")]
+    Version { what: &'static str, got: u32 },
+    #[error("{0}")]
+    Invalid(String),
+}

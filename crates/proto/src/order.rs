@@ -1,0 +1,151 @@
+//! What the controller orders a node agent to do, and what the agent reports back. Orders
+//! and events are one-way: nothing waits for an answer, so the same agent runs in the
+//! controller's process (a channel) or on its own node (through etcd).
+
+use crate::{CpuSet, Generation};
+use cosched_core::JobId;
+use serde::{Deserialize, Serialize};
+
+/// How a job ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitInfo {
+    /// The exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that killed it, when it was killed.
+    pub signal: Option<i32>,
+}
+
+impl ExitInfo {
+    /// A shell's convention: the code, or 128 + the signal.
+    pub fn shell_status(&self) -> i32 {
+        match (self.code, self.signal) {
+            (Some(code), _) => code,
+            (None, Some(signal)) => 128 + signal,
+            (None, None) => 1,
+        }
+    }
+}
+
+/// How a job ended, as its supervisor reports and keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ending {
+    #[serde(flatten)]
+    pub exit: ExitInfo,
+    /// Why the command never ran (its directory or program was missing...), for `ps` and `run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// What a job runs and as whom: the controller's record of it. The node adds what is its
+/// own (cgroups, the job's CPUs there, where the supervisor keeps its files).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Launch {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+/// An order for one node's agent, carried out in the order sent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "order", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Command {
+    /// A new matrix generation, applied at its first slot.
+    Publish { generation: Generation },
+    /// The job is placed on `cpus` of this node: its cgroup is made (or found again) and
+    /// taken into the rotation; with `launch`, its supervisor starts it (once: the
+    /// controller stored the intent first).
+    Start {
+        job: JobId,
+        cpus: CpuSet,
+        launch: Option<Launch>,
+    },
+    /// After a controller restart: find the job's supervisor again (or its kept exit status);
+    /// keep it stopped if it was suspended.
+    Adopt { job: JobId, suspended: bool },
+    /// Out of the rotation and stopped.
+    Suspend { job: JobId },
+    /// Out of the rotation and free to run; watched for work (an idle job).
+    LetLoose { job: JobId },
+    /// Let loose, SIGTERM now, SIGKILL after the grace period.
+    Cancel { job: JobId },
+    /// The controller recorded the job's end (`stored`: durably; else `Stored` follows):
+    /// its cgroup goes, and once stored its supervisor may drop the exit status it keeps.
+    Ended { job: JobId, stored: bool },
+    /// An end that could not be stored earlier now is.
+    Stored { job: JobId },
+    /// Clean stop: every job let loose (or killed) and no more switching; orders about
+    /// ends are still carried out until the controller lets go.
+    Stop { cancel: bool },
+}
+
+/// A report from a node's agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Event {
+    /// The job ended (reported by its supervisor, or found in its kept exit status).
+    Ended { job: JobId, ending: Ending },
+    /// The job cannot run or be found here (its supervisor could not start, or died).
+    Lost { job: JobId, why: String },
+    /// `Adopt` found no trace that the job ever started: it may be launched (again).
+    NotStarted { job: JobId },
+    /// The job used no CPU in its own slots for the idle time: out of the rotation.
+    Idle { job: JobId },
+    /// A job let loose for idleness computes again.
+    Woke { job: JobId },
+    /// An order about the job could not be carried out (it is logged, nothing else).
+    Trouble { job: JobId, what: String },
+}
+
+impl Command {
+    /// The job an order is about, if one.
+    pub fn job(&self) -> Option<JobId> {
+        match self {
+            Command::Publish { .. } | Command::Stop { .. } => None,
+            Command::Start { job, .. }
+            | Command::Adopt { job, .. }
+            | Command::Suspend { job }
+            | Command::LetLoose { job }
+            | Command::Cancel { job }
+            | Command::Ended { job, .. }
+            | Command::Stored { job } => Some(*job),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_and_events_are_tagged_enums_on_the_wire() {
+        let start = Command::Start {
+            job: 3,
+            cpus: "0-1".parse().unwrap(),
+            launch: None,
+        };
+        let text = serde_json::to_string(&start).unwrap();
+        assert_eq!(
+            text,
+            r#"{"order":"start","job":3,"cpus":[[0,1]],"launch":null}"#
+        );
+        assert_eq!(serde_json::from_str::<Command>(&text).unwrap(), start);
+        let ended = Event::Ended {
+            job: 3,
+            ending: Ending {
+                exit: ExitInfo {
+                    code: Some(0),
+                    signal: None,
+                },
+                note: None,
+            },
+        };
+        let text = serde_json::to_string(&ended).unwrap();
+        assert_eq!(serde_json::from_str::<Event>(&text).unwrap(), ended);
+        assert!(serde_json::from_str::<Command>(r#"{"order":"explode","job":1}"#).is_err());
+        assert!(serde_json::from_str::<Command>(r#"{"order":"cancel","job":1,"x":2}"#).is_err());
+    }
+}
