@@ -26,53 +26,9 @@ pub use stats::{Samples, Summary};
 use cosched_cgroups::{Actuator, CgroupError, ReleaseStep};
 use cosched_core::{Generation, JobId, Partition};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-/// How the processes of a slice are made to run together.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Jobs outside the current slice are frozen.
-    Gang,
-    /// Nothing is frozen: the current slice's jobs get full weight, the others almost none.
-    Moderate,
-    /// No switching; jobs are told to spin briefly then block (space sharing only).
-    Implicit,
-    /// No control at all: plain Linux, the baseline.
-    Local,
-}
-
-impl Mode {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Gang => "gang",
-            Mode::Moderate => "moderate",
-            Mode::Implicit => "implicit",
-            Mode::Local => "local",
-        }
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown mode '{0}' (known: gang, moderate, implicit, local)")]
-pub struct UnknownMode(pub String);
-
-impl FromStr for Mode {
-    type Err = UnknownMode;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [Mode::Gang, Mode::Moderate, Mode::Implicit, Mode::Local]
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| UnknownMode(s.to_string()))
-    }
-}
+pub use cosched_proto::{Mode, UnknownMode};
 
 /// cgroup v2 `cpu.weight` of the favoured and of the other jobs in moderate mode: 10,000 : 1
 /// left a disfavoured busy job 0.04 % of a CPU here (cpu.shares 10240 : 2, notes).

@@ -4,7 +4,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use cosched_daemon::protocol::{
-    ExitInfo, JobView, MatrixView, Reply, Request, RunRequest, StatsView, SummaryView,
+    ExitInfo, JobState, JobView, MatrixView, Reply, Request, RunRequest, StatsView, SummaryView,
 };
 use cosched_daemon::unix;
 use std::io::Write;
@@ -279,7 +279,7 @@ fn wait_for(socket: &Path, job: u64, mut stream: UnixStream, stdio: bool) -> Res
                 if let Some(note) = note {
                     eprintln!("cosched: job {job}: {note}");
                 }
-                return Ok(exit_status(job, &state, exit));
+                return Ok(exit_status(job, state, exit));
             }
             Ok(Some(Reply::Error { error, .. })) => bail!("{error}"),
             Ok(Some(_)) => bail!("unexpected reply while waiting for job {job}"),
@@ -314,9 +314,9 @@ fn is_timeout(error: &anyhow::Error) -> bool {
         .is_some_and(|e| matches!(e, unix::LineError::Io(io) if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted)))
 }
 
-fn exit_status(job: u64, state: &str, exit: Option<ExitInfo>) -> i32 {
+fn exit_status(job: u64, state: JobState, exit: Option<ExitInfo>) -> i32 {
     match exit {
-        Some(exit) if state == "cancelled" => {
+        Some(exit) if state == JobState::Cancelled => {
             eprintln!("cosched: job {job} cancelled");
             exit.shell_status()
         }
@@ -602,18 +602,18 @@ pub fn class(args: ClassArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cosched_daemon::protocol::MatrixEntryView;
+    use cosched_daemon::protocol::{MatrixEntryView, Mode, Role};
 
     #[test]
     fn the_matrix_is_drawn_with_the_running_slice_marked() {
         let entry = |job, cpus: &str| MatrixEntryView {
             job,
             cpus: cpus.into(),
-            role: "own".into(),
+            role: Role::Own,
         };
         let m = MatrixView {
             procs: 4,
-            mode: "gang".into(),
+            mode: Mode::Gang,
             epoch_us: 0,
             quantum_us: 100_000,
             slot: 7,

@@ -16,7 +16,7 @@ use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, JobState, Micros, Partition, Rotation,
     Scheduler, Shape,
 };
-use cosched_proto::{Command, Ending, Event, Launch, NodeMap};
+use cosched_proto::{Command, Ending, Event, JobState as StateView, Launch, NodeMap};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -579,7 +579,7 @@ impl Inner {
             (status, _) => {
                 return Err(ApiError::WrongState {
                     job,
-                    state: state_phrase(status, record.launched),
+                    state: state_of(status, record.launched).name(),
                     action: "suspend",
                 })
             }
@@ -600,7 +600,7 @@ impl Inner {
         if record.status != JobStatus::Suspended {
             return Err(ApiError::WrongState {
                 job,
-                state: state_phrase(record.status, record.launched),
+                state: state_of(record.status, record.launched).name(),
                 action: "resume",
             });
         }
@@ -694,9 +694,9 @@ impl Inner {
                 name: r.name.clone(),
                 uid: r.owner.uid,
                 user: user_name(r.owner.uid),
-                class: r.class.clone(),
+                class: class_of(r).into(),
                 procs: r.procs,
-                state: state_phrase(r.status, r.launched).to_string(),
+                state: state_of(r.status, r.launched),
                 cpus: match self.scheduler.state(r.id) {
                     Some(JobState::Placed { partition, .. }) => Some(partition.to_string()),
                     _ => None,
@@ -726,7 +726,7 @@ impl Inner {
                             .map(|e| MatrixEntryView {
                                 job: e.job,
                                 cpus: e.partition.to_string(),
-                                role: e.role.name().to_string(),
+                                role: e.role.into(),
                             })
                             .collect()
                     })
@@ -738,7 +738,7 @@ impl Inner {
         };
         MatrixView {
             procs: self.scheduler.machine().procs(),
-            mode: self.settings.mode.to_string(),
+            mode: self.settings.mode,
             epoch_us: rotation.epoch,
             quantum_us: rotation.quantum,
             slot,
@@ -758,7 +758,7 @@ impl Inner {
         };
         let count = |f: fn(&JobRecord) -> bool| self.records.values().filter(|r| f(r)).count();
         StatsView {
-            mode: self.settings.mode.to_string(),
+            mode: self.settings.mode,
             quantum_ms: self.settings.rotation.quantum as f64 / 1000.0,
             actuator: stats.actuator.clone(),
             realtime: stats.realtime,
@@ -893,16 +893,22 @@ fn ended_reply(record: &JobRecord) -> Reply {
     Reply::Ended {
         ok: true,
         job: record.id,
-        state: record.status.name().to_string(),
+        state: state_of(record.status, record.launched),
         exit: record.exit,
         note: record.note.clone(),
     }
 }
 
-fn state_phrase(status: JobStatus, launched: bool) -> &'static str {
+fn state_of(status: JobStatus, launched: bool) -> StateView {
     match (status, launched) {
-        (JobStatus::Queued, true) => "waiting",
-        (status, _) => status.name(),
+        (JobStatus::Queued, false) => StateView::Queued,
+        (JobStatus::Queued, true) => StateView::Waiting,
+        (JobStatus::Running, _) => StateView::Running,
+        (JobStatus::Suspended, _) => StateView::Suspended,
+        (JobStatus::Idle, _) => StateView::Idle,
+        (JobStatus::Done, _) => StateView::Done,
+        (JobStatus::Cancelled, _) => StateView::Cancelled,
+        (JobStatus::Lost, _) => StateView::Lost,
     }
 }
 

@@ -64,7 +64,7 @@ pub struct RunRequest {
     pub stdio: bool,
 }
 
-pub use cosched_proto::ExitInfo;
+pub use cosched_proto::{Class, ExitInfo, JobState, Mode, Role};
 
 /// Reads one request line; the error is the one-line reply for the client.
 pub fn parse_request(line: &[u8]) -> Result<Request, String> {
@@ -116,9 +116,9 @@ pub struct JobView {
     pub name: String,
     pub uid: u32,
     pub user: String,
-    pub class: String,
+    pub class: Class,
     pub procs: u32,
-    pub state: String,
+    pub state: JobState,
     /// Its partition (cpuset list), once placed.
     pub cpus: Option<String>,
     /// Slices of the current matrix it runs in.
@@ -136,13 +136,13 @@ pub struct JobView {
 pub struct MatrixEntryView {
     pub job: JobId,
     pub cpus: String,
-    pub role: String,
+    pub role: Role,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MatrixView {
     pub procs: u32,
-    pub mode: String,
+    pub mode: Mode,
     pub epoch_us: i64,
     pub quantum_us: i64,
     /// The slot running now and the slice it runs (none when the matrix is empty).
@@ -163,7 +163,7 @@ pub struct SummaryView {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StatsView {
-    pub mode: String,
+    pub mode: Mode,
     pub quantum_ms: f64,
     pub actuator: String,
     /// Whether the clock thread got real-time priority.
@@ -193,7 +193,7 @@ pub enum Reply {
     Ended {
         ok: bool,
         job: JobId,
-        state: String,
+        state: JobState,
         exit: Option<ExitInfo>,
         /// Why the job ended without running its command, when it did.
         #[serde(default, skip_serializing_if = "Option::is_none")]

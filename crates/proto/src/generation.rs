@@ -18,6 +18,12 @@ pub enum Role {
     Standby,
 }
 
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(cosched_core::Role::from(*self).name())
+    }
+}
+
 impl From<cosched_core::Role> for Role {
     fn from(role: cosched_core::Role) -> Self {
         match role {

@@ -5,12 +5,14 @@
 
 mod cpuset;
 mod generation;
+mod names;
 mod order;
 
 pub use cpuset::{CpuSet, CpuSetError};
 pub use generation::{
     valid_node_name, Entry, Generation, Node, NodeCpus, NodeMap, NodeMapError, Role, Slice,
 };
+pub use names::{Class, JobState, Mode, UnknownMode};
 pub use order::{Command, Ending, Event, ExitInfo, Launch};
 
 /// Bumped whenever a wire type changes meaning; a reader refuses another version.

@@ -1,0 +1,161 @@
+//! The enums that name things on the wire: job classes, job states, switching modes. Each
+//! is written as its lower-case name, the same word the CLI prints.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A job class (the core's [`cosched_core::Class`], on the wire).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    Express,
+    Interactive,
+    Batch,
+    Standby,
+}
+
+impl From<cosched_core::Class> for Class {
+    fn from(class: cosched_core::Class) -> Self {
+        match class {
+            cosched_core::Class::Express => Class::Express,
+            cosched_core::Class::Interactive => Class::Interactive,
+            cosched_core::Class::Batch => Class::Batch,
+            cosched_core::Class::Standby => Class::Standby,
+        }
+    }
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(cosched_core::Class::from(*self).name())
+    }
+}
+
+impl From<Class> for cosched_core::Class {
+    fn from(class: Class) -> Self {
+        match class {
+            Class::Express => cosched_core::Class::Express,
+            Class::Interactive => cosched_core::Class::Interactive,
+            Class::Batch => cosched_core::Class::Batch,
+            Class::Standby => cosched_core::Class::Standby,
+        }
+    }
+}
+
+/// Where a job is in its life, as `ps` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting for processors; never started.
+    Queued,
+    /// Waiting for processors again; its processes exist, held stopped.
+    Waiting,
+    Running,
+    /// Stopped by its owner, out of the rotation.
+    Suspended,
+    /// Out of the rotation for using no CPU in its slots; runs unscheduled.
+    Idle,
+    Done,
+    Cancelled,
+    /// Its supervisor and exit status were gone, or it could not start.
+    Lost,
+}
+
+impl JobState {
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Waiting => "waiting",
+            JobState::Running => "running",
+            JobState::Suspended => "suspended",
+            JobState::Idle => "idle",
+            JobState::Done => "done",
+            JobState::Cancelled => "cancelled",
+            JobState::Lost => "lost",
+        }
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// How the processes of a slice are made to run together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Jobs outside the current slice are frozen.
+    Gang,
+    /// Nothing is frozen: the current slice's jobs get full weight, the others almost none.
+    Moderate,
+    /// No switching; jobs are told to spin briefly then block (space sharing only).
+    Implicit,
+    /// No control at all: plain Linux, the baseline.
+    Local,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Gang => "gang",
+            Mode::Moderate => "moderate",
+            Mode::Implicit => "implicit",
+            Mode::Local => "local",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode '{0}' (known: gang, moderate, implicit, local)")]
+pub struct UnknownMode(pub String);
+
+impl FromStr for Mode {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Mode::Gang, Mode::Moderate, Mode::Implicit, Mode::Local]
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| UnknownMode(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_on_the_wire_are_the_printed_names() {
+        for class in cosched_core::Class::ALL {
+            let wire = Class::from(class);
+            assert_eq!(
+                serde_json::to_string(&wire).unwrap(),
+                format!("\"{class}\"")
+            );
+            assert_eq!(cosched_core::Class::from(wire), class);
+        }
+        for state in [JobState::Waiting, JobState::Cancelled] {
+            assert_eq!(
+                serde_json::to_string(&state).unwrap(),
+                format!("\"{}\"", state.name())
+            );
+        }
+        for mode in ["gang", "moderate", "implicit", "local"] {
+            let parsed: Mode = mode.parse().unwrap();
+            assert_eq!(
+                serde_json::to_string(&parsed).unwrap(),
+                format!("\"{mode}\"")
+            );
+        }
+        assert!("fast".parse::<Mode>().is_err());
+        assert_eq!(format!("{:<6}|", JobState::Done), "done  |");
+    }
+}
