@@ -1,0 +1,194 @@
+//! Against a real etcd (Debian's etcd-server, installed by scripts/deps), on loopback ports
+//! of its own with its data on tmpfs, killed by pid at the end.
+
+use cosched_etcd::{Client, EtcdError, WatchEvent};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Etcd {
+    child: Child,
+    dir: PathBuf,
+    url: String,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Etcd {
+    fn start(name: &str) -> Etcd {
+        let (client, peer) = (free_port(), free_port());
+        let base = if std::path::Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base.join(format!("cosched-etcd-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let mut command = Command::new("etcd");
+        command
+            .args(["--name", "t", "--data-dir"])
+            .arg(&dir)
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("t={peer_url}")])
+            .args(["--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // etcd reads every ETCD_* variable as a flag.
+        for (key, _) in std::env::vars() {
+            if key.starts_with("ETCD_") {
+                command.env_remove(key);
+            }
+        }
+        let child = command.spawn().unwrap_or_else(|e| {
+            panic!("cannot start etcd ({e}): scripts/deps installs Debian's etcd-server")
+        });
+        let etcd = Etcd { child, dir, url };
+        let client = etcd.client();
+        let start = Instant::now();
+        while client.get("/ready").is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "etcd did not answer on {} within 30 s",
+                etcd.url
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        etcd
+    }
+
+    fn client(&self) -> Client {
+        Client::new(std::slice::from_ref(&self.url), Duration::from_secs(5)).unwrap()
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn keys_prefixes_and_compare_and_create() {
+    let etcd = Etcd::start("kv");
+    let c = etcd.client();
+    assert_eq!(c.get("/t/a").unwrap(), None);
+    let first = c.put("/t/b", b"2", None).unwrap();
+    let second = c.put("/t/a", b"1\0binary\xff", None).unwrap();
+    assert!(second > first);
+    c.put("/u/x", b"elsewhere", None).unwrap();
+    let a = c.get("/t/a").unwrap().unwrap();
+    assert_eq!(a.value, b"1\0binary\xff");
+    assert_eq!(a.mod_revision, second);
+    let (under, revision) = c.get_prefix("/t/").unwrap();
+    let keys: Vec<&str> = under.iter().map(|kv| kv.key.as_str()).collect();
+    assert_eq!(keys, ["/t/a", "/t/b"]);
+    assert!(revision > second);
+    assert!(c.delete("/t/a").unwrap());
+    assert!(!c.delete("/t/a").unwrap());
+    assert!(c.create("/t/leader", b"me", None).unwrap());
+    assert!(!c.create("/t/leader", b"you", None).unwrap());
+    assert_eq!(c.get("/t/leader").unwrap().unwrap().value, b"me");
+}
+
+#[test]
+fn a_key_on_a_lease_goes_with_it() {
+    let etcd = Etcd::start("lease");
+    let c = etcd.client();
+    let lease = c.grant(30).unwrap();
+    assert!(lease.id != 0 && lease.ttl > 0, "{lease:?}");
+    c.put("/nodes/a", b"alive", Some(lease.id)).unwrap();
+    assert_eq!(c.get("/nodes/a").unwrap().unwrap().lease, lease.id);
+    assert!(c.keep_alive(lease.id).unwrap().ttl > 0);
+    c.revoke(lease.id).unwrap();
+    assert_eq!(c.get("/nodes/a").unwrap(), None);
+    assert_eq!(c.keep_alive(lease.id).unwrap().ttl, 0);
+    assert!(matches!(
+        c.put("/nodes/a", b"x", Some(lease.id)),
+        Err(EtcdError::Refused { .. })
+    ));
+}
+
+#[test]
+fn a_broken_watch_resumes_without_losing_or_repeating_events() {
+    let etcd = Etcd::start("watch");
+    let c = etcd.client();
+    c.put("/w/old", b"before", None).unwrap();
+    let (_, revision) = c.get_prefix("/w/").unwrap();
+    let mut watch = c.watch("/w/", revision + 1).unwrap();
+    let stopper = watch.stopper().unwrap();
+    for i in 0..6 {
+        c.put(&format!("/w/{i}"), i.to_string().as_bytes(), None)
+            .unwrap();
+    }
+    c.delete("/w/2").unwrap();
+    c.put("/elsewhere", b"not watched", None).unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        seen.extend(watch.next_batch().unwrap());
+    }
+    // Cut while events are still coming, as a lost connection would.
+    stopper.stop();
+    while let Ok(batch) = watch.next_batch() {
+        seen.extend(batch);
+    }
+    // Changes made while no watch is open come with the resumed one.
+    c.put("/w/6", b"6", None).unwrap();
+    let mut resumed = c.watch("/w/", watch.resume_from()).unwrap();
+    while seen.len() < 8 {
+        seen.extend(resumed.next_batch().unwrap());
+    }
+    let described: Vec<String> = seen
+        .iter()
+        .map(|event| match event {
+            WatchEvent::Put(kv) => format!("put {}", kv.key),
+            WatchEvent::Delete { key, .. } => format!("delete {key}"),
+        })
+        .collect();
+    assert_eq!(
+        described,
+        [
+            "put /w/0",
+            "put /w/1",
+            "put /w/2",
+            "put /w/3",
+            "put /w/4",
+            "put /w/5",
+            "delete /w/2",
+            "put /w/6"
+        ]
+    );
+    assert!(seen.windows(2).all(|w| w[0].revision() < w[1].revision()));
+}
+
+#[test]
+fn a_dead_member_is_skipped_and_none_alive_is_a_clear_error() {
+    let etcd = Etcd::start("members");
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let c = Client::new(&[dead.clone(), etcd.url.clone()], Duration::from_secs(2)).unwrap();
+    c.put("/m", b"1", None).unwrap();
+    assert_eq!(c.get("/m").unwrap().unwrap().value, b"1");
+    let none = Client::new(std::slice::from_ref(&dead), Duration::from_secs(2)).unwrap();
+    let error = none.get("/m").unwrap_err().to_string();
+    assert!(
+        error.contains("no etcd member answers") && error.contains(&dead),
+        "{error}"
+    );
+}
