@@ -1,8 +1,8 @@
 //! Fault injection for the crash tests: `COSCHED_FAULT=POINT` (or `POINT:JOB`) in the daemon's
 //! environment kills the daemon with SIGKILL when it reaches that point (for that job), exactly
 //! as a `kill -9` landing there would. The points are the controller's and the agent's (the
-//! last, `spawned`, is the agent's), so they live here, below both. Only root sets the daemon's environment; unset, each point
-//! costs one comparison.
+//! last, `spawned`, is the agent's), so they live here, below both. Only root sets the
+//! daemon's environment; unset, each point costs one comparison.
 
 use cosched_core::JobId;
 use std::sync::OnceLock;

@@ -10,16 +10,17 @@
 
 pub mod clock;
 pub mod fault;
-pub mod fds;
 mod idle;
 pub mod node;
 pub mod skew;
 mod stats;
 pub mod supervisor;
+pub mod unix;
 
 pub use idle::IdleTracker;
 pub use node::{
     EventSink, NodeAgent, NodeSettings, Order, PlanSource, Received, Stats, CANCEL_GRACE,
+    STATE_SUBDIRS,
 };
 pub use stats::{Samples, Summary};
 

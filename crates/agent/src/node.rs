@@ -130,6 +130,14 @@ pub struct NodeSettings {
     pub supervisor_exe: PathBuf,
 }
 
+/// Where in the state directory supervisors keep markers and exit statuses, listen for a
+/// restarted daemon, and jobs without a client write their output.
+const JOBS_DIR: &str = "jobs";
+const RUN_DIR: &str = "run";
+const OUTPUT_DIR: &str = "output";
+/// The subdirectories the agent's files live in (the daemon makes them, root's alone).
+pub const STATE_SUBDIRS: [&str; 3] = [JOBS_DIR, RUN_DIR, OUTPUT_DIR];
+
 impl NodeSettings {
     fn file(&self, dir: &str, job: JobId, suffix: &str) -> PathBuf {
         self.state_dir
@@ -138,19 +146,19 @@ impl NodeSettings {
     }
 
     pub fn exit_file(&self, job: JobId) -> PathBuf {
-        self.file("jobs", job, ".exit")
+        self.file(JOBS_DIR, job, ".exit")
     }
 
     pub fn started_file(&self, job: JobId) -> PathBuf {
-        self.file("jobs", job, ".started")
+        self.file(JOBS_DIR, job, ".started")
     }
 
     pub fn socket_file(&self, job: JobId) -> PathBuf {
-        self.file("run", job, ".sock")
+        self.file(RUN_DIR, job, ".sock")
     }
 
     pub fn output_file(&self, job: JobId) -> PathBuf {
-        self.file("output", job, ".out")
+        self.file(OUTPUT_DIR, job, ".out")
     }
 }
 
@@ -265,7 +273,7 @@ impl<A: Actuator> NodeAgent<A> {
                     None => Ok(()),
                 });
                 if let Err(why) = started {
-                    log(format_args!("job {job}: {why}"));
+                    // The controller logs it as it records the job lost.
                     self.events.report(Event::Lost { job, why });
                 }
             }
@@ -319,10 +327,12 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
+    /// An order about `job` failed: the controller hears (and logs) it.
     fn trouble(&self, job: JobId, what: impl std::fmt::Display) {
-        let what = what.to_string();
-        log(format_args!("job {job}: {what}"));
-        self.events.report(Event::Trouble { job, what });
+        self.events.report(Event::Trouble {
+            job,
+            what: what.to_string(),
+        });
     }
 
     /// Drops what the loop tracks of a job that changes hands (not its cgroup).
@@ -349,10 +359,9 @@ impl<A: Actuator> NodeAgent<A> {
         &mut self,
         job: JobId,
         cpus: &CpuSet,
-        launch: Launch,
+        mut launch: Launch,
         stdio: Option<[OwnedFd; 3]>,
     ) -> Result<(), String> {
-        let mut launch = launch;
         let env = &mut launch.env;
         let mut set_default = |key: &str, value: &str| {
             if !env.iter().any(|(k, _)| k == key) {
@@ -483,9 +492,6 @@ impl<A: Actuator> NodeAgent<A> {
                             why: format!("its supervisor is gone ({error})"),
                         }
                     } else {
-                        log(format_args!(
-                            "job {job}: stopped before its supervisor started; it may start now"
-                        ));
                         Event::NotStarted { job }
                     };
                 self.events.report(event);

@@ -103,7 +103,7 @@ pub fn spawn(
             }
             // Whatever else this process holds (descriptors the daemon inherited included)
             // stays behind.
-            crate::fds::close_on_exec_from(SPEC_FD + 1)
+            crate::unix::close_on_exec_from(SPEC_FD + 1)
         });
     }
     let child = command.spawn()?;
@@ -213,7 +213,7 @@ unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
         fail(3);
     }
     // The job gets its stdio and nothing else (the report pipe closes at exec as it should).
-    if crate::fds::close_on_exec_from(3).is_err() {
+    if crate::unix::close_on_exec_from(3).is_err() {
         fail(5);
     }
     let Some(program) = &p.program else {
@@ -265,7 +265,7 @@ pub fn kept_exit(file: &Path) -> Option<Ending> {
 /// The supervisor's report of the end, read by whoever holds its connection; `None` when it
 /// closed (died) without one.
 pub fn read_report(stream: &UnixStream, limit: usize) -> Option<Ending> {
-    let line = crate::fds::read_line(stream, limit).ok()??;
+    let line = crate::unix::read_line(stream, limit).ok()??;
     serde_json::from_slice(&line).ok()
 }
 
@@ -475,7 +475,7 @@ impl Watch<'_> {
             if let Some(stream) = self.daemon.take() {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
                 let confirmed = (&stream).write_all(line.as_bytes()).is_ok()
-                    && matches!(crate::fds::read_line(&stream, 16), Ok(Some(ack)) if ack == b"ok");
+                    && matches!(crate::unix::read_line(&stream, 16), Ok(Some(ack)) if ack == b"ok");
                 if confirmed {
                     let _ = std::fs::remove_file(&self.spec.exit_file);
                     break;

@@ -426,26 +426,29 @@ impl Inner {
         );
     }
 
-    /// Records how a job ended, frees its cells and answers whoever waits for it. Returns
-    /// whether the record is safely stored (a supervisor keeps its exit status until it is).
-    pub fn end(&mut self, job: JobId, status: JobStatus, ending: Ending, now: Micros) -> bool {
-        let Some(record) = self.records.get_mut(&job) else {
+    /// Records how a job ended, frees its cells and answers whoever waits for it. The agent
+    /// is told whether the end is stored (its supervisor keeps the exit status until it is).
+    pub fn end(&mut self, job: JobId, status: JobStatus, ending: Ending, now: Micros) {
+        let ended_before = match self.records.get(&job) {
             // Ended and out of memory already: stored.
-            let stored = matches!(self.store.get(job), Ok(Some(r)) if r.status.ended());
-            if stored {
-                self.tell(Command::Stored { job });
-            }
-            return stored;
+            None => match self.store.get(job) {
+                Ok(Some(r)) if r.status.ended() => Some((r.launched, true)),
+                _ => None,
+            },
+            Some(r) if r.status.ended() => Some((r.launched, !self.unsaved.contains(&job))),
+            Some(_) => None,
         };
-        if record.status.ended() {
+        if let Some((launched, stored)) = ended_before {
             // A second word on an ended job (its supervisor reporting after it was declared
             // lost, say): its status files may go once the end is stored.
-            let stored = !self.unsaved.contains(&job);
-            if stored && record.launched {
+            if launched && stored {
                 self.tell(Command::Stored { job });
             }
-            return stored;
+            return;
         }
+        let Some(record) = self.records.get_mut(&job) else {
+            return;
+        };
         let launched = record.launched;
         record.status = if record.cancel_requested && status == JobStatus::Done {
             JobStatus::Cancelled
@@ -474,7 +477,6 @@ impl Inner {
         self.waiters.ended(job, &ended_reply(record));
         self.ended.push_back(job);
         self.evict_ended();
-        saved
     }
 
     /// Ended records beyond `keep_ended` leave memory (the store keeps them).
@@ -843,10 +845,9 @@ impl Inner {
         }
     }
 
-    /// The job's supervisor reported its end (or left it in its exit file); true once the
-    /// record is stored.
-    pub fn exited(&mut self, job: JobId, ending: Ending, now: Micros) -> bool {
-        self.end(job, JobStatus::Done, ending, now)
+    /// The job's supervisor reported its end (or left it in its exit file).
+    pub fn exited(&mut self, job: JobId, ending: Ending, now: Micros) {
+        self.end(job, JobStatus::Done, ending, now);
     }
 
     /// The agent cannot run or find the job.
@@ -986,9 +987,7 @@ impl Shared {
     pub fn listen_to_agent(self: Arc<Self>, events: std::sync::mpsc::Receiver<Event>) {
         for event in events {
             self.with(|inner, now| match event {
-                Event::Ended { job, ending } => {
-                    inner.exited(job, ending, now);
-                }
+                Event::Ended { job, ending } => inner.exited(job, ending, now),
                 Event::Lost { job, why } => inner.lost(job, &why, now),
                 Event::NotStarted { job } => inner.not_started(job, now),
                 Event::Idle { job } => inner.went_idle(job, now),

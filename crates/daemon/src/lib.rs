@@ -9,7 +9,8 @@ pub mod daemon;
 pub mod protocol;
 pub mod server;
 pub mod store;
-pub mod unix;
+
+pub use cosched_agent::unix;
 pub mod waiters;
 
 pub use daemon::OnStop;

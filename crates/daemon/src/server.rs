@@ -7,7 +7,7 @@ use crate::store::{JobRecord, SqliteStore, Store};
 use crate::unix::{self, Credentials};
 use crate::waiters::Waiters;
 use cosched_agent::clock::now_micros;
-use cosched_agent::{Mode, NodeAgent, NodeSettings, Stats};
+use cosched_agent::{Mode, NodeAgent, NodeSettings, Stats, STATE_SUBDIRS};
 use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout};
 use cosched_core::{Config, Micros, Rotation, Scheduler};
 use cosched_proto::NodeMap;
@@ -151,7 +151,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     }
     let signals = block_stop_signals();
     // Descriptors this process inherited reach no supervisor and no job.
-    cosched_agent::fds::close_on_exec_from(3).map_err(io_error(Path::new("close_range")))?;
+    unix::close_on_exec_from(3).map_err(io_error(Path::new("close_range")))?;
     let max_files = raise_open_file_limit();
     let mut config = config;
     config.state_dir = private_state_dir(&config.state_dir)?;
@@ -346,7 +346,7 @@ fn private_state_dir(dir: &Path) -> Result<PathBuf, StartError> {
     }
     std::fs::set_permissions(&resolved, std::fs::Permissions::from_mode(0o700))
         .map_err(io_error(&resolved))?;
-    for sub in ["jobs", "run", "output"] {
+    for sub in STATE_SUBDIRS {
         let path = resolved.join(sub);
         match std::fs::DirBuilder::new().mode(0o700).create(&path) {
             Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {

@@ -191,6 +191,11 @@ impl Client {
 
     /// One request and its whole JSON answer.
     fn call(&self, path: &'static str, body: Value) -> Result<Value, EtcdError> {
+        self.answer(path, body).map(|(value, _)| value)
+    }
+
+    /// One request: its whole JSON answer and the member that gave it.
+    fn answer(&self, path: &'static str, body: Value) -> Result<(Value, Endpoint), EtcdError> {
         let (mut response, endpoint) = self.send(path, &body, Some(self.timeout))?;
         let mut text = Vec::new();
         response
@@ -223,7 +228,7 @@ impl Client {
                 message,
             });
         }
-        Ok(value)
+        Ok((value, endpoint))
     }
 
     /// Writes `key`; with a lease, the key goes when the lease does. Returns the revision.
@@ -237,24 +242,21 @@ impl Client {
     }
 
     pub fn get(&self, key: &str) -> Result<Option<KeyValue>, EtcdError> {
-        let answer = self.call("/v3/kv/range", json!({"key": b64(key.as_bytes())}))?;
-        let kvs = self.kvs(&answer, "/v3/kv/range")?;
+        let (kvs, _) = self.range(json!({"key": b64(key.as_bytes())}))?;
         Ok(kvs.into_iter().next())
     }
 
     /// Every key under `prefix`, in key order, and the store's revision when read (a watch
     /// from the next revision misses nothing and repeats nothing).
     pub fn get_prefix(&self, prefix: &str) -> Result<(Vec<KeyValue>, i64), EtcdError> {
-        let answer = self.call(
-            "/v3/kv/range",
-            json!({"key": b64(prefix.as_bytes()), "range_end": b64(&prefix_end(prefix))}),
-        )?;
-        let kvs = self.kvs(&answer, "/v3/kv/range")?;
-        Ok((kvs, int(&answer["header"]["revision"])))
+        self.range(json!({"key": b64(prefix.as_bytes()), "range_end": b64(&prefix_end(prefix))}))
     }
 
-    fn kvs(&self, answer: &Value, path: &'static str) -> Result<Vec<KeyValue>, EtcdError> {
-        answer["kvs"]
+    /// A range read: the keys and the revision it saw.
+    fn range(&self, body: Value) -> Result<(Vec<KeyValue>, i64), EtcdError> {
+        const PATH: &str = "/v3/kv/range";
+        let (answer, endpoint) = self.answer(PATH, body)?;
+        let kvs = answer["kvs"]
             .as_array()
             .map(Vec::as_slice)
             .unwrap_or_default()
@@ -262,10 +264,11 @@ impl Client {
             .map(key_value)
             .collect::<Result<_, _>>()
             .map_err(|why| EtcdError::Garbled {
-                endpoint: self.endpoints[self.preferred.load(Ordering::Relaxed)].clone(),
-                path,
+                endpoint,
+                path: PATH,
                 why,
-            })
+            })?;
+        Ok((kvs, int(&answer["header"]["revision"])))
     }
 
     /// Deletes `key`; returns whether it existed.

@@ -1,5 +1,7 @@
 //! Unix-socket plumbing the standard library lacks: peer credentials (`SO_PEERCRED`,
-//! `SO_PEERGROUPS`), passing file descriptors (`SCM_RIGHTS`), and reading one size-limited line.
+//! `SO_PEERGROUPS`), passing file descriptors (`SCM_RIGHTS`), reading one size-limited line,
+//! and keeping descriptors from programs this process executes. Below the daemon and the
+//! agent alike: both serve sockets, and supervisors speak lines.
 
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -243,6 +245,24 @@ fn peek(stream: &UnixStream, buf: &mut [u8]) -> io::Result<usize> {
 /// Reads one line without descriptors (replies, supervisor messages).
 pub fn read_line(stream: &UnixStream, limit: usize) -> Result<Option<Vec<u8>>, LineError> {
     Ok(read_line_with_fds(stream, limit, None)?.map(|(line, _)| line))
+}
+
+/// Marks every descriptor from `first` on close-on-exec (Linux 5.11's close_range), so that
+/// nothing this process holds reaches a program it executes. Async-signal-safe.
+pub fn close_on_exec_from(first: RawFd) -> io::Result<()> {
+    // SAFETY: close_range only changes descriptor flags.
+    let rc = unsafe {
+        libc::close_range(
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_int,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// Drains and drops whatever a misbehaving peer sent, so closing does not reset the
