@@ -19,8 +19,7 @@ pub mod unix;
 
 pub use idle::IdleTracker;
 pub use node::{
-    EventSink, NodeAgent, NodeSettings, Order, PlanSource, Received, Stats, CANCEL_GRACE,
-    STATE_SUBDIRS,
+    EventSink, NodeAgent, NodeSettings, Order, PlanSource, Received, CANCEL_GRACE, STATE_SUBDIRS,
 };
 pub use stats::{Samples, Summary};
 
@@ -197,6 +196,11 @@ impl<A: Actuator> Applier<A> {
             self.let_loose(job)?;
         }
         Ok(())
+    }
+
+    /// The number of the generation in force.
+    pub fn generation(&self) -> Option<u64> {
+        self.current.as_ref().map(|g| g.number)
     }
 
     /// Whether a queued generation is in force by `slot` (and waits for `enter_slot`).

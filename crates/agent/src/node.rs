@@ -13,7 +13,7 @@ use crate::supervisor::{self, LaunchSpec};
 use crate::{fault, job_name, Applier, IdleTracker, Mode, Samples};
 use cosched_cgroups::{Actuator, CgroupError, Cgroups};
 use cosched_core::{JobId, Micros, Rotation};
-use cosched_proto::{Command, CpuSet, Event, Launch};
+use cosched_proto::{Command, CpuSet, Event, Launch, NodeStatus};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -21,15 +21,18 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::Child;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A cancelled job gets SIGTERM, then SIGKILL this much later if it is still there.
 pub const CANCEL_GRACE: Micros = 3_000_000;
 /// How often jobs out of the rotation for idleness are checked for work.
 const IDLE_WATCH_PERIOD: Micros = 1_000_000;
-/// Samples kept per measure (older ones are dropped in halves).
-const SAMPLES_KEPT: usize = 100_000;
+/// Samples kept per measure (older ones are dropped in halves): minutes of recent switches,
+/// summarised in well under a millisecond for each status report.
+const SAMPLES_KEPT: usize = 10_000;
+/// How often the agent reports its figures.
+const STATUS_PERIOD: Micros = 1_000_000;
 /// The longest report a supervisor sends (an exit status and a note).
 const REPORT_LIMIT: usize = 64 << 10;
 
@@ -67,6 +70,12 @@ pub trait PlanSource {
     fn next_order(&mut self, until: Micros) -> Received;
 }
 
+impl<S: PlanSource + ?Sized> PlanSource for &mut S {
+    fn next_order(&mut self, until: Micros) -> Received {
+        (**self).next_order(until)
+    }
+}
+
 impl PlanSource for Receiver<Order> {
     fn next_order(&mut self, until: Micros) -> Received {
         let wait = Duration::from_micros((until - now_micros()).max(0) as u64);
@@ -90,28 +99,13 @@ impl EventSink for Sender<Event> {
     }
 }
 
-/// The agent's measurements (`cosched stats`).
-#[derive(Clone, Debug)]
-pub struct Stats {
-    pub lateness: Samples,
-    pub switch: Samples,
-    pub skew: Samples,
-    pub missed_slots: u64,
-    pub realtime: bool,
-    pub actuator: String,
-}
-
-impl Stats {
-    pub fn new(actuator: String) -> Stats {
-        Stats {
-            lateness: Samples::new(SAMPLES_KEPT),
-            switch: Samples::new(SAMPLES_KEPT),
-            skew: Samples::new(SAMPLES_KEPT),
-            missed_slots: 0,
-            realtime: false,
-            actuator,
-        }
-    }
+/// The agent's measurements, reported in its status.
+struct Stats {
+    lateness: Samples,
+    switch: Samples,
+    skew: Samples,
+    missed_slots: u64,
+    realtime: bool,
 }
 
 /// Who the node is and how it works.
@@ -119,8 +113,12 @@ impl Stats {
 pub struct NodeSettings {
     /// The node's name in generations (its entries are the ones it applies).
     pub node: String,
+    /// The CPUs it schedules (reported in its status).
+    pub cpus: CpuSet,
     pub mode: Mode,
-    pub rotation: Rotation,
+    /// The slot clock to start with; `None`: the one the first generation brings (a node
+    /// agent learns it from the controller).
+    pub rotation: Option<Rotation>,
     /// A job using no CPU in its own slots this long leaves the rotation (gang, moderate).
     pub idle_after: Option<Micros>,
     /// Where supervisors keep their files (`jobs/`, `run/`) and jobs without a client write
@@ -165,7 +163,10 @@ impl NodeSettings {
 pub struct NodeAgent<A: Actuator> {
     settings: NodeSettings,
     applier: Applier<A>,
-    stats: Arc<Mutex<Stats>>,
+    /// The clock in force (a generation with another one restarts the clock loop).
+    rotation: Option<Rotation>,
+    stats: Stats,
+    last_status: Micros,
     events: Arc<dyn EventSink>,
     idle: Option<IdleTracker>,
     /// Idle jobs let loose, with their CPU usage when last looked at.
@@ -185,6 +186,8 @@ pub struct NodeAgent<A: Actuator> {
     supervisors: BTreeMap<JobId, UnixStream>,
     /// Set by `Stop`: no more switching; what the stop gave.
     stopped: Option<Result<(), String>>,
+    /// The source closed: the agent ends.
+    closed: bool,
 }
 
 fn log(message: impl std::fmt::Display) {
@@ -192,21 +195,24 @@ fn log(message: impl std::fmt::Display) {
 }
 
 impl<A: Actuator> NodeAgent<A> {
-    pub fn new(
-        settings: NodeSettings,
-        actuator: A,
-        stats: Arc<Mutex<Stats>>,
-        events: Arc<dyn EventSink>,
-    ) -> Self {
+    pub fn new(settings: NodeSettings, actuator: A, events: Arc<dyn EventSink>) -> Self {
         let slotted = matches!(settings.mode, Mode::Gang | Mode::Moderate);
         NodeAgent {
             applier: Applier::new(actuator, settings.mode),
+            rotation: settings.rotation,
+            stats: Stats {
+                lateness: Samples::new(SAMPLES_KEPT),
+                switch: Samples::new(SAMPLES_KEPT),
+                skew: Samples::new(SAMPLES_KEPT),
+                missed_slots: 0,
+                realtime: false,
+            },
+            last_status: 0,
             idle: settings
                 .idle_after
                 .filter(|_| slotted)
                 .map(IdleTracker::new),
             settings,
-            stats,
             events,
             watching: BTreeMap::new(),
             last_watch: 0,
@@ -218,6 +224,7 @@ impl<A: Actuator> NodeAgent<A> {
             last_captures: BTreeMap::new(),
             supervisors: BTreeMap::new(),
             stopped: None,
+            closed: false,
         }
     }
 
@@ -230,16 +237,73 @@ impl<A: Actuator> NodeAgent<A> {
                 "no real-time priority for the clock thread ({error}): switches may be late by milliseconds"
             ));
         }
-        self.stats.lock().expect("stats").realtime = realtime.is_ok();
-        let rotation = self.settings.rotation;
-        let margin = (rotation.quantum / 4).min(1_000);
-        let mut on_clock = OnClock {
-            agent: &mut self,
-            source,
-        };
-        clock::drive(rotation, margin, &mut on_clock);
+        self.stats.realtime = realtime.is_ok();
+        self.report_status(now_micros());
+        let mut source = source;
+        while !self.closed {
+            match self.rotation {
+                Some(rotation) => {
+                    // A generation for the slot under way takes effect now, not a slot later.
+                    if self.stopped.is_none() {
+                        self.apply_early();
+                    }
+                    let margin = (rotation.quantum / 4).min(1_000);
+                    let mut on_clock = OnClock {
+                        agent: &mut self,
+                        source: &mut source,
+                        rotation,
+                    };
+                    clock::drive(rotation, margin, &mut on_clock);
+                }
+                None => self.await_rotation(&mut source),
+            }
+        }
+        self.report_status(now_micros());
         let stopped = self.stopped.take().unwrap_or(Ok(()));
         (self.applier.into_actuator(), stopped)
+    }
+
+    /// Before any generation there is no clock to keep: orders are carried out as they come.
+    fn await_rotation(&mut self, source: &mut impl PlanSource) {
+        while self.rotation.is_none() && !self.closed {
+            match source.next_order(now_micros() + STATUS_PERIOD) {
+                Received::Order(order) => self.handle(order),
+                Received::Timeout => self.report_status(now_micros()),
+                Received::Closed => self.close(),
+            }
+        }
+    }
+
+    /// The controller let go: every job is let loose (unless a stop did it) and the agent ends.
+    fn close(&mut self) {
+        if self.stopped.is_none() {
+            let outcome = self.stop(false);
+            self.stopped = Some(outcome);
+        }
+        self.closed = true;
+    }
+
+    /// Sends the node's figures to the controller.
+    fn report_status(&mut self, now: Micros) {
+        self.last_status = now;
+        let stats = &self.stats;
+        let status = NodeStatus {
+            node: self.settings.node.clone(),
+            cpus: self.settings.cpus.clone(),
+            mode: self.settings.mode,
+            actuator: self.applier.actuator().describe(),
+            realtime: stats.realtime,
+            generation: self.applier.generation(),
+            lateness_us: stats.lateness.summary(),
+            switch_us: stats.switch.summary(),
+            skew_us: stats.skew.summary(),
+            missed_slots: stats.missed_slots,
+            clock_offset_us: None,
+            clock_shift_us: 0,
+            sent_us: now,
+            scheduling: self.stopped.is_none(),
+        };
+        self.events.report(Event::Status { status });
     }
 
     fn handle(&mut self, order: Order) {
@@ -250,13 +314,14 @@ impl<A: Actuator> NodeAgent<A> {
                     log(error);
                     return;
                 }
-                if generation.rotation() != self.settings.rotation {
+                let rotation = generation.rotation();
+                if self.rotation.is_some_and(|r| r != rotation) {
                     log(format_args!(
-                        "generation {}: another rotation than this node's; ignored",
-                        generation.number
+                        "generation {}: a new slot clock (quantum {} µs from {})",
+                        generation.number, rotation.quantum, rotation.epoch
                     ));
-                    return;
                 }
+                self.rotation = Some(rotation);
                 let mine = generation.for_node(&self.settings.node);
                 for slice in &mine.plan.slices {
                     for entry in &slice.entries {
@@ -562,8 +627,8 @@ impl<A: Actuator> NodeAgent<A> {
         let mut skews = Vec::new();
         if self.applier.mode() == Mode::Gang {
             // A task that sleeps (a launcher waiting for its ranks) never shows: give up soon.
-            let patience =
-                Duration::from_micros((self.settings.rotation.quantum / 10).min(5_000) as u64);
+            let quantum = self.rotation.map_or(0, |r| r.quantum);
+            let patience = Duration::from_micros((quantum / 10).min(5_000) as u64);
             for job in &record.started {
                 if let Some(skew) = self.baselines.remove(job).and_then(|b| b.measure(patience)) {
                     skews.push(skew);
@@ -572,7 +637,7 @@ impl<A: Actuator> NodeAgent<A> {
         }
         self.baselines.clear();
         {
-            let mut stats = self.stats.lock().expect("stats");
+            let stats = &mut self.stats;
             stats.missed_slots += missed;
             stats
                 .lateness
@@ -589,6 +654,9 @@ impl<A: Actuator> NodeAgent<A> {
         self.enforce_cancels(woke);
         self.retry_discards();
         self.capture_baselines(slot + 1);
+        if woke - self.last_status >= STATUS_PERIOD {
+            self.report_status(woke);
+        }
     }
 
     fn retry_discards(&mut self) {
@@ -601,18 +669,16 @@ impl<A: Actuator> NodeAgent<A> {
     /// unfinished job runs in it), so idle processors go to the next jobs before the boundary.
     fn apply_early(&mut self) {
         let now = now_micros();
-        let slot = self.settings.rotation.slot_at(now);
+        let Some(slot) = self.rotation.map(|r| r.slot_at(now)) else {
+            return;
+        };
         if !self.applier.has_due(slot) {
             return;
         }
         let before: Vec<JobId> = self.applier.running().collect();
         match self.applier.enter_slot(slot) {
             Ok(record) if !record.stopped.is_empty() || !record.started.is_empty() => {
-                self.stats
-                    .lock()
-                    .expect("stats")
-                    .switch
-                    .record(record.duration);
+                self.stats.switch.record(record.duration);
             }
             Ok(_) => {}
             Err(error) => log(format_args!("slot {slot} (early): {error}")),
@@ -752,6 +818,8 @@ pub fn strangers(
 struct OnClock<'a, A: Actuator, S: PlanSource> {
     agent: &'a mut NodeAgent<A>,
     source: S,
+    /// The clock this loop keeps: a generation with another one ends the loop.
+    rotation: Rotation,
 }
 
 impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
@@ -763,16 +831,16 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
             match self.source.next_order(until) {
                 Received::Order(order) => {
                     self.agent.handle(order);
+                    if self.agent.rotation != Some(self.rotation) {
+                        return false;
+                    }
                     if self.agent.stopped.is_none() {
                         self.agent.apply_early();
                     }
                 }
                 Received::Timeout => return true,
                 Received::Closed => {
-                    if self.agent.stopped.is_none() {
-                        let outcome = self.agent.stop(false);
-                        self.agent.stopped = Some(outcome);
-                    }
+                    self.agent.close();
                     return false;
                 }
             }

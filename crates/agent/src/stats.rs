@@ -1,5 +1,6 @@
 //! Per-switch measurements kept as samples, summarised as p50 / p99 / max / count.
 
+pub use cosched_proto::Summary;
 use std::time::Duration;
 
 /// Samples in microseconds. Bounded: past `capacity` the oldest half is dropped, so a
@@ -9,15 +10,6 @@ pub struct Samples {
     values: Vec<u64>,
     capacity: usize,
     total: u64,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Summary {
-    pub p50: u64,
-    pub p99: u64,
-    pub max: u64,
-    /// Every sample ever recorded, including dropped ones.
-    pub count: u64,
 }
 
 impl Samples {

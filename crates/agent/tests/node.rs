@@ -9,17 +9,19 @@ use cosched_core::{Generation, Partition, Plan, PlanEntry, PlanSlice, Role, Rota
 use cosched_proto::{Command, Event, NodeMap};
 use std::collections::BTreeSet;
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 const QUANTUM: i64 = 20_000;
 
-fn settings(rotation: Rotation) -> NodeSettings {
+/// The agent takes its slot clock from the first generation, as a remote node does.
+fn settings() -> NodeSettings {
     NodeSettings {
         node: "n".into(),
+        cpus: "0".parse().unwrap(),
         mode: Mode::Gang,
-        rotation,
+        rotation: None,
         idle_after: None,
         state_dir: std::env::temp_dir(),
         supervisor_exe: "/nonexistent".into(),
@@ -50,13 +52,7 @@ fn agent_with_two_jobs() -> Running {
     let rotation = Rotation::new(now_micros() / QUANTUM * QUANTUM, QUANTUM);
     let (orders, source) = channel::<Order>();
     let (sink, events) = channel::<Event>();
-    let stats = Arc::new(Mutex::new(Stats::new("fake".into())));
-    let agent = NodeAgent::new(
-        settings(rotation),
-        Fake::default(),
-        stats.clone(),
-        Arc::new(sink),
-    );
+    let agent = NodeAgent::new(settings(), Fake::default(), Arc::new(sink));
     let clock = std::thread::spawn(move || agent.run(source));
     for job in [1, 2] {
         let start = Command::Start {
@@ -70,7 +66,6 @@ fn agent_with_two_jobs() -> Running {
         rotation,
         orders,
         events,
-        stats,
         clock,
     }
 }
@@ -79,7 +74,6 @@ struct Running {
     rotation: Rotation,
     orders: Sender<Order>,
     events: Receiver<Event>,
-    stats: Arc<Mutex<Stats>>,
     clock: JoinHandle<(Fake, Result<(), String>)>,
 }
 
@@ -112,7 +106,6 @@ fn orders_switch_gangs_and_a_controller_that_lets_go_leaves_nothing_frozen() {
         rotation,
         orders,
         events,
-        stats,
         clock,
     } = agent_with_two_jobs();
     orders
@@ -131,12 +124,24 @@ fn orders_switch_gangs_and_a_controller_that_lets_go_leaves_nothing_frozen() {
     assert_eq!(most, 1, "both gangs ran at once: {:?}", fake.calls);
     assert!(ever.contains("job-1") && ever.contains("job-2"), "{ever:?}");
     assert!(fake.frozen().is_empty(), "left frozen: {:?}", fake.frozen());
-    let events: Vec<Event> = events.try_iter().collect();
+    let (statuses, events): (Vec<Event>, Vec<Event>) = events
+        .try_iter()
+        .partition(|e| matches!(e, Event::Status { .. }));
     assert!(
         matches!(events.as_slice(), [Event::Trouble { job: 99, .. }]),
         "{events:?}"
     );
-    assert!(stats.lock().unwrap().lateness.summary().count > 0);
+    // One report at the start, about one a second, and a last one at the stop.
+    let Some(Event::Status { status: last }) = statuses.last() else {
+        panic!("no status: {statuses:?}");
+    };
+    assert!(statuses.len() >= 2, "{statuses:?}");
+    assert!(
+        last.lateness_us.count > 0 && last.switch_us.count > 0,
+        "{last:?}"
+    );
+    assert_eq!(last.generation, Some(1), "{last:?}");
+    assert!(!last.scheduling, "a stopped agent says so: {last:?}");
 }
 
 #[test]
@@ -175,4 +180,49 @@ fn an_ended_job_loses_its_cgroup_and_stop_with_cancel_kills_the_rest() {
     let removed = position(FakeCall::Remove("job-2".into())).expect("job 2 removed after");
     assert!(killed < removed);
     assert!(fake.jobs.is_empty(), "{:?}", fake.jobs);
+}
+
+#[test]
+fn a_generation_with_another_slot_clock_restarts_the_clock_on_it() {
+    let Running {
+        rotation,
+        orders,
+        events,
+        clock,
+    } = agent_with_two_jobs();
+    orders
+        .send(two_slices(rotation.next_boundary(now_micros()), rotation).into())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // A new controller with a longer quantum and another epoch: its slot numbers are far
+    // beyond the old clock's, so its generation is entered only on a clock that counts them.
+    let slower = Rotation::new(7_000, 2 * QUANTUM);
+    let Command::Publish { mut generation } =
+        two_slices(slower.next_boundary(now_micros()), slower)
+    else {
+        unreachable!()
+    };
+    generation.number = 2;
+    orders.send(Command::Publish { generation }.into()).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    // Stopped before the end: the replay reads up to the release, which thaws everyone.
+    orders.send(Command::Suspend { job: 2 }.into()).unwrap();
+    drop(orders);
+    let (fake, stopped) = clock.join().unwrap();
+    stopped.unwrap();
+    let (most, _) = replay(&fake.calls);
+    assert_eq!(most, 1, "both gangs ran at once: {:?}", fake.calls);
+    let last = events
+        .try_iter()
+        .filter_map(|e| match e {
+            Event::Status { status } => Some(status),
+            _ => None,
+        })
+        .last()
+        .expect("a status");
+    assert_eq!(
+        last.generation,
+        Some(2),
+        "entered on the new clock: {last:?}"
+    );
 }

@@ -4,7 +4,8 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use cosched_daemon::protocol::{
-    ExitInfo, JobState, JobView, MatrixView, Reply, Request, RunRequest, StatsView, SummaryView,
+    ExitInfo, JobState, JobView, MatrixView, NodeView, Reply, Request, RunRequest, StatsView,
+    Summary,
 };
 use cosched_daemon::unix;
 use std::io::Write;
@@ -540,7 +541,7 @@ fn render_stats(s: &StatsView) -> String {
         "{:<28} {:>8} {:>8} {:>8} {:>8}\n",
         "(µs)", "p50", "p99", "max", "count"
     );
-    let row = |name: &str, v: &SummaryView| {
+    let row = |name: &str, v: &Summary| {
         format!(
             "{name:<28} {:>8} {:>8} {:>8} {:>8}\n",
             v.p50, v.p99, v.max, v.count
@@ -559,6 +560,67 @@ fn render_stats(s: &StatsView) -> String {
         s.missed_slots,
         s.clients_waiting
     );
+    out
+}
+
+/// Show the nodes: their CPUs, whether they follow the plan, the last generation applied,
+/// clock offset and boundary lateness, as each node's agent last reported.
+#[derive(Args)]
+pub struct NodesArgs {
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    socket: Socket,
+}
+
+pub fn nodes(args: NodesArgs) -> Result<()> {
+    let Reply::Nodes { nodes, .. } = ask(&args.socket.socket, &Request::Nodes)? else {
+        bail!("unexpected reply to nodes");
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&nodes)?);
+        return Ok(());
+    }
+    print!("{}", render_nodes(&nodes));
+    Ok(())
+}
+
+fn render_nodes(nodes: &[NodeView]) -> String {
+    let mut out = format!(
+        "{:<12} {:<10} {:<10} {:>6} {:>8} {:>14} {:>10} {:>7} {:>10}\n",
+        "NODE", "CPUS", "STATE", "GEN", "HEARD", "LATE p50/p99", "SKEW p99", "MISSED", "OFFSET"
+    );
+    for node in nodes {
+        let s = &node.status;
+        let state = if s.scheduling { "scheduling" } else { "loose" };
+        let generation = s.generation.map_or("-".into(), |g| g.to_string());
+        let heard = format!("{:.1} s", node.heard_ms_ago as f64 / 1000.0);
+        let late = format!("{}/{} µs", s.lateness_us.p50, s.lateness_us.p99);
+        let skew = format!("{} µs", s.skew_us.p99);
+        let offset = match (s.clock_offset_us, s.clock_shift_us) {
+            (Some(offset), 0) => format!("{offset} µs"),
+            (None, 0) => "unknown".into(),
+            (offset, shift) => format!(
+                "{}{shift:+} µs",
+                offset.map_or("?".into(), |o| o.to_string())
+            ),
+        };
+        out += &format!(
+            "{:<12} {:<10} {:<10} {:>6} {:>8} {:>14} {:>10} {:>7} {:>10}\n",
+            node.name,
+            s.cpus.to_string(),
+            state,
+            generation,
+            heard,
+            late,
+            skew,
+            s.missed_slots,
+            offset
+        );
+    }
+    if nodes.is_empty() {
+        out += "(no node has reported yet)\n";
+    }
     out
 }
 

@@ -37,6 +37,7 @@ enum Command {
     Ps(client::PsArgs),
     Matrix(client::MatrixArgs),
     Stats(client::StatsArgs),
+    Nodes(client::NodesArgs),
     /// Cancel a job: SIGTERM, then SIGKILL after a grace period
     Cancel(client::JobArgs),
     /// Take a job out of the rotation and stop it
@@ -69,6 +70,7 @@ fn execute(command: Command) -> anyhow::Result<i32> {
         Command::Ps(args) => client::ps(args),
         Command::Matrix(args) => client::matrix(args),
         Command::Stats(args) => client::stats(args),
+        Command::Nodes(args) => client::nodes(args),
         Command::Cancel(args) => client::act(args, |job| Request::Cancel { job }),
         Command::Suspend(args) => client::act(args, |job| Request::Suspend { job }),
         Command::Resume(args) => client::act(args, |job| Request::Resume { job }),

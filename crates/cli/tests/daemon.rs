@@ -76,6 +76,16 @@ fn gang_jobs_never_run_at_the_same_moment_and_keep_their_exit_codes() {
         stats["switch_us"]["count"].as_u64().unwrap() >= 10,
         "{stats}"
     );
+    // The one node of a single machine, as its agent last reported.
+    let nodes = d.json(&["nodes", "--json"]);
+    assert_eq!(nodes.as_array().map(Vec::len), Some(1), "{nodes}");
+    assert_eq!(nodes[0]["name"], "local", "{nodes}");
+    assert_eq!(nodes[0]["status"]["scheduling"], true, "{nodes}");
+    assert!(
+        nodes[0]["status"]["generation"].as_u64() >= Some(1),
+        "{nodes}"
+    );
+    assert!(nodes[0]["heard_ms_ago"].as_u64() < Some(60_000), "{nodes}");
     assert!(!d.cgroup(a).exists(), "an ended job's cgroup is removed");
 }
 

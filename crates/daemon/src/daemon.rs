@@ -4,19 +4,21 @@
 //! agent, and nothing here touches a process.
 
 use crate::protocol::{
-    validate_run, ExitInfo, JobView, MatrixEntryView, MatrixView, Reply, RunRequest, StatsView,
-    SummaryView,
+    validate_run, ExitInfo, JobView, MatrixEntryView, MatrixView, NodeView, Reply, RunRequest,
+    StatsView,
 };
 use crate::store::{JobRecord, JobStatus, Store};
 use crate::unix::Credentials;
 use crate::waiters::Waiters;
 use cosched_agent::clock::now_micros;
-use cosched_agent::{fault, Mode, Order, Stats, Summary, CANCEL_GRACE};
+use cosched_agent::{fault, Mode, Order, CANCEL_GRACE};
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, JobState, Micros, Partition, Rotation,
     Scheduler, Shape,
 };
-use cosched_proto::{Command, Ending, Event, JobState as StateView, Launch, NodeMap};
+use cosched_proto::{
+    Command, Ending, Event, JobState as StateView, Launch, NodeMap, NodeStatus, Summary,
+};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -95,6 +97,15 @@ pub struct Inner {
     agent: Option<Sender<Order>>,
     /// Jobs that left the rotation for idleness.
     idle_departures: u64,
+    /// Each node's latest report, when it came, and when the node was first heard of.
+    nodes: BTreeMap<String, HeardFrom>,
+}
+
+/// A node's latest report as the controller received it.
+struct HeardFrom {
+    status: NodeStatus,
+    received_us: Micros,
+    joined_us: Micros,
 }
 
 fn internal(error: impl std::fmt::Display) -> ApiError {
@@ -125,6 +136,7 @@ impl Inner {
             generation: None,
             agent: Some(agent),
             idle_departures: 0,
+            nodes: BTreeMap::new(),
         }
     }
 
@@ -751,23 +763,47 @@ impl Inner {
         }
     }
 
-    pub fn stats(&self, stats: &Stats) -> StatsView {
-        let view = |s: Summary| SummaryView {
-            p50: s.p50,
-            p99: s.p99,
-            max: s.max,
-            count: s.count,
-        };
+    /// A node's report: the latest is kept.
+    pub fn heard_from(&mut self, status: NodeStatus, now: Micros) {
+        let joined_us = self.nodes.get(&status.node).map_or(now, |n| n.joined_us);
+        self.nodes.insert(
+            status.node.clone(),
+            HeardFrom {
+                status,
+                received_us: now,
+                joined_us,
+            },
+        );
+    }
+
+    pub fn nodes(&self, now: Micros) -> Vec<NodeView> {
+        self.nodes
+            .iter()
+            .map(|(name, heard)| NodeView {
+                name: name.clone(),
+                joined_us: heard.joined_us,
+                heard_ms_ago: ((now - heard.received_us).max(0) / 1000) as u64,
+                status: heard.status.clone(),
+            })
+            .collect()
+    }
+
+    pub fn stats(&self) -> StatsView {
         let count = |f: fn(&JobRecord) -> bool| self.records.values().filter(|r| f(r)).count();
+        let statuses: Vec<&NodeStatus> = self.nodes.values().map(|n| &n.status).collect();
+        let worst =
+            |of: fn(&NodeStatus) -> &Summary| Summary::worst(statuses.iter().map(|s| of(s)));
+        let mut actuators: Vec<&str> = statuses.iter().map(|s| s.actuator.as_str()).collect();
+        actuators.dedup();
         StatsView {
             mode: self.settings.mode,
             quantum_ms: self.settings.rotation.quantum as f64 / 1000.0,
-            actuator: stats.actuator.clone(),
-            realtime: stats.realtime,
-            lateness_us: view(stats.lateness.summary()),
-            switch_us: view(stats.switch.summary()),
-            skew_us: view(stats.skew.summary()),
-            missed_slots: stats.missed_slots,
+            actuator: actuators.join("; "),
+            realtime: !statuses.is_empty() && statuses.iter().all(|s| s.realtime),
+            lateness_us: worst(|s| &s.lateness_us),
+            switch_us: worst(|s| &s.switch_us),
+            skew_us: worst(|s| &s.skew_us),
+            missed_slots: statuses.iter().map(|s| s.missed_slots).sum(),
             jobs_running: count(|r| r.status == JobStatus::Running),
             jobs_queued: count(|r| r.status == JobStatus::Queued),
             jobs_ended: count(|r| r.status.ended()),
@@ -948,14 +984,12 @@ pub fn log(message: impl std::fmt::Display) {
 /// The daemon's shared state.
 pub struct Shared {
     inner: Mutex<Inner>,
-    pub stats: Arc<Mutex<Stats>>,
 }
 
 impl Shared {
-    pub fn new(inner: Inner, stats: Arc<Mutex<Stats>>) -> Arc<Shared> {
+    pub fn new(inner: Inner) -> Arc<Shared> {
         Arc::new(Shared {
             inner: Mutex::new(inner),
-            stats,
         })
     }
 
@@ -993,6 +1027,7 @@ impl Shared {
                 Event::Idle { job } => inner.went_idle(job, now),
                 Event::Woke { job } => inner.woke(job, now),
                 Event::Trouble { job, what } => log(format_args!("job {job}: agent: {what}")),
+                Event::Status { status } => inner.heard_from(status, now),
             });
         }
     }

@@ -5,7 +5,7 @@
 //! terminal, even while the daemon is down. Replies are `{"ok": true, ...}` or
 //! `{"ok": false, "error": "..."}`; `run` and `wait` send a second reply when the job ends.
 
-use cosched_core::JobId;
+use cosched_core::{JobId, Micros};
 use serde::{Deserialize, Serialize};
 
 /// Longest request line: a command line and environment fit easily; anything larger is refused.
@@ -30,6 +30,7 @@ pub enum Request {
     },
     Matrix,
     Stats,
+    Nodes,
     Cancel {
         job: JobId,
     },
@@ -64,7 +65,7 @@ pub struct RunRequest {
     pub stdio: bool,
 }
 
-pub use cosched_proto::{Class, ExitInfo, JobState, Mode, Role};
+pub use cosched_proto::{Class, ExitInfo, JobState, Mode, NodeStatus, Role, Summary};
 
 /// Reads one request line; the error is the one-line reply for the client.
 pub fn parse_request(line: &[u8]) -> Result<Request, String> {
@@ -153,14 +154,6 @@ pub struct MatrixView {
     pub queued: Vec<JobId>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SummaryView {
-    pub p50: u64,
-    pub p99: u64,
-    pub max: u64,
-    pub count: u64,
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StatsView {
     pub mode: Mode,
@@ -168,9 +161,10 @@ pub struct StatsView {
     pub actuator: String,
     /// Whether the clock thread got real-time priority.
     pub realtime: bool,
-    pub lateness_us: SummaryView,
-    pub switch_us: SummaryView,
-    pub skew_us: SummaryView,
+    /// Over every node: the worst percentiles, the sum of counts.
+    pub lateness_us: Summary,
+    pub switch_us: Summary,
+    pub skew_us: Summary,
     /// Boundaries the clock slept through entirely.
     pub missed_slots: u64,
     pub jobs_running: usize,
@@ -180,6 +174,17 @@ pub struct StatsView {
     /// Clients waiting for jobs to end (`run` without `--detach`, `wait`).
     #[serde(default)]
     pub clients_waiting: usize,
+}
+
+/// A node as the controller knows it: the agent's latest report and how old it is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub name: String,
+    /// When the node joined (its agent's first report or its lease), on the controller's clock.
+    pub joined_us: Micros,
+    /// How long ago its latest report came.
+    pub heard_ms_ago: u64,
+    pub status: NodeStatus,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -210,6 +215,10 @@ pub enum Reply {
     Stats {
         ok: bool,
         stats: StatsView,
+    },
+    Nodes {
+        ok: bool,
+        nodes: Vec<NodeView>,
     },
     Submitted {
         ok: bool,

@@ -7,7 +7,7 @@ use crate::store::{JobRecord, SqliteStore, Store};
 use crate::unix::{self, Credentials};
 use crate::waiters::Waiters;
 use cosched_agent::clock::now_micros;
-use cosched_agent::{Mode, NodeAgent, NodeSettings, Stats, STATE_SUBDIRS};
+use cosched_agent::{Mode, NodeAgent, NodeSettings, STATE_SUBDIRS};
 use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout};
 use cosched_core::{Config, Micros, Rotation, Scheduler};
 use cosched_proto::NodeMap;
@@ -165,7 +165,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         Layout::detect().map_err(io_error(std::path::Path::new("/proc/self/mountinfo")))?;
     let actuator = Cgroups::open(&layout, &config.cgroup_parent, config.freezer)?;
     refuse_strangers(&actuator, &records, &config)?;
-    let stats = Arc::new(Mutex::new(Stats::new(actuator.describe())));
+    let actuator_name = actuator.describe();
     let procs = config.procs.unwrap_or_else(usable_cpus);
     // One machine is a one-node cluster whose agent runs in this process.
     let nodes =
@@ -196,14 +196,14 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     let agent = NodeAgent::new(
         NodeSettings {
             node: LOCAL_NODE.to_string(),
+            cpus: cosched_proto::CpuSet::from_cpus(0..procs),
             mode: config.mode,
-            rotation,
+            rotation: None,
             idle_after: config.idle_after,
             state_dir: config.state_dir.clone(),
             supervisor_exe: config.supervisor_exe.clone(),
         },
         actuator,
-        Arc::clone(&stats),
         Arc::new(event_tx),
     );
     let agent_thread = std::thread::Builder::new()
@@ -219,16 +219,13 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         max_files,
     };
     let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
-    let shared = Shared::new(
-        Inner::new(
-            settings,
-            scheduler,
-            Box::new(store) as Box<dyn Store>,
-            agent_tx,
-            waiters,
-        ),
-        stats,
-    );
+    let shared = Shared::new(Inner::new(
+        settings,
+        scheduler,
+        Box::new(store) as Box<dyn Store>,
+        agent_tx,
+        waiters,
+    ));
     let recovering = records.iter().filter(|r| !r.status.ended()).count();
     shared.with(|inner, now| inner.recover(records, now));
     if recovering > 0 {
@@ -254,7 +251,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         config.mode,
         config.quantum as f64 / 1000.0,
         procs,
-        shared.stats.lock().expect("stats").actuator,
+        actuator_name,
         config.socket.display()
     ));
     let signal = wait_for_stop(&signals);
@@ -560,13 +557,14 @@ fn handle(
             ok: true,
             matrix: shared.with(|inner, now| inner.matrix(now)),
         }),
-        Request::Stats => {
-            let stats = shared.stats.lock().expect("stats").clone();
-            Ok(Reply::Stats {
-                ok: true,
-                stats: shared.with(|inner, _| inner.stats(&stats)),
-            })
-        }
+        Request::Stats => Ok(Reply::Stats {
+            ok: true,
+            stats: shared.with(|inner, _| inner.stats()),
+        }),
+        Request::Nodes => Ok(Reply::Nodes {
+            ok: true,
+            nodes: shared.with(|inner, now| inner.nodes(now)),
+        }),
         Request::Cancel { job } => shared
             .with(|inner, now| inner.cancel(who, job, now))
             .map(Reply::done),

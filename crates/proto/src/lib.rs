@@ -7,6 +7,7 @@ mod cpuset;
 mod generation;
 mod names;
 mod order;
+mod status;
 
 pub use cpuset::{CpuSet, CpuSetError};
 pub use generation::{
@@ -14,6 +15,7 @@ pub use generation::{
 };
 pub use names::{Class, JobState, Mode, UnknownMode};
 pub use order::{Command, Ending, Event, ExitInfo, Launch};
+pub use status::{NodeStatus, Summary};
 
 /// Bumped whenever a wire type changes meaning; a reader refuses another version.
 pub const PROTOCOL_VERSION: u32 = 1;

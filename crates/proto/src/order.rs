@@ -2,7 +2,7 @@
 //! and events are one-way: nothing waits for an answer, so the same agent runs in the
 //! controller's process (a channel) or on its own node (through etcd).
 
-use crate::{CpuSet, Generation};
+use crate::{CpuSet, Generation, NodeStatus};
 use cosched_core::JobId;
 use serde::{Deserialize, Serialize};
 
@@ -98,6 +98,8 @@ pub enum Event {
     Woke { job: JobId },
     /// An order about the job could not be carried out (it is logged, nothing else).
     Trouble { job: JobId, what: String },
+    /// The node's figures, about once a second and when it stops.
+    Status { status: NodeStatus },
 }
 
 impl Command {

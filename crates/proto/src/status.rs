@@ -1,0 +1,63 @@
+//! What a node's agent reports about itself, about once a second and when it stops.
+
+use crate::{CpuSet, Mode};
+use cosched_core::Micros;
+use serde::{Deserialize, Serialize};
+
+/// Percentiles of a measure, in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    pub p50: u64,
+    pub p99: u64,
+    pub max: u64,
+    /// Every sample ever recorded, including ones no longer kept.
+    pub count: u64,
+}
+
+impl Summary {
+    /// The worst of several nodes' figures (percentiles are not additive: this bounds them).
+    pub fn worst<'a>(summaries: impl IntoIterator<Item = &'a Summary>) -> Summary {
+        summaries
+            .into_iter()
+            .fold(Summary::default(), |acc, s| Summary {
+                p50: acc.p50.max(s.p50),
+                p99: acc.p99.max(s.p99),
+                max: acc.max.max(s.max),
+                count: acc.count + s.count,
+            })
+    }
+}
+
+/// A node agent's report on itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeStatus {
+    pub node: String,
+    /// The CPUs this node schedules.
+    pub cpus: CpuSet,
+    pub mode: Mode,
+    /// How it stops and starts jobs (the cgroup freezer and which hierarchy, or signals).
+    pub actuator: String,
+    /// Whether its clock thread got real-time priority.
+    pub realtime: bool,
+    /// The last generation it entered a slot with.
+    pub generation: Option<u64>,
+    /// How late it woke for boundaries.
+    pub lateness_us: Summary,
+    /// From the first stop to the last start of a switch.
+    pub switch_us: Summary,
+    /// Between the first and the last of a job's processes to run after a start.
+    pub skew_us: Summary,
+    /// Boundaries its clock slept through entirely.
+    pub missed_slots: u64,
+    /// Its clock's offset from true time as its time daemon estimates it (chrony's tracking);
+    /// `None` when nothing disciplines the clock.
+    pub clock_offset_us: Option<i64>,
+    /// A shift applied to its clock on purpose (test-only `--clock-offset-us`).
+    pub clock_shift_us: i64,
+    /// When it sent this, on its own clock.
+    pub sent_us: Micros,
+    /// Whether it follows the controller's plan (false: it lost the controller or etcd, and
+    /// lets every job run unscheduled until it is back).
+    pub scheduling: bool,
+}
