@@ -19,7 +19,8 @@ pub mod unix;
 
 pub use idle::IdleTracker;
 pub use node::{
-    EventSink, NodeAgent, NodeSettings, Order, PlanSource, Received, CANCEL_GRACE, STATE_SUBDIRS,
+    EventSink, NodeAgent, NodeSettings, Order, OrderSink, PlanSource, Received, CANCEL_GRACE,
+    STATE_SUBDIRS,
 };
 pub use stats::{Samples, Summary};
 

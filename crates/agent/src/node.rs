@@ -62,6 +62,11 @@ pub enum Received {
     Timeout,
     /// The controller let go: the agent lets every job loose and ends.
     Closed,
+    /// The control plane has been out of reach past the agent's deadline: every scheduled job
+    /// runs unscheduled until it is back.
+    Adrift,
+    /// The control plane is back: the last generation applies again from the next boundary.
+    Back,
 }
 
 /// Where orders come from: a channel from the daemon on one machine, etcd in a cluster.
@@ -84,6 +89,19 @@ impl PlanSource for Receiver<Order> {
             Err(RecvTimeoutError::Timeout) => Received::Timeout,
             Err(RecvTimeoutError::Disconnected) => Received::Closed,
         }
+    }
+}
+
+/// Where the controller's orders go: to one node's agent each.
+pub trait OrderSink: Send {
+    fn deliver(&self, node: &str, order: Order);
+}
+
+/// One machine: its one agent in this process.
+impl OrderSink for Sender<Order> {
+    fn deliver(&self, _node: &str, order: Order) {
+        // The agent ends only after the controller let go of it.
+        let _ = self.send(order);
     }
 }
 
@@ -188,6 +206,8 @@ pub struct NodeAgent<A: Actuator> {
     stopped: Option<Result<(), String>>,
     /// The source closed: the agent ends.
     closed: bool,
+    /// The control plane is lost: jobs run unscheduled, no switching.
+    adrift: bool,
 }
 
 fn log(message: impl std::fmt::Display) {
@@ -225,6 +245,7 @@ impl<A: Actuator> NodeAgent<A> {
             supervisors: BTreeMap::new(),
             stopped: None,
             closed: false,
+            adrift: false,
         }
     }
 
@@ -244,7 +265,7 @@ impl<A: Actuator> NodeAgent<A> {
             match self.rotation {
                 Some(rotation) => {
                     // A generation for the slot under way takes effect now, not a slot later.
-                    if self.stopped.is_none() {
+                    if self.switching() {
                         self.apply_early();
                     }
                     let margin = (rotation.quantum / 4).min(1_000);
@@ -270,7 +291,40 @@ impl<A: Actuator> NodeAgent<A> {
                 Received::Order(order) => self.handle(order),
                 Received::Timeout => self.report_status(now_micros()),
                 Received::Closed => self.close(),
+                Received::Adrift => self.go_adrift(),
+                Received::Back => self.come_back(),
             }
+        }
+    }
+
+    /// Whether the agent follows the plan (not stopped, not cut off from the control plane).
+    fn switching(&self) -> bool {
+        self.stopped.is_none() && !self.adrift
+    }
+
+    fn go_adrift(&mut self) {
+        log(
+            "lost the control plane past the deadline: every job runs unscheduled until it is back",
+        );
+        self.adrift = true;
+        if let Err(error) = self.applier.release_all() {
+            log(format_args!("letting jobs loose: {error}"));
+        }
+        self.report_status(now_micros());
+    }
+
+    fn come_back(&mut self) {
+        log("the control plane is back: scheduling from the next boundary");
+        self.adrift = false;
+        self.report_status(now_micros());
+    }
+
+    /// What every boundary does, switching or not: cancels, cgroup removals, the status.
+    fn quiet_tick(&mut self, now: Micros) {
+        self.enforce_cancels(now);
+        self.retry_discards();
+        if now - self.last_status >= STATUS_PERIOD {
+            self.report_status(now);
         }
     }
 
@@ -301,7 +355,7 @@ impl<A: Actuator> NodeAgent<A> {
             clock_offset_us: None,
             clock_shift_us: 0,
             sent_us: now,
-            scheduling: self.stopped.is_none(),
+            scheduling: self.switching(),
         };
         self.events.report(Event::Status { status });
     }
@@ -651,12 +705,8 @@ impl<A: Actuator> NodeAgent<A> {
         }
         self.track_idleness(&before, woke);
         self.watch_idle(woke);
-        self.enforce_cancels(woke);
-        self.retry_discards();
         self.capture_baselines(slot + 1);
-        if woke - self.last_status >= STATUS_PERIOD {
-            self.report_status(woke);
-        }
+        self.quiet_tick(woke);
     }
 
     fn retry_discards(&mut self) {
@@ -834,7 +884,7 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
                     if self.agent.rotation != Some(self.rotation) {
                         return false;
                     }
-                    if self.agent.stopped.is_none() {
+                    if self.agent.switching() {
                         self.agent.apply_early();
                     }
                 }
@@ -843,15 +893,17 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
                     self.agent.close();
                     return false;
                 }
+                Received::Adrift => self.agent.go_adrift(),
+                Received::Back => self.agent.come_back(),
             }
         }
     }
 
     fn boundary(&mut self, tick: Tick) -> bool {
-        if self.agent.stopped.is_some() {
-            self.agent.retry_discards();
-        } else {
+        if self.agent.switching() {
             self.agent.tick(tick);
+        } else {
+            self.agent.quiet_tick(tick.woke);
         }
         true
     }

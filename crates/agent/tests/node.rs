@@ -70,6 +70,15 @@ fn agent_with_two_jobs() -> Running {
     }
 }
 
+/// The same, switching them from the next boundary on.
+fn agent_switching_two_jobs() -> Running {
+    let running = agent_with_two_jobs();
+    let rotation = running.rotation;
+    let first = two_slices(rotation.next_boundary(now_micros()), rotation);
+    running.orders.send(first.into()).unwrap();
+    running
+}
+
 struct Running {
     rotation: Rotation,
     orders: Sender<Order>,
@@ -103,14 +112,11 @@ fn replay(calls: &[FakeCall]) -> (usize, BTreeSet<String>) {
 #[test]
 fn orders_switch_gangs_and_a_controller_that_lets_go_leaves_nothing_frozen() {
     let Running {
-        rotation,
         orders,
         events,
         clock,
-    } = agent_with_two_jobs();
-    orders
-        .send(two_slices(rotation.next_boundary(now_micros()), rotation).into())
-        .unwrap();
+        ..
+    } = agent_switching_two_jobs();
     std::thread::sleep(Duration::from_millis(400));
     // Not the agent's job: refused as an event, never an answer to wait for.
     orders.send(Command::Suspend { job: 99 }.into()).unwrap();
@@ -185,14 +191,11 @@ fn an_ended_job_loses_its_cgroup_and_stop_with_cancel_kills_the_rest() {
 #[test]
 fn a_generation_with_another_slot_clock_restarts_the_clock_on_it() {
     let Running {
-        rotation,
         orders,
         events,
         clock,
-    } = agent_with_two_jobs();
-    orders
-        .send(two_slices(rotation.next_boundary(now_micros()), rotation).into())
-        .unwrap();
+        ..
+    } = agent_switching_two_jobs();
     std::thread::sleep(Duration::from_millis(200));
     // A new controller with a longer quantum and another epoch: its slot numbers are far
     // beyond the old clock's, so its generation is entered only on a clock that counts them.

@@ -4,7 +4,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use cosched_agent::Mode;
 use cosched_cgroups::Freezer;
-use cosched_daemon::{check, DaemonConfig, OnStop};
+use cosched_daemon::{check, ClusterConfig, DaemonConfig, NodeConfig, OnStop};
+use cosched_proto::CpuSet;
 use std::path::PathBuf;
 
 pub const DEFAULT_SOCKET: &str = "/run/cosched/cosched.sock";
@@ -72,6 +73,28 @@ pub struct DaemonArgs {
     /// Ended jobs kept in memory for `ps --all` (every record stays in the store)
     #[arg(long, default_value_t = 1000, value_name = "N")]
     keep_ended: usize,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// With --etcd: nodes to wait for before scheduling; the machine is the nodes present then
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "etcd")]
+    wait_nodes: usize,
+    /// With --etcd: seconds the leader key outlives a controller that died (a standby takes
+    /// over after this)
+    #[arg(long, default_value_t = 3, value_name = "SECONDS", requires = "etcd",
+          value_parser = clap::value_parser!(i64).range(1..=60))]
+    leader_ttl: i64,
+}
+
+/// Where a cluster's control state lives.
+#[derive(Args)]
+pub struct ClusterArgs {
+    /// Run as a cluster's controller (or agent): etcd members, comma-separated
+    /// (http://HOST:PORT,...); without it the daemon is one machine with its own agent
+    #[arg(long, value_delimiter = ',', value_name = "URL,...")]
+    etcd: Vec<String>,
+    /// The cluster's name: its keys live under /cosched/NAME/ in etcd
+    #[arg(long = "cluster", default_value = "default", value_name = "NAME")]
+    name: String,
 }
 
 pub fn run(args: DaemonArgs) -> Result<()> {
@@ -106,16 +129,112 @@ pub fn run(args: DaemonArgs) -> Result<()> {
             OnStop::Leave
         },
         cgroup_parent: args.cgroup_parent,
-        freezer: args.freezer.map(|f| match f.as_str() {
-            "v2" => Freezer::V2,
-            "v1" => Freezer::V1,
-            _ => Freezer::Signals,
-        }),
+        freezer: args.freezer.as_deref().map(freezer),
         supervisor_exe: std::env::current_exe().context("finding this program for supervisors")?,
         keep_ended: args.keep_ended,
+        cluster: (!args.cluster.etcd.is_empty()).then_some(ClusterConfig {
+            etcd: args.cluster.etcd,
+            cluster: args.cluster.name,
+            wait_nodes: args.wait_nodes,
+            leader_ttl: args.leader_ttl,
+        }),
     };
     cosched_daemon::serve(config, |banner| eprintln!("{banner}"))?;
     Ok(())
+}
+
+/// Run a node's agent in a cluster: it joins through etcd, starts and switches the jobs the
+/// controller places on this node, on the cluster's slot clock.
+#[derive(Args)]
+#[command(after_help = "Example (two nodes and a controller, one etcd):\n  \
+  cosched agent --etcd http://10.0.0.1:2379 --node a --cpus 0-7\n  \
+  cosched agent --etcd http://10.0.0.1:2379 --node b --cpus 0-7\n  \
+  cosched daemon --etcd http://10.0.0.1:2379 --wait-nodes 2\n\n\
+The agent registers the node under a lease: if it dies, its key goes after --lease-ttl and \
+the controller marks the node's jobs lost. If it loses etcd, or no controller holds the \
+leader key, for longer than --deadline-ms, it lets its jobs run unscheduled until the control \
+plane is back; its jobs' supervisors let them loose at once if the agent itself dies. SIGTERM \
+stops it cleanly: its jobs are thawed and left running. Must run as root.")]
+pub struct AgentArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// This node's name in the cluster (letters, digits, '-', '_', '.')
+    #[arg(long, value_name = "NAME")]
+    node: String,
+    /// The CPUs cosched schedules here, e.g. 0-7 or 2,3 [default: every CPU this process may use]
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<CpuSet>,
+    /// gang, moderate, implicit or local (the controller's --mode must be the same)
+    #[arg(long, default_value = "gang")]
+    mode: Mode,
+    /// Where the supervisors' files and detached jobs' output live [default:
+    /// /var/lib/cosched/node-NAME]
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Name of the cgroup under which this node's job cgroups are made [default: cosched-NAME]
+    #[arg(long, value_name = "NAME")]
+    cgroup_parent: Option<String>,
+    /// Force a freezer instead of the best available: v2, v1 or signals
+    #[arg(long, value_parser = ["v2", "v1", "signals"])]
+    freezer: Option<String>,
+    /// A job using no CPU in its own slots this long leaves the rotation (0: never)
+    #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
+    idle_after: f64,
+    /// Let every job loose after losing etcd or the controller for this long
+    #[arg(long, default_value_t = 1000, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(50..=600_000))]
+    deadline_ms: u64,
+    /// Seconds the node's key outlives an agent that died
+    #[arg(long, default_value_t = 3, value_name = "SECONDS",
+          value_parser = clap::value_parser!(i64).range(1..=60))]
+    lease_ttl: i64,
+}
+
+pub fn agent(args: AgentArgs) -> Result<()> {
+    if args.cluster.etcd.is_empty() {
+        bail!("--etcd is required: the agent takes its orders from the cluster's etcd");
+    }
+    if !(args.idle_after.is_finite() && args.idle_after >= 0.0) {
+        bail!(
+            "--idle-after must be a number of seconds, 0 or more (got {})",
+            args.idle_after
+        );
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the agent must run as root (it makes cgroups and runs jobs as their submitters)");
+    }
+    let cpus = args
+        .cpus
+        .unwrap_or_else(|| CpuSet::from_cpus(0..cosched_daemon::usable_cpus()));
+    let config = NodeConfig {
+        etcd: args.cluster.etcd,
+        cluster: args.cluster.name,
+        state_dir: args
+            .state_dir
+            .unwrap_or_else(|| PathBuf::from(format!("/var/lib/cosched/node-{}", args.node))),
+        cgroup_parent: args
+            .cgroup_parent
+            .unwrap_or_else(|| format!("cosched-{}", args.node)),
+        node: args.node,
+        cpus,
+        mode: args.mode,
+        freezer: args.freezer.as_deref().map(freezer),
+        supervisor_exe: std::env::current_exe().context("finding this program for supervisors")?,
+        idle_after: (args.idle_after > 0.0).then_some((args.idle_after * 1e6) as i64),
+        deadline: args.deadline_ms as i64 * 1_000,
+        lease_ttl: args.lease_ttl,
+    };
+    cosched_daemon::serve_node(config, |banner| eprintln!("{banner}"))?;
+    Ok(())
+}
+
+fn freezer(name: &str) -> Freezer {
+    match name {
+        "v2" => Freezer::V2,
+        "v1" => Freezer::V1,
+        _ => Freezer::Signals,
+    }
 }
 
 fn report(json: bool) -> Result<()> {

@@ -32,6 +32,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Daemon(daemon::DaemonArgs),
+    Agent(daemon::AgentArgs),
     Run(client::RunArgs),
     Wait(client::WaitArgs),
     Ps(client::PsArgs),
@@ -67,6 +68,7 @@ fn execute(command: Command) -> anyhow::Result<i32> {
         Command::Run(args) => return client::run(args),
         Command::Wait(args) => return client::wait(args),
         Command::Daemon(args) => daemon::run(args),
+        Command::Agent(args) => daemon::agent(args),
         Command::Ps(args) => client::ps(args),
         Command::Matrix(args) => client::matrix(args),
         Command::Stats(args) => client::stats(args),

@@ -10,36 +10,6 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// For every slot of `slots` after now: CPU time each job got in the middle of the slot
-/// (15 ms clear of both boundaries: cgroup CPU time is brought up to date at scheduler ticks).
-fn per_slot_cpu(d: &Daemon, a: u64, b: u64, slots: usize) -> Vec<(i64, i64)> {
-    let m = d.json(&["matrix", "--json"]);
-    let (epoch, quantum) = (
-        m["epoch_us"].as_i64().unwrap(),
-        m["quantum_us"].as_i64().unwrap(),
-    );
-    let mut slot = (now_us() - epoch) / quantum + 1;
-    let mut out = Vec::new();
-    for _ in 0..slots {
-        let start = epoch + slot * quantum;
-        let sleep_to = |t: i64| {
-            let wait = t - now_us();
-            if wait > 0 {
-                std::thread::sleep(Duration::from_micros(wait as u64));
-            }
-        };
-        sleep_to(start + 15_000);
-        let (a0, b0) = (d.cpu_us(a), d.cpu_us(b));
-        sleep_to(start + quantum - 15_000);
-        let (a1, b1) = (d.cpu_us(a), d.cpu_us(b));
-        if now_us() < start + quantum {
-            out.push((a1 - a0, b1 - b0));
-        }
-        slot = (now_us() - epoch) / quantum + 1;
-    }
-    out
-}
-
 #[test]
 fn gang_jobs_never_run_at_the_same_moment_and_keep_their_exit_codes() {
     let d = Daemon::start(&["--quantum-ms", "100"]);
@@ -50,17 +20,7 @@ fn gang_jobs_never_run_at_the_same_moment_and_keep_their_exit_codes() {
     // `wait` blocks until both ended and reports the first failure in the order given.
     let waited = d.cosched(&["wait", &b.to_string(), &a.to_string()]);
     assert_eq!(waited.status.code(), Some(6), "{waited:?}");
-    let both = slots
-        .iter()
-        .filter(|(x, y)| *x > 3_000 && *y > 3_000)
-        .count();
-    let a_only = slots.iter().filter(|(x, y)| *x > 20_000 && *y == 0).count();
-    let b_only = slots.iter().filter(|(x, y)| *y > 20_000 && *x == 0).count();
-    assert_eq!(both, 0, "both jobs ran within one slot: {slots:?}");
-    assert!(
-        a_only >= 3 && b_only >= 3,
-        "each job runs alone in its slots: {slots:?}"
-    );
+    assert_gang(&slots, 3, "gang");
     assert_eq!(d.wait_end(a, Duration::from_secs(60))["exit"]["code"], 5);
     assert_eq!(d.wait_end(b, Duration::from_secs(60))["exit"]["code"], 6);
     let stats = d.json(&["stats", "--json"]);

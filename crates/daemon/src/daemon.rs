@@ -11,7 +11,8 @@ use crate::store::{JobRecord, JobStatus, Store};
 use crate::unix::Credentials;
 use crate::waiters::Waiters;
 use cosched_agent::clock::now_micros;
-use cosched_agent::{fault, Mode, Order, CANCEL_GRACE};
+use cosched_agent::{fault, Mode, Order, OrderSink, CANCEL_GRACE};
+use cosched_cluster::NodeChange;
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, JobState, Micros, Partition, Rotation,
     Scheduler, Shape,
@@ -22,7 +23,6 @@ use cosched_proto::{
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What a client did wrong or may not do; the message goes back to it as is.
@@ -93,8 +93,10 @@ pub struct Inner {
     stdio: BTreeMap<JobId, [OwnedFd; 3]>,
     waiters: Waiters,
     generation: Option<Generation>,
-    /// Orders to the agent; `None` once the controller let go of it (a clean stop).
-    agent: Option<Sender<Order>>,
+    /// Orders to the nodes' agents; `None` once the controller let go of them (a clean stop).
+    agents: Option<Box<dyn OrderSink>>,
+    /// Nodes of the machine whose agent left (their lease expired).
+    absent: BTreeSet<String>,
     /// Jobs that left the rotation for idleness.
     idle_departures: u64,
     /// Each node's latest report, when it came, and when the node was first heard of.
@@ -121,7 +123,7 @@ impl Inner {
         settings: Settings,
         scheduler: Scheduler,
         store: Box<dyn Store>,
-        agent: Sender<Order>,
+        agents: Box<dyn OrderSink>,
         waiters: Waiters,
     ) -> Inner {
         Inner {
@@ -134,7 +136,8 @@ impl Inner {
             stdio: BTreeMap::new(),
             waiters,
             generation: None,
-            agent: Some(agent),
+            agents: Some(agents),
+            absent: BTreeSet::new(),
             idle_departures: 0,
             nodes: BTreeMap::new(),
         }
@@ -185,20 +188,44 @@ impl Inner {
         }
     }
 
+    /// Sends an order to the nodes it concerns: a generation or a stop to every node, an
+    /// adoption to the job's first node (where its supervisor is), the rest to the job's nodes.
     fn tell(&self, command: Command) {
-        self.send(command.into());
-    }
-
-    fn send(&self, order: Order) {
-        // The agent only stops once the controller let go of it, at the very end.
-        if let Some(agent) = &self.agent {
-            let _ = agent.send(order);
+        let nodes: Vec<String> = match (&command, command.job()) {
+            (_, None) => self
+                .settings
+                .nodes
+                .nodes()
+                .iter()
+                .map(|n| n.name.clone())
+                .collect(),
+            (Command::Adopt { .. }, Some(job)) => self.nodes_of(job).into_iter().take(1).collect(),
+            (_, Some(job)) => self.nodes_of(job),
+        };
+        for node in nodes {
+            self.send(&node, command.clone().into());
         }
     }
 
-    /// Lets go of the agent: it finishes the orders sent and ends.
-    pub fn let_go_of_agent(&mut self) {
-        self.agent = None;
+    /// The nodes a job was started on, its first node first (the only node of one machine
+    /// for records from before nodes were kept).
+    fn nodes_of(&self, job: JobId) -> Vec<String> {
+        match self.records.get(&job) {
+            Some(record) if !record.nodes.is_empty() => record.nodes.clone(),
+            _ => vec![self.settings.nodes.nodes()[0].name.clone()],
+        }
+    }
+
+    fn send(&self, node: &str, order: Order) {
+        // Agents in this process stop only once the controller let go of them, at the end.
+        if let Some(agents) = &self.agents {
+            agents.deliver(node, order);
+        }
+    }
+
+    /// Lets go of the agents: one in this process finishes the orders sent and ends.
+    pub fn let_go_of_agents(&mut self) {
+        self.agents = None;
     }
 
     /// A new job from `who`.
@@ -266,6 +293,7 @@ impl Inner {
             ended_us: None,
             exit: None,
             note: None,
+            nodes: Vec::new(),
         };
         self.store.insert(&record).map_err(unrecorded)?;
         fault::point("recorded", id);
@@ -378,12 +406,21 @@ impl Inner {
     /// A placed job: launched now, or (launched earlier) taken back into the rotation.
     fn start(&mut self, job: JobId, cpus: Partition, now: Micros) -> Result<(), ApiError> {
         let first_launch = !self.records[&job].launched;
+        let placed = self.settings.nodes.place(&cpus);
+        if let Some(gone) = placed.iter().find(|p| self.absent.contains(&p.node)) {
+            return Err(ApiError::Internal(format!(
+                "its processors include node {}, whose agent left the cluster",
+                gone.node
+            )));
+        }
+        let nodes: Vec<String> = placed.iter().map(|p| p.node.clone()).collect();
         // The intent is durable before the agent hears of it: a restarted daemon then asks
         // the agent for the supervisor, its exit status or its started marker, and launches
         // again only when none is there.
         self.update(job, |record| {
             record.status = JobStatus::Running;
             record.launched = true;
+            record.nodes = nodes;
             if first_launch {
                 record.started_us = Some(now);
             }
@@ -398,15 +435,18 @@ impl Inner {
             None
         };
         // The launcher runs on the job's first node; the other nodes only place it.
-        for placed in self.settings.nodes.place(&cpus) {
-            self.send(Order {
-                command: Command::Start {
-                    job,
-                    cpus: placed.cpus,
-                    launch: launch.take(),
+        for placed in placed {
+            self.send(
+                &placed.node,
+                Order {
+                    command: Command::Start {
+                        job,
+                        cpus: placed.cpus,
+                        launch: launch.take(),
+                    },
+                    stdio: stdio.take(),
                 },
-                stdio: stdio.take(),
-            });
+            );
         }
         Ok(())
     }
@@ -916,6 +956,51 @@ impl Inner {
         running
     }
 
+    /// Kills every launched job still running (a cluster controller's stop with cancel).
+    fn cancel_launched(&self) {
+        for record in self.records.values() {
+            if record.launched && !record.status.ended() {
+                self.tell(Command::Cancel { job: record.id });
+            }
+        }
+    }
+
+    /// A node's agent joined or left the cluster.
+    pub fn node_changed(&mut self, change: NodeChange, now: Micros) {
+        let known = |name: &str| self.settings.nodes.nodes().iter().any(|n| n.name == name);
+        match change {
+            NodeChange::Joined(info) if known(&info.node) => {
+                if self.absent.remove(&info.node) {
+                    log(format_args!("node {} is back ({})", info.node, info.agent));
+                }
+            }
+            NodeChange::Joined(info) => log(format_args!(
+                "node {} joined ({}), but this controller schedules the nodes present when it \
+                 started: restart it (a standby takes over) to use the new node",
+                info.node, info.agent
+            )),
+            NodeChange::Left(node) if known(&node) => {
+                log(format_args!("node {node} left the cluster"));
+                self.nodes.remove(&node);
+                self.absent.insert(node.clone());
+                let stranded: Vec<JobId> = self
+                    .records
+                    .values()
+                    .filter(|r| !r.status.ended() && r.launched && r.nodes.contains(&node))
+                    .map(|r| r.id)
+                    .collect();
+                for job in stranded {
+                    self.fail(
+                        job,
+                        &format!("node {node} left the cluster (its agent stopped or lost etcd for longer than its lease)"),
+                        now,
+                    );
+                }
+            }
+            NodeChange::Left(_) => {}
+        }
+    }
+
     /// Launched jobs whose end is not recorded yet.
     pub fn launched_unfinished(&self) -> usize {
         self.records
@@ -994,7 +1079,7 @@ impl Shared {
     }
 
     /// Runs `f` on the state.
-    pub fn with<T>(self: &Arc<Self>, f: impl FnOnce(&mut Inner, Micros) -> T) -> T {
+    pub fn with<T>(&self, f: impl FnOnce(&mut Inner, Micros) -> T) -> T {
         let mut inner = self.lock();
         if inner.has_unsaved() {
             inner.retry_unsaved();
@@ -1017,31 +1102,35 @@ impl Shared {
         }
     }
 
-    /// Handles the agents' reports until the last agent stops.
-    pub fn listen_to_agent(self: Arc<Self>, events: std::sync::mpsc::Receiver<Event>) {
-        for event in events {
-            self.with(|inner, now| match event {
-                Event::Ended { job, ending } => inner.exited(job, ending, now),
-                Event::Lost { job, why } => inner.lost(job, &why, now),
-                Event::NotStarted { job } => inner.not_started(job, now),
-                Event::Idle { job } => inner.went_idle(job, now),
-                Event::Woke { job } => inner.woke(job, now),
-                Event::Trouble { job, what } => log(format_args!("job {job}: agent: {what}")),
-                Event::Status { status } => inner.heard_from(status, now),
-            });
-        }
+    /// Handles an agent's report.
+    pub fn handle_event(&self, event: Event) {
+        self.with(|inner, now| match event {
+            Event::Ended { job, ending } => inner.exited(job, ending, now),
+            Event::Lost { job, why } => inner.lost(job, &why, now),
+            Event::NotStarted { job } => inner.not_started(job, now),
+            Event::Idle { job } => inner.went_idle(job, now),
+            Event::Woke { job } => inner.woke(job, now),
+            Event::Trouble { job, what } => log(format_args!("job {job}: agent: {what}")),
+            Event::Status { status } => inner.heard_from(status, now),
+        });
     }
 
-    /// Clean stop: the agent lets every job loose (or kills them) and stops switching; then
-    /// the controller lets go of it and it ends. Cancelled jobs' ends are recorded (and their
-    /// waiting clients told) before this returns.
-    pub fn stop(self: &Arc<Self>, on_stop: OnStop) {
+    /// Clean stop: an agent in this process lets every job loose (or kills them) and stops
+    /// switching; then the controller lets go of it and it ends. Agents on their own nodes
+    /// (`agents_stay`) are only told to cancel, with `cancel`: left without a controller they
+    /// let their jobs loose by their deadline, and follow the next controller. Cancelled
+    /// jobs' ends are recorded (and their waiting clients told) before this returns.
+    pub fn stop(&self, on_stop: OnStop, agents_stay: bool) {
         let cancel = on_stop == OnStop::Cancel;
         if cancel {
             let running = self.with(|inner, now| inner.cancel_all(now));
             log(format_args!("cancelling {running} running job(s)"));
         }
-        self.lock().tell(Command::Stop { cancel });
+        if !agents_stay {
+            self.lock().tell(Command::Stop { cancel });
+        } else if cancel {
+            self.lock().cancel_launched();
+        }
         if cancel {
             // Killed jobs' supervisors report within moments; a bound keeps a stuck one from
             // holding the stop (its exit file tells the next daemon).
@@ -1052,7 +1141,7 @@ impl Shared {
         }
         let waiters = {
             let mut inner = self.lock();
-            inner.let_go_of_agent();
+            inner.let_go_of_agents();
             inner.waiters.clone()
         };
         waiters.flush();

@@ -6,6 +6,7 @@
 
 pub mod check;
 pub mod daemon;
+pub mod node;
 pub mod protocol;
 pub mod server;
 pub mod store;
@@ -14,4 +15,5 @@ pub use cosched_agent::unix;
 pub mod waiters;
 
 pub use daemon::OnStop;
-pub use server::{serve, usable_cpus, DaemonConfig, StartError};
+pub use node::{serve_node, NodeConfig};
+pub use server::{serve, usable_cpus, ClusterConfig, DaemonConfig, StartError};

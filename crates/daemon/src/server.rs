@@ -7,10 +7,13 @@ use crate::store::{JobRecord, SqliteStore, Store};
 use crate::unix::{self, Credentials};
 use crate::waiters::Waiters;
 use cosched_agent::clock::now_micros;
-use cosched_agent::{Mode, NodeAgent, NodeSettings, STATE_SUBDIRS};
+use cosched_agent::{Mode, NodeAgent, NodeSettings, OrderSink, STATE_SUBDIRS};
 use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout};
+use cosched_cluster::{
+    become_leader, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, NodeInfo, Outbox,
+};
 use cosched_core::{Config, Micros, Rotation, Scheduler};
-use cosched_proto::NodeMap;
+use cosched_proto::{Node, NodeMap};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -50,6 +53,8 @@ pub struct DaemonConfig {
     pub supervisor_exe: PathBuf,
     /// Ended records kept in memory for `ps --all` (all stay in the store).
     pub keep_ended: usize,
+    /// A cluster's controller (agents on their nodes, through etcd); `None`: one machine.
+    pub cluster: Option<ClusterConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +74,8 @@ pub enum StartError {
     Running(PathBuf),
     #[error("{path}: {why}")]
     Unsafe { path: PathBuf, why: String },
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
 }
 
 fn io_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
@@ -85,7 +92,7 @@ pub fn usable_cpus() -> u32 {
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread it starts afterwards,
 /// so that [`wait_for_stop`] receives them.
-fn block_stop_signals() -> libc::sigset_t {
+pub(crate) fn block_stop_signals() -> libc::sigset_t {
     // SAFETY: plain signal-set manipulation on a local set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -98,7 +105,7 @@ fn block_stop_signals() -> libc::sigset_t {
     }
 }
 
-fn wait_for_stop(set: &libc::sigset_t) -> i32 {
+pub(crate) fn wait_for_stop(set: &libc::sigset_t) -> i32 {
     let mut signal = 0;
     // SAFETY: `set` is initialised and `signal` writable.
     unsafe { libc::sigwait(set, &mut signal) };
@@ -133,6 +140,39 @@ fn refuse_strangers(
 /// The node name of the agent inside a single-machine daemon.
 pub const LOCAL_NODE: &str = "local";
 
+/// The control plane of a cluster: etcd's members and the cluster's name there.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub etcd: Vec<String>,
+    pub cluster: String,
+    /// Nodes to wait for before scheduling (the machine is the nodes present then).
+    pub wait_nodes: usize,
+    /// Seconds the leader key outlives a controller that stopped renewing it.
+    pub leader_ttl: i64,
+}
+
+/// How long an etcd request may take before the next member is tried.
+const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where the controller's orders go and its agents' events come from.
+enum Agents {
+    /// One machine: the agent runs on a thread of this process.
+    Local {
+        thread: std::thread::JoinHandle<(Cgroups, Result<(), String>)>,
+        orders: std::sync::mpsc::Sender<cosched_agent::Order>,
+        events: std::sync::mpsc::Receiver<cosched_proto::Event>,
+        actuator: String,
+    },
+    /// A cluster: agents on their nodes, through etcd.
+    Cluster {
+        client: Arc<cosched_etcd::Client>,
+        keys: Keys,
+        leadership: Leadership,
+        outbox: Arc<Outbox>,
+        nodes: Vec<NodeInfo>,
+    },
+}
+
 /// Runs the daemon until SIGTERM or SIGINT. `ready` is called once the socket accepts.
 pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), StartError> {
     if config.quantum < 1_000 {
@@ -155,24 +195,50 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     let max_files = raise_open_file_limit();
     let mut config = config;
     config.state_dir = private_state_dir(&config.state_dir)?;
+    // A standby controller waits here for the leader key, before it takes the socket.
+    let cluster = match &config.cluster {
+        Some(cluster) => Some(lead_cluster(cluster)?),
+        None => None,
+    };
     let listener = bind(&config.socket)?;
 
     let store_path = config.state_dir.join("jobs.sqlite");
     let store = SqliteStore::open(&store_path)?;
     let records = store.load(config.keep_ended)?;
 
-    let layout =
-        Layout::detect().map_err(io_error(std::path::Path::new("/proc/self/mountinfo")))?;
-    let actuator = Cgroups::open(&layout, &config.cgroup_parent, config.freezer)?;
-    refuse_strangers(&actuator, &records, &config)?;
-    let actuator_name = actuator.describe();
-    let procs = config.procs.unwrap_or_else(usable_cpus);
-    // One machine is a one-node cluster whose agent runs in this process.
-    let nodes =
-        NodeMap::single(LOCAL_NODE, procs).map_err(|e| StartError::Config(e.to_string()))?;
+    let now = now_micros();
+    let (nodes, rotation, agents) = match cluster {
+        None => {
+            let procs = config.procs.unwrap_or_else(usable_cpus);
+            // One machine is a one-node cluster whose agent runs in this process.
+            let nodes = NodeMap::single(LOCAL_NODE, procs)
+                .map_err(|e| StartError::Config(e.to_string()))?;
+            let rotation = Rotation::new(now - now.rem_euclid(config.quantum), config.quantum);
+            let agents = local_agent(&config, &records, procs)?;
+            (nodes, rotation, agents)
+        }
+        Some((client, keys, leadership)) => {
+            let wanted = config.cluster.as_ref().map_or(1, |c| c.wait_nodes);
+            let (nodes, infos) = wait_for_nodes(&client, &keys, wanted, config.mode)?;
+            let rotation = cluster_rotation(&client, &keys, config.quantum)?;
+            let outbox = Arc::new(
+                Outbox::start(Arc::clone(&client), "daemon")
+                    .map_err(io_error(Path::new("outbox thread")))?,
+            );
+            let agents = Agents::Cluster {
+                client,
+                keys,
+                leadership,
+                outbox,
+                nodes: infos,
+            };
+            (nodes, rotation, agents)
+        }
+    };
     let machine = nodes
         .machine()
         .map_err(|e| StartError::Config(e.to_string()))?;
+    let procs = machine.procs();
     // Local mode runs every job at once (plain Linux); implicit shares space only.
     let mpl = match config.mode {
         Mode::Local => 4096,
@@ -188,11 +254,191 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         },
     )
     .map_err(|e| StartError::Config(e.to_string()))?;
-    let now = now_micros();
-    let rotation = Rotation::new(now - now.rem_euclid(config.quantum), config.quantum);
+    let node_names: Vec<String> = nodes.nodes().iter().map(|n| n.name.clone()).collect();
+    let settings = Settings {
+        mode: config.mode,
+        rotation,
+        nodes,
+        keep_ended: config.keep_ended,
+        max_files,
+    };
+    let order_sink: Box<dyn OrderSink> = match &agents {
+        Agents::Local { orders, .. } => Box::new(orders.clone()),
+        Agents::Cluster {
+            outbox,
+            keys,
+            leadership,
+            ..
+        } => Box::new(EtcdOrders::new(
+            Arc::clone(outbox),
+            keys.clone(),
+            leadership,
+        )),
+    };
+    let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
+    let shared = Shared::new(Inner::new(
+        settings,
+        scheduler,
+        Box::new(store) as Box<dyn Store>,
+        order_sink,
+        waiters,
+    ));
+    let recovering = records.iter().filter(|r| !r.status.ended()).count();
+    shared.with(|inner, now| inner.recover(records, now));
+    if recovering > 0 {
+        log(format_args!(
+            "took back {recovering} unfinished job(s) from {}",
+            store_path.display()
+        ));
+    }
+    let described = listen_to_agents(&shared, agents)?;
+    {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || accept_loop(listener, shared));
+    }
+    if let Some(stretch) = config.interactive_preempt {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || shared.settle_interactive(stretch));
+    }
+    ready(&format!(
+        "cosched daemon: {} mode, quantum {} ms, {} processors on {} ({}); socket {}",
+        config.mode,
+        config.quantum as f64 / 1000.0,
+        procs,
+        node_names.join(", "),
+        described.actuator,
+        config.socket.display()
+    ));
+    let signal = wait_for_stop(&signals);
+    log(format_args!(
+        "signal {signal}: stopping; jobs are {}",
+        match (config.on_stop, &described.local_thread) {
+            (OnStop::Cancel, _) => "cancelled",
+            (OnStop::Leave, Some(_)) => "thawed and left running unscheduled",
+            (OnStop::Leave, None) =>
+                "left to their agents (they run them unscheduled unless another controller takes over)",
+        }
+    ));
+    shared.stop(config.on_stop, described.local_thread.is_none());
+    let _ = std::fs::remove_file(&config.socket);
+    if let Some((outbox, leadership)) = described.cluster {
+        if !outbox.finish(Duration::from_secs(5)) {
+            log("etcd did not take every order before the stop");
+        }
+        leadership.resign();
+    }
+    let stopped = match described.local_thread.map(|t| t.join()) {
+        None => Ok(()),
+        Some(Ok((_actuator, stopped))) => stopped,
+        Some(Err(_)) => Err("the agent thread panicked".into()),
+    };
+    stopped.map_err(|e| StartError::Config(format!("stopping: {e}")))
+}
 
-    let (agent_tx, agent_rx) = channel();
-    let (event_tx, event_rx) = channel();
+/// What `listen_to_agents` leaves for the stop.
+struct Listening {
+    actuator: String,
+    local_thread: Option<std::thread::JoinHandle<(Cgroups, Result<(), String>)>>,
+    cluster: Option<(Arc<Outbox>, Leadership)>,
+}
+
+/// Hands the agents' events to the controller, from threads of their own.
+fn listen_to_agents(shared: &Arc<Shared>, agents: Agents) -> Result<Listening, StartError> {
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(f)
+            .map(drop)
+            .map_err(io_error(Path::new("listener thread")))
+    };
+    match agents {
+        Agents::Local {
+            thread,
+            orders,
+            events,
+            actuator,
+        } => {
+            // Inner holds its own sender; this one would keep the agent from ever ending.
+            drop(orders);
+            let shared = Arc::clone(shared);
+            spawn(
+                "cosched-events",
+                Box::new(move || {
+                    for event in events {
+                        shared.handle_event(event);
+                    }
+                }),
+            )?;
+            Ok(Listening {
+                actuator,
+                local_thread: Some(thread),
+                cluster: None,
+            })
+        }
+        Agents::Cluster {
+            client,
+            keys,
+            leadership,
+            outbox,
+            nodes,
+        } => {
+            let feed = Arc::new(EventFeed {
+                client,
+                keys,
+                outbox: Arc::clone(&outbox),
+            });
+            let (f, s) = (Arc::clone(&feed), Arc::clone(shared));
+            spawn(
+                "cosched-events",
+                Box::new(move || {
+                    f.job_events(|event| {
+                        s.handle_event(event);
+                        true
+                    })
+                }),
+            )?;
+            let (f, s) = (Arc::clone(&feed), Arc::clone(shared));
+            spawn(
+                "cosched-status",
+                Box::new(move || {
+                    f.statuses(|status| {
+                        s.handle_event(cosched_proto::Event::Status { status });
+                        true
+                    })
+                }),
+            )?;
+            let (f, s) = (feed, Arc::clone(shared));
+            spawn(
+                "cosched-nodes",
+                Box::new(move || {
+                    f.nodes(|change| {
+                        s.with(|inner, now| inner.node_changed(change, now));
+                        true
+                    })
+                }),
+            )?;
+            Ok(Listening {
+                actuator: format!("agents on {} node(s)", nodes.len()),
+                local_thread: None,
+                cluster: Some((outbox, leadership)),
+            })
+        }
+    }
+}
+
+/// The agent of a single machine, on a thread of this process.
+fn local_agent(
+    config: &DaemonConfig,
+    records: &[JobRecord],
+    procs: u32,
+) -> Result<Agents, StartError> {
+    let layout =
+        Layout::detect().map_err(io_error(std::path::Path::new("/proc/self/mountinfo")))?;
+    let actuator = Cgroups::open(&layout, &config.cgroup_parent, config.freezer)?;
+    refuse_strangers(&actuator, records, config)?;
+    let described = actuator.describe();
+    let (orders, agent_orders) = channel();
+    let (event_tx, events) = channel();
     let agent = NodeAgent::new(
         NodeSettings {
             node: LOCAL_NODE.to_string(),
@@ -206,74 +452,114 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         actuator,
         Arc::new(event_tx),
     );
-    let agent_thread = std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("cosched-clock".into())
-        .spawn(move || agent.run(agent_rx))
+        .spawn(move || agent.run(agent_orders))
         .map_err(io_error(std::path::Path::new("clock thread")))?;
+    Ok(Agents::Local {
+        thread,
+        orders,
+        events,
+        actuator: described,
+    })
+}
 
-    let settings = Settings {
-        mode: config.mode,
-        rotation,
-        nodes,
-        keep_ended: config.keep_ended,
-        max_files,
-    };
-    let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
-    let shared = Shared::new(Inner::new(
-        settings,
-        scheduler,
-        Box::new(store) as Box<dyn Store>,
-        agent_tx,
-        waiters,
-    ));
-    let recovering = records.iter().filter(|r| !r.status.ended()).count();
-    shared.with(|inner, now| inner.recover(records, now));
-    if recovering > 0 {
+/// Waits for the leader key of the cluster (standing by while another controller holds it).
+fn lead_cluster(
+    cluster: &ClusterConfig,
+) -> Result<(Arc<cosched_etcd::Client>, Keys, Leadership), StartError> {
+    let client = Arc::new(
+        cosched_etcd::Client::new(&cluster.etcd, ETCD_TIMEOUT).map_err(ClusterError::from)?,
+    );
+    let keys = Keys::new(&cluster.cluster)?;
+    let leadership = become_leader(Arc::clone(&client), &keys, cluster.leader_ttl, |why| {
+        // Another controller may lead already: acting on would mean two of them ordering.
         log(format_args!(
-            "took back {recovering} unfinished job(s) from {}",
-            store_path.display()
+            "{why}: stopping at once (a standby takes over)"
         ));
-    }
-    {
-        let shared = Arc::clone(&shared);
-        std::thread::spawn(move || shared.listen_to_agent(event_rx));
-    }
-    {
-        let shared = Arc::clone(&shared);
-        std::thread::spawn(move || accept_loop(listener, shared));
-    }
-    if let Some(stretch) = config.interactive_preempt {
-        let shared = Arc::clone(&shared);
-        std::thread::spawn(move || shared.settle_interactive(stretch));
-    }
-    ready(&format!(
-        "cosched daemon: {} mode, quantum {} ms, {} processors, {}; socket {}",
-        config.mode,
-        config.quantum as f64 / 1000.0,
-        procs,
-        actuator_name,
-        config.socket.display()
-    ));
-    let signal = wait_for_stop(&signals);
-    log(format_args!(
-        "signal {signal}: stopping; jobs are {}",
-        match config.on_stop {
-            OnStop::Leave => "thawed and left running unscheduled",
-            OnStop::Cancel => "cancelled",
+        std::process::exit(3);
+    })?;
+    log(format_args!("leading cluster '{}'", keys.cluster()));
+    Ok((client, keys, leadership))
+}
+
+/// Waits until `wanted` nodes have joined; the machine is the nodes present then, by name.
+fn wait_for_nodes(
+    client: &cosched_etcd::Client,
+    keys: &Keys,
+    wanted: usize,
+    mode: Mode,
+) -> Result<(NodeMap, Vec<NodeInfo>), StartError> {
+    let mut told = 0;
+    loop {
+        let (present, _) = client
+            .get_prefix(&keys.nodes())
+            .map_err(ClusterError::from)?;
+        let infos: Vec<NodeInfo> = present
+            .iter()
+            .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
+            .collect();
+        if infos.len() >= wanted.max(1) {
+            if let Some(other) = infos.iter().find(|n| n.mode != mode) {
+                return Err(StartError::Config(format!(
+                    "node {} runs its agent in {} mode and this controller is in {mode} mode: \
+                     start both with the same --mode",
+                    other.node, other.mode
+                )));
+            }
+            let nodes = NodeMap::new(
+                infos
+                    .iter()
+                    .map(|n| Node {
+                        name: n.node.clone(),
+                        cpus: n.cpus.clone(),
+                    })
+                    .collect(),
+            )
+            .map_err(|e| StartError::Config(e.to_string()))?;
+            return Ok((nodes, infos));
         }
-    ));
-    shared.stop(config.on_stop);
-    let _ = std::fs::remove_file(&config.socket);
-    let stopped = match agent_thread.join() {
-        Ok((_actuator, stopped)) => stopped,
-        Err(_) => Err("the agent thread panicked".into()),
-    };
-    stopped.map_err(|e| StartError::Config(format!("stopping: {e}")))
+        if infos.len() != told || told == 0 {
+            let names: Vec<&str> = infos.iter().map(|n| n.node.as_str()).collect();
+            log(format_args!(
+                "waiting for {wanted} node(s) to join cluster '{}' (have {}: {})",
+                keys.cluster(),
+                infos.len(),
+                names.join(", ")
+            ));
+            told = infos.len().max(1);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The cluster's slot clock: kept from an earlier controller when the quantum is the same
+/// (agents go on without a jump), else a new one stored for the next.
+fn cluster_rotation(
+    client: &cosched_etcd::Client,
+    keys: &Keys,
+    quantum: Micros,
+) -> Result<Rotation, StartError> {
+    let key = keys.rotation();
+    let kept = client
+        .get(&key)
+        .map_err(ClusterError::from)?
+        .and_then(|kv| serde_json::from_slice::<(Micros, Micros)>(&kv.value).ok());
+    if let Some((epoch, kept_quantum)) = kept {
+        if kept_quantum == quantum {
+            return Ok(Rotation::new(epoch, quantum));
+        }
+    }
+    let now = now_micros();
+    let rotation = Rotation::new(now - now.rem_euclid(quantum), quantum);
+    let value = serde_json::to_vec(&(rotation.epoch, rotation.quantum)).expect("numbers");
+    client.put(&key, &value, None).map_err(ClusterError::from)?;
+    Ok(rotation)
 }
 
 /// Raises the soft open-file limit to the hard one (each queued job holds its client's three
 /// descriptors, each waiting client one); returns the limit in force.
-fn raise_open_file_limit() -> u64 {
+pub(crate) fn raise_open_file_limit() -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -309,7 +595,7 @@ fn unsafe_directory(meta: &std::fs::Metadata, sticky_ok: bool) -> Option<String>
 /// Makes (or checks) the state directory and its subdirectories, private to root; refuses one
 /// that another user owns or can write to, or that lies under such a directory. Returns its
 /// resolved path, used from then on (no symbolic link is followed again).
-fn private_state_dir(dir: &Path) -> Result<PathBuf, StartError> {
+pub(crate) fn private_state_dir(dir: &Path) -> Result<PathBuf, StartError> {
     let refuse = |path: &Path, why: String| StartError::Unsafe {
         path: path.to_path_buf(),
         why: format!(

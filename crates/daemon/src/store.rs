@@ -72,6 +72,9 @@ pub struct JobRecord {
     /// Why it ended without an exit status, if it did.
     #[serde(default)]
     pub note: Option<String>,
+    /// The nodes it was started on, the one running its launcher first.
+    #[serde(default)]
+    pub nodes: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -311,6 +314,7 @@ pub(crate) mod tests {
             ended_us: None,
             exit: None,
             note: None,
+            nodes: Vec::new(),
         }
     }
 

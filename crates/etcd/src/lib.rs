@@ -12,6 +12,7 @@
 //! failing a share of requests, notes).
 
 mod http;
+pub mod testing;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;

@@ -1,89 +1,9 @@
 //! Against a real etcd (Debian's etcd-server, installed by scripts/deps), on loopback ports
 //! of its own with its data on tmpfs, killed by pid at the end.
 
+use cosched_etcd::testing::{free_port, Etcd};
 use cosched_etcd::{Client, EtcdError, WatchEvent};
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-struct Etcd {
-    child: Child,
-    dir: PathBuf,
-    url: String,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl Etcd {
-    fn start(name: &str) -> Etcd {
-        let (client, peer) = (free_port(), free_port());
-        let base = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!("cosched-etcd-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let mut command = Command::new("etcd");
-        command
-            .args(["--name", "t", "--data-dir"])
-            .arg(&dir)
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("t={peer_url}")])
-            .args(["--log-level", "error"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // etcd reads every ETCD_* variable as a flag.
-        for (key, _) in std::env::vars() {
-            if key.starts_with("ETCD_") {
-                command.env_remove(key);
-            }
-        }
-        let child = command.spawn().unwrap_or_else(|e| {
-            panic!("cannot start etcd ({e}): scripts/deps installs Debian's etcd-server")
-        });
-        let etcd = Etcd { child, dir, url };
-        let client = etcd.client();
-        let start = Instant::now();
-        while client.get("/ready").is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "etcd did not answer on {} within 30 s",
-                etcd.url
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        etcd
-    }
-
-    fn client(&self) -> Client {
-        Client::new(std::slice::from_ref(&self.url), Duration::from_secs(5)).unwrap()
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use std::time::Duration;
 
 #[test]
 fn keys_prefixes_and_compare_and_create() {

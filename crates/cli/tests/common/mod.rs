@@ -257,31 +257,82 @@ impl Drop for Daemon {
         self.signal(libc::SIGKILL);
         self.wait_exit();
         // Whatever a failed test left: kill its jobs, remove its cgroups.
-        for root in [
-            v2_root(),
-            PathBuf::from("/sys/fs/cgroup/cpuset"),
-            PathBuf::from("/sys/fs/cgroup/cpu"),
-            PathBuf::from("/sys/fs/cgroup/freezer"),
-        ] {
-            let parent = root.join(&self.parent);
-            if let Ok(entries) = std::fs::read_dir(&parent) {
-                // Job cgroups only: retrying the parent's files would wait a second each.
-                for entry in entries.flatten().filter(|e| e.path().is_dir()) {
-                    let _ = std::fs::write(entry.path().join("cgroup.freeze"), "0");
-                    let _ = std::fs::write(entry.path().join("cgroup.kill"), "1");
-                    for _ in 0..100 {
-                        if std::fs::remove_dir(entry.path()).is_ok() {
-                            break;
-                        }
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                }
-            }
-            let _ = std::fs::remove_dir(&parent);
-        }
+        remove_cgroups(&self.parent);
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// For every slot of `slots` after now: CPU time each job got in the middle of the slot
+/// (15 ms clear of both boundaries: cgroup CPU time is brought up to date at scheduler ticks).
+pub fn per_slot_cpu(d: &Daemon, a: u64, b: u64, slots: usize) -> Vec<(i64, i64)> {
+    let m = d.json(&["matrix", "--json"]);
+    let (epoch, quantum) = (
+        m["epoch_us"].as_i64().unwrap(),
+        m["quantum_us"].as_i64().unwrap(),
+    );
+    let mut slot = (now_us() - epoch) / quantum + 1;
+    let mut out = Vec::new();
+    for _ in 0..slots {
+        let start = epoch + slot * quantum;
+        let sleep_to = |t: i64| {
+            let wait = t - now_us();
+            if wait > 0 {
+                std::thread::sleep(Duration::from_micros(wait as u64));
+            }
+        };
+        sleep_to(start + 15_000);
+        let (a0, b0) = (d.cpu_us(a), d.cpu_us(b));
+        sleep_to(start + quantum - 15_000);
+        let (a1, b1) = (d.cpu_us(a), d.cpu_us(b));
+        if now_us() < start + quantum {
+            out.push((a1 - a0, b1 - b0));
+        }
+        slot = (now_us() - epoch) / quantum + 1;
+    }
+    out
+}
+
+/// Gang scheduling as `per_slot_cpu` saw it: never both jobs in one slot, and each alone in
+/// `alone` slots at least.
+pub fn assert_gang(slots: &[(i64, i64)], alone: usize, what: &str) {
+    let both = slots
+        .iter()
+        .filter(|(x, y)| *x > 3_000 && *y > 3_000)
+        .count();
+    let a_only = slots.iter().filter(|(x, y)| *x > 20_000 && *y == 0).count();
+    let b_only = slots.iter().filter(|(x, y)| *y > 20_000 && *x == 0).count();
+    assert_eq!(both, 0, "{what}: both jobs ran within one slot: {slots:?}");
+    assert!(
+        a_only >= alone && b_only >= alone,
+        "{what}: each job runs alone in its slots: {slots:?}"
+    );
+}
+
+/// Kills the jobs under cgroup `parent` (every hierarchy) and removes their cgroups and it.
+pub fn remove_cgroups(name: &str) {
+    for root in [
+        v2_root(),
+        PathBuf::from("/sys/fs/cgroup/cpuset"),
+        PathBuf::from("/sys/fs/cgroup/cpu"),
+        PathBuf::from("/sys/fs/cgroup/freezer"),
+    ] {
+        let parent = root.join(name);
+        if let Ok(entries) = std::fs::read_dir(&parent) {
+            // Job cgroups only: retrying the parent's files would wait a second each.
+            for entry in entries.flatten().filter(|e| e.path().is_dir()) {
+                let _ = std::fs::write(entry.path().join("cgroup.freeze"), "0");
+                let _ = std::fs::write(entry.path().join("cgroup.kill"), "1");
+                for _ in 0..100 {
+                    if std::fs::remove_dir(entry.path()).is_ok() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&parent);
     }
 }
 

@@ -1,0 +1,201 @@
+//! A cluster on one machine: a real etcd on loopback ports of its own, two node agents
+//! (`cosched agent`, nodes `a` on CPU 0 and `b` on CPU 1, each with its own state directory
+//! and cgroup parent) and a controller (`cosched daemon --etcd`). Jobs span both nodes; their
+//! processes run on their first node. Needs root, as CI runs.
+
+mod common;
+
+use common::*;
+use cosched_etcd::testing::Etcd;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// Let jobs loose this long after losing the control plane.
+const DEADLINE_MS: u64 = 500;
+
+struct Agent {
+    child: Option<Child>,
+    parent: String,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn start(
+        etcd: &Etcd,
+        cluster: &str,
+        d: &Daemon,
+        node: &str,
+        cpus: &str,
+        parent: &str,
+    ) -> Agent {
+        let log = d.dir.join(format!("agent-{node}.log"));
+        let child = Command::new(COSCHED)
+            .args(["agent", "--etcd", &etcd.url, "--cluster", cluster])
+            .args(["--node", node, "--cpus", cpus, "--cgroup-parent", parent])
+            .arg("--state-dir")
+            .arg(d.dir.join(format!("node-{node}")))
+            .args([
+                "--deadline-ms",
+                &DEADLINE_MS.to_string(),
+                "--lease-ttl",
+                "1",
+            ])
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Agent {
+            child: Some(child),
+            parent: parent.to_string(),
+            log,
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+        remove_cgroups(&self.parent);
+    }
+}
+
+/// etcd, a controller, and agents `a` (CPU 0, its jobs' cgroups where `Daemon` reads them)
+/// and `b` (CPU 1).
+fn cluster(name: &str) -> (Etcd, Daemon, Agent, Agent) {
+    let etcd = Etcd::start(name);
+    let cluster = format!("{name}-{}", std::process::id());
+    let d = Daemon::start(&[
+        "--etcd",
+        &etcd.url,
+        "--cluster",
+        &cluster,
+        "--wait-nodes",
+        "2",
+        "--quantum-ms",
+        "100",
+        "--leader-ttl",
+        "3",
+    ]);
+    let a = Agent::start(&etcd, &cluster, &d, "a", "0", &d.parent);
+    let b = Agent::start(&etcd, &cluster, &d, "b", "1", &format!("{}-b", d.parent));
+    let start = Instant::now();
+    loop {
+        let nodes = d.json(&["nodes", "--json"]);
+        if nodes.as_array().map(Vec::len) == Some(2) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the nodes never reported: {nodes}\n{}\n{}\n{}",
+            d.log(),
+            a.log(),
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (etcd, d, a, b)
+}
+
+fn node<'a>(nodes: &'a Value, name: &str) -> &'a Value {
+    nodes
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["name"] == name))
+        .unwrap_or_else(|| panic!("no node {name}: {nodes}"))
+}
+
+#[test]
+fn jobs_across_two_nodes_take_turns_and_run_loose_while_etcd_is_gone() {
+    let (etcd, d, a, b) = cluster("turns");
+    let spin = spin_py();
+    // Two processors each, one on each node: each job has its own slice.
+    let x = d.submit(&["-n", "2", "--", "python3", &spin, "1", "3", "5"]);
+    let y = d.submit(&["-n", "2", "--", "python3", &spin, "1", "3", "6"]);
+    assert_gang(&per_slot_cpu(&d, x, y, 10), 2, "scheduled");
+
+    // A silent cut: both agents let their jobs loose by the deadline.
+    etcd.pause(true);
+    let cut = Instant::now();
+    while d.frozen(x) || d.frozen(y) {
+        assert!(
+            cut.elapsed() < Duration::from_millis(DEADLINE_MS + 1_500),
+            "still frozen {} ms after etcd stopped:\n{}",
+            cut.elapsed().as_millis(),
+            a.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (x0, y0) = (d.cpu_us(x), d.cpu_us(y));
+    std::thread::sleep(Duration::from_millis(400));
+    let (x1, y1) = (d.cpu_us(x), d.cpu_us(y));
+    assert!(
+        x1 - x0 > 50_000 && y1 - y0 > 50_000,
+        "both run while the control plane is gone: {} and {} µs",
+        x1 - x0,
+        y1 - y0
+    );
+    etcd.pause(false);
+
+    // Back: gang scheduling again from the agents' last generation.
+    std::thread::sleep(Duration::from_millis(DEADLINE_MS));
+    assert_gang(&per_slot_cpu(&d, x, y, 6), 2, "after etcd came back");
+    assert_eq!(d.wait_end(x, Duration::from_secs(60))["exit"]["code"], 5);
+    assert_eq!(d.wait_end(y, Duration::from_secs(60))["exit"]["code"], 6);
+    let nodes = d.json(&["nodes", "--json"]);
+    for name in ["a", "b"] {
+        let status = &node(&nodes, name)["status"];
+        assert_eq!(status["scheduling"], true, "{nodes}");
+        assert!(status["generation"].as_u64() >= Some(1), "{nodes}");
+        assert!(status["lateness_us"]["count"].as_u64() > Some(0), "{nodes}");
+    }
+    assert!(
+        a.log().contains("lost the control plane") && b.log().contains("is back"),
+        "{}\n{}",
+        a.log(),
+        b.log()
+    );
+}
+
+#[test]
+fn a_killed_agent_leaves_its_jobs_running_and_the_controller_marks_them_lost() {
+    let (_etcd, d, mut a, _b) = cluster("kill");
+    let spin = spin_py();
+    let x = d.submit(&["-n", "2", "--", "python3", &spin, "1", "60", "5"]);
+    let y = d.submit(&["-n", "2", "--", "python3", &spin, "1", "60", "6"]);
+    assert_gang(&per_slot_cpu(&d, x, y, 4), 1, "scheduled");
+    a.kill();
+    // The jobs' supervisors let them loose at once: nothing waits for a lease or a deadline.
+    let killed = Instant::now();
+    while d.frozen(x) || d.frozen(y) {
+        assert!(
+            killed.elapsed() < Duration::from_millis(500),
+            "a job stayed frozen after its agent died"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Node a's lease expires (1 s): the controller gives its jobs up, with the reason.
+    for job in [x, y] {
+        let end = d.wait_end(job, Duration::from_secs(20));
+        assert_eq!(end["state"], "lost", "{end}");
+        let note = d.job(job)["note"].as_str().unwrap_or_default().to_string();
+        assert!(note.contains("node a left"), "{note}");
+    }
+    let nodes = d.json(&["nodes", "--json"]);
+    assert!(
+        nodes
+            .as_array()
+            .is_some_and(|n| n.iter().all(|n| n["name"] != "a")),
+        "a node that left is not listed: {nodes}"
+    );
+}

@@ -1,0 +1,211 @@
+//! The controller's link to etcd: the leader key, orders into each node's queue, and the
+//! agents' events, statuses and comings and goings.
+
+use crate::follow::{follow, Change};
+use crate::{decode, encode, whoami, ClusterError, Keys, LeaderInfo, NodeInfo, Outbox};
+use cosched_agent::clock::now_micros;
+use cosched_agent::{Order, OrderSink};
+use cosched_etcd::Client;
+use cosched_proto::{Event, NodeStatus};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn log(message: impl std::fmt::Display) {
+    eprintln!("cosched daemon: {message}");
+}
+
+/// This controller holds the leader key (under a lease renewed by a thread of its own).
+pub struct Leadership {
+    client: Arc<Client>,
+    lease: Arc<AtomicI64>,
+    /// Distinguishes this leader's orders from an earlier one's.
+    pub session: String,
+}
+
+/// Waits until this controller holds the leader key. If the lease lapses (etcd was out of
+/// reach longer than `ttl`), the key is taken again when no other controller took it
+/// meanwhile; otherwise `lost` is called (from the renewing thread): another controller leads,
+/// so the caller must stop acting at once.
+pub fn become_leader(
+    client: Arc<Client>,
+    keys: &Keys,
+    ttl: i64,
+    lost: impl FnOnce(String) + Send + 'static,
+) -> Result<Leadership, ClusterError> {
+    let me = LeaderInfo {
+        controller: whoami(),
+        since_us: now_micros(),
+    };
+    let session = format!("{:x}", me.since_us);
+    let mut told = false;
+    let lease = loop {
+        let lease = client.grant(ttl)?;
+        if client.create(&keys.leader(), &encode(&me), Some(lease.id))? {
+            break lease;
+        }
+        let _ = client.revoke(lease.id);
+        if !told {
+            let holder = client
+                .get(&keys.leader())?
+                .and_then(|kv| decode::<LeaderInfo>(&kv.key, &kv.value).ok())
+                .map_or_else(|| "another controller".into(), |l| l.controller);
+            log(format_args!(
+                "standing by: {holder} leads cluster '{}'",
+                keys.cluster()
+            ));
+            told = true;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let lease = Arc::new(AtomicI64::new(lease.id));
+    let (renewer, held, leader_key) = (Arc::clone(&client), Arc::clone(&lease), keys.leader());
+    std::thread::Builder::new()
+        .name("cosched-leader".into())
+        .spawn(move || {
+            let period = Duration::from_millis((ttl * 1000 / 3) as u64);
+            let mut last_renewal = now_micros();
+            loop {
+                std::thread::sleep(period);
+                let lapsed = match renewer.keep_alive(held.load(Ordering::Relaxed)) {
+                    Ok(renewed) if renewed.ttl > 0 => {
+                        last_renewal = now_micros();
+                        continue;
+                    }
+                    Ok(_) => "the leader lease lapsed".to_string(),
+                    Err(error) if now_micros() - last_renewal >= ttl * 1_000_000 => {
+                        format!("the leader lease could not be renewed: {error}")
+                    }
+                    Err(_) => continue,
+                };
+                let regained = renewer.grant(ttl).and_then(|lease| {
+                    let taken = renewer.create(&leader_key, &encode(&me), Some(lease.id))?;
+                    Ok(taken.then_some(lease.id))
+                });
+                match regained {
+                    Ok(Some(id)) => {
+                        held.store(id, Ordering::Relaxed);
+                        last_renewal = now_micros();
+                        log(format_args!(
+                            "{lapsed}; no other controller took over: leading on"
+                        ));
+                    }
+                    Ok(None) => return lost(format!("{lapsed} and another controller leads now")),
+                    Err(error) => log(format_args!("{lapsed}; taking it again: {error}")),
+                }
+            }
+        })
+        .map_err(|e| ClusterError::Invalid(format!("starting the leader thread: {e}")))?;
+    Ok(Leadership {
+        client,
+        lease,
+        session,
+    })
+}
+
+impl Leadership {
+    /// Gives the leader key up (a clean stop): a standby takes over at once.
+    pub fn resign(&self) {
+        let _ = self.client.revoke(self.lease.load(Ordering::Relaxed));
+    }
+}
+
+/// Orders into each node's queue in etcd. Descriptors cannot cross machines: a job started
+/// here writes to a file on its node.
+pub struct EtcdOrders {
+    outbox: Arc<Outbox>,
+    keys: Keys,
+    session: String,
+    sequence: AtomicU64,
+}
+
+impl EtcdOrders {
+    pub fn new(outbox: Arc<Outbox>, keys: Keys, leadership: &Leadership) -> EtcdOrders {
+        EtcdOrders {
+            outbox,
+            keys,
+            session: leadership.session.clone(),
+            sequence: AtomicU64::new(0),
+        }
+    }
+}
+
+impl OrderSink for EtcdOrders {
+    fn deliver(&self, node: &str, order: Order) {
+        let n = self.sequence.fetch_add(1, Ordering::Relaxed);
+        let key = format!("{}{}-{n:012}", self.keys.orders(node), self.session);
+        self.outbox.put(key, encode(&order.command));
+    }
+}
+
+/// A node joining (its agent registered) or leaving (its lease expired or it left).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeChange {
+    Joined(NodeInfo),
+    Left(String),
+}
+
+/// What the agents say, for the controller to handle.
+pub struct EventFeed {
+    pub client: Arc<Client>,
+    pub keys: Keys,
+    pub outbox: Arc<Outbox>,
+}
+
+impl EventFeed {
+    /// Hands each queued job event to `handle`, in the order written, and deletes it once
+    /// handled; returns only if `handle` returns false.
+    pub fn job_events(&self, mut handle: impl FnMut(Event) -> bool) {
+        follow(&self.client, &self.keys.events(), None, |change| {
+            let Change::Put(kv) = change else {
+                return true;
+            };
+            let keep_on = match decode::<Event>(&kv.key, &kv.value) {
+                Ok(event) => handle(event),
+                Err(error) => {
+                    log(format_args!("{error}: event dropped"));
+                    true
+                }
+            };
+            self.outbox.delete(kv.key);
+            keep_on
+        });
+    }
+
+    /// Hands each node status written to `handle`.
+    pub fn statuses(&self, mut handle: impl FnMut(NodeStatus) -> bool) {
+        follow(
+            &self.client,
+            &self.keys.statuses(),
+            None,
+            |change| match change {
+                Change::Put(kv) => match decode::<NodeStatus>(&kv.key, &kv.value) {
+                    Ok(status) => handle(status),
+                    Err(error) => {
+                        log(error);
+                        true
+                    }
+                },
+                Change::Delete(_) => true,
+            },
+        );
+    }
+
+    /// Hands each node joining or leaving to `handle` (the nodes present first).
+    pub fn nodes(&self, mut handle: impl FnMut(NodeChange) -> bool) {
+        let prefix = self.keys.nodes();
+        follow(&self.client, &prefix, None, |change| match change {
+            Change::Put(kv) => match decode::<NodeInfo>(&kv.key, &kv.value) {
+                Ok(info) => handle(NodeChange::Joined(info)),
+                Err(error) => {
+                    log(error);
+                    true
+                }
+            },
+            Change::Delete(key) => match key.strip_prefix(&prefix) {
+                Some(node) => handle(NodeChange::Left(node.to_string())),
+                None => true,
+            },
+        });
+    }
+}

@@ -1,0 +1,100 @@
+//! Following a prefix: read what is there, then watch from the next revision; after a break,
+//! resume from the revision after the last event seen (after a compaction, read again). A
+//! key's value is passed on once per write, however often a reconnection replays it.
+
+use cosched_etcd::{Client, EtcdError, KeyValue, WatchEvent, WatchStopper};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+pub(crate) enum Change {
+    Put(KeyValue),
+    Delete(String),
+}
+
+/// Calls `on` for each change under `prefix` until it returns false. The watch's stopper is
+/// left in `stopper` so that another thread can cut a watch a silent network cut left hanging.
+pub(crate) fn follow(
+    client: &Client,
+    prefix: &str,
+    stopper: Option<&Mutex<Option<WatchStopper>>>,
+    mut on: impl FnMut(Change) -> bool,
+) {
+    // The last write passed on, per key: a replayed write is not passed on again.
+    let mut seen: BTreeMap<String, i64> = BTreeMap::new();
+    let mut pass = |change: Change| -> bool {
+        match &change {
+            Change::Put(kv) => {
+                if seen.get(&kv.key).is_some_and(|&rev| rev >= kv.mod_revision) {
+                    return true;
+                }
+                seen.insert(kv.key.clone(), kv.mod_revision);
+            }
+            Change::Delete(key) => {
+                seen.remove(key);
+            }
+        }
+        on(change)
+    };
+    let mut from = None;
+    let mut backoff = Duration::from_millis(50);
+    let pause = |backoff: &mut Duration| {
+        std::thread::sleep(*backoff);
+        *backoff = (*backoff * 2).min(Duration::from_secs(1));
+    };
+    loop {
+        let start = match from {
+            Some(revision) => revision,
+            None => match client.get_prefix(prefix) {
+                Ok((mut present, revision)) => {
+                    present.sort_by_key(|kv| kv.create_revision);
+                    for kv in present {
+                        if !pass(Change::Put(kv)) {
+                            return;
+                        }
+                    }
+                    revision + 1
+                }
+                Err(_) => {
+                    pause(&mut backoff);
+                    continue;
+                }
+            },
+        };
+        let mut watch = match client.watch(prefix, start) {
+            Ok(watch) => watch,
+            Err(_) => {
+                from = Some(start);
+                pause(&mut backoff);
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(50);
+        if let Some(slot) = stopper {
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = watch.stopper().ok();
+        }
+        loop {
+            match watch.next_batch() {
+                Ok(batch) => {
+                    for event in batch {
+                        let change = match event {
+                            WatchEvent::Put(kv) => Change::Put(kv),
+                            WatchEvent::Delete { key, .. } => Change::Delete(key),
+                        };
+                        if !pass(change) {
+                            return;
+                        }
+                    }
+                }
+                Err(EtcdError::Compacted { .. }) => {
+                    from = None;
+                    break;
+                }
+                Err(_) => {
+                    from = Some(watch.resume_from());
+                    break;
+                }
+            }
+        }
+    }
+}

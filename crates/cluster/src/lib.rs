@@ -1,0 +1,149 @@
+//! cosched-cluster: the control state of a cluster in etcd, under one prefix
+//! (`/cosched/<cluster>/`):
+//!
+//! | key                     | value           | written by | lease          |
+//! |-------------------------|-----------------|------------|----------------|
+//! | `nodes/<node>`          | [`NodeInfo`]    | its agent  | the node's     |
+//! | `status/<node>`         | `NodeStatus`    | its agent  | the node's     |
+//! | `orders/<node>/<id>`    | `Command`       | controller | none: the agent deletes it once carried out |
+//! | `events/<node>/<id>`    | `Event`         | its agent  | none: the controller deletes it once handled |
+//! | `leader`                | [`LeaderInfo`]  | controller | the leader's   |
+//! | `rotation`              | epoch, quantum  | controller | none           |
+//!
+//! Orders and events are queues: each side reads what is left on (re)start, in creation order,
+//! then follows a watch resumed by revision, so nothing is lost or carried out twice by one
+//! reader. Writes go through an [`Outbox`] thread that retries until etcd takes them, so the
+//! agent's clock thread never waits for etcd.
+
+mod controller;
+mod follow;
+mod node;
+mod outbox;
+
+pub use controller::{become_leader, EtcdOrders, EventFeed, Leadership, NodeChange};
+pub use node::{join, Closer, EtcdSink, EtcdSource, Membership};
+pub use outbox::Outbox;
+
+use cosched_core::Micros;
+use cosched_proto::{CpuSet, Mode};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("etcd: {0}")]
+    Etcd(#[from] cosched_etcd::EtcdError),
+    #[error("node '{node}' is already in cluster '{cluster}' ({holder}); stop that agent or pick another --node")]
+    NodeTaken {
+        node: String,
+        cluster: String,
+        holder: String,
+    },
+    #[error("{key}: {why}")]
+    Garbled { key: String, why: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The keys of one cluster.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    cluster: String,
+    prefix: String,
+}
+
+impl Keys {
+    /// Keys under `/cosched/<cluster>/`; the name follows the rules of node names.
+    pub fn new(cluster: &str) -> Result<Keys, ClusterError> {
+        if !cosched_proto::valid_node_name(cluster) {
+            return Err(ClusterError::Invalid(format!(
+                "cluster name '{cluster}' must be 1-63 letters, digits, '-', '_' or '.'"
+            )));
+        }
+        Ok(Keys {
+            cluster: cluster.to_string(),
+            prefix: format!("/cosched/{cluster}/"),
+        })
+    }
+
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    pub fn nodes(&self) -> String {
+        format!("{}nodes/", self.prefix)
+    }
+
+    pub fn node(&self, node: &str) -> String {
+        format!("{}{node}", self.nodes())
+    }
+
+    pub fn statuses(&self) -> String {
+        format!("{}status/", self.prefix)
+    }
+
+    pub fn status(&self, node: &str) -> String {
+        format!("{}{node}", self.statuses())
+    }
+
+    pub fn orders(&self, node: &str) -> String {
+        format!("{}orders/{node}/", self.prefix)
+    }
+
+    pub fn events(&self) -> String {
+        format!("{}events/", self.prefix)
+    }
+
+    pub fn event(&self, node: &str, id: &str) -> String {
+        format!("{}{node}/{id}", self.events())
+    }
+
+    pub fn leader(&self) -> String {
+        format!("{}leader", self.prefix)
+    }
+
+    pub fn rotation(&self) -> String {
+        format!("{}rotation", self.prefix)
+    }
+}
+
+/// A node as its agent registers it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeInfo {
+    pub protocol: u32,
+    pub node: String,
+    pub cpus: CpuSet,
+    /// How it steers jobs (the controller must use the same).
+    pub mode: Mode,
+    /// Host name and process id of the agent (for messages).
+    pub agent: String,
+    /// When it joined, on its clock.
+    pub joined_us: Micros,
+}
+
+/// The controller holding the leader key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaderInfo {
+    pub controller: String,
+    pub since_us: Micros,
+}
+
+/// Who this process is, for messages: host name and process id.
+pub fn whoami() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    format!("{host} pid {}", std::process::id())
+}
+
+fn decode<T: serde::de::DeserializeOwned>(key: &str, value: &[u8]) -> Result<T, ClusterError> {
+    serde_json::from_slice(value).map_err(|e| ClusterError::Garbled {
+        key: key.to_string(),
+        why: e.to_string(),
+    })
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("wire types serialize")
+}

@@ -1,0 +1,328 @@
+//! A node agent's link to etcd: it joins under a lease, takes its orders from a queue it
+//! follows by watch, reports events through the outbox, and knows when it has lost the
+//! control plane (etcd unreachable, or no controller holding the leader key) for longer than
+//! its deadline: then the agent lets its jobs run unscheduled until it is back.
+
+use crate::follow::{follow, Change};
+use crate::{decode, encode, ClusterError, Keys, NodeInfo, Outbox};
+use cosched_agent::clock::now_micros;
+use cosched_agent::{EventSink, Order, PlanSource, Received};
+use cosched_core::Micros;
+use cosched_etcd::{Client, EtcdError, WatchStopper};
+use cosched_proto::{Command, Event};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn log(message: impl std::fmt::Display) {
+    eprintln!("cosched agent: {message}");
+}
+
+/// What the agent knows of its link to the control plane.
+struct Health {
+    /// When etcd last answered and a controller held the leader key (µs).
+    last_ok: AtomicI64,
+    /// Cuts the order watch, which a silent network cut would leave hanging for good.
+    stopper: Mutex<Option<WatchStopper>>,
+}
+
+/// A node's place in the cluster: its lease (renewed by a thread of its own) and the health of
+/// its link.
+pub struct Membership {
+    client: Arc<Client>,
+    keys: Keys,
+    info: NodeInfo,
+    lease: Arc<AtomicI64>,
+    health: Arc<Health>,
+    outbox: Arc<Outbox>,
+}
+
+/// Joins the cluster as `info.node`: its key under a lease of `lease_ttl` seconds, kept alive
+/// every `check` (which also checks that a controller holds the leader key). A name held by
+/// another live agent is refused once its lease had time to expire (a restarted agent waits
+/// for its former self's lease).
+pub fn join(
+    client: Arc<Client>,
+    keys: &Keys,
+    info: NodeInfo,
+    lease_ttl: i64,
+    check: Duration,
+) -> Result<Membership, ClusterError> {
+    let lease = Arc::new(AtomicI64::new(0));
+    register(&client, keys, &info, lease_ttl, &lease)?;
+    let health = Arc::new(Health {
+        last_ok: AtomicI64::new(now_micros()),
+        stopper: Mutex::new(None),
+    });
+    let outbox = Arc::new(
+        Outbox::start(Arc::clone(&client), "agent")
+            .map_err(|e| ClusterError::Invalid(format!("starting the outbox thread: {e}")))?,
+    );
+    let membership = Membership {
+        client,
+        keys: keys.clone(),
+        info,
+        lease,
+        health,
+        outbox,
+    };
+    membership.keep(lease_ttl, check)?;
+    Ok(membership)
+}
+
+/// Grants a lease and creates the node's key under it, waiting out a former holder's lease.
+fn register(
+    client: &Client,
+    keys: &Keys,
+    info: &NodeInfo,
+    lease_ttl: i64,
+    lease: &AtomicI64,
+) -> Result<(), ClusterError> {
+    let key = keys.node(&info.node);
+    let granted = client.grant(lease_ttl)?;
+    let give_up = now_micros() + (lease_ttl + 1) * 1_000_000;
+    loop {
+        if client.create(&key, &encode(info), Some(granted.id))? {
+            lease.store(granted.id, Ordering::Relaxed);
+            return Ok(());
+        }
+        if now_micros() > give_up {
+            let _ = client.revoke(granted.id);
+            let holder = client
+                .get(&key)?
+                .and_then(|kv| decode::<NodeInfo>(&key, &kv.value).ok())
+                .map_or_else(|| "gone by now".to_string(), |held| held.agent);
+            return Err(ClusterError::NodeTaken {
+                node: info.node.clone(),
+                cluster: keys.cluster().to_string(),
+                holder,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+impl Membership {
+    /// The thread that renews the lease and watches the link.
+    fn keep(&self, lease_ttl: i64, check: Duration) -> Result<(), ClusterError> {
+        let (client, keys, info) = (
+            Arc::clone(&self.client),
+            self.keys.clone(),
+            self.info.clone(),
+        );
+        let (lease, health) = (Arc::clone(&self.lease), Arc::clone(&self.health));
+        std::thread::Builder::new()
+            .name("cosched-lease".into())
+            .spawn(move || {
+                let mut broken = false;
+                loop {
+                    std::thread::sleep(check);
+                    let id = lease.load(Ordering::Relaxed);
+                    let renewed = client.keep_alive(id).and_then(|renewed| {
+                        if renewed.ttl == 0 {
+                            log(format_args!(
+                                "the node's lease expired: joining again (the controller may \
+                                 have given up this node's jobs meanwhile)"
+                            ));
+                            register(&client, &keys, &info, lease_ttl, &lease)
+                                .map_err(|e| EtcdError::WatchEnded(e.to_string()))?;
+                        }
+                        client.get(&keys.leader())
+                    });
+                    match renewed {
+                        Ok(Some(_)) => {
+                            health.last_ok.store(now_micros(), Ordering::Relaxed);
+                            if broken {
+                                log("etcd and a controller are back");
+                            }
+                            broken = false;
+                        }
+                        Ok(None) | Err(_) if broken => {}
+                        failed => {
+                            broken = true;
+                            match failed {
+                                Err(error) => log(format_args!("{error}")),
+                                _ => log("no controller holds the leader key"),
+                            }
+                            // A watch on a silently cut connection never ends by itself.
+                            if let Some(stopper) = health.stopper.lock().expect("stopper").take() {
+                                stopper.stop();
+                            }
+                        }
+                    }
+                }
+            })
+            .map_err(|e| ClusterError::Invalid(format!("starting the lease thread: {e}")))?;
+        Ok(())
+    }
+
+    /// The orders for this node, followed from etcd. `deadline`: how long the control plane
+    /// may be lost before the agent lets its jobs loose. Also returns what ends the source.
+    pub fn orders(&self, deadline: Micros) -> Result<(EtcdSource, Closer), ClusterError> {
+        let (incoming, receive) = channel();
+        let closer = Closer(incoming.clone());
+        let (client, prefix) = (Arc::clone(&self.client), self.keys.orders(&self.info.node));
+        let (health, outbox) = (Arc::clone(&self.health), Arc::clone(&self.outbox));
+        std::thread::Builder::new()
+            .name("cosched-orders".into())
+            .spawn(move || follow_orders(&client, &prefix, &incoming, &health, &outbox))
+            .map_err(|e| ClusterError::Invalid(format!("starting the order thread: {e}")))?;
+        Ok((
+            EtcdSource {
+                incoming: receive,
+                outbox: Arc::clone(&self.outbox),
+                health: Arc::clone(&self.health),
+                deadline,
+                adrift: false,
+                carried_out: None,
+            },
+            closer,
+        ))
+    }
+
+    /// Where the agent's events go.
+    pub fn events(&self) -> EtcdSink {
+        EtcdSink {
+            outbox: Arc::clone(&self.outbox),
+            keys: self.keys.clone(),
+            node: self.info.node.clone(),
+            session: format!("{:x}", self.info.joined_us),
+            lease: Arc::clone(&self.lease),
+            sequence: AtomicU64::new(0),
+        }
+    }
+
+    /// A clean leave: what is queued is written (for `within` at most), then the lease goes
+    /// and the node's keys with it.
+    pub fn leave(&self, within: Duration) {
+        if !self.outbox.finish(within) {
+            log("etcd did not take every event before the stop");
+        }
+        let _ = self.client.revoke(self.lease.load(Ordering::Relaxed));
+    }
+}
+
+enum Incoming {
+    Order { key: String, command: Command },
+    Close,
+}
+
+/// Ends an [`EtcdSource`] from another thread (a stop signal).
+#[derive(Clone)]
+pub struct Closer(Sender<Incoming>);
+
+impl Closer {
+    pub fn close(&self) {
+        let _ = self.0.send(Incoming::Close);
+    }
+}
+
+/// Hands each order queued for the node out once, in the order written.
+fn follow_orders(
+    client: &Client,
+    prefix: &str,
+    incoming: &Sender<Incoming>,
+    health: &Health,
+    outbox: &Outbox,
+) {
+    follow(client, prefix, Some(&health.stopper), |change| {
+        let Change::Put(kv) = change else {
+            return true;
+        };
+        match decode::<Command>(&kv.key, &kv.value) {
+            Ok(command) => incoming
+                .send(Incoming::Order {
+                    key: kv.key,
+                    command,
+                })
+                .is_ok(),
+            Err(error) => {
+                log(format_args!("{error}: order dropped"));
+                outbox.delete(kv.key);
+                true
+            }
+        }
+    });
+}
+
+/// The node's orders from etcd, as a [`PlanSource`]. An order handed out is deleted from the
+/// queue when the agent asks for the next one (it has been carried out by then).
+pub struct EtcdSource {
+    incoming: Receiver<Incoming>,
+    outbox: Arc<Outbox>,
+    health: Arc<Health>,
+    deadline: Micros,
+    adrift: bool,
+    carried_out: Option<String>,
+}
+
+/// How often a source waiting for orders looks at the link's health.
+const HEALTH_LOOK: Micros = 20_000;
+
+impl PlanSource for EtcdSource {
+    fn next_order(&mut self, until: Micros) -> Received {
+        if let Some(key) = self.carried_out.take() {
+            self.outbox.delete(key);
+        }
+        loop {
+            let now = now_micros();
+            let healthy = now - self.health.last_ok.load(Ordering::Relaxed) <= self.deadline;
+            if self.adrift == healthy {
+                self.adrift = !healthy;
+                return if healthy {
+                    Received::Back
+                } else {
+                    Received::Adrift
+                };
+            }
+            if now >= until {
+                return Received::Timeout;
+            }
+            let wait = (until - now).min(HEALTH_LOOK);
+            match self
+                .incoming
+                .recv_timeout(Duration::from_micros(wait as u64))
+            {
+                Ok(Incoming::Order { key, command }) => {
+                    self.carried_out = Some(key);
+                    return Received::Order(Order::from(command));
+                }
+                Ok(Incoming::Close) | Err(RecvTimeoutError::Disconnected) => {
+                    return Received::Closed
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+}
+
+/// The agent's events into etcd: job events queued under `events/<node>/`, the status as the
+/// node's `status/<node>` key under its lease.
+pub struct EtcdSink {
+    outbox: Arc<Outbox>,
+    keys: Keys,
+    node: String,
+    /// Tells this agent's events from a former run's.
+    session: String,
+    lease: Arc<AtomicI64>,
+    sequence: AtomicU64,
+}
+
+impl EventSink for EtcdSink {
+    fn report(&self, event: Event) {
+        match event {
+            Event::Status { status } => {
+                self.outbox
+                    .put_leased(self.keys.status(&self.node), encode(&status), &self.lease)
+            }
+            event => {
+                let n = self.sequence.fetch_add(1, Ordering::Relaxed);
+                let key = self
+                    .keys
+                    .event(&self.node, &format!("{}-{n:012}", self.session));
+                self.outbox.put(key, encode(&event));
+            }
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! `cosched agent`: a node's agent as a process of its own in a cluster. It joins through
+//! etcd under a lease, follows its queue of orders, launches and switches its jobs on the
+//! shared slot clock, and lets them loose when it loses the control plane past its deadline
+//! or when it stops.
+
+use crate::server::{
+    block_stop_signals, private_state_dir, raise_open_file_limit, wait_for_stop, StartError,
+};
+use crate::unix;
+use cosched_agent::clock::now_micros;
+use cosched_agent::{Mode, NodeAgent, NodeSettings};
+use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout};
+use cosched_cluster::{join, whoami, ClusterError, Keys, NodeInfo};
+use cosched_core::Micros;
+use cosched_proto::CpuSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub etcd: Vec<String>,
+    pub cluster: String,
+    pub node: String,
+    pub cpus: CpuSet,
+    pub mode: Mode,
+    pub state_dir: PathBuf,
+    pub cgroup_parent: String,
+    pub freezer: Option<Freezer>,
+    pub supervisor_exe: PathBuf,
+    pub idle_after: Option<Micros>,
+    /// How long the control plane may be out of reach before the jobs are let loose.
+    pub deadline: Micros,
+    /// Seconds the node's key outlives an agent that stopped renewing its lease.
+    pub lease_ttl: i64,
+}
+
+fn log(message: impl std::fmt::Display) {
+    eprintln!("cosched agent: {message}");
+}
+
+/// Runs the node's agent until SIGTERM or SIGINT. `ready` is called once it has joined.
+pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), StartError> {
+    if !cosched_proto::valid_node_name(&config.node) {
+        return Err(StartError::Config(format!(
+            "node name '{}' must be 1-63 letters, digits, '-', '_' or '.'",
+            config.node
+        )));
+    }
+    if config.cpus.is_empty() {
+        return Err(StartError::Config("--cpus names no CPU".into()));
+    }
+    let signals = block_stop_signals();
+    // Descriptors this process inherited reach no supervisor and no job.
+    unix::close_on_exec_from(3).map_err(|source| StartError::Io {
+        path: Path::new("close_range").into(),
+        source,
+    })?;
+    raise_open_file_limit();
+    let state_dir = private_state_dir(&config.state_dir)?;
+    let layout = Layout::detect().map_err(|source| StartError::Io {
+        path: Path::new("/proc/self/mountinfo").into(),
+        source,
+    })?;
+    let actuator = Cgroups::open(&layout, &config.cgroup_parent, config.freezer)?;
+    let described = actuator.describe();
+    let client = Arc::new(
+        cosched_etcd::Client::new(&config.etcd, Duration::from_secs(2))
+            .map_err(ClusterError::from)?,
+    );
+    let keys = Keys::new(&config.cluster)?;
+    let info = NodeInfo {
+        protocol: cosched_proto::PROTOCOL_VERSION,
+        node: config.node.clone(),
+        cpus: config.cpus.clone(),
+        mode: config.mode,
+        agent: whoami(),
+        joined_us: now_micros(),
+    };
+    // Renewed a few times per lease, and often enough to notice a loss well within the deadline.
+    let check = Duration::from_micros(
+        (config.deadline / 4).clamp(20_000, config.lease_ttl * 1_000_000 / 3) as u64,
+    );
+    let membership = join(client, &keys, info, config.lease_ttl, check)?;
+    let (source, closer) = membership.orders(config.deadline)?;
+    let agent = NodeAgent::new(
+        NodeSettings {
+            node: config.node.clone(),
+            cpus: config.cpus.clone(),
+            mode: config.mode,
+            rotation: None,
+            idle_after: config.idle_after,
+            state_dir,
+            supervisor_exe: config.supervisor_exe.clone(),
+        },
+        actuator,
+        Arc::new(membership.events()),
+    );
+    let clock = std::thread::Builder::new()
+        .name("cosched-clock".into())
+        .spawn(move || agent.run(source))
+        .map_err(|source| StartError::Io {
+            path: Path::new("clock thread").into(),
+            source,
+        })?;
+    ready(&format!(
+        "cosched agent: node {} of cluster '{}', CPUs {}, {} mode, {described}; lets jobs loose \
+         {} ms after losing the control plane",
+        config.node,
+        keys.cluster(),
+        config.cpus,
+        config.mode,
+        config.deadline / 1000
+    ));
+    let signal = wait_for_stop(&signals);
+    log(format_args!(
+        "signal {signal}: stopping; jobs are thawed and left running unscheduled"
+    ));
+    closer.close();
+    let stopped = match clock.join() {
+        Ok((_actuator, stopped)) => stopped,
+        Err(_) => Err("the clock thread panicked".into()),
+    };
+    membership.leave(Duration::from_secs(5));
+    stopped.map_err(|e| StartError::Config(format!("stopping: {e}")))
+}
