@@ -134,9 +134,6 @@ pub struct NodeSettings {
     /// The CPUs it schedules (reported in its status).
     pub cpus: CpuSet,
     pub mode: Mode,
-    /// The slot clock to start with; `None`: the one the first generation brings (a node
-    /// agent learns it from the controller).
-    pub rotation: Option<Rotation>,
     /// A job using no CPU in its own slots this long leaves the rotation (gang, moderate).
     pub idle_after: Option<Micros>,
     /// Where supervisors keep their files (`jobs/`, `run/`) and jobs without a client write
@@ -181,7 +178,8 @@ impl NodeSettings {
 pub struct NodeAgent<A: Actuator> {
     settings: NodeSettings,
     applier: Applier<A>,
-    /// The clock in force (a generation with another one restarts the clock loop).
+    /// The slot clock in force: none until the first generation brings it (a generation
+    /// with another one restarts the clock loop).
     rotation: Option<Rotation>,
     stats: Stats,
     last_status: Micros,
@@ -219,7 +217,7 @@ impl<A: Actuator> NodeAgent<A> {
         let slotted = matches!(settings.mode, Mode::Gang | Mode::Moderate);
         NodeAgent {
             applier: Applier::new(actuator, settings.mode),
-            rotation: settings.rotation,
+            rotation: None,
             stats: Stats {
                 lateness: Samples::new(SAMPLES_KEPT),
                 switch: Samples::new(SAMPLES_KEPT),

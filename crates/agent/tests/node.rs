@@ -21,7 +21,6 @@ fn settings() -> NodeSettings {
         node: "n".into(),
         cpus: "0".parse().unwrap(),
         mode: Mode::Gang,
-        rotation: None,
         idle_after: None,
         state_dir: std::env::temp_dir(),
         supervisor_exe: "/nonexistent".into(),

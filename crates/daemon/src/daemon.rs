@@ -834,6 +834,7 @@ impl Inner {
         let worst =
             |of: fn(&NodeStatus) -> &Summary| Summary::worst(statuses.iter().map(|s| of(s)));
         let mut actuators: Vec<&str> = statuses.iter().map(|s| s.actuator.as_str()).collect();
+        actuators.sort_unstable();
         actuators.dedup();
         StatsView {
             mode: self.settings.mode,

@@ -3,13 +3,10 @@
 //! shared slot clock, and lets them loose when it loses the control plane past its deadline
 //! or when it stops.
 
-use crate::server::{
-    block_stop_signals, private_state_dir, raise_open_file_limit, wait_for_stop, StartError,
-};
-use crate::unix;
+use crate::server::{io_error, open_cgroups, take_charge, wait_for_stop, StartError};
 use cosched_agent::clock::now_micros;
 use cosched_agent::{Mode, NodeAgent, NodeSettings};
-use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout};
+use cosched_cgroups::{Actuator, Freezer};
 use cosched_cluster::{join, whoami, ClusterError, Keys, NodeInfo};
 use cosched_core::Micros;
 use cosched_proto::CpuSet;
@@ -50,19 +47,8 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     if config.cpus.is_empty() {
         return Err(StartError::Config("--cpus names no CPU".into()));
     }
-    let signals = block_stop_signals();
-    // Descriptors this process inherited reach no supervisor and no job.
-    unix::close_on_exec_from(3).map_err(|source| StartError::Io {
-        path: Path::new("close_range").into(),
-        source,
-    })?;
-    raise_open_file_limit();
-    let state_dir = private_state_dir(&config.state_dir)?;
-    let layout = Layout::detect().map_err(|source| StartError::Io {
-        path: Path::new("/proc/self/mountinfo").into(),
-        source,
-    })?;
-    let actuator = Cgroups::open(&layout, &config.cgroup_parent, config.freezer)?;
+    let (signals, _max_files, state_dir) = take_charge(&config.state_dir)?;
+    let actuator = open_cgroups(&config.cgroup_parent, config.freezer)?;
     let described = actuator.describe();
     let client = Arc::new(
         cosched_etcd::Client::new(&config.etcd, Duration::from_secs(2))
@@ -88,7 +74,6 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
             node: config.node.clone(),
             cpus: config.cpus.clone(),
             mode: config.mode,
-            rotation: None,
             idle_after: config.idle_after,
             state_dir,
             supervisor_exe: config.supervisor_exe.clone(),
@@ -99,10 +84,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     let clock = std::thread::Builder::new()
         .name("cosched-clock".into())
         .spawn(move || agent.run(source))
-        .map_err(|source| StartError::Io {
-            path: Path::new("clock thread").into(),
-            source,
-        })?;
+        .map_err(io_error(Path::new("clock thread")))?;
     ready(&format!(
         "cosched agent: node {} of cluster '{}', CPUs {}, {} mode, {described}; lets jobs loose \
          {} ms after losing the control plane",

@@ -7,7 +7,7 @@ use crate::store::{JobRecord, SqliteStore, Store};
 use crate::unix::{self, Credentials};
 use crate::waiters::Waiters;
 use cosched_agent::clock::now_micros;
-use cosched_agent::{Mode, NodeAgent, NodeSettings, OrderSink, STATE_SUBDIRS};
+use cosched_agent::{Mode, NodeAgent, NodeSettings, Order, OrderSink, STATE_SUBDIRS};
 use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout};
 use cosched_cluster::{
     become_leader, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, NodeInfo, Outbox,
@@ -20,7 +20,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,7 +78,7 @@ pub enum StartError {
     Cluster(#[from] ClusterError),
 }
 
-fn io_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
+pub(crate) fn io_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
     move |source| StartError::Io {
         path: path.to_path_buf(),
         source,
@@ -92,7 +92,7 @@ pub fn usable_cpus() -> u32 {
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread it starts afterwards,
 /// so that [`wait_for_stop`] receives them.
-pub(crate) fn block_stop_signals() -> libc::sigset_t {
+fn block_stop_signals() -> libc::sigset_t {
     // SAFETY: plain signal-set manipulation on a local set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -154,12 +154,11 @@ pub struct ClusterConfig {
 /// How long an etcd request may take before the next member is tried.
 const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Where the controller's orders go and its agents' events come from.
+/// Where the controller's agents' events come from.
 enum Agents {
     /// One machine: the agent runs on a thread of this process.
     Local {
         thread: std::thread::JoinHandle<(Cgroups, Result<(), String>)>,
-        orders: std::sync::mpsc::Sender<cosched_agent::Order>,
         events: std::sync::mpsc::Receiver<cosched_proto::Event>,
         actuator: String,
     },
@@ -169,7 +168,6 @@ enum Agents {
         keys: Keys,
         leadership: Leadership,
         outbox: Arc<Outbox>,
-        nodes: Vec<NodeInfo>,
     },
 }
 
@@ -189,12 +187,9 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
             )));
         }
     }
-    let signals = block_stop_signals();
-    // Descriptors this process inherited reach no supervisor and no job.
-    unix::close_on_exec_from(3).map_err(io_error(Path::new("close_range")))?;
-    let max_files = raise_open_file_limit();
     let mut config = config;
-    config.state_dir = private_state_dir(&config.state_dir)?;
+    let (signals, max_files, state_dir) = take_charge(&config.state_dir)?;
+    config.state_dir = state_dir;
     // A standby controller waits here for the leader key, before it takes the socket.
     let cluster = match &config.cluster {
         Some(cluster) => Some(lead_cluster(cluster)?),
@@ -207,32 +202,32 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     let records = store.load(config.keep_ended)?;
 
     let now = now_micros();
-    let (nodes, rotation, agents) = match cluster {
+    let (nodes, rotation, orders, agents): (_, _, Box<dyn OrderSink>, _) = match cluster {
         None => {
             let procs = config.procs.unwrap_or_else(usable_cpus);
             // One machine is a one-node cluster whose agent runs in this process.
             let nodes = NodeMap::single(LOCAL_NODE, procs)
                 .map_err(|e| StartError::Config(e.to_string()))?;
             let rotation = Rotation::new(now - now.rem_euclid(config.quantum), config.quantum);
-            let agents = local_agent(&config, &records, procs)?;
-            (nodes, rotation, agents)
+            let (orders, agents) = local_agent(&config, &records, procs)?;
+            (nodes, rotation, Box::new(orders), agents)
         }
         Some((client, keys, leadership)) => {
             let wanted = config.cluster.as_ref().map_or(1, |c| c.wait_nodes);
-            let (nodes, infos) = wait_for_nodes(&client, &keys, wanted, config.mode)?;
+            let nodes = wait_for_nodes(&client, &keys, wanted, config.mode)?;
             let rotation = cluster_rotation(&client, &keys, config.quantum)?;
             let outbox = Arc::new(
                 Outbox::start(Arc::clone(&client), "daemon")
                     .map_err(io_error(Path::new("outbox thread")))?,
             );
+            let orders = EtcdOrders::new(Arc::clone(&outbox), keys.clone(), &leadership);
             let agents = Agents::Cluster {
                 client,
                 keys,
                 leadership,
                 outbox,
-                nodes: infos,
             };
-            (nodes, rotation, agents)
+            (nodes, rotation, Box::new(orders), agents)
         }
     };
     let machine = nodes
@@ -262,25 +257,12 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         keep_ended: config.keep_ended,
         max_files,
     };
-    let order_sink: Box<dyn OrderSink> = match &agents {
-        Agents::Local { orders, .. } => Box::new(orders.clone()),
-        Agents::Cluster {
-            outbox,
-            keys,
-            leadership,
-            ..
-        } => Box::new(EtcdOrders::new(
-            Arc::clone(outbox),
-            keys.clone(),
-            leadership,
-        )),
-    };
     let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
     let shared = Shared::new(Inner::new(
         settings,
         scheduler,
         Box::new(store) as Box<dyn Store>,
-        order_sink,
+        orders,
         waiters,
     ));
     let recovering = records.iter().filter(|r| !r.status.ended()).count();
@@ -354,12 +336,9 @@ fn listen_to_agents(shared: &Arc<Shared>, agents: Agents) -> Result<Listening, S
     match agents {
         Agents::Local {
             thread,
-            orders,
             events,
             actuator,
         } => {
-            // Inner holds its own sender; this one would keep the agent from ever ending.
-            drop(orders);
             let shared = Arc::clone(shared);
             spawn(
                 "cosched-events",
@@ -380,7 +359,6 @@ fn listen_to_agents(shared: &Arc<Shared>, agents: Agents) -> Result<Listening, S
             keys,
             leadership,
             outbox,
-            nodes,
         } => {
             let feed = Arc::new(EventFeed {
                 client,
@@ -418,7 +396,7 @@ fn listen_to_agents(shared: &Arc<Shared>, agents: Agents) -> Result<Listening, S
                 }),
             )?;
             Ok(Listening {
-                actuator: format!("agents on {} node(s)", nodes.len()),
+                actuator: "each node's agent through etcd".into(),
                 local_thread: None,
                 cluster: Some((outbox, leadership)),
             })
@@ -426,15 +404,13 @@ fn listen_to_agents(shared: &Arc<Shared>, agents: Agents) -> Result<Listening, S
     }
 }
 
-/// The agent of a single machine, on a thread of this process.
+/// The agent of a single machine, on a thread of this process, and the channel of its orders.
 fn local_agent(
     config: &DaemonConfig,
     records: &[JobRecord],
     procs: u32,
-) -> Result<Agents, StartError> {
-    let layout =
-        Layout::detect().map_err(io_error(std::path::Path::new("/proc/self/mountinfo")))?;
-    let actuator = Cgroups::open(&layout, &config.cgroup_parent, config.freezer)?;
+) -> Result<(Sender<Order>, Agents), StartError> {
+    let actuator = open_cgroups(&config.cgroup_parent, config.freezer)?;
     refuse_strangers(&actuator, records, config)?;
     let described = actuator.describe();
     let (orders, agent_orders) = channel();
@@ -444,7 +420,6 @@ fn local_agent(
             node: LOCAL_NODE.to_string(),
             cpus: cosched_proto::CpuSet::from_cpus(0..procs),
             mode: config.mode,
-            rotation: None,
             idle_after: config.idle_after,
             state_dir: config.state_dir.clone(),
             supervisor_exe: config.supervisor_exe.clone(),
@@ -456,12 +431,14 @@ fn local_agent(
         .name("cosched-clock".into())
         .spawn(move || agent.run(agent_orders))
         .map_err(io_error(std::path::Path::new("clock thread")))?;
-    Ok(Agents::Local {
-        thread,
+    Ok((
         orders,
-        events,
-        actuator: described,
-    })
+        Agents::Local {
+            thread,
+            events,
+            actuator: described,
+        },
+    ))
 }
 
 /// Waits for the leader key of the cluster (standing by while another controller holds it).
@@ -489,7 +466,7 @@ fn wait_for_nodes(
     keys: &Keys,
     wanted: usize,
     mode: Mode,
-) -> Result<(NodeMap, Vec<NodeInfo>), StartError> {
+) -> Result<NodeMap, StartError> {
     let mut told = 0;
     loop {
         let (present, _) = client
@@ -507,17 +484,16 @@ fn wait_for_nodes(
                     other.node, other.mode
                 )));
             }
-            let nodes = NodeMap::new(
+            return NodeMap::new(
                 infos
-                    .iter()
+                    .into_iter()
                     .map(|n| Node {
-                        name: n.node.clone(),
-                        cpus: n.cpus.clone(),
+                        name: n.node,
+                        cpus: n.cpus,
                     })
                     .collect(),
             )
-            .map_err(|e| StartError::Config(e.to_string()))?;
-            return Ok((nodes, infos));
+            .map_err(|e| StartError::Config(e.to_string()));
         }
         if infos.len() != told || told == 0 {
             let names: Vec<&str> = infos.iter().map(|n| n.node.as_str()).collect();
@@ -557,9 +533,27 @@ fn cluster_rotation(
     Ok(rotation)
 }
 
+/// What a root process of cosched (controller or node agent) does first: stop signals
+/// blocked for `wait_for_stop`, inherited descriptors kept from supervisors and jobs, the
+/// open-file limit raised, the state directory made private. Returns the signal set, the
+/// open-file limit and the state directory's resolved path.
+pub(crate) fn take_charge(state_dir: &Path) -> Result<(libc::sigset_t, u64, PathBuf), StartError> {
+    let signals = block_stop_signals();
+    // Descriptors this process inherited reach no supervisor and no job.
+    unix::close_on_exec_from(3).map_err(io_error(Path::new("close_range")))?;
+    let max_files = raise_open_file_limit();
+    Ok((signals, max_files, private_state_dir(state_dir)?))
+}
+
+/// The actuator over this machine's cgroups, under `parent` in each hierarchy.
+pub(crate) fn open_cgroups(parent: &str, freezer: Option<Freezer>) -> Result<Cgroups, StartError> {
+    let layout = Layout::detect().map_err(io_error(Path::new("/proc/self/mountinfo")))?;
+    Ok(Cgroups::open(&layout, parent, freezer)?)
+}
+
 /// Raises the soft open-file limit to the hard one (each queued job holds its client's three
 /// descriptors, each waiting client one); returns the limit in force.
-pub(crate) fn raise_open_file_limit() -> u64 {
+fn raise_open_file_limit() -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -595,7 +589,7 @@ fn unsafe_directory(meta: &std::fs::Metadata, sticky_ok: bool) -> Option<String>
 /// Makes (or checks) the state directory and its subdirectories, private to root; refuses one
 /// that another user owns or can write to, or that lies under such a directory. Returns its
 /// resolved path, used from then on (no symbolic link is followed again).
-pub(crate) fn private_state_dir(dir: &Path) -> Result<PathBuf, StartError> {
+fn private_state_dir(dir: &Path) -> Result<PathBuf, StartError> {
     let refuse = |path: &Path, why: String| StartError::Unsafe {
         path: path.to_path_buf(),
         why: format!(
