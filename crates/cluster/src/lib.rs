@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    #[error("etcd: {0}")]
+    #[error(transparent)]
     Etcd(#[from] cosched_etcd::EtcdError),
     #[error("node '{node}' is already in cluster '{cluster}' ({holder}); stop that agent or pick another --node")]
     NodeTaken {
