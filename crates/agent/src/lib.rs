@@ -9,6 +9,7 @@
 //! [`clock`] provides the real-time slot clock that calls it.
 
 pub mod clock;
+pub mod door;
 pub mod fault;
 mod idle;
 pub mod node;

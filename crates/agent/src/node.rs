@@ -8,12 +8,13 @@
 //! so the same agent runs in the daemon's process (channels) or on its own node.
 
 use crate::clock::{self, now_micros, SlotWork, Tick};
+use crate::door::{Door, DOOR_ENV};
 use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
 use crate::{fault, job_name, Applier, IdleTracker, Mode, Samples};
 use cosched_cgroups::{Actuator, CgroupError, Cgroups};
 use cosched_core::{JobId, Micros, Rotation};
-use cosched_proto::{Command, CpuSet, Event, Launch, NodeStatus};
+use cosched_proto::{Command, CpuSet, Ending, Event, Launch, NodeStatus, ProcessRef};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -173,6 +174,15 @@ impl NodeSettings {
     pub fn output_file(&self, job: JobId) -> PathBuf {
         self.file(OUTPUT_DIR, job, ".out")
     }
+
+    /// The supervisor's files of a process added to a job (beside the job's own).
+    fn process_files(&self, job: JobId, process: &ProcessRef) -> [PathBuf; 3] {
+        [
+            self.file(JOBS_DIR, job, &format!(".{process}.exit")),
+            self.file(JOBS_DIR, job, &format!(".{process}.started")),
+            self.file(RUN_DIR, job, &format!(".{process}.sock")),
+        ]
+    }
 }
 
 pub struct NodeAgent<A: Actuator> {
@@ -200,6 +210,10 @@ pub struct NodeAgent<A: Actuator> {
     last_captures: BTreeMap<JobId, Baseline>,
     /// Connections to the supervisors, on which a stored end is confirmed.
     supervisors: BTreeMap<JobId, UnixStream>,
+    /// The CPUs of each job placed here (its processes added later go there too).
+    placed: BTreeMap<JobId, CpuSet>,
+    /// Where the jobs' processes ask for processes on other nodes (a cluster's agents).
+    door: Option<Arc<Door>>,
     /// Set by `Stop`: no more switching; what the stop gave.
     stopped: Option<Result<(), String>>,
     /// The source closed: the agent ends.
@@ -241,10 +255,18 @@ impl<A: Actuator> NodeAgent<A> {
             baselines: BTreeMap::new(),
             last_captures: BTreeMap::new(),
             supervisors: BTreeMap::new(),
+            placed: BTreeMap::new(),
+            door: None,
             stopped: None,
             closed: false,
             adrift: false,
         }
+    }
+
+    /// Opens the jobs' way to add processes on other nodes (`cosched launch-remote`).
+    pub fn with_door(mut self, door: Arc<Door>) -> Self {
+        self.door = Some(door);
+        self
     }
 
     /// Runs until the source closes. Every job is let loose by then (by `Stop`, or at the
@@ -431,6 +453,10 @@ impl<A: Actuator> NodeAgent<A> {
                 self.forget(job);
                 self.kill_at.remove(&job);
                 self.sizes.remove(&job);
+                self.placed.remove(&job);
+                if let Some(door) = &self.door {
+                    door.forget(job);
+                }
                 self.discard(job);
                 if stored {
                     self.confirm_stored(job);
@@ -440,6 +466,25 @@ impl<A: Actuator> NodeAgent<A> {
             Command::Stop { cancel } => {
                 let outcome = self.stop(cancel);
                 self.stopped = Some(outcome);
+            }
+            Command::AddProcess {
+                job,
+                process,
+                launch,
+            } => {
+                if let Err(why) = self.add_process(job, &process, launch) {
+                    let ending = Ending::refused(why);
+                    self.events.report(Event::ProcessEnded {
+                        job,
+                        process,
+                        ending,
+                    });
+                }
+            }
+            Command::ProcessEnded { process, ending, .. } => {
+                if let Some(door) = &self.door {
+                    door.answer(process.request, &ending);
+                }
             }
         }
     }
@@ -468,18 +513,25 @@ impl<A: Actuator> NodeAgent<A> {
             .admit(job, Some(&cpus.to_partition()))
             .map_err(|e| e.to_string())?;
         self.sizes.insert(job, cpus.len() as usize);
+        self.placed.insert(job, cpus.clone());
+        if let Some(door) = &self.door {
+            let files = self.join_files(job)?;
+            door.admit(job, files[0].clone());
+        }
         Ok(())
     }
 
-    /// Starts the job's supervisor (the controller stored the intent before ordering it).
-    fn launch(
-        &mut self,
-        job: JobId,
-        cpus: &CpuSet,
-        mut launch: Launch,
-        stdio: Option<[OwnedFd; 3]>,
-    ) -> Result<(), String> {
-        let env = &mut launch.env;
+    fn join_files(&self, job: JobId) -> Result<Vec<PathBuf>, String> {
+        self.applier
+            .actuator()
+            .join_files(&job_name(job))
+            .map_err(|e| e.to_string())
+    }
+
+    /// What the node adds to the environment of a job's processes: who they are, where they
+    /// run, how they wait in implicit mode, and (in a cluster) how an MPI launcher starts its
+    /// remote daemons through this agent. Values a user set are kept where they only tune.
+    fn node_env(&self, job: JobId, cpus: &CpuSet, env: &mut Vec<(String, String)>) {
         let mut set_default = |key: &str, value: &str| {
             if !env.iter().any(|(k, _)| k == key) {
                 env.push((key.to_string(), value.to_string()));
@@ -491,34 +543,117 @@ impl<A: Actuator> NodeAgent<A> {
             set_default("GOMP_SPINCOUNT", "10000");
             set_default("COSCHED_WAIT", "spinblock");
         }
-        env.retain(|(k, _)| k != "COSCHED_JOB_ID" && k != "COSCHED_CPUS");
-        env.push(("COSCHED_JOB_ID".into(), job.to_string()));
-        env.push(("COSCHED_CPUS".into(), cpus.to_string()));
-        let name = job_name(job);
+        if self.door.is_some() {
+            let exe = self.settings.supervisor_exe.display();
+            set_default("OMPI_MCA_plm_rsh_agent", &format!("{exe} launch-remote"));
+        }
+        let mut ours = vec![
+            ("COSCHED_JOB_ID", job.to_string()),
+            ("COSCHED_CPUS", cpus.to_string()),
+            ("COSCHED_NODE", self.settings.node.clone()),
+        ];
+        if let Some(door) = &self.door {
+            ours.push((DOOR_ENV, door.path().display().to_string()));
+        }
+        env.retain(|(k, _)| !ours.iter().any(|(o, _)| o == k));
+        env.extend(ours.into_iter().map(|(k, v)| (k.to_string(), v)));
+    }
+
+    /// Starts a process of a job placed here, asked for by a process of the job on another
+    /// node: in the job's cgroup, as the job's user, under a supervisor that lets the job
+    /// loose if this agent dies. Its output goes to the job's output file on this node.
+    fn add_process(
+        &mut self,
+        job: JobId,
+        process: &ProcessRef,
+        mut launch: Launch,
+    ) -> Result<(), String> {
+        let cpus = self
+            .placed
+            .get(&job)
+            .cloned()
+            .ok_or_else(|| format!("job {job} is not placed on node {}", self.settings.node))?;
+        self.node_env(job, &cpus, &mut launch.env);
+        let [exit_file, started_file, socket] = self.settings.process_files(job, process);
         let (uid, gid) = (launch.uid, launch.gid);
         let spec = LaunchSpec {
             job,
             launch,
-            join_files: self
-                .applier
-                .actuator()
-                .join_files(&name)
-                .map_err(|e| e.to_string())?,
+            join_files: self.join_files(job)?,
+            release: self.applier.release_steps(job).map_err(|e| e.to_string())?,
+            exit_file,
+            started_file,
+            socket,
+        };
+        let stdio = self.default_stdio(job, uid, gid)?;
+        let (child, stream) = self.spawn_supervisor(&spec, stdio)?;
+        let reader = stream
+            .try_clone()
+            .map_err(|e| format!("watching the supervisor: {e}"))?;
+        let events = Arc::clone(&self.events);
+        let process = process.clone();
+        std::thread::Builder::new()
+            .name(format!("cosched-watch-{job}-{process}"))
+            .spawn(move || {
+                let ending = supervisor::read_report(&reader, REPORT_LIMIT)
+                    .or_else(|| supervisor::kept_exit(&spec.exit_file))
+                    .unwrap_or_else(|| Ending::refused("its supervisor died"));
+                // Nothing keeps a process's status across a restart: its asker waits on a
+                // connection that a restart breaks anyway.
+                let _ = (&stream).write_all(b"ok\n");
+                events.report(Event::ProcessEnded {
+                    job,
+                    process,
+                    ending,
+                });
+                let mut child = child;
+                let _ = child.wait();
+                for file in [&spec.exit_file, &spec.started_file, &spec.socket] {
+                    let _ = std::fs::remove_file(file);
+                }
+            })
+            .map_err(|e| format!("watching the supervisor: {e}"))?;
+        Ok(())
+    }
+
+    /// Starts a supervisor with a fresh listening socket for a restarted agent.
+    fn spawn_supervisor(
+        &self,
+        spec: &LaunchSpec,
+        stdio: [OwnedFd; 3],
+    ) -> Result<(Child, UnixStream), String> {
+        let _ = std::fs::remove_file(&spec.socket);
+        let listener = UnixListener::bind(&spec.socket)
+            .map_err(|e| format!("{}: {e}", spec.socket.display()))?;
+        let exe = &self.settings.supervisor_exe;
+        supervisor::spawn(exe, spec, listener, stdio)
+            .map_err(|e| format!("starting the supervisor {}: {e}", exe.display()))
+    }
+
+    /// Starts the job's supervisor (the controller stored the intent before ordering it).
+    fn launch(
+        &mut self,
+        job: JobId,
+        cpus: &CpuSet,
+        mut launch: Launch,
+        stdio: Option<[OwnedFd; 3]>,
+    ) -> Result<(), String> {
+        self.node_env(job, cpus, &mut launch.env);
+        let (uid, gid) = (launch.uid, launch.gid);
+        let spec = LaunchSpec {
+            job,
+            launch,
+            join_files: self.join_files(job)?,
             release: self.applier.release_steps(job).map_err(|e| e.to_string())?,
             exit_file: self.settings.exit_file(job),
             started_file: self.settings.started_file(job),
             socket: self.settings.socket_file(job),
         };
-        let _ = std::fs::remove_file(&spec.socket);
-        let listener = UnixListener::bind(&spec.socket)
-            .map_err(|e| format!("{}: {e}", spec.socket.display()))?;
         let stdio = match stdio {
             Some(stdio) => stdio,
             None => self.default_stdio(job, uid, gid)?,
         };
-        let exe = &self.settings.supervisor_exe;
-        let (child, stream) = supervisor::spawn(exe, &spec, listener, stdio)
-            .map_err(|e| format!("starting the supervisor {}: {e}", exe.display()))?;
+        let (child, stream) = self.spawn_supervisor(&spec, stdio)?;
         fault::point("spawned", job);
         self.watch(job, stream, Some(child));
         Ok(())

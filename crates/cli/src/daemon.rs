@@ -188,6 +188,14 @@ pub struct AgentArgs {
     #[arg(long, default_value_t = 3, value_name = "SECONDS",
           value_parser = clap::value_parser!(i64).range(1..=60))]
     lease_ttl: i64,
+    /// Where other nodes reach this one for MPI (a host name or IPv4 address, as it appears
+    /// in the hostfiles cosched writes for jobs) [default: the node name]
+    #[arg(long, value_name = "ADDR")]
+    address: Option<String>,
+    /// The socket through which a job's processes (`cosched launch-remote`, run by mpirun)
+    /// ask for processes on other nodes [default: /run/cosched-agent-NAME.sock]
+    #[arg(long, value_name = "PATH")]
+    door: Option<PathBuf>,
 }
 
 pub fn agent(args: AgentArgs) -> Result<()> {
@@ -216,6 +224,9 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         cgroup_parent: args
             .cgroup_parent
             .unwrap_or_else(|| format!("cosched-{}", args.node)),
+        door: args
+            .door
+            .unwrap_or_else(|| PathBuf::from(format!("/run/cosched-agent-{}.sock", args.node))),
         node: args.node,
         cpus,
         mode: args.mode,
@@ -224,6 +235,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         idle_after: (args.idle_after > 0.0).then_some((args.idle_after * 1e6) as i64),
         deadline: args.deadline_ms as i64 * 1_000,
         lease_ttl: args.lease_ttl,
+        address: args.address,
     };
     cosched_daemon::serve_node(config, |banner| eprintln!("{banner}"))?;
     Ok(())

@@ -3,10 +3,12 @@
 //! Exit codes: 0 success, 1 the command failed (bad input file, bad option value, I/O, a
 //! request the daemon refused), 2 the command line itself is malformed (from the argument
 //! parser). `cosched run` and `cosched wait` exit with their job's code instead (128 + signal
-//! when killed).
+//! when killed); `cosched launch-remote` with its remote process's (255 when it could not
+//! start, as ssh).
 
 mod client;
 mod daemon;
+mod remote;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -39,6 +41,7 @@ enum Command {
     Matrix(client::MatrixArgs),
     Stats(client::StatsArgs),
     Nodes(client::NodesArgs),
+    LaunchRemote(remote::LaunchRemoteArgs),
     /// Cancel a job: SIGTERM, then SIGKILL after a grace period
     Cancel(client::JobArgs),
     /// Take a job out of the rotation and stop it
@@ -67,6 +70,7 @@ fn execute(command: Command) -> anyhow::Result<i32> {
     match command {
         Command::Run(args) => return client::run(args),
         Command::Wait(args) => return client::wait(args),
+        Command::LaunchRemote(args) => return remote::launch_remote(args),
         Command::Daemon(args) => daemon::run(args),
         Command::Agent(args) => daemon::agent(args),
         Command::Ps(args) => client::ps(args),

@@ -119,6 +119,9 @@ pub struct NodeInfo {
     pub agent: String,
     /// When it joined, on its clock.
     pub joined_us: Micros,
+    /// Where its jobs' MPI daemons are reached, when not at the node's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 /// The controller holding the leader key.

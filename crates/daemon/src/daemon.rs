@@ -18,7 +18,8 @@ use cosched_core::{
     Scheduler, Shape,
 };
 use cosched_proto::{
-    Command, Ending, Event, JobState as StateView, Launch, NodeMap, NodeStatus, Summary,
+    Command, Ending, Event, JobState as StateView, Launch, NodeCpus, NodeMap, NodeStatus,
+    ProcessRef, Summary,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
@@ -427,7 +428,9 @@ impl Inner {
         })?;
         let mut launch = first_launch.then(|| {
             fault::point("intent", job);
-            self.launch_of(job)
+            let mut launch = self.launch_of(job);
+            self.tell_mpi_hosts(&placed, &mut launch.env);
+            launch
         });
         let mut stdio = if first_launch {
             self.stdio.remove(&job)
@@ -449,6 +452,28 @@ impl Inner {
             );
         }
         Ok(())
+    }
+
+    /// Where an MPI launcher in a job across a cluster's nodes starts its ranks:
+    /// `COSCHED_HOSTS` (`address:slots,...`, the job's nodes, its launcher's first) and, unless
+    /// the user set one, Open MPI's default `-host` (so a plain `mpirun -np N prog` spans the
+    /// job's nodes). Nothing on one machine.
+    fn tell_mpi_hosts(&self, placed: &[NodeCpus], env: &mut Vec<(String, String)>) {
+        let addresses: Option<Vec<String>> = placed
+            .iter()
+            .map(|p| {
+                let node = self.settings.nodes.nodes().iter().find(|n| n.name == p.node)?;
+                Some(format!("{}:{}", node.address.as_ref()?, p.cpus.len()))
+            })
+            .collect();
+        let Some(hosts) = addresses.map(|a| a.join(",")) else {
+            return;
+        };
+        env.retain(|(k, _)| k != "COSCHED_HOSTS");
+        if !env.iter().any(|(k, _)| k == "OMPI_MCA_orte_default_dash_host") {
+            env.push(("OMPI_MCA_orte_default_dash_host".into(), hosts.clone()));
+        }
+        env.push(("COSCHED_HOSTS".into(), hosts));
     }
 
     /// What the job runs and as whom, from its record.
@@ -1002,6 +1027,81 @@ impl Inner {
         }
     }
 
+    /// A process of `job` (as uid `uid`) asks for a process of the job on node `host` (an MPI
+    /// launcher's remote daemon): the node must be one the job holds, and the asker its owner
+    /// (or root). The process is started there with the job's identity and environment; a
+    /// refusal reaches the asker as the process's end.
+    pub fn process_wanted(
+        &mut self,
+        job: JobId,
+        process: ProcessRef,
+        host: &str,
+        command: String,
+        uid: u32,
+    ) {
+        let target = self
+            .settings
+            .nodes
+            .nodes()
+            .iter()
+            .find(|n| n.name == host || n.address.as_deref() == Some(host))
+            .map(|n| n.name.clone());
+        let checked = (|| {
+            let record = self
+                .records
+                .get(&job)
+                .filter(|r| r.launched && !r.status.ended())
+                .ok_or_else(|| format!("job {job} is not running"))?;
+            if uid != 0 && uid != record.owner.uid {
+                return Err(format!(
+                    "uid {uid} may not add processes to job {job} (owned by uid {})",
+                    record.owner.uid
+                ));
+            }
+            let target =
+                target.ok_or_else(|| format!("no node of this cluster is known as '{host}'"))?;
+            if !record.nodes.contains(&target) {
+                return Err(format!(
+                    "job {job} holds no processors on node {target} (it has {})",
+                    record.nodes.join(", ")
+                ));
+            }
+            if self.absent.contains(&target) {
+                return Err(format!("node {target}'s agent left the cluster"));
+            }
+            let mut launch = self.launch_of(job);
+            launch.argv = vec!["/bin/sh".into(), "-c".into(), command];
+            Ok((target, launch))
+        })();
+        match checked {
+            Ok((target, launch)) => {
+                log(format_args!(
+                    "job {job}: node {} adds a process on node {target} (request {})",
+                    process.node, process.request
+                ));
+                let add = Command::AddProcess {
+                    job,
+                    process,
+                    launch,
+                };
+                self.send(&target, add.into());
+            }
+            Err(why) => {
+                log(format_args!(
+                    "job {job}: refused node {}'s request {}: {why}",
+                    process.node, process.request
+                ));
+                let asker = process.node.clone();
+                let refused = Command::ProcessEnded {
+                    job,
+                    process,
+                    ending: Ending::refused(why),
+                };
+                self.send(&asker, refused.into());
+            }
+        }
+    }
+
     /// Launched jobs whose end is not recorded yet.
     pub fn launched_unfinished(&self) -> usize {
         self.records
@@ -1113,6 +1213,26 @@ impl Shared {
             Event::Woke { job } => inner.woke(job, now),
             Event::Trouble { job, what } => log(format_args!("job {job}: agent: {what}")),
             Event::Status { status } => inner.heard_from(status, now),
+            Event::ProcessWanted {
+                job,
+                process,
+                host,
+                command,
+                uid,
+            } => inner.process_wanted(job, process, &host, command, uid),
+            Event::ProcessEnded {
+                job,
+                process,
+                ending,
+            } => {
+                let asker = process.node.clone();
+                let ended = Command::ProcessEnded {
+                    job,
+                    process,
+                    ending,
+                };
+                inner.send(&asker, ended.into());
+            }
         });
     }
 

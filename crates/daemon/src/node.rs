@@ -3,9 +3,12 @@
 //! shared slot clock, and lets them loose when it loses the control plane past its deadline
 //! or when it stops.
 
-use crate::server::{io_error, open_cgroups, take_charge, wait_for_stop, StartError};
+use crate::server::{
+    io_error, open_cgroups, take_charge, unsafe_directory, wait_for_stop, StartError,
+};
 use cosched_agent::clock::now_micros;
-use cosched_agent::{Mode, NodeAgent, NodeSettings};
+use cosched_agent::door::Door;
+use cosched_agent::{EventSink, Mode, NodeAgent, NodeSettings};
 use cosched_cgroups::{Actuator, Freezer};
 use cosched_cluster::{join, whoami, ClusterError, Keys, NodeInfo};
 use cosched_core::Micros;
@@ -30,6 +33,27 @@ pub struct NodeConfig {
     pub deadline: Micros,
     /// Seconds the node's key outlives an agent that stopped renewing its lease.
     pub lease_ttl: i64,
+    /// Where other nodes' MPI launchers reach this node (none: its name).
+    pub address: Option<String>,
+    /// The socket through which the jobs' processes ask for processes on other nodes.
+    pub door: PathBuf,
+}
+
+/// The door's directory must be root's and not writable by others (sticky, as /tmp, will
+/// do: nobody can then replace the socket).
+fn check_door(path: &Path) -> Result<(), StartError> {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let meta = std::fs::metadata(parent).map_err(io_error(parent))?;
+    match unsafe_directory(&meta, true) {
+        Some(why) => Err(StartError::Unsafe {
+            path: parent.to_path_buf(),
+            why: format!("the --door socket's directory is {why}"),
+        }),
+        None => Ok(()),
+    }
 }
 
 fn log(message: impl std::fmt::Display) {
@@ -47,6 +71,15 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     if config.cpus.is_empty() {
         return Err(StartError::Config("--cpus names no CPU".into()));
     }
+    if config.address.as_ref().is_some_and(|a| {
+        a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == ',' || c == ':')
+    }) {
+        return Err(StartError::Config(
+            "--address must be one host name or IPv4 address (no spaces, commas or colons)"
+                .into(),
+        ));
+    }
+    check_door(&config.door)?;
     let (signals, _max_files, state_dir) = take_charge(&config.state_dir)?;
     let actuator = open_cgroups(&config.cgroup_parent, config.freezer)?;
     let described = actuator.describe();
@@ -62,6 +95,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         mode: config.mode,
         agent: whoami(),
         joined_us: now_micros(),
+        address: config.address.clone(),
     };
     // Renewed a few times per lease, and often enough to notice a loss well within the deadline.
     let check = Duration::from_micros(
@@ -69,6 +103,9 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     );
     let membership = join(client, &keys, info, config.lease_ttl, check)?;
     let (source, closer) = membership.orders(config.deadline)?;
+    let events: Arc<dyn EventSink> = Arc::new(membership.events());
+    let door = Door::open(&config.door, &config.node, Arc::clone(&events))
+        .map_err(|e| StartError::Config(e.to_string()))?;
     let agent = NodeAgent::new(
         NodeSettings {
             node: config.node.clone(),
@@ -79,20 +116,22 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
             supervisor_exe: config.supervisor_exe.clone(),
         },
         actuator,
-        Arc::new(membership.events()),
-    );
+        events,
+    )
+    .with_door(door);
     let clock = std::thread::Builder::new()
         .name("cosched-clock".into())
         .spawn(move || agent.run(source))
         .map_err(io_error(Path::new("clock thread")))?;
     ready(&format!(
         "cosched agent: node {} of cluster '{}', CPUs {}, {} mode, {described}; lets jobs loose \
-         {} ms after losing the control plane",
+         {} ms after losing the control plane; jobs add processes here through {}",
         config.node,
         keys.cluster(),
         config.cpus,
         config.mode,
-        config.deadline / 1000
+        config.deadline / 1000,
+        config.door.display()
     ));
     let signal = wait_for_stop(&signals);
     log(format_args!(

@@ -488,6 +488,7 @@ fn wait_for_nodes(
                 infos
                     .into_iter()
                     .map(|n| Node {
+                        address: Some(n.address.unwrap_or_else(|| n.node.clone())),
                         name: n.node,
                         cpus: n.cpus,
                     })
@@ -573,7 +574,7 @@ fn raise_open_file_limit() -> u64 {
 
 /// Why a directory is unsafe for root to keep files in, if it is: another user owns it or may
 /// write to it (and so plant, rename or swap what root later opens).
-fn unsafe_directory(meta: &std::fs::Metadata, sticky_ok: bool) -> Option<String> {
+pub(crate) fn unsafe_directory(meta: &std::fs::Metadata, sticky_ok: bool) -> Option<String> {
     let mode = meta.mode();
     if !meta.is_dir() {
         Some("not a directory".into())

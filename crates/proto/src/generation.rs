@@ -52,6 +52,10 @@ impl From<Role> for cosched_core::Role {
 pub struct Node {
     pub name: String,
     pub cpus: CpuSet,
+    /// Where the node's MPI daemons are reached (an address or host name, as a hostfile
+    /// gives it); none on one machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 /// The machine as nodes: processor `p` of the core's machine is the `p % n`-th CPU of node
@@ -126,6 +130,7 @@ impl NodeMap {
         NodeMap::new(vec![Node {
             name: name.to_string(),
             cpus: CpuSet::from_cpus(0..procs),
+            address: None,
         }])
     }
 
@@ -283,10 +288,12 @@ mod tests {
             Node {
                 name: "a".into(),
                 cpus: "2-3".parse().unwrap(),
+                address: None,
             },
             Node {
                 name: "b".into(),
                 cpus: "0,5".parse().unwrap(),
+                address: None,
             },
         ])
         .unwrap()
@@ -318,6 +325,7 @@ mod tests {
         let node = |name: &str, cpus: &str| Node {
             name: name.into(),
             cpus: cpus.parse().unwrap(),
+            address: None,
         };
         assert_eq!(NodeMap::new(vec![]), Err(NodeMapError::NoNodes));
         assert!(matches!(

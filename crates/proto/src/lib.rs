@@ -14,7 +14,7 @@ pub use generation::{
     valid_node_name, Entry, Generation, Node, NodeCpus, NodeMap, NodeMapError, Role, Slice,
 };
 pub use names::{Class, JobState, Mode, UnknownMode};
-pub use order::{Command, Ending, Event, ExitInfo, Launch};
+pub use order::{Command, Ending, Event, ExitInfo, Launch, ProcessRef, ProcessRequest};
 pub use status::{NodeStatus, Summary};
 
 /// Bumped whenever a wire type changes meaning; a reader refuses another version.

@@ -80,6 +80,46 @@ pub enum Command {
     /// Clean stop: every job let loose (or killed) and no more switching; orders about
     /// ends are still carried out until the controller lets go.
     Stop { cancel: bool },
+    /// Start a process of the job on this node (LLNL's `GangProcAdd`: an MPI launcher's
+    /// remote daemon), in the job's cgroup, as the job's user, under a supervisor of its own.
+    AddProcess {
+        job: JobId,
+        process: ProcessRef,
+        launch: Launch,
+    },
+    /// The process another node asked for ended (or was refused): the asker's waiting
+    /// `launch-remote` gets the status.
+    ProcessEnded {
+        job: JobId,
+        process: ProcessRef,
+        ending: Ending,
+    },
+}
+
+/// A process added to a job at another node's request: the asking node and its request
+/// number (unique on that node), which name the process everywhere.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessRef {
+    pub node: String,
+    pub request: u64,
+}
+
+impl std::fmt::Display for ProcessRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.node, self.request)
+    }
+}
+
+/// What `cosched launch-remote` asks its node's agent, inside a job: run `command` (shell
+/// words, joined as sshd would for `sh -c`) on the node known as `host`. The answer is one
+/// [`Ending`] when that process ends (or is refused: code 255, as ssh, and a note).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessRequest {
+    pub job: JobId,
+    pub host: String,
+    pub command: String,
 }
 
 /// A report from a node's agent.
@@ -100,6 +140,34 @@ pub enum Event {
     Trouble { job: JobId, what: String },
     /// The node's figures, about once a second and when it stops.
     Status { status: NodeStatus },
+    /// A process of the job (uid `uid`, checked against the job's cgroup here) asks for a
+    /// process on node `host` (an address or a node name).
+    ProcessWanted {
+        job: JobId,
+        process: ProcessRef,
+        host: String,
+        command: String,
+        uid: u32,
+    },
+    /// A process started by `AddProcess` ended (or could not start).
+    ProcessEnded {
+        job: JobId,
+        process: ProcessRef,
+        ending: Ending,
+    },
+}
+
+impl Ending {
+    /// A process that never ran: status 255 (as ssh's own failures) and why.
+    pub fn refused(why: impl Into<String>) -> Ending {
+        Ending {
+            exit: ExitInfo {
+                code: Some(255),
+                signal: None,
+            },
+            note: Some(why.into()),
+        }
+    }
 }
 
 impl Command {
@@ -113,7 +181,9 @@ impl Command {
             | Command::LetLoose { job }
             | Command::Cancel { job }
             | Command::Ended { job, .. }
-            | Command::Stored { job } => Some(*job),
+            | Command::Stored { job }
+            | Command::AddProcess { job, .. }
+            | Command::ProcessEnded { job, .. } => Some(*job),
         }
     }
 }

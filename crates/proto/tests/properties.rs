@@ -21,6 +21,7 @@ fn machine_and_processors() -> impl Strategy<Value = (NodeMap, BTreeSet<u32>)> {
                     .map(|(i, cpus)| Node {
                         name: format!("n{i}"),
                         cpus: CpuSet::from_cpus(cpus),
+                        address: None,
                     })
                     .collect();
                 (NodeMap::new(nodes).expect("valid nodes"), processors)
