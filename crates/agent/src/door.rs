@@ -114,7 +114,9 @@ impl Door {
     }
 
     fn lock(&self) -> MutexGuard<'_, DoorState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The job is placed here: its processes may ask.

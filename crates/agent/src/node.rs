@@ -481,7 +481,9 @@ impl<A: Actuator> NodeAgent<A> {
                     });
                 }
             }
-            Command::ProcessEnded { process, ending, .. } => {
+            Command::ProcessEnded {
+                process, ending, ..
+            } => {
                 if let Some(door) = &self.door {
                     door.answer(process.request, &ending);
                 }

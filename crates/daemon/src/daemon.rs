@@ -462,7 +462,12 @@ impl Inner {
         let addresses: Option<Vec<String>> = placed
             .iter()
             .map(|p| {
-                let node = self.settings.nodes.nodes().iter().find(|n| n.name == p.node)?;
+                let node = self
+                    .settings
+                    .nodes
+                    .nodes()
+                    .iter()
+                    .find(|n| n.name == p.node)?;
                 Some(format!("{}:{}", node.address.as_ref()?, p.cpus.len()))
             })
             .collect();
@@ -470,7 +475,10 @@ impl Inner {
             return;
         };
         env.retain(|(k, _)| k != "COSCHED_HOSTS");
-        if !env.iter().any(|(k, _)| k == "OMPI_MCA_orte_default_dash_host") {
+        if !env
+            .iter()
+            .any(|(k, _)| k == "OMPI_MCA_orte_default_dash_host")
+        {
             env.push(("OMPI_MCA_orte_default_dash_host".into(), hosts.clone()));
         }
         env.push(("COSCHED_HOSTS".into(), hosts));

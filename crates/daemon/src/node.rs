@@ -75,8 +75,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == ',' || c == ':')
     }) {
         return Err(StartError::Config(
-            "--address must be one host name or IPv4 address (no spaces, commas or colons)"
-                .into(),
+            "--address must be one host name or IPv4 address (no spaces, commas or colons)".into(),
         ));
     }
     check_door(&config.door)?;

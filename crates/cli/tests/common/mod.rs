@@ -222,14 +222,7 @@ impl Daemon {
     }
 
     pub fn cpu_us(&self, job: u64) -> i64 {
-        std::fs::read_to_string(self.cgroup(job).join("cpu.stat"))
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("usage_usec "))
-                    .and_then(|v| v.trim().parse().ok())
-            })
-            .unwrap_or(0)
+        cgroup_cpu_us(&self.cgroup(job))
     }
 
     pub fn signal(&mut self, signal: i32) {
@@ -267,7 +260,24 @@ impl Drop for Daemon {
 /// For every slot of `slots` after now: CPU time each job got in the middle of the slot
 /// (15 ms clear of both boundaries: cgroup CPU time is brought up to date at scheduler ticks).
 pub fn per_slot_cpu(d: &Daemon, a: u64, b: u64, slots: usize) -> Vec<(i64, i64)> {
-    let m = d.json(&["matrix", "--json"]);
+    per_slot_cpu_of(
+        &d.json(&["matrix", "--json"]),
+        |job| d.cpu_us(job),
+        a,
+        b,
+        slots,
+    )
+}
+
+/// `per_slot_cpu` for the slot clock of `matrix` (`cosched matrix --json`), with each job's
+/// CPU time (µs) as `cpu_us` reads it.
+pub fn per_slot_cpu_of(
+    m: &Value,
+    cpu_us: impl Fn(u64) -> i64,
+    a: u64,
+    b: u64,
+    slots: usize,
+) -> Vec<(i64, i64)> {
     let (epoch, quantum) = (
         m["epoch_us"].as_i64().unwrap(),
         m["quantum_us"].as_i64().unwrap(),
@@ -283,9 +293,9 @@ pub fn per_slot_cpu(d: &Daemon, a: u64, b: u64, slots: usize) -> Vec<(i64, i64)>
             }
         };
         sleep_to(start + 15_000);
-        let (a0, b0) = (d.cpu_us(a), d.cpu_us(b));
+        let (a0, b0) = (cpu_us(a), cpu_us(b));
         sleep_to(start + quantum - 15_000);
-        let (a1, b1) = (d.cpu_us(a), d.cpu_us(b));
+        let (a1, b1) = (cpu_us(a), cpu_us(b));
         if now_us() < start + quantum {
             out.push((a1 - a0, b1 - b0));
         }
@@ -334,6 +344,18 @@ pub fn remove_cgroups(name: &str) {
         }
         let _ = std::fs::remove_dir(&parent);
     }
+}
+
+/// CPU time (µs) of the processes in a cgroup v2 directory (0 when it is gone).
+pub fn cgroup_cpu_us(cgroup: &Path) -> i64 {
+    std::fs::read_to_string(cgroup.join("cpu.stat"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 pub fn v2_root() -> PathBuf {

@@ -1,0 +1,284 @@
+//! The cluster lab end to end (`scripts/cluster-lab`): nodes are network namespaces behind a
+//! bridge, etcd and the controller run in the hub namespace, each node has its agent, CPU and
+//! cgroups, and real Open MPI jobs cross the bridge: `mpirun` runs in the job on its first
+//! node and starts its remote daemon through `cosched launch-remote`. Needs root, as CI runs.
+//! Clients talk to the controller over its Unix socket only (no traffic from the root
+//! namespace to a lab address, which would be routed off the machine).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One lab at a time: both would share the two CPUs.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+struct Lab {
+    _serial: std::sync::MutexGuard<'static, ()>,
+    name: String,
+    dir: PathBuf,
+}
+
+impl Lab {
+    /// Two one-CPU nodes (a: CPU 0, b: CPU 1), 100 ms slots.
+    fn up(tag: &str) -> Lab {
+        let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        assert_eq!(unsafe { libc::geteuid() }, 0, "the lab needs root");
+        let name = format!("{tag}{}", std::process::id() % 100_000);
+        let lab = Lab {
+            _serial: serial,
+            dir: PathBuf::from(format!("/run/cosched-lab-{name}")),
+            name,
+        };
+        let out = lab.script(&["up", "--nodes", "2", "--quantum-ms", "100"]);
+        assert!(
+            out.status.success(),
+            "cluster-lab up: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lab
+    }
+
+    fn script(&self, args: &[&str]) -> Output {
+        Command::new(repo().join("scripts/cluster-lab"))
+            .args(args)
+            .args(["--name", &self.name])
+            .env("COSCHED", COSCHED)
+            .output()
+            .unwrap()
+    }
+
+    fn cosched(&self, args: &[&str]) -> Output {
+        Command::new(COSCHED)
+            .args(args)
+            .env("COSCHED_SOCKET", self.dir.join("cosched.sock"))
+            .output()
+            .unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.cosched(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Submits `sh -c SCRIPT` on two processors (one per node), detached; returns its id.
+    fn submit(&self, script: &str) -> u64 {
+        let out = Command::new(COSCHED)
+            .args(["run", "-n", "2", "--detach", "--", "sh", "-c", script])
+            .env("COSCHED_SOCKET", self.dir.join("cosched.sock"))
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("PMIX_MCA_psec", "native")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "submit: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+
+    fn job(&self, id: u64) -> Value {
+        let all = self.json(&["ps", "--all", "--json"]);
+        all.as_array()
+            .and_then(|jobs| jobs.iter().find(|j| j["id"] == id).cloned())
+            .unwrap_or(Value::Null)
+    }
+
+    fn wait_state(&self, id: u64, state: &str, patience: Duration) -> Value {
+        let start = Instant::now();
+        loop {
+            let job = self.job(id);
+            if job["state"] == state {
+                return job;
+            }
+            assert!(
+                start.elapsed() < patience,
+                "job {id} is not {state} after {patience:?}: {job}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn cgroup(&self, node: &str, job: u64) -> PathBuf {
+        v2_root()
+            .join(format!("cosched-{}-{node}", self.name))
+            .join(format!("job-{job}"))
+    }
+
+    fn output(&self, node: &str, job: u64) -> String {
+        std::fs::read_to_string(self.dir.join(format!("node-{node}/output/job-{job}.out")))
+            .unwrap_or_default()
+    }
+
+    fn logs(&self) -> String {
+        ["controller", "agent-a", "agent-b"]
+            .iter()
+            .map(|f| {
+                let text = std::fs::read_to_string(self.dir.join(format!("{f}.log")));
+                format!("--- {f}.log\n{}", text.unwrap_or_default())
+            })
+            .collect()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs());
+        }
+        let out = self.script(&["down"]);
+        if !out.status.success() {
+            eprintln!("cluster-lab down: {out:?}");
+        }
+    }
+}
+
+fn pingpong() -> PathBuf {
+    let workloads = repo().join("bench/workloads");
+    let made = Command::new("make")
+        .args(["-s", "-C"])
+        .arg(&workloads)
+        .arg("build/pingpong")
+        .status()
+        .unwrap();
+    assert!(made.success(), "building the MPI ping-pong");
+    workloads.join("build/pingpong").canonicalize().unwrap()
+}
+
+/// A 2-rank ping-pong, one rank per node, then `exit CODE`.
+fn mpi_job(program: &Path, rounds: u32, code: i32) -> String {
+    format!(
+        "mpirun -np 2 --map-by node --mca btl tcp,self {} -n {rounds} -w 20 && exit {code}",
+        program.display()
+    )
+}
+
+#[test]
+fn two_mpi_jobs_across_two_nodes_take_turns_and_keep_their_exit_codes() {
+    let program = pingpong();
+    let lab = Lab::up("mpi");
+    let first = lab.submit(&mpi_job(&program, 150_000, 5));
+    let second = lab.submit(&mpi_job(&program, 150_000, 6));
+    for job in [first, second] {
+        lab.wait_state(job, "running", Duration::from_secs(20));
+    }
+    // Until both have their ranks on both nodes (the remote daemon starts through the agent).
+    let start = Instant::now();
+    while [first, second]
+        .iter()
+        .any(|job| cgroup_cpu_us(&lab.cgroup("b", *job)) < 20_000)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no rank ran on node b\n{}",
+            lab.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let matrix = lab.json(&["matrix", "--json"]);
+    for node in ["a", "b"] {
+        let slots = per_slot_cpu_of(
+            &matrix,
+            |job| cgroup_cpu_us(&lab.cgroup(node, job)),
+            first,
+            second,
+            8,
+        );
+        assert_gang(&slots, 2, &format!("node {node}"));
+    }
+    let nodes = lab.json(&["nodes", "--json"]);
+    assert_eq!(nodes.as_array().map(Vec::len), Some(2), "{nodes}");
+    for (job, code) in [(first, 5), (second, 6)] {
+        let ended = lab.wait_state(job, "done", Duration::from_secs(60));
+        assert_eq!(ended["exit"]["code"], code, "{ended}");
+        let out = lab.output("a", job);
+        assert!(
+            out.contains(r#""workload":"pingpong","ranks":2"#),
+            "job {job}'s output on node a: {out}"
+        );
+    }
+    // The remote daemons ended with their jobs, and nothing is left of the jobs on any node.
+    let start = Instant::now();
+    while ["a", "b"]
+        .iter()
+        .any(|node| lab.cgroup(node, first).exists() || lab.cgroup(node, second).exists())
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "job cgroups left behind"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let controller = std::fs::read_to_string(lab.dir.join("controller.log")).unwrap();
+    assert!(
+        controller.contains(&format!("job {first}: node a adds a process on node b")),
+        "{controller}"
+    );
+}
+
+#[test]
+fn only_a_jobs_own_processes_may_add_processes_and_only_on_its_nodes() {
+    let lab = Lab::up("door");
+    let door = lab.dir.join("agent-a.sock");
+    // A long job on both nodes, whose processes try things.
+    let job = lab.submit("sleep 60");
+    lab.wait_state(job, "running", Duration::from_secs(20));
+    let launch_remote = |uid: u32, env: &[(&str, &str)], args: &[&str]| {
+        let mut command = Command::new(COSCHED);
+        command.arg("launch-remote").args(args).env_clear();
+        command.envs(env.iter().copied());
+        if uid != 0 {
+            command.uid(uid).gid(uid);
+        }
+        command.output().unwrap()
+    };
+    // Outside any job: no door named.
+    let out = launch_remote(0, &[], &["b", "true"]);
+    refused(&out, "COSCHED_AGENT is not set");
+    // Root's process outside the job, naming it: not one of the job's processes.
+    let env = [
+        ("COSCHED_AGENT", door.to_str().unwrap()),
+        ("COSCHED_JOB_ID", &job.to_string()),
+    ];
+    let out = launch_remote(0, &env, &["10.77.0.12", "true"]);
+    assert_eq!(out.status.code(), Some(255), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not part of job"), "{err}");
+    // Inside the job: an unknown host, then a command on node b that fails with its code.
+    let inside = |script: &str| {
+        let id = lab.submit(&format!(
+            "try() {{ {COSCHED} launch-remote \"$@\"; echo \"rc=$?\"; }}; {script}"
+        ));
+        lab.wait_state(id, "done", Duration::from_secs(30));
+        (id, lab.output("a", id))
+    };
+    let (_, out) = inside("try nowhere true");
+    assert!(
+        out.contains("no node of this cluster is known as 'nowhere'") && out.contains("rc=255"),
+        "{out}"
+    );
+    let (id, out) = inside("try 10.77.0.12 'echo remote on $COSCHED_NODE; exit 3'");
+    assert!(out.contains("rc=3"), "{out}");
+    let remote = lab.output("b", id);
+    assert!(
+        remote.contains("remote on b"),
+        "node b's output of job {id}: {remote}"
+    );
+    // As nobody (the lab's directory and the door are open to all), naming root's job:
+    // refused by the agent, before anything reaches the controller.
+    let out = launch_remote(NOBODY, &env, &["10.77.0.12", "true"]);
+    assert_eq!(out.status.code(), Some(255), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not part of job"), "{err}");
+    let _ = lab.cosched(&["cancel", &job.to_string()]);
+}
