@@ -718,22 +718,20 @@ impl<A: Actuator> NodeAgent<A> {
     /// After a controller restart: the job's live supervisor, else its kept exit status, else
     /// (it started but left nothing) lost, else it never started and may be launched.
     fn adopt(&mut self, job: JobId, suspended: bool) {
+        if self.supervisors.contains_key(&job) {
+            // A new controller took over while this agent ran on: it still watches the
+            // supervisor (connecting again would break that watch and report a false loss).
+            if suspended {
+                self.keep_suspended(job);
+            }
+            return;
+        }
         // The supervisor holds its listening socket from birth: connecting finds a live one.
         match UnixStream::connect(self.settings.socket_file(job)) {
             Ok(stream) => {
                 self.watch(job, stream, None);
                 if suspended {
-                    self.forget(job);
-                    let stopped = self
-                        .applier
-                        .admit(job, None)
-                        .and_then(|()| self.applier.suspend(job));
-                    match stopped {
-                        Ok(()) => {
-                            self.suspended.insert(job);
-                        }
-                        Err(error) => self.trouble(job, error),
-                    }
+                    self.keep_suspended(job);
                 }
             }
             Err(error) => {
@@ -750,6 +748,21 @@ impl<A: Actuator> NodeAgent<A> {
                     };
                 self.events.report(event);
             }
+        }
+    }
+
+    /// An adopted job that its owner had suspended stays stopped, out of the rotation.
+    fn keep_suspended(&mut self, job: JobId) {
+        self.forget(job);
+        let stopped = self
+            .applier
+            .admit(job, None)
+            .and_then(|()| self.applier.suspend(job));
+        match stopped {
+            Ok(()) => {
+                self.suspended.insert(job);
+            }
+            Err(error) => self.trouble(job, error),
         }
     }
 

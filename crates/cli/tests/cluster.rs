@@ -199,3 +199,143 @@ fn a_killed_agent_leaves_its_jobs_running_and_the_controller_marks_them_lost() {
         "a node that left is not listed: {nodes}"
     );
 }
+
+/// A controller started by hand (a standby), killed when dropped.
+struct Controller {
+    child: Child,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Controller {
+    fn json(&self, args: &[&str]) -> Value {
+        let out = Command::new(COSCHED)
+            .args(args)
+            .env("COSCHED_SOCKET", &self.socket)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}\n{}", self.log());
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn job(&self, id: u64) -> Value {
+        let all = self.json(&["ps", "--all", "--json"]);
+        all.as_array()
+            .and_then(|jobs| jobs.iter().find(|j| j["id"] == id).cloned())
+            .unwrap_or(Value::Null)
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
+    let (etcd, mut d, _a, _b) = cluster("failover");
+    let spin = spin_py();
+    let ended = d.submit(&["-n", "1", "--", "sh", "-c", "exit 4"]);
+    assert_eq!(
+        d.wait_end(ended, Duration::from_secs(20))["exit"]["code"],
+        4
+    );
+    let x = d.submit(&["-n", "2", "--", "python3", &spin, "1", "8", "5"]);
+    let y = d.submit(&["-n", "2", "--", "python3", &spin, "1", "8", "6"]);
+    assert_gang(&per_slot_cpu(&d, x, y, 4), 1, "under the first leader");
+
+    let dir = d.dir.join("standby");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cluster = d.args[d.args.iter().position(|a| a == "--cluster").unwrap() + 1].clone();
+    let log = dir.join("daemon.log");
+    let standby = Controller {
+        child: Command::new(COSCHED)
+            .args(["daemon", "--etcd", &etcd.url, "--cluster", &cluster])
+            .args([
+                "--wait-nodes",
+                "2",
+                "--quantum-ms",
+                "100",
+                "--leader-ttl",
+                "3",
+            ])
+            .arg("--socket")
+            .arg(dir.join("cosched.sock"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+        socket: dir.join("cosched.sock"),
+        log,
+    };
+    let start = Instant::now();
+    while !standby.log().contains("standing by") {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{}",
+            standby.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d.signal(libc::SIGKILL);
+    d.wait_exit();
+    // The leader's lease (3 s) lapses; the standby takes the key, the records and the socket.
+    let killed = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&standby.socket).is_err() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(15),
+            "the standby never took over:\n{}",
+            standby.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(standby.job(ended)["exit"]["code"], 4, "{}", standby.log());
+    for job in [x, y] {
+        assert_eq!(standby.job(job)["state"], "running", "{}", standby.log());
+    }
+    // Ids go on from the records, never again from 1.
+    let out = Command::new(COSCHED)
+        .args(["run", "--detach", "-n", "1", "--", "true"])
+        .env("COSCHED_SOCKET", &standby.socket)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (y + 1).to_string(),
+        "{out:?}"
+    );
+    // The jobs were never launched again: they take turns and end with their own codes.
+    let matrix = standby.json(&["matrix", "--json"]);
+    assert_gang(
+        &per_slot_cpu_of(&matrix, |job| d.cpu_us(job), x, y, 6),
+        2,
+        "under the new leader",
+    );
+    for (job, code) in [(x, 5), (y, 6)] {
+        let start = Instant::now();
+        while standby.job(job)["state"] != "done" {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "job {job}: {}\n{}",
+                standby.job(job),
+                standby.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(standby.job(job)["exit"]["code"], code);
+    }
+    assert!(
+        standby
+            .log()
+            .contains("took back 2 unfinished job(s) from etcd"),
+        "{}",
+        standby.log()
+    );
+}

@@ -5,7 +5,7 @@ use crate::follow::{follow, Change};
 use crate::{decode, encode, whoami, ClusterError, Keys, LeaderInfo, NodeInfo, Outbox};
 use cosched_agent::clock::now_micros;
 use cosched_agent::{Order, OrderSink};
-use cosched_etcd::Client;
+use cosched_etcd::{Client, Compare};
 use cosched_proto::{Event, NodeStatus};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,6 +19,7 @@ fn log(message: impl std::fmt::Display) {
 pub struct Leadership {
     client: Arc<Client>,
     lease: Arc<AtomicI64>,
+    key: String,
     /// Distinguishes this leader's orders from an earlier one's.
     pub session: String,
 }
@@ -99,11 +100,34 @@ pub fn become_leader(
     Ok(Leadership {
         client,
         lease,
+        key: keys.leader(),
         session,
     })
 }
 
+/// What a leader's writes are conditioned on: its key, still under its lease (fencing: a
+/// deposed controller's late write is refused by etcd itself).
+#[derive(Clone, Debug)]
+pub struct LeaderGuard {
+    key: String,
+    lease: Arc<AtomicI64>,
+}
+
+impl LeaderGuard {
+    /// The comparison that holds only while this controller leads.
+    pub fn compare(&self) -> Compare<'_> {
+        Compare::Leased(&self.key, self.lease.load(Ordering::Relaxed))
+    }
+}
+
 impl Leadership {
+    pub fn guard(&self) -> LeaderGuard {
+        LeaderGuard {
+            key: self.key.clone(),
+            lease: Arc::clone(&self.lease),
+        }
+    }
+
     /// Gives the leader key up (a clean stop): a standby takes over at once.
     pub fn resign(&self) {
         let _ = self.client.revoke(self.lease.load(Ordering::Relaxed));

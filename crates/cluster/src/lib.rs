@@ -9,6 +9,8 @@
 //! | `events/<node>/<id>`    | `Event`         | its agent  | none: the controller deletes it once handled |
 //! | `leader`                | [`LeaderInfo`]  | controller | the leader's   |
 //! | `rotation`              | epoch, quantum  | controller | none           |
+//! | `jobs/<id, 20 digits>`  | job record      | leader     | none: written only while its leader key holds |
+//! | `job-counter`           | last id given   | leader     | none           |
 //!
 //! Orders and events are queues: each side reads what is left on (re)start, in creation order,
 //! then follows a watch resumed by revision, so nothing is lost or carried out twice by one
@@ -20,7 +22,7 @@ mod follow;
 mod node;
 mod outbox;
 
-pub use controller::{become_leader, EtcdOrders, EventFeed, Leadership, NodeChange};
+pub use controller::{become_leader, EtcdOrders, EventFeed, LeaderGuard, Leadership, NodeChange};
 pub use node::{join, Closer, EtcdSink, EtcdSource, Membership};
 pub use outbox::Outbox;
 
@@ -103,6 +105,19 @@ impl Keys {
 
     pub fn rotation(&self) -> String {
         format!("{}rotation", self.prefix)
+    }
+
+    pub fn jobs(&self) -> String {
+        format!("{}jobs/", self.prefix)
+    }
+
+    /// Zero-padded, so that key order is id order.
+    pub fn job(&self, id: u64) -> String {
+        format!("{}{id:020}", self.jobs())
+    }
+
+    pub fn job_counter(&self) -> String {
+        format!("{}job-counter", self.prefix)
     }
 }
 

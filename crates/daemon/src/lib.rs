@@ -6,6 +6,7 @@
 
 pub mod check;
 pub mod daemon;
+pub mod etcd_store;
 pub mod node;
 pub mod protocol;
 pub mod server;

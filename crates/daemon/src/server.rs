@@ -2,6 +2,7 @@
 //! and the clean stop on SIGTERM or SIGINT.
 
 use crate::daemon::{log, ApiError, Inner, OnStop, Settings, Shared};
+use crate::etcd_store::EtcdStore;
 use crate::protocol::{Reply, Request, MAX_REQUEST_BYTES};
 use crate::store::{JobRecord, SqliteStore, Store};
 use crate::unix::{self, Credentials};
@@ -197,8 +198,24 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     };
     let listener = bind(&config.socket)?;
 
-    let store_path = config.state_dir.join("jobs.sqlite");
-    let store = SqliteStore::open(&store_path)?;
+    // A cluster's records live in etcd, where a standby that takes over finds them.
+    let (store, store_name): (Box<dyn Store>, String) = match &cluster {
+        None => {
+            let path = config.state_dir.join("jobs.sqlite");
+            (
+                Box::new(SqliteStore::open(&path)?),
+                path.display().to_string(),
+            )
+        }
+        Some((client, keys, leadership)) => (
+            Box::new(EtcdStore::open(
+                Arc::clone(client),
+                keys.clone(),
+                leadership.guard(),
+            )?),
+            format!("etcd ({})", keys.jobs()),
+        ),
+    };
     let records = store.load(config.keep_ended)?;
 
     let now = now_micros();
@@ -258,19 +275,12 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         max_files,
     };
     let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
-    let shared = Shared::new(Inner::new(
-        settings,
-        scheduler,
-        Box::new(store) as Box<dyn Store>,
-        orders,
-        waiters,
-    ));
+    let shared = Shared::new(Inner::new(settings, scheduler, store, orders, waiters));
     let recovering = records.iter().filter(|r| !r.status.ended()).count();
     shared.with(|inner, now| inner.recover(records, now));
     if recovering > 0 {
         log(format_args!(
-            "took back {recovering} unfinished job(s) from {}",
-            store_path.display()
+            "took back {recovering} unfinished job(s) from {store_name}"
         ));
     }
     let described = listen_to_agents(&shared, agents)?;

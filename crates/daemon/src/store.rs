@@ -92,6 +92,12 @@ pub enum StoreError {
     },
     #[error("job store {path}: {why}; refusing to use it (move it away to start a new store)")]
     Foreign { path: PathBuf, why: String },
+    #[error("job store in etcd: {0}")]
+    Etcd(#[from] cosched_etcd::EtcdError),
+    #[error("job store in etcd: {key}: {why}")]
+    EtcdRecord { key: String, why: String },
+    #[error("job store in etcd: this controller no longer leads cluster '{cluster}'; job {job} is not written (the new leader has the records)")]
+    Deposed { cluster: String, job: JobId },
 }
 
 pub trait Store: Send {

@@ -61,6 +61,17 @@ pub struct KeyValue {
     pub lease: i64,
 }
 
+/// A condition of a transaction ([`Client::txn`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compare<'a> {
+    /// The key does not exist.
+    Absent(&'a str),
+    /// The key was last written at this revision (0: it does not exist).
+    Modified(&'a str, i64),
+    /// The key is attached to this lease (a leader's key: only its holder passes).
+    Leased(&'a str, i64),
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchEvent {
     Put(KeyValue),
@@ -281,17 +292,40 @@ impl Client {
     /// Writes `key` only if it does not exist (the election of a leader: whoever creates the
     /// key leads). Returns whether this call created it.
     pub fn create(&self, key: &str, value: &[u8], lease: Option<i64>) -> Result<bool, EtcdError> {
-        let key64 = b64(key.as_bytes());
-        let mut put = json!({"key": key64, "value": b64(value)});
-        if let Some(lease) = lease {
-            put["lease"] = json!(lease.to_string());
-        }
+        self.txn(&[Compare::Absent(key)], &[(key, value, lease)])
+    }
+
+    /// Writes every `(key, value, lease)` of `puts` at once if every comparison holds; returns
+    /// whether they held (and the writes were made).
+    pub fn txn(
+        &self,
+        compares: &[Compare<'_>],
+        puts: &[(&str, &[u8], Option<i64>)],
+    ) -> Result<bool, EtcdError> {
+        let compare: Vec<Value> = compares
+            .iter()
+            .map(|c| match c {
+                Compare::Absent(key) => json!({"key": b64(key.as_bytes()), "target": "CREATE",
+                                               "result": "EQUAL", "create_revision": "0"}),
+                Compare::Modified(key, revision) => json!({"key": b64(key.as_bytes()),
+                    "target": "MOD", "result": "EQUAL", "mod_revision": revision.to_string()}),
+                Compare::Leased(key, lease) => json!({"key": b64(key.as_bytes()),
+                    "target": "LEASE", "result": "EQUAL", "lease": lease.to_string()}),
+            })
+            .collect();
+        let success: Vec<Value> = puts
+            .iter()
+            .map(|(key, value, lease)| {
+                let mut put = json!({"key": b64(key.as_bytes()), "value": b64(value)});
+                if let Some(lease) = lease {
+                    put["lease"] = json!(lease.to_string());
+                }
+                json!({ "request_put": put })
+            })
+            .collect();
         let answer = self.call(
             "/v3/kv/txn",
-            json!({
-                "compare": [{"key": key64, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
-                "success": [{"request_put": put}],
-            }),
+            json!({"compare": compare, "success": success}),
         )?;
         Ok(answer["succeeded"].as_bool().unwrap_or(false))
     }

@@ -1,0 +1,155 @@
+//! The job store of a cluster: each record a key in etcd (`jobs/<id>`), so a standby
+//! controller that takes over finds every job. Every write is a transaction conditioned on the
+//! leader key still being this controller's (its lease): a deposed leader's late write is
+//! refused by etcd, never applied over the new leader's records.
+
+use crate::store::{JobRecord, Store, StoreError};
+use cosched_cluster::{Keys, LeaderGuard};
+use cosched_core::JobId;
+use cosched_etcd::{Client, Compare};
+use std::sync::Arc;
+
+pub struct EtcdStore {
+    client: Arc<Client>,
+    keys: Keys,
+    guard: LeaderGuard,
+    /// The highest id among the records (only the leader adds records).
+    highest: JobId,
+}
+
+impl EtcdStore {
+    pub fn open(
+        client: Arc<Client>,
+        keys: Keys,
+        guard: LeaderGuard,
+    ) -> Result<EtcdStore, StoreError> {
+        let (records, _) = client.get_prefix(&keys.jobs())?;
+        // Key order is id order.
+        let highest = records
+            .last()
+            .map(|kv| {
+                kv.key
+                    .rsplit('/')
+                    .next()
+                    .and_then(|id| id.parse::<JobId>().ok())
+                    .ok_or_else(|| StoreError::EtcdRecord {
+                        key: kv.key.clone(),
+                        why: "not a job id".into(),
+                    })
+            })
+            .transpose()?
+            .unwrap_or(0);
+        Ok(EtcdStore {
+            client,
+            keys,
+            guard,
+            highest,
+        })
+    }
+
+    fn decode(&self, key: &str, value: &[u8]) -> Result<JobRecord, StoreError> {
+        serde_json::from_slice(value).map_err(|e| StoreError::EtcdRecord {
+            key: key.to_string(),
+            why: format!("unreadable: {e}"),
+        })
+    }
+
+    /// Writes a record under the leader's guard (and `also`); a failed comparison says why.
+    fn write(&self, record: &JobRecord, also: Option<Compare<'_>>) -> Result<(), StoreError> {
+        let key = self.keys.job(record.id);
+        let value = serde_json::to_vec(record).expect("records serialize");
+        let mut compares = vec![self.guard.compare()];
+        compares.extend(also);
+        if self.client.txn(&compares, &[(&key, &value, None)])? {
+            return Ok(());
+        }
+        Err(self.refusal(record.id, &key)?)
+    }
+
+    /// Why a guarded write was refused: the leader key is not ours any more, or the record
+    /// exists already.
+    fn refusal(&self, job: JobId, key: &str) -> Result<StoreError, StoreError> {
+        if self.client.txn(&[self.guard.compare()], &[])? {
+            Ok(StoreError::EtcdRecord {
+                key: key.to_string(),
+                why: format!("job {job} exists already: ids are never reused"),
+            })
+        } else {
+            Ok(StoreError::Deposed {
+                cluster: self.keys.cluster().to_string(),
+                job,
+            })
+        }
+    }
+}
+
+impl Store for EtcdStore {
+    fn load(&self, ended: usize) -> Result<Vec<JobRecord>, StoreError> {
+        let (kvs, _) = self.client.get_prefix(&self.keys.jobs())?;
+        let records = kvs
+            .iter()
+            .map(|kv| self.decode(&kv.key, &kv.value))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (finished, mut kept): (Vec<_>, Vec<_>) =
+            records.into_iter().partition(|r| r.status.ended());
+        // Key order is id order: the latest ended ones are the last.
+        kept.extend(finished.into_iter().rev().take(ended));
+        kept.sort_by_key(|r| r.id);
+        Ok(kept)
+    }
+
+    fn get(&self, job: JobId) -> Result<Option<JobRecord>, StoreError> {
+        let key = self.keys.job(job);
+        self.client
+            .get(&key)?
+            .map(|kv| self.decode(&key, &kv.value))
+            .transpose()
+    }
+
+    fn insert(&mut self, record: &JobRecord) -> Result<(), StoreError> {
+        let key = self.keys.job(record.id);
+        self.write(record, Some(Compare::Absent(&key)))
+    }
+
+    fn put(&mut self, record: &JobRecord) -> Result<(), StoreError> {
+        self.write(record, None)
+    }
+
+    fn next_id(&mut self) -> Result<JobId, StoreError> {
+        let counter = self.keys.job_counter();
+        loop {
+            let current = self.client.get(&counter)?;
+            let (counted, revision) = match &current {
+                Some(kv) => (
+                    std::str::from_utf8(&kv.value)
+                        .ok()
+                        .and_then(|v| v.trim().parse::<JobId>().ok())
+                        .ok_or_else(|| StoreError::EtcdRecord {
+                            key: counter.clone(),
+                            why: "not a number".into(),
+                        })?,
+                    kv.mod_revision,
+                ),
+                None => (0, 0),
+            };
+            // A counter reset or lost must not hand out an id a record already has.
+            let next = counted.max(self.highest) + 1;
+            let unchanged = Compare::Modified(&counter, revision);
+            let written = self.client.txn(
+                &[self.guard.compare(), unchanged],
+                &[(&counter, next.to_string().as_bytes(), None)],
+            )?;
+            if written {
+                self.highest = next;
+                return Ok(next);
+            }
+            if !self.client.txn(&[self.guard.compare()], &[])? {
+                return Err(StoreError::Deposed {
+                    cluster: self.keys.cluster().to_string(),
+                    job: next,
+                });
+            }
+            // Another writer moved the counter between the read and the write: read again.
+        }
+    }
+}
