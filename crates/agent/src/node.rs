@@ -568,26 +568,16 @@ impl<A: Actuator> NodeAgent<A> {
         &mut self,
         job: JobId,
         process: &ProcessRef,
-        mut launch: Launch,
+        launch: Launch,
     ) -> Result<(), String> {
         let cpus = self
             .placed
             .get(&job)
             .cloned()
             .ok_or_else(|| format!("job {job} is not placed on node {}", self.settings.node))?;
-        self.node_env(job, &cpus, &mut launch.env);
-        let [exit_file, started_file, socket] = self.settings.process_files(job, process);
-        let (uid, gid) = (launch.uid, launch.gid);
-        let spec = LaunchSpec {
-            job,
-            launch,
-            join_files: self.join_files(job)?,
-            release: self.applier.release_steps(job).map_err(|e| e.to_string())?,
-            exit_file,
-            started_file,
-            socket,
-        };
-        let stdio = self.default_stdio(job, uid, gid)?;
+        let files = self.settings.process_files(job, process);
+        let spec = self.spec(job, &cpus, launch, files)?;
+        let stdio = self.default_stdio(job, spec.launch.uid, spec.launch.gid)?;
         let (child, stream) = self.spawn_supervisor(&spec, stdio)?;
         let reader = stream
             .try_clone()
@@ -618,6 +608,27 @@ impl<A: Actuator> NodeAgent<A> {
         Ok(())
     }
 
+    /// A supervisor's spec: the command with the node's environment, the job's cgroup and
+    /// release steps, and the supervisor's files (exit status, started marker, socket).
+    fn spec(
+        &self,
+        job: JobId,
+        cpus: &CpuSet,
+        mut launch: Launch,
+        [exit_file, started_file, socket]: [PathBuf; 3],
+    ) -> Result<LaunchSpec, String> {
+        self.node_env(job, cpus, &mut launch.env);
+        Ok(LaunchSpec {
+            job,
+            launch,
+            join_files: self.join_files(job)?,
+            release: self.applier.release_steps(job).map_err(|e| e.to_string())?,
+            exit_file,
+            started_file,
+            socket,
+        })
+    }
+
     /// Starts a supervisor with a fresh listening socket for a restarted agent.
     fn spawn_supervisor(
         &self,
@@ -637,23 +648,18 @@ impl<A: Actuator> NodeAgent<A> {
         &mut self,
         job: JobId,
         cpus: &CpuSet,
-        mut launch: Launch,
+        launch: Launch,
         stdio: Option<[OwnedFd; 3]>,
     ) -> Result<(), String> {
-        self.node_env(job, cpus, &mut launch.env);
-        let (uid, gid) = (launch.uid, launch.gid);
-        let spec = LaunchSpec {
-            job,
-            launch,
-            join_files: self.join_files(job)?,
-            release: self.applier.release_steps(job).map_err(|e| e.to_string())?,
-            exit_file: self.settings.exit_file(job),
-            started_file: self.settings.started_file(job),
-            socket: self.settings.socket_file(job),
-        };
+        let files = [
+            self.settings.exit_file(job),
+            self.settings.started_file(job),
+            self.settings.socket_file(job),
+        ];
+        let spec = self.spec(job, cpus, launch, files)?;
         let stdio = match stdio {
             Some(stdio) => stdio,
-            None => self.default_stdio(job, uid, gid)?,
+            None => self.default_stdio(job, spec.launch.uid, spec.launch.gid)?,
         };
         let (child, stream) = self.spawn_supervisor(&spec, stdio)?;
         fault::point("spawned", job);

@@ -34,7 +34,7 @@ pub struct DaemonArgs {
     /// With --check: print the report as JSON
     #[arg(long, requires = "check")]
     json: bool,
-    /// Where the job store (jobs.sqlite) and the supervisors' files live
+    /// Where the job store (jobs.sqlite; in etcd with --etcd) and the supervisors' files live
     #[arg(long, default_value = "/var/lib/cosched", value_name = "DIR")]
     state_dir: PathBuf,
     /// The API socket
@@ -147,14 +147,16 @@ pub fn run(args: DaemonArgs) -> Result<()> {
 /// controller places on this node, on the cluster's slot clock.
 #[derive(Args)]
 #[command(after_help = "Example (two nodes and a controller, one etcd):\n  \
-  cosched agent --etcd http://10.0.0.1:2379 --node a --cpus 0-7\n  \
-  cosched agent --etcd http://10.0.0.1:2379 --node b --cpus 0-7\n  \
+  cosched agent --etcd http://10.0.0.1:2379 --node a --cpus 0-7 --address 10.0.0.11\n  \
+  cosched agent --etcd http://10.0.0.1:2379 --node b --cpus 0-7 --address 10.0.0.12\n  \
   cosched daemon --etcd http://10.0.0.1:2379 --wait-nodes 2\n\n\
 The agent registers the node under a lease: if it dies, its key goes after --lease-ttl and \
 the controller marks the node's jobs lost. If it loses etcd, or no controller holds the \
 leader key, for longer than --deadline-ms, it lets its jobs run unscheduled until the control \
 plane is back; its jobs' supervisors let them loose at once if the agent itself dies. SIGTERM \
-stops it cleanly: its jobs are thawed and left running. Must run as root.")]
+stops it cleanly: its jobs are thawed and left running. Jobs' processes start processes of the \
+same job on other nodes through its --door (`cosched launch-remote`, set up for Open MPI's \
+mpirun in every job). Must run as root. scripts/cluster-lab runs a whole cluster on one machine.")]
 pub struct AgentArgs {
     #[command(flatten)]
     cluster: ClusterArgs,

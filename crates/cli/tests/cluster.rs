@@ -12,6 +12,16 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+/// Every controller's options besides etcd and the cluster's name.
+const CONTROLLER: [&str; 6] = [
+    "--wait-nodes",
+    "2",
+    "--quantum-ms",
+    "100",
+    "--leader-ttl",
+    "3",
+];
+
 /// Let jobs loose this long after losing the control plane.
 const DEADLINE_MS: u64 = 500;
 
@@ -76,18 +86,9 @@ impl Drop for Agent {
 fn cluster(name: &str) -> (Etcd, Daemon, Agent, Agent) {
     let etcd = Etcd::start(name);
     let cluster = format!("{name}-{}", std::process::id());
-    let d = Daemon::start(&[
-        "--etcd",
-        &etcd.url,
-        "--cluster",
-        &cluster,
-        "--wait-nodes",
-        "2",
-        "--quantum-ms",
-        "100",
-        "--leader-ttl",
-        "3",
-    ]);
+    let mut args = vec!["--etcd", &etcd.url, "--cluster", &cluster];
+    args.extend(CONTROLLER);
+    let d = Daemon::start(&args);
     let a = Agent::start(&etcd, &cluster, &d, "a", "0", &d.parent);
     let b = Agent::start(&etcd, &cluster, &d, "b", "1", &format!("{}-b", d.parent));
     let start = Instant::now();
@@ -257,14 +258,7 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
     let standby = Controller {
         child: Command::new(COSCHED)
             .args(["daemon", "--etcd", &etcd.url, "--cluster", &cluster])
-            .args([
-                "--wait-nodes",
-                "2",
-                "--quantum-ms",
-                "100",
-                "--leader-ttl",
-                "3",
-            ])
+            .args(CONTROLLER)
             .arg("--socket")
             .arg(dir.join("cosched.sock"))
             .arg("--state-dir")
