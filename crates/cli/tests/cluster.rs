@@ -46,6 +46,8 @@ impl Agent {
             .args(["--node", node, "--cpus", cpus, "--cgroup-parent", parent])
             .arg("--state-dir")
             .arg(d.dir.join(format!("node-{node}")))
+            .arg("--door")
+            .arg(d.dir.join(format!("agent-{node}.sock")))
             .args([
                 "--deadline-ms",
                 &DEADLINE_MS.to_string(),

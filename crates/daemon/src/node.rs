@@ -142,5 +142,6 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         Err(_) => Err("the clock thread panicked".into()),
     };
     membership.leave(Duration::from_secs(5));
+    let _ = std::fs::remove_file(&config.door);
     stopped.map_err(|e| StartError::Config(format!("stopping: {e}")))
 }
