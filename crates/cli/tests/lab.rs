@@ -115,6 +115,20 @@ impl Lab {
             .join(format!("job-{job}"))
     }
 
+    /// Waits until the job has a process in its cgroup on `node`.
+    fn wait_processes(&self, node: &str, job: u64, patience: Duration) {
+        let procs = self.cgroup(node, job).join("cgroup.procs");
+        let start = Instant::now();
+        while std::fs::read_to_string(&procs).map_or(true, |p| p.trim().is_empty()) {
+            assert!(
+                start.elapsed() < patience,
+                "job {job} has no process on node {node} after {patience:?}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn output(&self, node: &str, job: u64) -> String {
         std::fs::read_to_string(self.dir.join(format!("node-{node}/output/job-{job}.out")))
             .unwrap_or_default()
@@ -233,6 +247,9 @@ fn only_a_jobs_own_processes_may_add_processes_and_only_on_its_nodes() {
     // A long job on both nodes, whose processes try things.
     let job = lab.submit("sleep 60");
     lab.wait_state(job, "running", Duration::from_secs(20));
+    // "running" is the controller's word once it has ordered the start; node a's agent may not
+    // have taken the job yet (CI once saw "job 1 has no processes on node a" here).
+    lab.wait_processes("a", job, Duration::from_secs(20));
     let launch_remote = |uid: u32, env: &[(&str, &str)], args: &[&str]| {
         let mut command = Command::new(COSCHED);
         command.arg("launch-remote").args(args).env_clear();
