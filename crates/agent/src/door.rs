@@ -15,12 +15,12 @@ use crate::unix::peer_credentials;
 use cosched_core::JobId;
 use cosched_proto::{Ending, Event, ProcessRef, ProcessRequest};
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A whole request must arrive within this.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
@@ -281,32 +281,12 @@ fn listed(procs: &Path, pid: i32) -> bool {
 
 /// One JSON line, whole within the deadline.
 fn read_request(stream: &UnixStream) -> Result<ProcessRequest, String> {
-    let deadline = Instant::now() + REQUEST_DEADLINE;
-    let mut bytes = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !bytes.contains(&b'\n') {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(format!(
-                "the request did not arrive within {} s",
-                REQUEST_DEADLINE.as_secs()
-            ));
-        }
-        stream
-            .set_read_timeout(Some(left))
-            .map_err(|e| e.to_string())?;
-        match (&*stream).read(&mut chunk) {
-            Ok(0) => return Err("the request ended before its newline".into()),
-            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            Err(error) => return Err(format!("reading the request: {error}")),
-        }
-        if bytes.len() > REQUEST_LIMIT {
-            return Err(format!("the request is longer than {REQUEST_LIMIT} bytes"));
-        }
-    }
-    let line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
-    serde_json::from_slice(line).map_err(|e| format!("a malformed request: {e}"))
+    // Descriptors a caller sends along are not wanted: dropping them closes them.
+    let line = crate::unix::read_line_with_fds(stream, REQUEST_LIMIT, Some(REQUEST_DEADLINE))
+        .map_err(|e| e.to_string())?
+        .ok_or("the connection closed before a request arrived")?
+        .0;
+    serde_json::from_slice(&line).map_err(|e| format!("a malformed request: {e}"))
 }
 
 /// Tells a caller how its process ended; a caller that left is not waited for.
@@ -314,4 +294,164 @@ fn answer(stream: &UnixStream, ending: &Ending) {
     let line = serde_json::to_string(ending).expect("endings serialize") + "\n";
     let _ = stream.set_write_timeout(Some(REQUEST_DEADLINE));
     let _ = (&*stream).write_all(line.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc::{channel, Receiver};
+
+    /// A door in a directory of its own, with job 7 whose process list names this test.
+    struct Fixture {
+        dir: PathBuf,
+        door: Arc<Door>,
+        events: Receiver<Event>,
+    }
+
+    impl Fixture {
+        fn new(tag: &str) -> Fixture {
+            let dir =
+                std::env::temp_dir().join(format!("cosched-door-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let procs = dir.join("procs");
+            std::fs::write(&procs, format!("1\n{}\n", std::process::id())).unwrap();
+            let (sender, events) = channel();
+            let door = Door::open(&dir.join("door.sock"), "n1", Arc::new(sender)).unwrap();
+            door.admit(7, procs);
+            Fixture { dir, door, events }
+        }
+
+        fn connect(&self) -> UnixStream {
+            UnixStream::connect(self.door.path()).unwrap()
+        }
+
+        fn ask(&self, line: &str) -> UnixStream {
+            let stream = self.connect();
+            (&stream).write_all(line.as_bytes()).unwrap();
+            stream
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn ending(stream: &UnixStream) -> Ending {
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+    }
+
+    fn refusal(stream: &UnixStream) -> String {
+        let ending = ending(stream);
+        assert_eq!(ending.exit.code, Some(255), "{ending:?}");
+        ending.note.unwrap_or_default()
+    }
+
+    const REQUEST: &str = "{\"job\":7,\"host\":\"n2\",\"command\":\"orted -x\"}\n";
+
+    #[test]
+    fn a_jobs_process_is_passed_on_and_hears_how_its_remote_process_ended() {
+        let fixture = Fixture::new("pass");
+        let caller = fixture.ask(REQUEST);
+        let wanted = fixture
+            .events
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap();
+        let Event::ProcessWanted {
+            job,
+            process,
+            host,
+            command,
+            uid,
+        } = wanted
+        else {
+            panic!("{wanted:?}");
+        };
+        assert_eq!(
+            (job, host.as_str(), command.as_str()),
+            (7, "n2", "orted -x")
+        );
+        assert_eq!(
+            (process.node.as_str(), uid),
+            ("n1", unsafe { libc::geteuid() })
+        );
+        let ended = Ending {
+            exit: cosched_proto::ExitInfo {
+                code: Some(3),
+                signal: None,
+            },
+            note: None,
+        };
+        fixture.door.answer(process.request, &ended);
+        assert_eq!(ending(&caller), ended);
+    }
+
+    #[test]
+    fn strangers_unknown_jobs_and_malformed_requests_are_refused_with_a_reason() {
+        let fixture = Fixture::new("refuse");
+        std::fs::write(fixture.dir.join("procs"), "1\n").unwrap();
+        let note = refusal(&fixture.ask(REQUEST));
+        assert!(note.contains("is not part of job 7 on node n1"), "{note}");
+        let note = refusal(&fixture.ask("{\"job\":8,\"host\":\"n2\",\"command\":\"x\"}\n"));
+        assert!(note.contains("job 8 has no processes on node n1"), "{note}");
+        let note = refusal(&fixture.ask("{\"job\":7}\n"));
+        assert!(note.contains("a malformed request"), "{note}");
+        let note = refusal(&fixture.ask("{\"job\":7,\"host\":\"\",\"command\":\"x\"}\n"));
+        assert!(note.contains("names no host"), "{note}");
+        let note = refusal(&fixture.ask(&format!("{}\n", "x".repeat(REQUEST_LIMIT + 10))));
+        assert!(note.contains("longer than"), "{note}");
+        assert!(
+            fixture.events.try_recv().is_err(),
+            "nothing reached the controller"
+        );
+    }
+
+    #[test]
+    fn slow_callers_are_cut_off_and_cannot_hold_the_door() {
+        let fixture = Fixture::new("slow");
+        // Each sends half a request and waits: they take every reading place of the uid.
+        let slow: Vec<UnixStream> = (0..READING_PER_UID)
+            .map(|_| fixture.ask("{\"job\":7,"))
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let note = refusal(&fixture.ask(REQUEST));
+        assert!(note.contains("requests being read already"), "{note}");
+        for stream in &slow {
+            let note = refusal(stream);
+            assert!(note.contains("no complete request within"), "{note}");
+        }
+        // Their places are free again.
+        let _caller = fixture.ask(REQUEST);
+        let wanted = fixture
+            .events
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap();
+        assert!(
+            matches!(wanted, Event::ProcessWanted { job: 7, .. }),
+            "{wanted:?}"
+        );
+    }
+
+    #[test]
+    fn a_caller_whose_job_ends_is_told_so() {
+        let fixture = Fixture::new("ends");
+        let caller = fixture.ask(REQUEST);
+        fixture
+            .events
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap();
+        fixture.door.forget(7);
+        let note = refusal(&caller);
+        assert!(
+            note.contains("job 7 ended before the process did"),
+            "{note}"
+        );
+        let note = refusal(&fixture.ask(REQUEST));
+        assert!(note.contains("job 7 has no processes"), "{note}");
+    }
 }

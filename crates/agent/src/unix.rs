@@ -215,12 +215,16 @@ pub fn read_line_with_fds(
             .map_or(available, |i| i + 1);
         let n = recv_with_fds(stream, &mut chunk[..take], &mut fds)?;
         line.extend_from_slice(&chunk[..n]);
-        if line.last() == Some(&b'\n') {
+        let whole = line.last() == Some(&b'\n');
+        if whole {
             line.pop();
-            return Ok(Some((line, fds)));
         }
+        // Checked on the last chunk too: a line's end may come in the chunk that passes the limit.
         if line.len() > limit {
             return Err(LineError::TooLong(limit));
+        }
+        if whole {
+            return Ok(Some((line, fds)));
         }
     }
 }

@@ -439,16 +439,25 @@ fn cpus_of(list: &str) -> Vec<usize> {
         .collect()
 }
 
+/// Prints a view as JSON for scripts, or rendered for people.
+fn show<V: serde::Serialize + ?Sized>(
+    json: bool,
+    view: &V,
+    render: fn(&V) -> String,
+) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(view)?);
+    } else {
+        print!("{}", render(view));
+    }
+    Ok(())
+}
+
 pub fn matrix(args: MatrixArgs) -> Result<()> {
     let Reply::Matrix { matrix, .. } = ask(&args.socket.socket, &Request::Matrix)? else {
         bail!("unexpected reply to matrix");
     };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&matrix)?);
-        return Ok(());
-    }
-    print!("{}", render_matrix(&matrix));
-    Ok(())
+    show(args.json, &matrix, render_matrix)
 }
 
 fn render_matrix(m: &MatrixView) -> String {
@@ -517,12 +526,7 @@ pub fn stats(args: StatsArgs) -> Result<()> {
     let Reply::Stats { stats, .. } = ask(&args.socket.socket, &Request::Stats)? else {
         bail!("unexpected reply to stats");
     };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&stats)?);
-        return Ok(());
-    }
-    print!("{}", render_stats(&stats));
-    Ok(())
+    show(args.json, &stats, render_stats)
 }
 
 fn render_stats(s: &StatsView) -> String {
@@ -577,12 +581,7 @@ pub fn nodes(args: NodesArgs) -> Result<()> {
     let Reply::Nodes { nodes, .. } = ask(&args.socket.socket, &Request::Nodes)? else {
         bail!("unexpected reply to nodes");
     };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&nodes)?);
-        return Ok(());
-    }
-    print!("{}", render_nodes(&nodes));
-    Ok(())
+    show(args.json, nodes.as_slice(), render_nodes)
 }
 
 fn render_nodes(nodes: &[NodeView]) -> String {
