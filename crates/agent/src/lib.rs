@@ -8,6 +8,8 @@
 //! weight instead; in `implicit` and `local` modes it only places jobs on their processors.
 //! [`clock`] provides the real-time slot clock that calls it.
 
+pub mod boundaries;
+pub mod chrony;
 pub mod clock;
 pub mod door;
 pub mod fault;
@@ -25,8 +27,10 @@ pub use node::{
 };
 pub use stats::{Samples, Summary};
 
+use clock::now_micros;
 use cosched_cgroups::{Actuator, CgroupError, ReleaseStep};
-use cosched_core::{Generation, JobId, Partition};
+use cosched_core::{Generation, JobId, Micros, Partition};
+use cosched_proto::JobMoment;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -53,10 +57,18 @@ pub fn job_name(job: JobId) -> String {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SwitchRecord {
     pub slot: i64,
-    pub stopped: Vec<JobId>,
-    pub started: Vec<JobId>,
+    /// Each job held back and each job let run, with when it took effect (true clock).
+    pub stopped: Vec<JobMoment>,
+    pub started: Vec<JobMoment>,
     /// From the first actuator call to the last confirmation.
     pub duration: Duration,
+}
+
+impl SwitchRecord {
+    /// Whether anything stopped or started.
+    pub fn switched(&self) -> bool {
+        !self.stopped.is_empty() || !self.started.is_empty()
+    }
 }
 
 pub struct Applier<A: Actuator> {
@@ -229,13 +241,17 @@ impl<A: Actuator> Applier<A> {
         let stop: Vec<JobId> = self.running.difference(&wanted).copied().collect();
         let start: Vec<JobId> = wanted.difference(&self.running).copied().collect();
         // Stop everything that leaves before anything enters.
+        let mut stopped = Vec::with_capacity(stop.len());
         for &job in &stop {
-            self.steer(job, false)?;
+            let at_us = self.steer(job, false)?;
             self.running.remove(&job);
+            stopped.push(JobMoment { job, at_us });
         }
+        let mut started = Vec::with_capacity(start.len());
         for &job in &start {
-            self.steer(job, true)?;
+            let at_us = self.steer(job, true)?;
             self.running.insert(job);
+            started.push(JobMoment { job, at_us });
         }
         // A job that keeps running is spread too: its launcher may have started the working
         // processes since (a job alone in its slice is never thawed again; its ranks, pinned
@@ -250,34 +266,36 @@ impl<A: Actuator> Applier<A> {
         }
         Ok(SwitchRecord {
             slot,
-            stopped: stop,
-            started: start,
+            stopped,
+            started,
             duration: started_at.elapsed(),
         })
     }
 
-    /// Lets a job run (`run`) or holds it back, as the mode does it.
-    fn steer(&mut self, job: JobId, run: bool) -> Result<(), AgentError> {
+    /// Lets a job run (`run`) or holds it back, as the mode does it. Returns when that took
+    /// effect (true clock): after the thaw or the confirmed freeze, before any spreading.
+    fn steer(&mut self, job: JobId, run: bool) -> Result<Micros, AgentError> {
         let name = job_name(job);
+        let actuator = &mut self.actuator;
         let outcome = match (self.mode, run) {
             // Thawed tasks wake where they last ran, often two on one processor: the second
             // waited milliseconds for the balancer while its partner spun (a 20 ms gang of
             // 2-rank ping-pongs ran at 30 % CPU efficiency). Spreading needs them runnable.
-            (Mode::Gang, true) => self
-                .actuator
+            (Mode::Gang, true) => actuator
                 .thaw(&name)
-                .and_then(|_| self.actuator.spread(&name)),
-            (Mode::Gang, false) => self.actuator.freeze(&name).map(|_| ()),
+                .map(|_| now_micros())
+                .and_then(|at| actuator.spread(&name).map(|()| at)),
+            (Mode::Gang, false) => actuator.freeze(&name).map(|_| now_micros()),
             // Weight alone is not enough: see `Actuator::spread`.
-            (Mode::Moderate, true) => self
-                .actuator
+            (Mode::Moderate, true) => actuator
                 .set_weight(&name, FAVOURED_WEIGHT)
-                .and_then(|()| self.actuator.spread(&name)),
-            (Mode::Moderate, false) => self
-                .actuator
+                .map(|()| now_micros())
+                .and_then(|at| actuator.spread(&name).map(|()| at)),
+            (Mode::Moderate, false) => actuator
                 .set_weight(&name, DISFAVOURED_WEIGHT)
-                .and_then(|()| self.actuator.unpin(&name)),
-            (Mode::Implicit | Mode::Local, _) => Ok(()),
+                .map(|()| now_micros())
+                .and_then(|at| actuator.unpin(&name).map(|()| at)),
+            (Mode::Implicit | Mode::Local, _) => Ok(now_micros()),
         };
         outcome.map_err(|source| AgentError::Actuator { job, source })
     }

@@ -7,14 +7,18 @@
 //! Orders come from a [`PlanSource`] and events go to an [`EventSink`]; nothing is answered,
 //! so the same agent runs in the daemon's process (channels) or on its own node.
 
+use crate::boundaries::{BoundaryLog, BOUNDARY_LOG_LIMIT};
+use crate::chrony::ClockOffset;
 use crate::clock::{self, now_micros, SlotWork, Tick};
 use crate::door::{Door, DOOR_ENV};
 use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
-use crate::{fault, job_name, Applier, IdleTracker, Mode, Samples};
+use crate::{fault, job_name, Applier, IdleTracker, Mode, Samples, SwitchRecord};
 use cosched_cgroups::{Actuator, CgroupError, Cgroups};
 use cosched_core::{JobId, Micros, Rotation};
-use cosched_proto::{Command, CpuSet, Ending, Event, Launch, NodeStatus, ProcessRef};
+use cosched_proto::{
+    BoundaryRecord, Command, CpuSet, Ending, Event, Launch, NodeStatus, ProcessRef,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -123,6 +127,7 @@ struct Stats {
     lateness: Samples,
     switch: Samples,
     skew: Samples,
+    publish: Samples,
     missed_slots: u64,
     realtime: bool,
 }
@@ -142,6 +147,9 @@ pub struct NodeSettings {
     pub state_dir: PathBuf,
     /// The program that runs `supervise` (this very binary).
     pub supervisor_exe: PathBuf,
+    /// Test-only: the agent's clock reads true time plus this (`--clock-offset-us`), so that
+    /// what clock error does to a cluster can be shown on one machine.
+    pub clock_shift_us: Micros,
 }
 
 /// Where in the state directory supervisors keep markers and exit statuses, listen for a
@@ -220,6 +228,8 @@ pub struct NodeAgent<A: Actuator> {
     closed: bool,
     /// The control plane is lost: jobs run unscheduled, no switching.
     adrift: bool,
+    boundaries: BoundaryLog,
+    clock_offset: ClockOffset,
 }
 
 fn log(message: impl std::fmt::Display) {
@@ -236,6 +246,7 @@ impl<A: Actuator> NodeAgent<A> {
                 lateness: Samples::new(SAMPLES_KEPT),
                 switch: Samples::new(SAMPLES_KEPT),
                 skew: Samples::new(SAMPLES_KEPT),
+                publish: Samples::new(SAMPLES_KEPT),
                 missed_slots: 0,
                 realtime: false,
             },
@@ -244,7 +255,6 @@ impl<A: Actuator> NodeAgent<A> {
                 .idle_after
                 .filter(|_| slotted)
                 .map(IdleTracker::new),
-            settings,
             events,
             watching: BTreeMap::new(),
             last_watch: 0,
@@ -260,6 +270,9 @@ impl<A: Actuator> NodeAgent<A> {
             stopped: None,
             closed: false,
             adrift: false,
+            boundaries: BoundaryLog::new(&settings.state_dir, BOUNDARY_LOG_LIMIT),
+            clock_offset: ClockOffset::watch(),
+            settings,
         }
     }
 
@@ -371,9 +384,10 @@ impl<A: Actuator> NodeAgent<A> {
             lateness_us: stats.lateness.summary(),
             switch_us: stats.switch.summary(),
             skew_us: stats.skew.summary(),
+            publish_us: stats.publish.summary(),
             missed_slots: stats.missed_slots,
-            clock_offset_us: None,
-            clock_shift_us: 0,
+            clock_offset_us: self.clock_offset.get(),
+            clock_shift_us: self.settings.clock_shift_us,
             sent_us: now,
             scheduling: self.switching(),
         };
@@ -388,7 +402,17 @@ impl<A: Actuator> NodeAgent<A> {
                     log(error);
                     return;
                 }
-                let rotation = generation.rotation();
+                if generation.published_us > 0 {
+                    let took = (now_micros() - generation.published_us).max(0);
+                    self.stats
+                        .publish
+                        .record(Duration::from_micros(took as u64));
+                }
+                // Slot k begins at epoch + k * quantum on this agent's clock: on the true
+                // clock, a shifted clock is a shifted epoch.
+                let shared = generation.rotation();
+                let rotation =
+                    Rotation::new(shared.epoch - self.settings.clock_shift_us, shared.quantum);
                 if self.rotation.is_some_and(|r| r != rotation) {
                     log(format_args!(
                         "generation {}: a new slot clock (quantum {} µs from {})",
@@ -837,8 +861,9 @@ impl<A: Actuator> NodeAgent<A> {
             // A task that sleeps (a launcher waiting for its ranks) never shows: give up soon.
             let quantum = self.rotation.map_or(0, |r| r.quantum);
             let patience = Duration::from_micros((quantum / 10).min(5_000) as u64);
-            for job in &record.started {
-                if let Some(skew) = self.baselines.remove(job).and_then(|b| b.measure(patience)) {
+            for moment in &record.started {
+                let baseline = self.baselines.remove(&moment.job);
+                if let Some(skew) = baseline.and_then(|b| b.measure(patience)) {
                     skews.push(skew);
                 }
             }
@@ -850,17 +875,34 @@ impl<A: Actuator> NodeAgent<A> {
             stats
                 .lateness
                 .record(Duration::from_micros((woke - deadline).max(0) as u64));
-            if !record.stopped.is_empty() || !record.started.is_empty() {
+            if record.switched() {
                 stats.switch.record(record.duration);
             }
             for skew in skews {
                 stats.skew.record(skew);
             }
         }
+        self.log_boundary(record, woke, Some((woke - deadline).max(0)));
         self.track_idleness(&before, woke);
         self.watch_idle(woke);
         self.capture_baselines(slot + 1);
         self.quiet_tick(woke);
+    }
+
+    /// Keeps a boundary that stopped or started something in the node's boundary log.
+    fn log_boundary(&mut self, record: SwitchRecord, woke_us: Micros, lateness_us: Option<Micros>) {
+        if !record.switched() {
+            return;
+        }
+        self.boundaries.record(&BoundaryRecord {
+            node: self.settings.node.clone(),
+            slot: record.slot,
+            generation: self.applier.generation(),
+            woke_us,
+            lateness_us,
+            stopped: record.stopped,
+            started: record.started,
+        });
     }
 
     fn retry_discards(&mut self) {
@@ -881,10 +923,12 @@ impl<A: Actuator> NodeAgent<A> {
         }
         let before: Vec<JobId> = self.applier.running().collect();
         match self.applier.enter_slot(slot) {
-            Ok(record) if !record.stopped.is_empty() || !record.started.is_empty() => {
-                self.stats.switch.record(record.duration);
+            Ok(record) => {
+                if record.switched() {
+                    self.stats.switch.record(record.duration);
+                }
+                self.log_boundary(record, now, None);
             }
-            Ok(_) => {}
             Err(error) => log(format_args!("slot {slot} (early): {error}")),
         }
         self.track_idleness(&before, now);

@@ -37,6 +37,10 @@ fn applier(mode: Mode) -> Applier<Fake> {
     a
 }
 
+fn jobs(moments: &[cosched_proto::JobMoment]) -> Vec<u64> {
+    moments.iter().map(|m| m.job).collect()
+}
+
 #[test]
 fn gang_freezes_the_leavers_before_thawing_the_entrants() {
     let mut a = applier(Mode::Gang);
@@ -45,11 +49,13 @@ fn gang_freezes_the_leavers_before_thawing_the_entrants() {
     let r = a.enter_slot(9).unwrap();
     assert!(r.started.is_empty() && r.stopped.is_empty());
     let r = a.enter_slot(10).unwrap();
-    assert_eq!((r.stopped, r.started), (vec![], vec![1]));
+    assert_eq!((jobs(&r.stopped), jobs(&r.started)), (vec![], vec![1]));
     assert_eq!(a.actuator().frozen(), vec!["job-2"]);
     let calls_before = a.actuator().calls.len();
     let r = a.enter_slot(11).unwrap();
-    assert_eq!((r.stopped, r.started), (vec![1], vec![2]));
+    assert_eq!((jobs(&r.stopped), jobs(&r.started)), (vec![1], vec![2]));
+    // The stop took effect before the start.
+    assert!(r.stopped[0].at_us <= r.started[0].at_us, "{r:?}");
     assert_eq!(
         a.actuator().calls[calls_before..],
         [

@@ -8,6 +8,7 @@ use cosched_cgroups::{Fake, FakeCall};
 use cosched_core::{Generation, Partition, Plan, PlanEntry, PlanSlice, Role, Rotation};
 use cosched_proto::{Command, Event, NodeMap};
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -15,15 +16,34 @@ use std::time::Duration;
 
 const QUANTUM: i64 = 20_000;
 
+/// A state directory of the test's own (the agent logs its boundaries there), removed after.
+struct StateDir(PathBuf);
+
+impl StateDir {
+    fn new(test: &str) -> StateDir {
+        let dir = std::env::temp_dir().join(format!("cosched-node-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        StateDir(dir)
+    }
+}
+
+impl Drop for StateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The agent takes its slot clock from the first generation, as a remote node does.
-fn settings() -> NodeSettings {
+fn settings(state: &StateDir, clock_shift_us: i64) -> NodeSettings {
     NodeSettings {
         node: "n".into(),
         cpus: "0".parse().unwrap(),
         mode: Mode::Gang,
         idle_after: None,
-        state_dir: std::env::temp_dir(),
+        state_dir: state.0.clone(),
         supervisor_exe: "/nonexistent".into(),
+        clock_shift_us,
     }
 }
 
@@ -47,11 +67,11 @@ fn two_slices(first_slot: i64, rotation: Rotation) -> Command {
 }
 
 /// A gang agent on a fake actuator, on its own thread, with jobs 1 and 2 started on CPU 0.
-fn agent_with_two_jobs() -> Running {
+fn agent_with_two_jobs(settings: NodeSettings) -> Running {
     let rotation = Rotation::new(now_micros() / QUANTUM * QUANTUM, QUANTUM);
     let (orders, source) = channel::<Order>();
     let (sink, events) = channel::<Event>();
-    let agent = NodeAgent::new(settings(), Fake::default(), Arc::new(sink));
+    let agent = NodeAgent::new(settings, Fake::default(), Arc::new(sink));
     let clock = std::thread::spawn(move || agent.run(source));
     for job in [1, 2] {
         let start = Command::Start {
@@ -70,8 +90,8 @@ fn agent_with_two_jobs() -> Running {
 }
 
 /// The same, switching them from the next boundary on.
-fn agent_switching_two_jobs() -> Running {
-    let running = agent_with_two_jobs();
+fn agent_switching_two_jobs(settings: NodeSettings) -> Running {
+    let running = agent_with_two_jobs(settings);
     let rotation = running.rotation;
     let first = two_slices(rotation.next_boundary(now_micros()), rotation);
     running.orders.send(first.into()).unwrap();
@@ -110,12 +130,13 @@ fn replay(calls: &[FakeCall]) -> (usize, BTreeSet<String>) {
 
 #[test]
 fn orders_switch_gangs_and_a_controller_that_lets_go_leaves_nothing_frozen() {
+    let state = StateDir::new("lets-go");
     let Running {
         orders,
         events,
         clock,
         ..
-    } = agent_switching_two_jobs();
+    } = agent_switching_two_jobs(settings(&state, 0));
     std::thread::sleep(Duration::from_millis(400));
     // Not the agent's job: refused as an event, never an answer to wait for.
     orders.send(Command::Suspend { job: 99 }.into()).unwrap();
@@ -151,7 +172,8 @@ fn orders_switch_gangs_and_a_controller_that_lets_go_leaves_nothing_frozen() {
 
 #[test]
 fn an_ended_job_loses_its_cgroup_and_stop_with_cancel_kills_the_rest() {
-    let Running { orders, clock, .. } = agent_with_two_jobs();
+    let state = StateDir::new("ended");
+    let Running { orders, clock, .. } = agent_with_two_jobs(settings(&state, 0));
     orders
         .send(
             Command::Ended {
@@ -189,12 +211,13 @@ fn an_ended_job_loses_its_cgroup_and_stop_with_cancel_kills_the_rest() {
 
 #[test]
 fn a_generation_with_another_slot_clock_restarts_the_clock_on_it() {
+    let state = StateDir::new("clock");
     let Running {
         orders,
         events,
         clock,
         ..
-    } = agent_switching_two_jobs();
+    } = agent_switching_two_jobs(settings(&state, 0));
     std::thread::sleep(Duration::from_millis(200));
     // A new controller with a longer quantum and another epoch: its slot numbers are far
     // beyond the old clock's, so its generation is entered only on a clock that counts them.
@@ -227,4 +250,36 @@ fn a_generation_with_another_slot_clock_restarts_the_clock_on_it() {
         Some(2),
         "entered on the new clock: {last:?}"
     );
+}
+
+#[test]
+fn a_shifted_clock_switches_that_much_earlier_and_logs_on_the_true_clock() {
+    let shift = 7_000;
+    let state = StateDir::new("shift");
+    let Running {
+        rotation,
+        orders,
+        clock,
+        ..
+    } = agent_switching_two_jobs(settings(&state, shift));
+    std::thread::sleep(Duration::from_millis(300));
+    drop(orders);
+    clock.join().unwrap().1.unwrap();
+    let records = cosched_agent::boundaries::read_log(&state.0);
+    // The first generation may apply within the slot under way (on the agent's clock).
+    let at_boundaries: Vec<_> = records.iter().filter(|r| r.lateness_us.is_some()).collect();
+    assert!(at_boundaries.len() >= 5, "{records:?}");
+    for record in at_boundaries {
+        // Due at the slot's start on the agent's clock, which is `shift` early on the true one.
+        let due = record.woke_us - record.lateness_us.unwrap();
+        assert_eq!(due, rotation.slot_start(record.slot) - shift, "{record:?}");
+        // One job leaves and the other enters at each boundary, the leaver stopped first.
+        assert_eq!(record.started.len(), 1, "{record:?}");
+        for stopped in &record.stopped {
+            assert!(stopped.at_us <= record.started[0].at_us, "{record:?}");
+        }
+        assert!(record.started[0].at_us >= due, "{record:?}");
+    }
+    let slots: Vec<i64> = records.iter().map(|r| r.slot).collect();
+    assert!(slots.windows(2).all(|w| w[0] < w[1]), "{slots:?}");
 }

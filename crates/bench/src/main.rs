@@ -2,6 +2,7 @@
 //! print figures and ratios (never pass/fail on speed). Needs root, as the daemon does.
 //! Thin scripts in `bench/` build and call it.
 
+mod cluster;
 mod compare;
 mod daemon;
 mod figures;
@@ -30,6 +31,8 @@ enum Command {
     Overhead(overhead::OverheadArgs),
     /// Job mixes under plain Linux, cosched's modes and Slurm, and the seeds' experiments
     Compare(compare::CompareArgs),
+    /// The cluster lab: cross-node skew at several clock offsets, MPI jobs across nodes
+    Cluster(cluster::ClusterArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -38,6 +41,7 @@ fn main() -> std::process::ExitCode {
         Command::Skew(args) => skew::run(args),
         Command::Overhead(args) => overhead::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Cluster(args) => cluster::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

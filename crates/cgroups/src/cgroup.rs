@@ -345,12 +345,25 @@ impl Cgroups {
 
     /// The job's directory in the tree that holds its cpuset, if any tree does.
     fn cpuset_dir(&self, job: &str) -> Option<PathBuf> {
+        self.cpuset_parent().map(|parent| parent.join(job))
+    }
+
+    fn cpuset_parent(&self) -> Option<&PathBuf> {
         match self.cpuset {
             Some(Tree::V2) => self.v2.as_ref(),
             Some(Tree::V1) => self.v1_cpuset.as_ref(),
             None => None,
         }
-        .map(|parent| parent.join(job))
+    }
+
+    /// Keeps every job under this parent on `cpus` (a cluster node's processors) in every
+    /// mode, also those that place no job on processors of its own (`local`): without it a
+    /// node's jobs would run on another node's processors of the same machine.
+    pub fn confine(&self, cpus: &str) -> Result<()> {
+        let parent = self.cpuset_parent().ok_or_else(|| {
+            CgroupError::Unsupported("no cpuset controller on this machine".into())
+        })?;
+        write(&parent.join("cpuset.cpus"), cpus)
     }
 
     /// The processors the job may use: its effective cpuset, or every online one.

@@ -198,6 +198,12 @@ pub struct AgentArgs {
     /// ask for processes on other nodes [default: /run/cosched-agent-NAME.sock]
     #[arg(long, value_name = "PATH")]
     door: Option<PathBuf>,
+    /// For tests and demonstrations only: the agent's clock reads true time plus this many µs
+    /// (negative: behind), so that what clock error does to a cluster shows on one machine
+    /// (network namespaces share one clock). Its boundary log stays on the true clock.
+    #[arg(long, default_value_t = 0, value_name = "US", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i64).range(-10_000_000..=10_000_000))]
+    clock_offset_us: i64,
 }
 
 pub fn agent(args: AgentArgs) -> Result<()> {
@@ -238,6 +244,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         deadline: args.deadline_ms as i64 * 1_000,
         lease_ttl: args.lease_ttl,
         address: args.address,
+        clock_shift_us: args.clock_offset_us,
     };
     cosched_daemon::serve_node(config, |banner| eprintln!("{banner}"))?;
     Ok(())

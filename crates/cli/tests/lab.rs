@@ -9,6 +9,7 @@ mod common;
 
 use common::*;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -238,6 +239,24 @@ fn two_mpi_jobs_across_two_nodes_take_turns_and_keep_their_exit_codes() {
         controller.contains(&format!("job {first}: node a adds a process on node b")),
         "{controller}"
     );
+    // Both nodes logged the same boundaries (slot, job) on the true clock, close together:
+    // the shared slot clock, with no per-slot message.
+    let starts = |node: &str| -> BTreeMap<(i64, u64), i64> {
+        cosched_agent::boundaries::read_log(&lab.dir.join(format!("node-{node}")))
+            .iter()
+            .filter(|r| r.lateness_us.is_some())
+            .flat_map(|r| r.started.iter().map(move |m| ((r.slot, m.job), m.at_us)))
+            .collect()
+    };
+    let (a, b) = (starts("a"), starts("b"));
+    let mut spreads: Vec<u64> = a
+        .iter()
+        .filter_map(|(key, at)| b.get(key).map(|other| (at - other).unsigned_abs()))
+        .collect();
+    assert!(spreads.len() >= 10, "boundaries in common: {spreads:?}");
+    spreads.sort_unstable();
+    // Half a 100 ms slot apart would be no coscheduling at all; expected: well under 1 ms.
+    assert!(spreads[spreads.len() / 2] < 25_000, "{spreads:?}");
 }
 
 #[test]

@@ -399,7 +399,8 @@ impl Inner {
             rotation.next_boundary(now)
         };
         let generation = Generation::follow(self.generation.as_ref(), plan, first_slot);
-        let wire = cosched_proto::Generation::new(&generation, *rotation, &self.settings.nodes);
+        let mut wire = cosched_proto::Generation::new(&generation, *rotation, &self.settings.nodes);
+        wire.published_us = now;
         self.generation = Some(generation);
         self.tell(Command::Publish { generation: wire });
     }

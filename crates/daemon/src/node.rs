@@ -37,6 +37,8 @@ pub struct NodeConfig {
     pub address: Option<String>,
     /// The socket through which the jobs' processes ask for processes on other nodes.
     pub door: PathBuf,
+    /// Test-only: the agent's clock reads true time plus this many µs.
+    pub clock_shift_us: Micros,
 }
 
 /// The door's directory must be root's and not writable by others (sticky, as /tmp, will
@@ -81,6 +83,12 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     check_door(&config.door)?;
     let (signals, _max_files, state_dir) = take_charge(&config.state_dir)?;
     let actuator = open_cgroups(&config.cgroup_parent, config.freezer)?;
+    actuator.confine(&config.cpus.to_string()).map_err(|e| {
+        StartError::Config(format!(
+            "keeping the node's jobs on --cpus {} (cgroup {}): {e}",
+            config.cpus, config.cgroup_parent
+        ))
+    })?;
     let described = actuator.describe();
     let client = Arc::new(
         cosched_etcd::Client::new(&config.etcd, Duration::from_secs(2))
@@ -113,6 +121,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
             idle_after: config.idle_after,
             state_dir,
             supervisor_exe: config.supervisor_exe.clone(),
+            clock_shift_us: config.clock_shift_us,
         },
         actuator,
         events,
@@ -122,9 +131,13 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         .name("cosched-clock".into())
         .spawn(move || agent.run(source))
         .map_err(io_error(Path::new("clock thread")))?;
+    let shifted = match config.clock_shift_us {
+        0 => String::new(),
+        shift => format!("; its clock reads true time {shift:+} µs (--clock-offset-us)"),
+    };
     ready(&format!(
         "cosched agent: node {} of cluster '{}', CPUs {}, {} mode, {described}; lets jobs loose \
-         {} ms after losing the control plane; jobs add processes here through {}",
+         {} ms after losing the control plane; jobs add processes here through {}{shifted}",
         config.node,
         keys.cluster(),
         config.cpus,

@@ -433,6 +433,7 @@ fn local_agent(
             idle_after: config.idle_after,
             state_dir: config.state_dir.clone(),
             supervisor_exe: config.supervisor_exe.clone(),
+            clock_shift_us: 0,
         },
         actuator,
         Arc::new(event_tx),

@@ -192,6 +192,10 @@ pub struct Slice {
 pub struct Generation {
     pub protocol: u32,
     pub number: u64,
+    /// When the controller made it, on its clock (0: not said): agents measure how long it
+    /// took to reach them.
+    #[serde(default)]
+    pub published_us: Micros,
     pub epoch_us: Micros,
     pub quantum_us: Micros,
     pub first_slot: i64,
@@ -204,6 +208,7 @@ impl Generation {
         Generation {
             protocol: PROTOCOL_VERSION,
             number: generation.number,
+            published_us: 0,
             epoch_us: rotation.epoch,
             quantum_us: rotation.quantum,
             first_slot: generation.first_slot,

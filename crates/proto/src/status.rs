@@ -1,7 +1,7 @@
 //! What a node's agent reports about itself, about once a second and when it stops.
 
 use crate::{CpuSet, Mode};
-use cosched_core::Micros;
+use cosched_core::{JobId, Micros};
 use serde::{Deserialize, Serialize};
 
 /// Percentiles of a measure, in microseconds.
@@ -48,10 +48,14 @@ pub struct NodeStatus {
     pub switch_us: Summary,
     /// Between the first and the last of a job's processes to run after a start.
     pub skew_us: Summary,
+    /// From the controller making a generation to this agent having it (includes the
+    /// clocks' difference between the two machines).
+    #[serde(default)]
+    pub publish_us: Summary,
     /// Boundaries its clock slept through entirely.
     pub missed_slots: u64,
-    /// Its clock's offset from true time as its time daemon estimates it (chrony's tracking);
-    /// `None` when nothing disciplines the clock.
+    /// Its clock's offset from true time as its time daemon estimates it (chrony's tracking;
+    /// positive: ahead); `None` when nothing disciplines the clock or chrony cannot be asked.
     pub clock_offset_us: Option<i64>,
     /// A shift applied to its clock on purpose (test-only `--clock-offset-us`).
     pub clock_shift_us: i64,
@@ -60,4 +64,34 @@ pub struct NodeStatus {
     /// Whether it follows the controller's plan (false: it lost the controller or etcd, and
     /// lets every job run unscheduled until it is back).
     pub scheduling: bool,
+}
+
+/// One slot boundary at which a node stopped or started jobs, as its agent logs it (one JSON
+/// line each in `boundaries.jsonl` in its state directory, bounded in size). Times are on the
+/// true clock (CLOCK_REALTIME, never shifted by `--clock-offset-us`), so that the records of
+/// several nodes can be laid side by side: a job's cross-node skew at a boundary is the
+/// spread of its `started` moments.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundaryRecord {
+    pub node: String,
+    pub slot: i64,
+    /// The generation in force after the boundary.
+    pub generation: Option<u64>,
+    /// When the agent woke for the boundary (it was due `lateness_us` earlier; no lateness:
+    /// the switch was made within the slot, for a generation that applies to it at once).
+    pub woke_us: Micros,
+    pub lateness_us: Option<Micros>,
+    /// Each job stopped (freeze confirmed, or weight lowered), and when.
+    pub stopped: Vec<JobMoment>,
+    /// Each job let run (thawed, or favoured), and when.
+    pub started: Vec<JobMoment>,
+}
+
+/// When something happened to a job (true clock, µs since the Unix epoch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobMoment {
+    pub job: JobId,
+    pub at_us: Micros,
 }

@@ -1,0 +1,159 @@
+//! The agent's log of the boundaries at which it stopped or started jobs: one JSON line
+//! ([`BoundaryRecord`]) each, on the true clock, in `boundaries.jsonl` of its state directory.
+//! Cross-node skew is measured from these (`bench cluster`), and a chart of what ran when can
+//! be drawn from them. Bounded: past `limit` bytes the file becomes `boundaries.jsonl.old`
+//! (replacing the one before) and a new one starts, so at most twice the limit is kept.
+//!
+//! A log that cannot be written is reported once and then left alone: it must never stop the
+//! clock.
+
+use cosched_proto::BoundaryRecord;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+pub const BOUNDARY_LOG: &str = "boundaries.jsonl";
+/// 4 MiB: some 25,000 switches (a line is about 160 bytes), minutes at 20 ms slots.
+pub const BOUNDARY_LOG_LIMIT: u64 = 4 << 20;
+
+pub struct BoundaryLog {
+    path: PathBuf,
+    limit: u64,
+    file: Option<File>,
+    written: u64,
+    failed: bool,
+}
+
+impl BoundaryLog {
+    pub fn new(state_dir: &Path, limit: u64) -> BoundaryLog {
+        BoundaryLog {
+            path: state_dir.join(BOUNDARY_LOG),
+            limit,
+            file: None,
+            written: 0,
+            failed: false,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Where the lines before the last rotation are.
+    pub fn old_path(&self) -> PathBuf {
+        self.path.with_extension("jsonl.old")
+    }
+
+    pub fn record(&mut self, record: &BoundaryRecord) {
+        if self.failed {
+            return;
+        }
+        let mut line = serde_json::to_vec(record).expect("records serialize");
+        line.push(b'\n');
+        if let Err(error) = self.append(&line) {
+            eprintln!(
+                "cosched agent: {}: {error}; boundaries are no longer logged",
+                self.path.display()
+            );
+            self.failed = true;
+        }
+    }
+
+    fn append(&mut self, line: &[u8]) -> std::io::Result<()> {
+        if self.file.is_some() && self.written + line.len() as u64 > self.limit {
+            self.file = None;
+            std::fs::rename(&self.path, self.old_path())?;
+        }
+        let file = match &mut self.file {
+            Some(file) => file,
+            None => {
+                // The state directory is root's alone; never follow a link planted there.
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .mode(0o644)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(&self.path)?;
+                self.written = file.metadata()?.len();
+                self.file.insert(file)
+            }
+        };
+        // One write per line, so a reader never sees half of one.
+        file.write_all(line)?;
+        self.written += line.len() as u64;
+        Ok(())
+    }
+}
+
+/// Every record in a node's log (the older file first); lines that do not parse are skipped.
+pub fn read_log(state_dir: &Path) -> Vec<BoundaryRecord> {
+    let log = BoundaryLog::new(state_dir, 0);
+    [log.old_path(), log.path().to_path_buf()]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter_map(|line| serde_json::from_str(line).ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cosched_proto::JobMoment;
+
+    fn record(slot: i64) -> BoundaryRecord {
+        BoundaryRecord {
+            node: "a".into(),
+            slot,
+            generation: Some(1),
+            woke_us: 1_000 + slot,
+            lateness_us: Some(80),
+            stopped: vec![JobMoment {
+                job: 1,
+                at_us: 2_000,
+            }],
+            started: vec![JobMoment {
+                job: 2,
+                at_us: 2_100,
+            }],
+        }
+    }
+
+    #[test]
+    fn the_log_keeps_at_most_two_files_of_its_limit_and_reads_back_in_order() {
+        let dir = std::env::temp_dir().join(format!("cosched-boundaries-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // Slots of two digits: every line has the same length.
+        let line = serde_json::to_vec(&record(10)).unwrap().len() as u64 + 1;
+        let mut log = BoundaryLog::new(&dir, line * 10);
+        for slot in 10..45 {
+            log.record(&record(slot));
+        }
+        let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+        assert!(size(log.path()) <= line * 10 && size(&log.old_path()) <= line * 10);
+        let slots: Vec<i64> = read_log(&dir).iter().map(|r| r.slot).collect();
+        assert_eq!(slots, (30..45).collect::<Vec<_>>());
+        assert_eq!(read_log(&dir)[0], record(30));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_link_planted_where_the_log_goes_is_not_followed() {
+        let dir = std::env::temp_dir().join(format!("cosched-boundlink-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("target");
+        std::fs::write(&target, "").unwrap();
+        std::os::unix::fs::symlink(&target, dir.join(BOUNDARY_LOG)).unwrap();
+        let mut log = BoundaryLog::new(&dir, 1 << 20);
+        log.record(&record(1));
+        log.record(&record(2));
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

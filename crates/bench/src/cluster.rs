@@ -1,0 +1,531 @@
+//! `cosched-bench cluster`: the cluster lab (`scripts/cluster-lab`: two one-CPU nodes that are
+//! network namespaces, a real etcd and the controller in a hub namespace) measured.
+//!
+//! - Cross-node skew: per boundary, the spread between the two nodes of the moment a job was
+//!   started (thawed) and stopped (freeze confirmed), from each agent's boundary log on the
+//!   true clock, with node b's clock shifted by each `--offsets-us`.
+//! - Fine-grain MPI across nodes: two 2-rank ping-pong jobs, each with a rank on both nodes,
+//!   under plain sharing (`local` mode: placed, never switched) and gang at each quantum;
+//!   makespan over the ideal (the two jobs alone, back to back).
+//! - What the cluster costs: generation publish-to-receipt latency (from the agents'
+//!   reports), agent CPU time per switch (every thread of the agent), etcd traffic per second.
+
+use crate::daemon::cosched_binary;
+use crate::figures::median;
+use crate::workloads;
+use anyhow::{bail, Context, Result};
+use cosched_agent::boundaries::read_log;
+use cosched_daemon::protocol::NodeView;
+use cosched_proto::{BoundaryRecord, Summary};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct ClusterArgs {
+    /// Node b's clock offsets for the skew figures, in µs (node a keeps the true clock)
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0,100,1000",
+        allow_negative_numbers = true
+    )]
+    offsets_us: Vec<i64>,
+    /// Slot length of the skew runs (short slots give many boundaries)
+    #[arg(long, default_value_t = 20)]
+    skew_quantum_ms: u64,
+    /// How long each skew run switches, in seconds
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Gang quanta for the MPI makespans, in ms
+    #[arg(long, value_delimiter = ',', default_value = "20,50,100")]
+    quanta_ms: Vec<u64>,
+    /// Round trips of each ping-pong job, each after 20 work units (300,000: some 8 s alone
+    /// here, plus about 2.7 s to start mpirun and its remote daemon)
+    #[arg(long, default_value_t = 300_000)]
+    round_trips: u64,
+    /// Repetitions of every makespan (the median is reported)
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    repeat: u16,
+    /// Also write the figures as JSON here
+    #[arg(long, default_value = "target/bench/cluster.json")]
+    json: PathBuf,
+}
+
+pub fn run(args: ClusterArgs) -> Result<()> {
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the cluster lab needs root (namespaces, cgroups, agents)");
+    }
+    workloads::build()?;
+    let mut report = Report::default();
+    println!(
+        "cross-node skew: two 2-rank MPI ping-pong jobs across nodes a and b, gang at {} ms, {} s \
+         per offset; spread of each job's start (thaw) and stop (freeze confirmed) between the \
+         nodes at every boundary, true clock",
+        args.skew_quantum_ms, args.seconds
+    );
+    println!(
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>14} {:>12}",
+        "offset",
+        "boundaries",
+        "start p50",
+        "start p99",
+        "start max",
+        "stop p50",
+        "stop p99",
+        "lateness p99",
+        "publish p50/p99",
+        "agent CPU/sw"
+    );
+    for &offset in &args.offsets_us {
+        let row = skew_run(&args, offset)?;
+        println!(
+            "{:>7} µs {:>10} {:>7} µs {:>7} µs {:>7} µs {:>7} µs {:>7} µs {:>9} µs {:>14} {:>9} µs",
+            row.offset_us,
+            row.start.count,
+            row.start.p50,
+            row.start.p99,
+            row.start.max,
+            row.stop.p50,
+            row.stop.p99,
+            row.lateness_p99_us,
+            format!("{}/{} µs", row.publish.p50, row.publish.p99),
+            row.agent_cpu_per_switch_us
+        );
+        report.skew.push(row);
+    }
+
+    println!(
+        "\nfine-grain MPI across nodes: two 2-rank ping-pong jobs ({} round trips, 20 work units \
+         each), one rank on each node; makespan over the ideal (the jobs alone, back to back), \
+         median of {}",
+        args.round_trips, args.repeat
+    );
+    let alone = {
+        let lab = Lab::up("local", 100, 0)?;
+        let times = (0..args.repeat)
+            .map(|_| lab.makespan(&["alone"], args.round_trips))
+            .collect::<Result<Vec<_>>>()?;
+        median(&times).expect("at least one round")
+    };
+    let ideal = 2.0 * alone;
+    println!("one job alone: {alone:.2} s; ideal for two: {ideal:.2} s");
+    println!(
+        "{:<12} {:>12} {:>9} {:>14} {:>14}",
+        "scheduler", "makespan", "/ ideal", "etcd puts/s", "etcd KB/s in"
+    );
+    let schedulers: Vec<(String, u64)> = std::iter::once(("local".to_string(), 100))
+        .chain(args.quanta_ms.iter().map(|&q| ("gang".to_string(), q)))
+        .collect();
+    for (mode, quantum_ms) in schedulers {
+        let lab = Lab::up(&mode, quantum_ms, 0)?;
+        let before = lab.etcd_metrics()?;
+        let started = Instant::now();
+        let times = (0..args.repeat)
+            .map(|_| lab.makespan(&["one", "two"], args.round_trips))
+            .collect::<Result<Vec<_>>>()?;
+        let seconds = started.elapsed().as_secs_f64();
+        let traffic = lab.etcd_metrics()?.since(&before, seconds);
+        let makespan = median(&times).expect("at least one round");
+        let name = if mode == "local" {
+            "plain (local)".to_string()
+        } else {
+            format!("gang {quantum_ms} ms")
+        };
+        println!(
+            "{name:<12} {makespan:>10.2} s {:>8.3}x {:>14.1} {:>14.2}",
+            makespan / ideal,
+            traffic.puts_per_s,
+            traffic.kb_in_per_s
+        );
+        report.mpi.push(MpiRow {
+            scheduler: name,
+            makespans_s: times,
+            makespan_s: makespan,
+            ideal_s: ideal,
+            etcd: traffic,
+        });
+    }
+    if let Some(parent) = args.json.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&args.json, serde_json::to_vec_pretty(&report)?)
+        .with_context(|| format!("writing {}", args.json.display()))?;
+    println!("\nfigures also in {}", args.json.display());
+    Ok(())
+}
+
+#[derive(Default, Serialize)]
+struct Report {
+    skew: Vec<SkewRow>,
+    mpi: Vec<MpiRow>,
+}
+
+#[derive(Serialize)]
+struct SkewRow {
+    offset_us: i64,
+    quantum_ms: u64,
+    /// Spread between the nodes of a job's start at one boundary.
+    start: Summary,
+    stop: Summary,
+    lateness_p99_us: u64,
+    publish: Summary,
+    agent_cpu_per_switch_us: u64,
+}
+
+#[derive(Serialize)]
+struct MpiRow {
+    scheduler: String,
+    makespans_s: Vec<f64>,
+    makespan_s: f64,
+    ideal_s: f64,
+    etcd: EtcdTraffic,
+}
+
+fn skew_run(args: &ClusterArgs, offset_us: i64) -> Result<SkewRow> {
+    let lab = Lab::up("gang", args.skew_quantum_ms, offset_us)?;
+    // Long enough never to end first: cancelled when the run is over.
+    let jobs = ["one", "two"]
+        .iter()
+        .map(|name| lab.submit(name, 100_000_000))
+        .collect::<Result<Vec<_>>>()?;
+    // Both jobs under way on both nodes (their launchers started the remote ranks).
+    std::thread::sleep(Duration::from_secs(2));
+    let cpu_before = lab.agent_cpu()?;
+    let since = cosched_agent::clock::now_micros();
+    std::thread::sleep(Duration::from_secs(args.seconds));
+    let until = cosched_agent::clock::now_micros();
+    let cpu_after = lab.agent_cpu()?;
+    let nodes = lab.nodes()?;
+    for job in &jobs {
+        lab.cosched(&["cancel", &job.to_string()])?;
+    }
+    let window = |records: Vec<BoundaryRecord>| -> Vec<BoundaryRecord> {
+        records
+            .into_iter()
+            .filter(|r| r.woke_us >= since && r.woke_us < until && r.lateness_us.is_some())
+            .collect()
+    };
+    let a = window(read_log(&lab.dir.join("node-a")));
+    let b = window(read_log(&lab.dir.join("node-b")));
+    let start = spread(&a, &b, |r| &r.started);
+    let stop = spread(&a, &b, |r| &r.stopped);
+    let switches = (a.len() + b.len()).max(1) as u64;
+    let cpu_us: u64 = cpu_after
+        .iter()
+        .map(|(node, after)| after.saturating_sub(cpu_before.get(node).copied().unwrap_or(0)))
+        .sum();
+    Ok(SkewRow {
+        offset_us,
+        quantum_ms: args.skew_quantum_ms,
+        start: summary(start),
+        stop: summary(stop),
+        lateness_p99_us: nodes
+            .iter()
+            .map(|n| n.status.lateness_us.p99)
+            .max()
+            .unwrap_or(0),
+        publish: Summary::worst(nodes.iter().map(|n| &n.status.publish_us)),
+        agent_cpu_per_switch_us: cpu_us / switches,
+    })
+}
+
+/// For every (slot, job) both nodes logged, how far apart (µs) the two moments were.
+fn spread(
+    a: &[BoundaryRecord],
+    b: &[BoundaryRecord],
+    moments: impl Fn(&BoundaryRecord) -> &Vec<cosched_proto::JobMoment>,
+) -> Vec<u64> {
+    let index = |records: &[BoundaryRecord]| -> BTreeMap<(i64, u64), i64> {
+        records
+            .iter()
+            .flat_map(|r| moments(r).iter().map(move |m| ((r.slot, m.job), m.at_us)))
+            .collect()
+    };
+    let b = index(b);
+    index(a)
+        .into_iter()
+        .filter_map(|(key, at)| b.get(&key).map(|other| (at - other).unsigned_abs()))
+        .collect()
+}
+
+fn summary(mut values: Vec<u64>) -> Summary {
+    values.sort_unstable();
+    let at = |q: f64| {
+        values
+            .get(((values.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    Summary {
+        p50: at(0.5),
+        p99: at(0.99),
+        max: values.last().copied().unwrap_or(0),
+        count: values.len() as u64,
+    }
+}
+
+/// One lab, up for as long as this lives.
+struct Lab {
+    name: String,
+    dir: PathBuf,
+    cosched: PathBuf,
+}
+
+impl Lab {
+    fn up(mode: &str, quantum_ms: u64, offset_us: i64) -> Result<Lab> {
+        let name = format!("bc{}", std::process::id() % 100_000);
+        let lab = Lab {
+            dir: PathBuf::from(format!("/run/cosched-lab-{name}")),
+            name,
+            cosched: cosched_binary()?,
+        };
+        let out = lab.script(&[
+            "up",
+            "--nodes",
+            "2",
+            "--mode",
+            mode,
+            "--quantum-ms",
+            &quantum_ms.to_string(),
+            "--clock-offset-us",
+            &offset_us.to_string(),
+        ])?;
+        if !out.status.success() {
+            bail!(
+                "cluster-lab up: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(lab)
+    }
+
+    fn script(&self, args: &[&str]) -> Result<Output> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/cluster-lab");
+        Command::new(&script)
+            .args(args)
+            .args(["--name", &self.name])
+            .env("COSCHED", &self.cosched)
+            .output()
+            .with_context(|| format!("running {}", script.display()))
+    }
+
+    fn client(&self) -> Command {
+        let mut command = Command::new(&self.cosched);
+        command.env("COSCHED_SOCKET", self.dir.join("cosched.sock"));
+        command
+    }
+
+    fn cosched(&self, args: &[&str]) -> Result<Output> {
+        let out = self.client().args(args).output()?;
+        if !out.status.success() {
+            bail!(
+                "cosched {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(out)
+    }
+
+    /// `cosched run -n 2 --name NAME [--detach] -- mpirun` of a ping-pong, one rank per node.
+    fn mpi_job(&self, name: &str, round_trips: u64, detach: bool) -> Command {
+        let mut command = self.client();
+        command.args(["run", "-n", "2", "--name", name]);
+        if detach {
+            command.arg("--detach");
+        }
+        command
+            .args(["--", "mpirun", "-np", "2", "--map-by", "node"])
+            .args(["--mca", "btl", "tcp,self"])
+            .arg(workloads::program("pingpong"))
+            .args(["-n", &round_trips.to_string(), "-w", "20"])
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("PMIX_MCA_psec", "native");
+        command
+    }
+
+    fn submit(&self, name: &str, round_trips: u64) -> Result<u64> {
+        let out = self.mpi_job(name, round_trips, true).output()?;
+        if !out.status.success() {
+            bail!(
+                "submitting {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .context("the id of a submitted job")
+    }
+
+    /// Seconds from submitting the jobs (at once) to the last one's end; each must succeed.
+    fn makespan(&self, names: &[&str], round_trips: u64) -> Result<f64> {
+        let start = Instant::now();
+        let children = names
+            .iter()
+            .map(|name| {
+                self.mpi_job(name, round_trips, false)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(anyhow::Error::from)
+            })
+            .collect::<Result<Vec<Child>>>()?;
+        for child in children {
+            let out = child.wait_with_output()?;
+            if !out.status.success() {
+                bail!(
+                    "an MPI job failed ({}): {} (logs in {})",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim(),
+                    self.dir.display()
+                );
+            }
+        }
+        Ok(start.elapsed().as_secs_f64())
+    }
+
+    fn nodes(&self) -> Result<Vec<NodeView>> {
+        let out = self.cosched(&["nodes", "--json"])?;
+        serde_json::from_slice(&out.stdout).context("cosched nodes --json")
+    }
+
+    /// CPU time (µs) of each agent so far, every thread of it (/proc/PID/task/*/schedstat).
+    fn agent_cpu(&self) -> Result<BTreeMap<String, u64>> {
+        let pids = std::fs::read_to_string(self.dir.join("pids"))?;
+        Ok(pids
+            .lines()
+            .filter_map(|line| line.split_once(' '))
+            .filter(|(_, what)| what.starts_with("agent-"))
+            .map(|(pid, what)| (what.to_string(), task_cpu_us(pid)))
+            .collect())
+    }
+
+    /// etcd's own counters, read from inside the hub namespace (never from the root one).
+    fn etcd_metrics(&self) -> Result<EtcdCounters> {
+        let out = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/cl-{}-hub", self.name))
+            .args(["curl", "-sf", "http://10.77.0.1:2379/metrics"])
+            .output()
+            .context("reading etcd's metrics")?;
+        if !out.status.success() {
+            bail!("etcd's metrics: curl {}", out.status);
+        }
+        Ok(EtcdCounters::parse(&String::from_utf8_lossy(&out.stdout)))
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Ok(out) = self.script(&["down"]) {
+            if !out.status.success() {
+                eprintln!(
+                    "cluster-lab down: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+        }
+    }
+}
+
+fn task_cpu_us(pid: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|line| line.split_whitespace().next()?.parse::<u64>().ok())
+        .sum::<u64>()
+        / 1_000
+}
+
+/// The etcd counters that say how much work the cluster gives it.
+#[derive(Default)]
+struct EtcdCounters {
+    puts: f64,
+    received_bytes: f64,
+    sent_bytes: f64,
+}
+
+#[derive(Serialize)]
+struct EtcdTraffic {
+    puts_per_s: f64,
+    kb_in_per_s: f64,
+    kb_out_per_s: f64,
+}
+
+impl EtcdCounters {
+    fn parse(text: &str) -> EtcdCounters {
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .filter(|line| line.starts_with(name))
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        EtcdCounters {
+            puts: value("etcd_mvcc_put_total") + value("etcd_mvcc_txn_total"),
+            received_bytes: value("etcd_network_client_grpc_received_bytes_total"),
+            sent_bytes: value("etcd_network_client_grpc_sent_bytes_total"),
+        }
+    }
+
+    fn since(&self, before: &EtcdCounters, seconds: f64) -> EtcdTraffic {
+        let rate = |now: f64, then: f64| (now - then).max(0.0) / seconds.max(1e-9);
+        EtcdTraffic {
+            puts_per_s: rate(self.puts, before.puts),
+            kb_in_per_s: rate(self.received_bytes, before.received_bytes) / 1e3,
+            kb_out_per_s: rate(self.sent_bytes, before.sent_bytes) / 1e3,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cosched_proto::JobMoment;
+
+    fn record(slot: i64, started: &[(u64, i64)]) -> BoundaryRecord {
+        BoundaryRecord {
+            node: "x".into(),
+            slot,
+            generation: Some(1),
+            woke_us: 0,
+            lateness_us: Some(0),
+            stopped: vec![],
+            started: started
+                .iter()
+                .map(|&(job, at_us)| JobMoment { job, at_us })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_spread_pairs_the_same_job_at_the_same_boundary_only() {
+        let a = [record(1, &[(1, 1_000)]), record(2, &[(2, 2_000)])];
+        let b = [record(1, &[(1, 1_250)]), record(3, &[(1, 3_000)])];
+        assert_eq!(spread(&a, &b, |r| &r.started), vec![250]);
+        let s = summary(vec![5, 1, 3, 100]);
+        assert_eq!((s.p50, s.max, s.count), (5, 100, 4));
+    }
+
+    #[test]
+    fn etcd_counters_add_up_their_labelled_series() {
+        let text = "# HELP etcd_mvcc_put_total x\netcd_mvcc_put_total 10\n\
+                    etcd_mvcc_txn_total 5\n\
+                    etcd_network_client_grpc_received_bytes_total{type=\"unary\"} 1000\n\
+                    etcd_network_client_grpc_received_bytes_total{type=\"stream\"} 500\n";
+        let c = EtcdCounters::parse(text);
+        assert_eq!(
+            (c.puts, c.received_bytes, c.sent_bytes),
+            (15.0, 1500.0, 0.0)
+        );
+        let t = c.since(&EtcdCounters::default(), 3.0);
+        assert_eq!(t.puts_per_s, 5.0);
+    }
+}
