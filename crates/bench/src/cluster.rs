@@ -10,7 +10,7 @@
 //! - What the cluster costs: generation publish-to-receipt latency (from the agents'
 //!   reports), agent CPU time per switch (every thread of the agent), etcd traffic per second.
 
-use crate::daemon::cosched_binary;
+use crate::daemon::{cosched_binary, succeeded};
 use crate::figures::median;
 use crate::workloads;
 use anyhow::{bail, Context, Result};
@@ -320,15 +320,7 @@ impl Lab {
     }
 
     fn cosched(&self, args: &[&str]) -> Result<Output> {
-        let out = self.client().args(args).output()?;
-        if !out.status.success() {
-            bail!(
-                "cosched {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(out)
+        succeeded(self.client().args(args), args)
     }
 
     /// `cosched run -n 2 --name NAME [--detach] -- mpirun` of a ping-pong, one rank per node.

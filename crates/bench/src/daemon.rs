@@ -21,6 +21,19 @@ pub fn cosched_binary() -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Runs a `cosched ARGS` command; an error naming it, with its stderr, unless it succeeds.
+pub fn succeeded(command: &mut Command, args: &[&str]) -> Result<Output> {
+    let out = command.output()?;
+    if !out.status.success() {
+        bail!(
+            "cosched {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out)
+}
+
 pub struct Daemon {
     cosched: PathBuf,
     dir: PathBuf,
@@ -111,15 +124,7 @@ impl Daemon {
 
     /// Runs `cosched ARGS` with more environment variables; an error unless it succeeds.
     fn output(&self, args: &[&str], env: &[(String, String)]) -> Result<Output> {
-        let out = self.command(args).envs(env.iter().cloned()).output()?;
-        if !out.status.success() {
-            bail!(
-                "cosched {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(out)
+        succeeded(self.command(args).envs(env.iter().cloned()), args)
     }
 
     /// Submits a detached job (output to `output`) and returns its id.
