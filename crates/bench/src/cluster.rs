@@ -328,7 +328,8 @@ impl Lab {
         let mut command = self.client();
         command.args(["run", "-n", "2", "--name", name]);
         if detach {
-            command.arg("--detach");
+            // Its output is on the nodes: no client-side file in this directory.
+            command.args(["--detach", "--output", "/dev/null"]);
         }
         command
             .args(["--", "mpirun", "-np", "2", "--map-by", "node"])

@@ -298,7 +298,7 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
     }
     // Ids go on from the records, never again from 1.
     let out = Command::new(COSCHED)
-        .args(["run", "--detach", "-n", "1", "--", "true"])
+        .args(["run", "--detach", "--output", "/dev/null", "-n", "1", "--", "true"])
         .env("COSCHED_SOCKET", &standby.socket)
         .output()
         .unwrap();

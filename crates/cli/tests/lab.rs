@@ -76,7 +76,9 @@ impl Lab {
     /// Submits `sh -c SCRIPT` on two processors (one per node), detached; returns its id.
     fn submit(&self, script: &str) -> u64 {
         let out = Command::new(COSCHED)
-            .args(["run", "-n", "2", "--detach", "--", "sh", "-c", script])
+            // A cluster job's output is on its nodes: no client-side file in this directory.
+            .args(["run", "-n", "2", "--detach", "--output", "/dev/null"])
+            .args(["--", "sh", "-c", script])
             .env("COSCHED_SOCKET", self.dir.join("cosched.sock"))
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
