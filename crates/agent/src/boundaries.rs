@@ -7,7 +7,8 @@
 //! A log that cannot be written is reported once and then left alone: it must never stop the
 //! clock.
 
-use cosched_proto::BoundaryRecord;
+use cosched_proto::{BoundaryRecord, JobMoment};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -100,10 +101,29 @@ pub fn read_log(state_dir: &Path) -> Vec<BoundaryRecord> {
         .collect()
 }
 
+/// For every (slot, job) that two nodes' records both have, how far apart (µs) its moments
+/// were (`moments`: the starts or the stops): that boundary's cross-node skew for the job.
+pub fn spreads(
+    a: &[BoundaryRecord],
+    b: &[BoundaryRecord],
+    moments: impl Fn(&BoundaryRecord) -> &Vec<JobMoment>,
+) -> Vec<u64> {
+    let index = |records: &[BoundaryRecord]| -> BTreeMap<(i64, u64), i64> {
+        records
+            .iter()
+            .flat_map(|r| moments(r).iter().map(move |m| ((r.slot, m.job), m.at_us)))
+            .collect()
+    };
+    let b = index(b);
+    index(a)
+        .into_iter()
+        .filter_map(|(key, at)| b.get(&key).map(|other| (at - other).unsigned_abs()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cosched_proto::JobMoment;
 
     fn record(slot: i64) -> BoundaryRecord {
         BoundaryRecord {
@@ -155,5 +175,18 @@ mod tests {
         log.record(&record(2));
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn spreads_pair_the_same_job_at_the_same_boundary_only() {
+        let started = |slot: i64, job: u64, at_us: i64| BoundaryRecord {
+            started: vec![JobMoment { job, at_us }],
+            stopped: vec![],
+            ..record(slot)
+        };
+        let a = [started(1, 1, 1_000), started(2, 2, 2_000)];
+        let b = [started(1, 1, 1_250), started(3, 1, 3_000)];
+        assert_eq!(spreads(&a, &b, |r| &r.started), vec![250]);
+        assert_eq!(spreads(&a, &b, |r| &r.stopped), Vec::<u64>::new());
     }
 }

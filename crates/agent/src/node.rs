@@ -843,10 +843,7 @@ impl<A: Actuator> NodeAgent<A> {
 
     fn tick(&mut self, tick: Tick) {
         let Tick {
-            slot,
-            deadline,
-            woke,
-            missed,
+            slot, woke, missed, ..
         } = tick;
         let before: Vec<JobId> = self.applier.running().collect();
         let record = match self.applier.enter_slot(slot) {
@@ -872,9 +869,7 @@ impl<A: Actuator> NodeAgent<A> {
         {
             let stats = &mut self.stats;
             stats.missed_slots += missed;
-            stats
-                .lateness
-                .record(Duration::from_micros((woke - deadline).max(0) as u64));
+            stats.lateness.record(tick.lateness());
             if record.switched() {
                 stats.switch.record(record.duration);
             }
@@ -882,7 +877,8 @@ impl<A: Actuator> NodeAgent<A> {
                 stats.skew.record(skew);
             }
         }
-        self.log_boundary(record, woke, Some((woke - deadline).max(0)));
+        let lateness_us = tick.lateness().as_micros() as Micros;
+        self.log_boundary(record, woke, Some(lateness_us));
         self.track_idleness(&before, woke);
         self.watch_idle(woke);
         self.capture_baselines(slot + 1);

@@ -14,7 +14,8 @@ use crate::daemon::{cosched_binary, succeeded};
 use crate::figures::median;
 use crate::workloads;
 use anyhow::{bail, Context, Result};
-use cosched_agent::boundaries::read_log;
+use cosched_agent::boundaries::{read_log, spreads};
+use cosched_agent::Samples;
 use cosched_daemon::protocol::NodeView;
 use cosched_proto::{BoundaryRecord, Summary};
 use serde::Serialize;
@@ -210,8 +211,8 @@ fn skew_run(args: &ClusterArgs, offset_us: i64) -> Result<SkewRow> {
     };
     let a = window(read_log(&lab.dir.join("node-a")));
     let b = window(read_log(&lab.dir.join("node-b")));
-    let start = spread(&a, &b, |r| &r.started);
-    let stop = spread(&a, &b, |r| &r.stopped);
+    let start = spreads(&a, &b, |r| &r.started);
+    let stop = spreads(&a, &b, |r| &r.stopped);
     let switches = (a.len() + b.len()).max(1) as u64;
     let cpu_us: u64 = cpu_after
         .iter()
@@ -220,8 +221,8 @@ fn skew_run(args: &ClusterArgs, offset_us: i64) -> Result<SkewRow> {
     Ok(SkewRow {
         offset_us,
         quantum_ms: args.skew_quantum_ms,
-        start: summary(start),
-        stop: summary(stop),
+        start: summary(&start),
+        stop: summary(&stop),
         lateness_p99_us: nodes
             .iter()
             .map(|n| n.status.lateness_us.p99)
@@ -232,39 +233,13 @@ fn skew_run(args: &ClusterArgs, offset_us: i64) -> Result<SkewRow> {
     })
 }
 
-/// For every (slot, job) both nodes logged, how far apart (µs) the two moments were.
-fn spread(
-    a: &[BoundaryRecord],
-    b: &[BoundaryRecord],
-    moments: impl Fn(&BoundaryRecord) -> &Vec<cosched_proto::JobMoment>,
-) -> Vec<u64> {
-    let index = |records: &[BoundaryRecord]| -> BTreeMap<(i64, u64), i64> {
-        records
-            .iter()
-            .flat_map(|r| moments(r).iter().map(move |m| ((r.slot, m.job), m.at_us)))
-            .collect()
-    };
-    let b = index(b);
-    index(a)
-        .into_iter()
-        .filter_map(|(key, at)| b.get(&key).map(|other| (at - other).unsigned_abs()))
-        .collect()
-}
-
-fn summary(mut values: Vec<u64>) -> Summary {
-    values.sort_unstable();
-    let at = |q: f64| {
-        values
-            .get(((values.len() as f64 - 1.0) * q).round() as usize)
-            .copied()
-            .unwrap_or(0)
-    };
-    Summary {
-        p50: at(0.5),
-        p99: at(0.99),
-        max: values.last().copied().unwrap_or(0),
-        count: values.len() as u64,
+/// Percentiles of spreads in µs, as the agents summarise their own samples.
+fn summary(values: &[u64]) -> Summary {
+    let mut samples = Samples::new(values.len());
+    for &value in values {
+        samples.record(Duration::from_micros(value));
     }
+    samples.summary()
 }
 
 /// One lab, up for as long as this lives.
@@ -481,31 +456,6 @@ impl EtcdCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cosched_proto::JobMoment;
-
-    fn record(slot: i64, started: &[(u64, i64)]) -> BoundaryRecord {
-        BoundaryRecord {
-            node: "x".into(),
-            slot,
-            generation: Some(1),
-            woke_us: 0,
-            lateness_us: Some(0),
-            stopped: vec![],
-            started: started
-                .iter()
-                .map(|&(job, at_us)| JobMoment { job, at_us })
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn the_spread_pairs_the_same_job_at_the_same_boundary_only() {
-        let a = [record(1, &[(1, 1_000)]), record(2, &[(2, 2_000)])];
-        let b = [record(1, &[(1, 1_250)]), record(3, &[(1, 3_000)])];
-        assert_eq!(spread(&a, &b, |r| &r.started), vec![250]);
-        let s = summary(vec![5, 1, 3, 100]);
-        assert_eq!((s.p50, s.max, s.count), (5, 100, 4));
-    }
 
     #[test]
     fn etcd_counters_add_up_their_labelled_series() {

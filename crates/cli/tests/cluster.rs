@@ -93,21 +93,18 @@ fn cluster(name: &str) -> (Etcd, Daemon, Agent, Agent) {
     let d = Daemon::start(&args);
     let a = Agent::start(&etcd, &cluster, &d, "a", "0", &d.parent);
     let b = Agent::start(&etcd, &cluster, &d, "b", "1", &format!("{}-b", d.parent));
-    let start = Instant::now();
-    loop {
-        let nodes = d.json(&["nodes", "--json"]);
-        if nodes.as_array().map(Vec::len) == Some(2) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the nodes never reported: {nodes}\n{}\n{}\n{}",
-            d.log(),
-            a.log(),
-            b.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut nodes = Value::Null;
+    let reported = wait_until(Duration::from_secs(20), || {
+        nodes = d.json(&["nodes", "--json"]);
+        nodes.as_array().map(Vec::len) == Some(2)
+    });
+    assert!(
+        reported,
+        "the nodes never reported: {nodes}\n{}\n{}\n{}",
+        d.log(),
+        a.log(),
+        b.log()
+    );
     (etcd, d, a, b)
 }
 
@@ -271,34 +268,33 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
         socket: dir.join("cosched.sock"),
         log,
     };
-    let start = Instant::now();
-    while !standby.log().contains("standing by") {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{}",
-            standby.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let standing_by = wait_until(Duration::from_secs(10), || {
+        standby.log().contains("standing by")
+    });
+    assert!(standing_by, "{}", standby.log());
     d.signal(libc::SIGKILL);
     d.wait_exit();
     // The leader's lease (3 s) lapses; the standby takes the key, the records and the socket.
-    let killed = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&standby.socket).is_err() {
-        assert!(
-            killed.elapsed() < Duration::from_secs(15),
-            "the standby never took over:\n{}",
-            standby.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let took_over = wait_until(Duration::from_secs(15), || {
+        std::os::unix::net::UnixStream::connect(&standby.socket).is_ok()
+    });
+    assert!(took_over, "the standby never took over:\n{}", standby.log());
     assert_eq!(standby.job(ended)["exit"]["code"], 4, "{}", standby.log());
     for job in [x, y] {
         assert_eq!(standby.job(job)["state"], "running", "{}", standby.log());
     }
     // Ids go on from the records, never again from 1.
     let out = Command::new(COSCHED)
-        .args(["run", "--detach", "--output", "/dev/null", "-n", "1", "--", "true"])
+        .args([
+            "run",
+            "--detach",
+            "--output",
+            "/dev/null",
+            "-n",
+            "1",
+            "--",
+            "true",
+        ])
         .env("COSCHED_SOCKET", &standby.socket)
         .output()
         .unwrap();
@@ -309,16 +305,10 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
     );
     // That job's start and end change the plan, and a generation for a slot it leaves vacant
     // applies within the slot (CI once saw x and y share a slot here): sample after it.
-    let short = Instant::now();
-    while standby.job(y + 1)["state"] != "done" {
-        assert!(
-            short.elapsed() < Duration::from_secs(15),
-            "job {} never ended:\n{}",
-            y + 1,
-            standby.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let short_done = wait_until(Duration::from_secs(15), || {
+        standby.job(y + 1)["state"] == "done"
+    });
+    assert!(short_done, "job {} never ended:\n{}", y + 1, standby.log());
     std::thread::sleep(Duration::from_millis(300));
     // The jobs were never launched again: they take turns and end with their own codes.
     let matrix = standby.json(&["matrix", "--json"]);
@@ -328,16 +318,10 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
         "under the new leader",
     );
     for (job, code) in [(x, 5), (y, 6)] {
-        let start = Instant::now();
-        while standby.job(job)["state"] != "done" {
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "job {job}: {}\n{}",
-                standby.job(job),
-                standby.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let done = wait_until(Duration::from_secs(60), || {
+            standby.job(job)["state"] == "done"
+        });
+        assert!(done, "job {job}: {}\n{}", standby.job(job), standby.log());
         assert_eq!(standby.job(job)["exit"]["code"], code);
     }
     assert!(

@@ -8,13 +8,13 @@
 mod common;
 
 use common::*;
+use cosched_agent::boundaries::{read_log, spreads};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One lab at a time: both would share the two CPUs.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -97,19 +97,17 @@ impl Lab {
     }
 
     fn wait_state(&self, id: u64, state: &str, patience: Duration) -> Value {
-        let start = Instant::now();
-        loop {
-            let job = self.job(id);
-            if job["state"] == state {
-                return job;
-            }
-            assert!(
-                start.elapsed() < patience,
-                "job {id} is not {state} after {patience:?}: {job}\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let mut job = Value::Null;
+        let reached = wait_until(patience, || {
+            job = self.job(id);
+            job["state"] == state
+        });
+        assert!(
+            reached,
+            "job {id} is not {state} after {patience:?}: {job}\n{}",
+            self.logs()
+        );
+        job
     }
 
     fn cgroup(&self, node: &str, job: u64) -> PathBuf {
@@ -121,15 +119,14 @@ impl Lab {
     /// Waits until the job has a process in its cgroup on `node`.
     fn wait_processes(&self, node: &str, job: u64, patience: Duration) {
         let procs = self.cgroup(node, job).join("cgroup.procs");
-        let start = Instant::now();
-        while std::fs::read_to_string(&procs).map_or(true, |p| p.trim().is_empty()) {
-            assert!(
-                start.elapsed() < patience,
-                "job {job} has no process on node {node} after {patience:?}\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let listed = wait_until(patience, || {
+            std::fs::read_to_string(&procs).is_ok_and(|p| !p.trim().is_empty())
+        });
+        assert!(
+            listed,
+            "job {job} has no process on node {node} after {patience:?}\n{}",
+            self.logs()
+        );
     }
 
     fn output(&self, node: &str, job: u64) -> String {
@@ -190,18 +187,12 @@ fn two_mpi_jobs_across_two_nodes_take_turns_and_keep_their_exit_codes() {
         lab.wait_state(job, "running", Duration::from_secs(20));
     }
     // Until both have their ranks on both nodes (the remote daemon starts through the agent).
-    let start = Instant::now();
-    while [first, second]
-        .iter()
-        .any(|job| cgroup_cpu_us(&lab.cgroup("b", *job)) < 20_000)
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no rank ran on node b\n{}",
-            lab.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let ranks_ran = wait_until(Duration::from_secs(20), || {
+        [first, second]
+            .iter()
+            .all(|job| cgroup_cpu_us(&lab.cgroup("b", *job)) >= 20_000)
+    });
+    assert!(ranks_ran, "no rank ran on node b\n{}", lab.logs());
     let matrix = lab.json(&["matrix", "--json"]);
     for node in ["a", "b"] {
         let slots = per_slot_cpu_of(
@@ -225,17 +216,12 @@ fn two_mpi_jobs_across_two_nodes_take_turns_and_keep_their_exit_codes() {
         );
     }
     // The remote daemons ended with their jobs, and nothing is left of the jobs on any node.
-    let start = Instant::now();
-    while ["a", "b"]
-        .iter()
-        .any(|node| lab.cgroup(node, first).exists() || lab.cgroup(node, second).exists())
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "job cgroups left behind"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let gone = wait_until(Duration::from_secs(10), || {
+        ["a", "b"]
+            .iter()
+            .all(|node| !lab.cgroup(node, first).exists() && !lab.cgroup(node, second).exists())
+    });
+    assert!(gone, "job cgroups left behind");
     let controller = std::fs::read_to_string(lab.dir.join("controller.log")).unwrap();
     assert!(
         controller.contains(&format!("job {first}: node a adds a process on node b")),
@@ -243,18 +229,13 @@ fn two_mpi_jobs_across_two_nodes_take_turns_and_keep_their_exit_codes() {
     );
     // Both nodes logged the same boundaries (slot, job) on the true clock, close together:
     // the shared slot clock, with no per-slot message.
-    let starts = |node: &str| -> BTreeMap<(i64, u64), i64> {
-        cosched_agent::boundaries::read_log(&lab.dir.join(format!("node-{node}")))
-            .iter()
+    let at_boundaries = |node: &str| -> Vec<_> {
+        read_log(&lab.dir.join(format!("node-{node}")))
+            .into_iter()
             .filter(|r| r.lateness_us.is_some())
-            .flat_map(|r| r.started.iter().map(move |m| ((r.slot, m.job), m.at_us)))
             .collect()
     };
-    let (a, b) = (starts("a"), starts("b"));
-    let mut spreads: Vec<u64> = a
-        .iter()
-        .filter_map(|(key, at)| b.get(key).map(|other| (at - other).unsigned_abs()))
-        .collect();
+    let mut spreads = spreads(&at_boundaries("a"), &at_boundaries("b"), |r| &r.started);
     assert!(spreads.len() >= 10, "boundaries in common: {spreads:?}");
     spreads.sort_unstable();
     // Half a 100 ms slot apart would be no coscheduling at all; expected: well under 1 ms.

@@ -1100,15 +1100,20 @@ impl Inner {
                     "job {job}: refused node {}'s request {}: {why}",
                     process.node, process.request
                 ));
-                let asker = process.node.clone();
-                let refused = Command::ProcessEnded {
-                    job,
-                    process,
-                    ending: Ending::refused(why),
-                };
-                self.send(&asker, refused.into());
+                self.process_ended(job, process, Ending::refused(why));
             }
         }
+    }
+
+    /// Tells the node that asked for a process how it ended (or why it never started).
+    pub fn process_ended(&mut self, job: JobId, process: ProcessRef, ending: Ending) {
+        let asker = process.node.clone();
+        let ended = Command::ProcessEnded {
+            job,
+            process,
+            ending,
+        };
+        self.send(&asker, ended.into());
     }
 
     /// Launched jobs whose end is not recorded yet.
@@ -1233,15 +1238,7 @@ impl Shared {
                 job,
                 process,
                 ending,
-            } => {
-                let asker = process.node.clone();
-                let ended = Command::ProcessEnded {
-                    job,
-                    process,
-                    ending,
-                };
-                inner.send(&asker, ended.into());
-            }
+            } => inner.process_ended(job, process, ending),
         });
     }
 

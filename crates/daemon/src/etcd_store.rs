@@ -69,16 +69,25 @@ impl EtcdStore {
     /// Why a guarded write was refused: the leader key is not ours any more, or the record
     /// exists already.
     fn refusal(&self, job: JobId, key: &str) -> Result<StoreError, StoreError> {
-        if self.client.txn(&[self.guard.compare()], &[])? {
+        if self.leading()? {
             Ok(StoreError::EtcdRecord {
                 key: key.to_string(),
                 why: format!("job {job} exists already: ids are never reused"),
             })
         } else {
-            Ok(StoreError::Deposed {
-                cluster: self.keys.cluster().to_string(),
-                job,
-            })
+            Ok(self.deposed(job))
+        }
+    }
+
+    /// Whether the leader key is still this controller's (an empty guarded transaction).
+    fn leading(&self) -> Result<bool, StoreError> {
+        Ok(self.client.txn(&[self.guard.compare()], &[])?)
+    }
+
+    fn deposed(&self, job: JobId) -> StoreError {
+        StoreError::Deposed {
+            cluster: self.keys.cluster().to_string(),
+            job,
         }
     }
 }
@@ -143,11 +152,8 @@ impl Store for EtcdStore {
                 self.highest = next;
                 return Ok(next);
             }
-            if !self.client.txn(&[self.guard.compare()], &[])? {
-                return Err(StoreError::Deposed {
-                    cluster: self.keys.cluster().to_string(),
-                    job: next,
-                });
+            if !self.leading()? {
+                return Err(self.deposed(next));
             }
             // Another writer moved the counter between the read and the write: read again.
         }

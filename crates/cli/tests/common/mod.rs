@@ -196,19 +196,17 @@ impl Daemon {
 
     /// Waits (at most `patience`) until the job has ended; returns its record.
     pub fn wait_end(&self, id: u64, patience: Duration) -> Value {
-        let start = Instant::now();
-        loop {
-            let job = self.job(id);
-            if ["done", "cancelled", "lost"].contains(&job["state"].as_str().unwrap()) {
-                return job;
-            }
-            assert!(
-                start.elapsed() < patience,
-                "job {id} still {job} after {patience:?}; daemon log: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let mut job = Value::Null;
+        let ended = wait_until(patience, || {
+            job = self.job(id);
+            ["done", "cancelled", "lost"].contains(&job["state"].as_str().unwrap())
+        });
+        assert!(
+            ended,
+            "job {id} still {job} after {patience:?}; daemon log: {}",
+            self.log()
+        );
+        job
     }
 
     pub fn cgroup(&self, job: u64) -> PathBuf {
@@ -254,6 +252,21 @@ impl Drop for Daemon {
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// Looks every 50 ms, for at most `patience`, until `done`; whether it came true in time.
+/// Callers assert on it with their own message, built only when it fails.
+pub fn wait_until(patience: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if start.elapsed() >= patience {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
