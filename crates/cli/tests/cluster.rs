@@ -39,6 +39,7 @@ impl Agent {
         node: &str,
         cpus: &str,
         parent: &str,
+        deadline_ms: u64,
     ) -> Agent {
         let log = d.dir.join(format!("agent-{node}.log"));
         let child = Command::new(COSCHED)
@@ -50,7 +51,7 @@ impl Agent {
             .arg(d.dir.join(format!("agent-{node}.sock")))
             .args([
                 "--deadline-ms",
-                &DEADLINE_MS.to_string(),
+                &deadline_ms.to_string(),
                 "--lease-ttl",
                 "1",
             ])
@@ -83,16 +84,20 @@ impl Drop for Agent {
     }
 }
 
-/// etcd, a controller, and agents `a` (CPU 0, its jobs' cgroups where `Daemon` reads them)
-/// and `b` (CPU 1).
+/// A one-member etcd, a controller, and agents `a` (CPU 0, its jobs' cgroups where `Daemon`
+/// reads them) and `b` (CPU 1), which let their jobs loose `DEADLINE_MS` after losing etcd.
 fn cluster(name: &str) -> (Etcd, Daemon, Agent, Agent) {
-    let etcd = Etcd::start(name);
+    cluster_on(Etcd::start(name), name, DEADLINE_MS)
+}
+
+fn cluster_on(etcd: Etcd, name: &str, deadline_ms: u64) -> (Etcd, Daemon, Agent, Agent) {
     let cluster = format!("{name}-{}", std::process::id());
     let mut args = vec!["--etcd", &etcd.url, "--cluster", &cluster];
     args.extend(CONTROLLER);
     let d = Daemon::start(&args);
-    let a = Agent::start(&etcd, &cluster, &d, "a", "0", &d.parent);
-    let b = Agent::start(&etcd, &cluster, &d, "b", "1", &format!("{}-b", d.parent));
+    let a = Agent::start(&etcd, &cluster, &d, "a", "0", &d.parent, deadline_ms);
+    let b_parent = format!("{}-b", d.parent);
+    let b = Agent::start(&etcd, &cluster, &d, "b", "1", &b_parent, deadline_ms);
     let mut nodes = Value::Null;
     let reported = wait_until(Duration::from_secs(20), || {
         nodes = d.json(&["nodes", "--json"]);
@@ -164,6 +169,40 @@ fn jobs_across_two_nodes_take_turns_and_run_loose_while_etcd_is_gone() {
         "{}\n{}",
         a.log(),
         b.log()
+    );
+}
+
+#[test]
+fn scheduling_goes_on_when_a_three_member_etcd_loses_its_leader() {
+    // The agents' default deadline (3 s): longer than the election's write outage (~2 s).
+    let (mut etcd, d, a, b) = cluster_on(Etcd::start_members("three", 3), "three", 3_000);
+    let spin = spin_py();
+    let x = d.submit(&["-n", "2", "--", "python3", &spin, "1", "6", "5"]);
+    let y = d.submit(&["-n", "2", "--", "python3", &spin, "1", "6", "6"]);
+    assert_gang(&per_slot_cpu(&d, x, y, 4), 1, "before");
+
+    let killed = etcd.kill_leader();
+    let during = per_slot_cpu(&d, x, y, 30);
+    assert_gang(
+        &during,
+        10,
+        &format!("after killing etcd's leader {killed}"),
+    );
+    // Writes work again: a job submitted now is stored, placed, started and ends.
+    let z = d.submit(&["-n", "1", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(d.wait_end(z, Duration::from_secs(30))["exit"]["code"], 7);
+    assert_eq!(d.wait_end(x, Duration::from_secs(60))["exit"]["code"], 5);
+    assert_eq!(d.wait_end(y, Duration::from_secs(60))["exit"]["code"], 6);
+    for (agent, log) in [("a", a.log()), ("b", b.log())] {
+        assert!(
+            !log.contains("lost the control plane"),
+            "agent {agent} let its jobs loose:\n{log}"
+        );
+    }
+    assert!(
+        !d.log().contains("another controller leads"),
+        "the controller gave up leading:\n{}",
+        d.log()
     );
 }
 

@@ -91,7 +91,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     })?;
     let described = actuator.describe();
     let client = Arc::new(
-        cosched_etcd::Client::new(&config.etcd, Duration::from_secs(2))
+        cosched_etcd::Client::new(&config.etcd, cosched_etcd::REQUEST_TIMEOUT)
             .map_err(ClusterError::from)?,
     );
     let keys = Keys::new(&config.cluster)?;

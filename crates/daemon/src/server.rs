@@ -152,9 +152,6 @@ pub struct ClusterConfig {
     pub leader_ttl: i64,
 }
 
-/// How long an etcd request may take before the next member is tried.
-const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
-
 /// Where the controller's agents' events come from.
 enum Agents {
     /// One machine: the agent runs on a thread of this process.
@@ -457,7 +454,8 @@ fn lead_cluster(
     cluster: &ClusterConfig,
 ) -> Result<(Arc<cosched_etcd::Client>, Keys, Leadership), StartError> {
     let client = Arc::new(
-        cosched_etcd::Client::new(&cluster.etcd, ETCD_TIMEOUT).map_err(ClusterError::from)?,
+        cosched_etcd::Client::new(&cluster.etcd, cosched_etcd::REQUEST_TIMEOUT)
+            .map_err(ClusterError::from)?,
     );
     let keys = Keys::new(&cluster.cluster)?;
     let leadership = become_leader(Arc::clone(&client), &keys, cluster.leader_ttl, |why| {

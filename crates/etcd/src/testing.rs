@@ -1,6 +1,6 @@
-//! A real etcd for tests (Debian's etcd-server, installed by scripts/deps): loopback ports of
-//! its own, data on tmpfs, killed by pid when dropped. Tests of this crate and of the cluster
-//! use it; never a fake.
+//! A real etcd for tests (Debian's etcd-server, installed by scripts/deps): one member or
+//! several, on loopback ports of their own, data on tmpfs, killed by pid when dropped. Tests of
+//! this crate and of the cluster use it; never a fake.
 
 use crate::Client;
 use std::net::TcpListener;
@@ -8,9 +8,16 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub struct Etcd {
-    child: Child,
+struct Member {
+    /// None once killed.
+    child: Option<Child>,
     dir: PathBuf,
+    url: String,
+}
+
+pub struct Etcd {
+    members: Vec<Member>,
+    /// Every member's client URL, comma-separated: what `--etcd` takes.
     pub url: String,
 }
 
@@ -25,71 +32,145 @@ pub fn free_port() -> u16 {
 impl Etcd {
     /// Starts a one-member etcd and waits until it answers (panics after 30 s: a test helper).
     pub fn start(name: &str) -> Etcd {
-        let (client, peer) = (free_port(), free_port());
+        Etcd::start_members(name, 1)
+    }
+
+    /// Starts an etcd cluster of `count` members and waits until every member answers.
+    pub fn start_members(name: &str, count: usize) -> Etcd {
         let base = if std::path::Path::new("/dev/shm").is_dir() {
             PathBuf::from("/dev/shm")
         } else {
             std::env::temp_dir()
         };
-        let dir = base.join(format!("cosched-etcd-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let mut command = Command::new("etcd");
-        command
-            .args(["--name", "t", "--data-dir"])
-            .arg(&dir)
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("t={peer_url}")])
-            .args(["--log-level", "error"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // etcd reads every ETCD_* variable as a flag.
-        for (key, _) in std::env::vars() {
-            if key.starts_with("ETCD_") {
-                command.env_remove(key);
+        let ports: Vec<(u16, u16)> = (0..count).map(|_| (free_port(), free_port())).collect();
+        let initial_cluster = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let members: Vec<Member> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (client, peer))| {
+                let dir = base.join(format!("cosched-etcd-{name}-{}-m{i}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&dir);
+                let url = format!("http://127.0.0.1:{client}");
+                let peer_url = format!("http://127.0.0.1:{peer}");
+                let mut command = Command::new("etcd");
+                command
+                    .args(["--name", &format!("m{i}"), "--data-dir"])
+                    .arg(&dir)
+                    .args([
+                        "--listen-client-urls",
+                        &url,
+                        "--advertise-client-urls",
+                        &url,
+                    ])
+                    .args(["--listen-peer-urls", &peer_url])
+                    .args(["--initial-advertise-peer-urls", &peer_url])
+                    .args(["--initial-cluster", &initial_cluster])
+                    .args([
+                        "--initial-cluster-token",
+                        &format!("{name}-{}", std::process::id()),
+                    ])
+                    .args(["--log-level", "error"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                // etcd reads every ETCD_* variable as a flag.
+                for (key, _) in std::env::vars() {
+                    if key.starts_with("ETCD_") {
+                        command.env_remove(key);
+                    }
+                }
+                let child = command.spawn().unwrap_or_else(|e| {
+                    panic!("cannot start etcd ({e}): scripts/deps installs Debian's etcd-server")
+                });
+                Member {
+                    child: Some(child),
+                    dir,
+                    url,
+                }
+            })
+            .collect();
+        let mut etcd = Etcd {
+            members,
+            url: String::new(),
+        };
+        let start = Instant::now();
+        for member in &etcd.members {
+            let client = member_client(&member.url);
+            while client.get("/ready").is_err() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "etcd member {} did not answer within 30 s",
+                    member.url
+                );
+                std::thread::sleep(Duration::from_millis(20));
             }
         }
-        let child = command.spawn().unwrap_or_else(|e| {
-            panic!("cannot start etcd ({e}): scripts/deps installs Debian's etcd-server")
-        });
-        let etcd = Etcd { child, dir, url };
-        let client = etcd.client();
-        let start = Instant::now();
-        while client.get("/ready").is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "etcd did not answer on {} within 30 s",
-                etcd.url
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        // The leader first: clients start on it, so killing it (`kill_leader`) takes away the
+        // member they use, the hard case.
+        let leader = etcd.members.iter().position(leads).unwrap_or(0);
+        etcd.members.swap(0, leader);
+        etcd.url = etcd
+            .members
+            .iter()
+            .map(|m| m.url.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
         etcd
     }
 
+    /// A client of every member.
     pub fn client(&self) -> Client {
-        Client::new(std::slice::from_ref(&self.url), Duration::from_secs(5)).expect("a URL")
+        let urls: Vec<String> = self.members.iter().map(|m| m.url.clone()).collect();
+        Client::new(&urls, crate::REQUEST_TIMEOUT).expect("a URL")
     }
 
-    /// Stops (SIGSTOP) or continues (SIGCONT) the member: a silent cut, as a hung machine.
+    /// Stops (SIGSTOP) or continues (SIGCONT) every member: a silent cut, as a hung machine.
     pub fn pause(&self, paused: bool) {
         let signal = if paused { libc::SIGSTOP } else { libc::SIGCONT };
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, signal) };
+        for child in self.members.iter().filter_map(|m| m.child.as_ref()) {
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(child.id() as i32, signal) };
+        }
     }
+
+    /// Kills (SIGKILL) the member that leads the etcd cluster now; returns its URL.
+    pub fn kill_leader(&mut self) -> String {
+        let leader = self
+            .members
+            .iter_mut()
+            .filter(|m| m.child.is_some())
+            .find(|m| leads(m))
+            .expect("a member that leads");
+        if let Some(mut child) = leader.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        leader.url.clone()
+    }
+}
+
+fn leads(member: &Member) -> bool {
+    member_client(&member.url)
+        .answers_as_leader()
+        .unwrap_or(false)
+}
+
+fn member_client(url: &str) -> Client {
+    Client::new(&[url.to_string()], Duration::from_secs(5)).expect("a URL")
 }
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        for member in &mut self.members {
+            if let Some(mut child) = member.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            let _ = std::fs::remove_dir_all(&member.dir);
+        }
     }
 }
