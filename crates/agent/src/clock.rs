@@ -80,10 +80,17 @@ pub trait SlotWork {
     fn between(&mut self, until: Micros) -> bool;
     /// The boundary into `tick.slot`; returns false to stop the clock.
     fn boundary(&mut self, tick: Tick) -> bool;
+    /// How long before the next boundary `ahead_of` wants to be called (at most the margin).
+    fn lead(&self) -> Micros {
+        0
+    }
+    /// `lead` before the boundary into `slot`: what must be done by the boundary.
+    fn ahead_of(&mut self, _slot: i64) {}
 }
 
 /// The clock loop (the only one): from the next boundary on, `between` until `margin` before
-/// each boundary, then sleep to the boundary and call `boundary`, until either says stop.
+/// each boundary, `ahead_of` it by its `lead`, then sleep to the boundary and call
+/// `boundary`, until either says stop.
 pub fn drive(rotation: Rotation, margin: Micros, work: &mut impl SlotWork) {
     let mut slot = rotation.next_boundary(now_micros());
     let mut missed = 0;
@@ -91,6 +98,11 @@ pub fn drive(rotation: Rotation, margin: Micros, work: &mut impl SlotWork) {
         let deadline = rotation.slot_start(slot);
         if !work.between(deadline - margin) {
             return;
+        }
+        let lead = work.lead().min(margin);
+        if lead > 0 {
+            sleep_until(deadline - lead);
+            work.ahead_of(slot);
         }
         sleep_until(deadline);
         let woke = now_micros();

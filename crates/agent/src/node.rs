@@ -845,7 +845,11 @@ impl<A: Actuator> NodeAgent<A> {
         let Tick {
             slot, woke, missed, ..
         } = tick;
-        let before: Vec<JobId> = self.applier.running().collect();
+        let before: Vec<JobId> = self
+            .applier
+            .running()
+            .chain(self.applier.leaving())
+            .collect();
         let record = match self.applier.enter_slot(slot) {
             Ok(record) => record,
             Err(error) => {
@@ -1100,5 +1104,22 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
             self.agent.quiet_tick(tick.woke);
         }
         true
+    }
+
+    fn lead(&self) -> Micros {
+        if self.agent.switching() {
+            self.agent.applier.lead()
+        } else {
+            0
+        }
+    }
+
+    fn ahead_of(&mut self, slot: i64) {
+        if !self.agent.switching() {
+            return;
+        }
+        if let Err(error) = self.agent.applier.leave_slot(slot) {
+            log(format_args!("ahead of slot {slot}: {error}"));
+        }
     }
 }

@@ -72,6 +72,52 @@ fn gang_freezes_the_leavers_before_thawing_the_entrants() {
 }
 
 #[test]
+fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it() {
+    let mut a = applier(Mode::Gang);
+    assert_eq!(a.lead(), 1_000, "before any freeze was measured");
+    a.enter_slot(10).unwrap();
+    a.leave_slot(11).unwrap();
+    // Job 1 is frozen and no longer runs; job 2 waits for the boundary.
+    assert_eq!(a.actuator().frozen(), vec!["job-1", "job-2"]);
+    assert_eq!(a.leaving().collect::<Vec<_>>(), vec![1]);
+    assert_eq!(a.running().count(), 0);
+    let calls_before = a.actuator().calls.len();
+    let r = a.enter_slot(11).unwrap();
+    // The boundary's record holds both, the stop first; the boundary only thawed.
+    assert_eq!((jobs(&r.stopped), jobs(&r.started)), (vec![1], vec![2]));
+    assert!(r.stopped[0].at_us <= r.started[0].at_us, "{r:?}");
+    assert_eq!(
+        a.actuator().calls[calls_before..],
+        [
+            FakeCall::Thaw("job-2".into()),
+            FakeCall::Spread("job-2".into())
+        ]
+    );
+    assert_eq!(a.leaving().count(), 0);
+    // The lead follows the freezes measured (the fake's are instant): slack alone.
+    assert!(a.lead() < 1_000, "{}", a.lead());
+    // A job let loose after it was held back is stopped again on the boundary, and reported
+    // once.
+    a.leave_slot(12).unwrap();
+    a.release_all().unwrap();
+    let r = a.enter_slot(12).unwrap();
+    assert_eq!((jobs(&r.stopped), jobs(&r.started)), (vec![2], vec![]));
+    assert_eq!(a.actuator().frozen(), vec!["job-2"]);
+}
+
+#[test]
+fn other_modes_hold_nothing_ahead() {
+    for mode in [Mode::Moderate, Mode::Implicit, Mode::Local] {
+        let mut a = applier(mode);
+        assert_eq!(a.lead(), 0, "{mode:?}");
+        a.enter_slot(10).unwrap();
+        let calls_before = a.actuator().calls.len();
+        a.leave_slot(11).unwrap();
+        assert_eq!(a.actuator().calls.len(), calls_before, "{mode:?}");
+    }
+}
+
+#[test]
 fn moderate_moves_weight_and_pins_and_freezes_nothing() {
     let mut a = applier(Mode::Moderate);
     a.enter_slot(10).unwrap();
@@ -210,6 +256,47 @@ fn control_overlaps() -> (usize, usize) {
     overlapping(&samples, &[])
 }
 
+/// Two gangs on the clock: leavers frozen ahead of each boundary, entrants thawed on it.
+struct Gangs {
+    applier: Arc<Mutex<Applier<Cgroups>>>,
+    stop: Arc<AtomicBool>,
+    /// Each boundary's deadline and when its switch was done.
+    switches: Arc<Mutex<Vec<(i64, i64)>>>,
+    lateness: Samples,
+    switch_us: Samples,
+    outcome: Result<(), String>,
+}
+
+impl clock::SlotWork for Gangs {
+    fn between(&mut self, _until: i64) -> bool {
+        true
+    }
+
+    fn lead(&self) -> i64 {
+        self.applier.lock().unwrap().lead()
+    }
+
+    fn ahead_of(&mut self, slot: i64) {
+        if let Err(e) = self.applier.lock().unwrap().leave_slot(slot) {
+            self.outcome = Err(e.to_string());
+        }
+    }
+
+    fn boundary(&mut self, tick: clock::Tick) -> bool {
+        self.lateness.record(tick.lateness());
+        let result = self.applier.lock().unwrap().enter_slot(tick.slot);
+        self.switches
+            .lock()
+            .unwrap()
+            .push((tick.deadline, now_micros()));
+        match result {
+            Ok(record) => self.switch_us.record(record.duration),
+            Err(e) => self.outcome = Err(e.to_string()),
+        }
+        self.outcome.is_ok() && !self.stop.load(Ordering::Relaxed)
+    }
+}
+
 #[test]
 fn two_gangs_never_run_at_the_same_moment_and_both_finish() {
     assert_eq!(
@@ -246,26 +333,28 @@ fn two_gangs_never_run_at_the_same_moment_and_both_finish() {
     let generation = Generation::follow(None, two_slices().plan(), first);
     applier.lock().unwrap().publish(generation);
 
-    // The clock runs on a real-time thread; this thread samples the processes meanwhile.
+    // The clock runs on a real-time thread, leavers frozen ahead of each boundary as the node
+    // agent does it; this thread samples the processes meanwhile.
     let stop = Arc::new(AtomicBool::new(false));
     let switches: Arc<Mutex<Vec<(i64, i64)>>> = Arc::default();
     let clock = {
-        let (applier, stop, switches) = (applier.clone(), stop.clone(), switches.clone());
+        let mut gangs = Gangs {
+            applier: applier.clone(),
+            stop: stop.clone(),
+            switches: switches.clone(),
+            lateness: Samples::new(10_000),
+            switch_us: Samples::new(10_000),
+            outcome: Ok(()),
+        };
         std::thread::spawn(move || {
             let realtime = clock::make_realtime(50);
-            let (mut lateness, mut switch_us) = (Samples::new(10_000), Samples::new(10_000));
-            let mut outcome = Ok(());
-            clock::run(rotation, |tick| {
-                lateness.record(tick.lateness());
-                let result = applier.lock().unwrap().enter_slot(tick.slot);
-                switches.lock().unwrap().push((tick.deadline, now_micros()));
-                match result {
-                    Ok(record) => switch_us.record(record.duration),
-                    Err(e) => outcome = Err(e.to_string()),
-                }
-                outcome.is_ok() && !stop.load(Ordering::Relaxed)
-            });
-            (realtime, lateness.summary(), switch_us.summary(), outcome)
+            clock::drive(rotation, 1_000, &mut gangs);
+            (
+                realtime,
+                gangs.lateness.summary(),
+                gangs.switch_us.summary(),
+                gangs.outcome,
+            )
         })
     };
     let pids = |job| {
