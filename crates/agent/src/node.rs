@@ -100,6 +100,9 @@ impl PlanSource for Receiver<Order> {
 /// Where the controller's orders go: to one node's agent each.
 pub trait OrderSink: Send {
     fn deliver(&self, node: &str, order: Order);
+    /// Whether a job's client descriptors reach its processes (only inside one process;
+    /// elsewhere a job writes to `output/job-N.out` on its first node).
+    fn carries_stdio(&self) -> bool;
 }
 
 /// One machine: its one agent in this process.
@@ -107,6 +110,10 @@ impl OrderSink for Sender<Order> {
     fn deliver(&self, _node: &str, order: Order) {
         // The agent ends only after the controller let go of it.
         let _ = self.send(order);
+    }
+
+    fn carries_stdio(&self) -> bool {
+        true
     }
 }
 

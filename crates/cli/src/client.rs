@@ -98,7 +98,10 @@ COSCHED_CPUS (its processors). No shell is involved: write `sh -c '...'` for one
 code is the job's (128 + the signal when it was killed). Ctrl-C cancels the job. If the daemon \
 restarts meanwhile, the job keeps running and this command waits for it. With --detach the job \
 reads nothing; its output goes to this terminal when standard output is one, else (in a script) \
-to --output or cosched-JOBID.out here, and only the id is printed, as sbatch does.")]
+to --output or cosched-JOBID.out here, and only the id is printed, as sbatch does. In a \
+cluster the job's processes are on its nodes, not here: its output goes to output/job-JOBID.out \
+in the state directory of the agent on its first node, as this command says on standard error; \
+across nodes, mpirun finds the job's hosts in COSCHED_HOSTS (Open MPI reads them by itself).")]
 pub struct RunArgs {
     /// Processors the job needs
     #[arg(short = 'n', long = "procs", value_name = "N")]
@@ -181,20 +184,23 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let submitted = connect(&socket).and_then(|stream| {
         send(&stream, &request, &[stdin, stdout, stderr])?;
         match receive(&stream)? {
-            Some(Reply::Submitted { job, .. }) => Ok((stream, job)),
+            Some(Reply::Submitted { job, output, .. }) => Ok((stream, job, output)),
             Some(Reply::Error { error, .. }) => bail!("{error}"),
             _ => bail!("the daemon closed the connection without a reply"),
         }
     });
     if default_output {
         match &submitted {
-            Ok((_, job)) => PendingOutput::name(*job)?,
-            Err(_) => {
+            Ok((_, job, None)) => PendingOutput::name(*job)?,
+            Ok((_, _, Some(_))) | Err(_) => {
                 let _ = std::fs::remove_file(PendingOutput::path());
             }
         }
     }
-    let (stream, job) = submitted?;
+    let (stream, job, elsewhere) = submitted?;
+    if let Some(place) = elsewhere {
+        eprintln!("cosched: job {job} writes its output to {place}");
+    }
     if args.detach {
         println!("{job}");
         return Ok(0);

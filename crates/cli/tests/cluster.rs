@@ -371,3 +371,32 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
         standby.log()
     );
 }
+
+#[test]
+fn a_detached_cluster_job_says_where_its_output_is_and_leaves_no_empty_file_here() {
+    let (_etcd, d, _a, _b) = cluster("output");
+    let here = d.dir.join("submitter");
+    std::fs::create_dir_all(&here).unwrap();
+    // Standard output is a pipe: a detached job's output would go to cosched-JOBID.out here.
+    let out = Command::new(COSCHED)
+        .args(["run", "--detach", "-n", "1", "--"])
+        .args(["sh", "-c", "echo written-on-its-node"])
+        .current_dir(&here)
+        .env("COSCHED_SOCKET", d.socket())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let job: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("output/job-{job}.out")),
+        "the client says where the output goes: {said}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&here).unwrap().flatten().collect();
+    assert!(left.is_empty(), "files left here: {left:?}");
+    assert_eq!(d.wait_end(job, Duration::from_secs(20))["exit"]["code"], 0);
+    let written = ["a", "b"].iter().find_map(|node| {
+        std::fs::read_to_string(d.dir.join(format!("node-{node}/output/job-{job}.out"))).ok()
+    });
+    assert_eq!(written.as_deref(), Some("written-on-its-node\n"));
+}

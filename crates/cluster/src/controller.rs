@@ -79,9 +79,15 @@ pub fn become_leader(
                     }
                     Err(_) => continue,
                 };
-                let regained = renewer.grant(ttl).and_then(|lease| {
-                    let taken = renewer.create(&leader_key, &encode(&me), Some(lease.id))?;
-                    Ok(taken.then_some(lease.id))
+                // etcd extends every lease when it elects a leader: a renewal that failed
+                // through an election may have left the key ours.
+                let regained = renewer.get(&leader_key).and_then(|key| match key {
+                    Some(kv) if kv.lease == held.load(Ordering::Relaxed) => Ok(Some(kv.lease)),
+                    Some(_) => Ok(None),
+                    None => renewer.grant(ttl).and_then(|lease| {
+                        let taken = renewer.create(&leader_key, &encode(&me), Some(lease.id))?;
+                        Ok(taken.then_some(lease.id))
+                    }),
                 });
                 match regained {
                     Ok(Some(id)) => {
@@ -159,6 +165,10 @@ impl OrderSink for EtcdOrders {
         let n = self.sequence.fetch_add(1, Ordering::Relaxed);
         let key = format!("{}{}-{n:012}", self.keys.orders(node), self.session);
         self.outbox.put(key, encode(&order.command));
+    }
+
+    fn carries_stdio(&self) -> bool {
+        false
     }
 }
 

@@ -299,11 +299,22 @@ impl Inner {
         self.store.insert(&record).map_err(unrecorded)?;
         fault::point("recorded", id);
         self.records.insert(id, record);
-        if let Some(stdio) = stdio {
+        // Held only where they can reach the job: a cluster's agents never see them.
+        if let (Some(stdio), None) = (stdio, self.output_elsewhere(id)) {
             self.stdio.insert(id, stdio);
         }
         self.enqueue(id, now)?;
         Ok(id)
+    }
+
+    /// Where a job's output goes when not to its client's descriptors (a cluster's jobs).
+    pub fn output_elsewhere(&self, job: JobId) -> Option<String> {
+        let carried = self.agents.as_ref().is_none_or(|a| a.carries_stdio());
+        (!carried).then(|| {
+            format!(
+                "output/job-{job}.out in the state directory of the agent on the job's first node"
+            )
+        })
     }
 
     /// Refuses a job whose client descriptors the daemon could not hold: past the open-file

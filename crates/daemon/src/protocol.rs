@@ -223,6 +223,9 @@ pub enum Reply {
     Submitted {
         ok: bool,
         job: JobId,
+        /// Where the job's output goes when not to the descriptors sent (a cluster's jobs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<String>,
     },
     Done {
         ok: bool,

@@ -815,7 +815,15 @@ fn handle(
             // Submitting, answering and parking under one lock: the job cannot end unheard.
             return shared.with(|inner, now| match inner.submit(who, run, stdio, now) {
                 Ok(job) => {
-                    let _ = send(&stream, &Reply::Submitted { ok: true, job });
+                    let output = inner.output_elsewhere(job);
+                    let _ = send(
+                        &stream,
+                        &Reply::Submitted {
+                            ok: true,
+                            job,
+                            output,
+                        },
+                    );
                     if !detach {
                         if let Err(error) = inner.wait(who, job, None, stream) {
                             log(format_args!("job {job}: {error}"));
