@@ -188,8 +188,10 @@ pub struct AgentArgs {
     #[arg(long, default_value_t = 3000, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(50..=600_000))]
     deadline_ms: u64,
-    /// Seconds the node's key outlives an agent that died
-    #[arg(long, default_value_t = 3, value_name = "SECONDS",
+    /// Seconds the node's key outlives an agent that died or lost etcd (longer than
+    /// --deadline-ms: jobs are let loose while the node is still a member); then the controller
+    /// marks its jobs lost
+    #[arg(long, default_value_t = 10, value_name = "SECONDS",
           value_parser = clap::value_parser!(i64).range(1..=60))]
     lease_ttl: i64,
     /// Where other nodes reach this one for MPI (a host name or IPv4 address, as it appears

@@ -52,8 +52,9 @@ impl Agent {
             .args([
                 "--deadline-ms",
                 &deadline_ms.to_string(),
+                // As short as the agent takes: longer than the deadline.
                 "--lease-ttl",
-                "1",
+                &(deadline_ms / 1_000 + 1).to_string(),
             ])
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -399,4 +400,17 @@ fn a_detached_cluster_job_says_where_its_output_is_and_leaves_no_empty_file_here
         std::fs::read_to_string(d.dir.join(format!("node-{node}/output/job-{job}.out"))).ok()
     });
     assert_eq!(written.as_deref(), Some("written-on-its-node\n"));
+}
+
+#[test]
+fn an_agent_whose_lease_would_end_before_its_deadline_is_refused() {
+    let out = Command::new(COSCHED)
+        .args(["agent", "--etcd", "http://127.0.0.1:9", "--node", "a"])
+        .args(["--lease-ttl", "3", "--deadline-ms", "3000"])
+        .output()
+        .unwrap();
+    refused(
+        &out,
+        "--lease-ttl (3 s) must be longer than --deadline-ms (3000 ms)",
+    );
 }

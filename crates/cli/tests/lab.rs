@@ -129,6 +129,27 @@ impl Lab {
         );
     }
 
+    fn frozen(&self, node: &str, job: u64) -> bool {
+        std::fs::read_to_string(self.cgroup(node, job).join("cgroup.events"))
+            .is_ok_and(|t| t.lines().any(|l| l == "frozen 1"))
+    }
+
+    /// Sends `signal` to the lab's process `what` (etcd, agent-a, controller...).
+    fn signal(&self, what: &str, signal: i32) {
+        let pids = std::fs::read_to_string(self.dir.join("pids")).unwrap();
+        let pid: i32 = pids
+            .lines()
+            .find_map(|l| l.strip_suffix(&format!(" {what}")))
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("no {what} in the lab's pids: {pids}"));
+        // SAFETY: kill(2) on a process the lab started.
+        unsafe { libc::kill(pid, signal) };
+    }
+
+    fn log(&self, what: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{what}.log"))).unwrap_or_default()
+    }
+
     fn output(&self, node: &str, job: u64) -> String {
         std::fs::read_to_string(self.dir.join(format!("node-{node}/output/job-{job}.out")))
             .unwrap_or_default()
@@ -300,4 +321,87 @@ fn only_a_jobs_own_processes_may_add_processes_and_only_on_its_nodes() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is not part of job"), "{err}");
     let _ = lab.cosched(&["cancel", &job.to_string()]);
+}
+
+#[test]
+fn on_lab_nodes_losing_etcd_or_an_agent_never_leaves_an_mpi_job_frozen() {
+    let program = pingpong();
+    let lab = Lab::up("cut");
+    // Long enough (about a minute each under gang) to outlast every fault below.
+    let first = lab.submit(&mpi_job(&program, 1_000_000, 5));
+    let second = lab.submit(&mpi_job(&program, 1_000_000, 6));
+    let ranks_ran = wait_until(Duration::from_secs(30), || {
+        [first, second]
+            .iter()
+            .all(|job| cgroup_cpu_us(&lab.cgroup("b", *job)) >= 20_000)
+    });
+    assert!(ranks_ran, "no rank ran on node b\n{}", lab.logs());
+    let gang_on_both_nodes = |what: &str| {
+        let matrix = lab.json(&["matrix", "--json"]);
+        for node in ["a", "b"] {
+            let slots = per_slot_cpu_of(
+                &matrix,
+                |job| cgroup_cpu_us(&lab.cgroup(node, job)),
+                first,
+                second,
+                6,
+            );
+            assert_gang(&slots, 1, &format!("{what}, node {node}"));
+        }
+    };
+    gang_on_both_nodes("scheduled");
+    let none_frozen = || {
+        ["a", "b"]
+            .iter()
+            .all(|node| !lab.frozen(node, first) && !lab.frozen(node, second))
+    };
+
+    // etcd stopped (a silent cut): every agent lets both jobs loose by its deadline (3 s).
+    lab.signal("etcd", libc::SIGSTOP);
+    let loose = wait_until(Duration::from_millis(3_000 + 2_000), none_frozen);
+    std::thread::sleep(Duration::from_millis(300));
+    let stayed_loose = none_frozen();
+    lab.signal("etcd", libc::SIGCONT);
+    assert!(
+        loose && stayed_loose,
+        "a job stayed frozen with etcd stopped\n{}",
+        lab.logs()
+    );
+    let resumed_after = now_us();
+    // Back: both nodes switch again from their last generation (once seen ~0.8 s after the
+    // agents said so, with the controller's leader lease lapsed meanwhile).
+    let switching_again = wait_until(Duration::from_secs(10), || {
+        ["a", "b"].iter().all(|node| {
+            read_log(&lab.dir.join(format!("node-{node}")))
+                .iter()
+                .any(|r| r.woke_us > resumed_after && !r.stopped.is_empty())
+        })
+    });
+    assert!(
+        switching_again,
+        "the agents never switched again\n{}",
+        lab.logs()
+    );
+    assert!(
+        ["agent-a", "agent-b"]
+            .iter()
+            .all(|agent| lab.log(agent).contains("is back")),
+        "{}",
+        lab.logs()
+    );
+    gang_on_both_nodes("after etcd came back");
+
+    // Node b's agent killed: its jobs' supervisors let them loose at once, and when its lease
+    // expires (10 s) the controller marks both jobs lost, saying why.
+    lab.signal("agent-b", libc::SIGKILL);
+    let thawed = wait_until(Duration::from_secs(1), || {
+        !lab.frozen("b", first) && !lab.frozen("b", second)
+    });
+    assert!(thawed, "a job stayed frozen on node b after its agent died");
+    for job in [first, second] {
+        let lost = lab.wait_state(job, "lost", Duration::from_secs(30));
+        let note = lost["note"].as_str().unwrap_or_default();
+        assert!(note.contains("node b left"), "{lost}");
+    }
+    // Their processes live on (mpirun on node a): the lab's teardown kills them.
 }

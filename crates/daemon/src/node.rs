@@ -73,6 +73,16 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     if config.cpus.is_empty() {
         return Err(StartError::Config("--cpus names no CPU".into()));
     }
+    // etcd ends a lease not renewed for its TTL: a cut that long makes the node leave and the
+    // controller give its jobs up, so letting them loose must come first.
+    if config.lease_ttl * 1_000_000 <= config.deadline {
+        return Err(StartError::Config(format!(
+            "--lease-ttl ({} s) must be longer than --deadline-ms ({} ms): a cut long enough to \
+             let the jobs loose would also end the node's membership and its jobs",
+            config.lease_ttl,
+            config.deadline / 1_000
+        )));
+    }
     if config.address.as_ref().is_some_and(|a| {
         a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == ',' || c == ':')
     }) {
