@@ -41,6 +41,21 @@ fn jobs(moments: &[cosched_proto::JobMoment]) -> Vec<u64> {
     moments.iter().map(|m| m.job).collect()
 }
 
+/// Enters `slot`: the jobs it stopped and started, and the actuator calls it made. Every stop
+/// took effect before any start.
+fn enter(a: &mut Applier<Fake>, slot: i64) -> ((Vec<u64>, Vec<u64>), Vec<FakeCall>) {
+    let before = a.actuator().calls.len();
+    let r = a.enter_slot(slot).unwrap();
+    let last_stop = r.stopped.iter().map(|m| m.at_us).max();
+    let first_start = r.started.iter().map(|m| m.at_us).min();
+    assert!(
+        last_stop.zip(first_start).is_none_or(|(s, t)| s <= t),
+        "{r:?}"
+    );
+    let calls = a.actuator().calls[before..].to_vec();
+    ((jobs(&r.stopped), jobs(&r.started)), calls)
+}
+
 #[test]
 fn gang_freezes_the_leavers_before_thawing_the_entrants() {
     let mut a = applier(Mode::Gang);
@@ -51,13 +66,10 @@ fn gang_freezes_the_leavers_before_thawing_the_entrants() {
     let r = a.enter_slot(10).unwrap();
     assert_eq!((jobs(&r.stopped), jobs(&r.started)), (vec![], vec![1]));
     assert_eq!(a.actuator().frozen(), vec!["job-2"]);
-    let calls_before = a.actuator().calls.len();
-    let r = a.enter_slot(11).unwrap();
-    assert_eq!((jobs(&r.stopped), jobs(&r.started)), (vec![1], vec![2]));
-    // The stop took effect before the start.
-    assert!(r.stopped[0].at_us <= r.started[0].at_us, "{r:?}");
+    let (switched, calls) = enter(&mut a, 11);
+    assert_eq!(switched, (vec![1], vec![2]));
     assert_eq!(
-        a.actuator().calls[calls_before..],
+        calls,
         [
             FakeCall::Freeze("job-1".into()),
             FakeCall::Thaw("job-2".into()),
@@ -81,13 +93,11 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
     assert_eq!(a.actuator().frozen(), vec!["job-1", "job-2"]);
     assert_eq!(a.leaving().collect::<Vec<_>>(), vec![1]);
     assert_eq!(a.running().count(), 0);
-    let calls_before = a.actuator().calls.len();
-    let r = a.enter_slot(11).unwrap();
     // The boundary's record holds both, the stop first; the boundary only thawed.
-    assert_eq!((jobs(&r.stopped), jobs(&r.started)), (vec![1], vec![2]));
-    assert!(r.stopped[0].at_us <= r.started[0].at_us, "{r:?}");
+    let (switched, calls) = enter(&mut a, 11);
+    assert_eq!(switched, (vec![1], vec![2]));
     assert_eq!(
-        a.actuator().calls[calls_before..],
+        calls,
         [
             FakeCall::Thaw("job-2".into()),
             FakeCall::Spread("job-2".into())

@@ -129,6 +129,42 @@ impl Lab {
         );
     }
 
+    /// Two 2-rank ping-pong jobs of `rounds` round trips that exit 5 and 6, once both have a
+    /// rank working on node b (the remote daemon starts through the agent).
+    fn two_mpi_jobs(&self, rounds: u32) -> (u64, u64) {
+        let program = pingpong();
+        let first = self.submit(&mpi_job(&program, rounds, 5));
+        let second = self.submit(&mpi_job(&program, rounds, 6));
+        let ranks_ran = wait_until(Duration::from_secs(30), || {
+            [first, second]
+                .iter()
+                .all(|job| cgroup_cpu_us(&self.cgroup("b", *job)) >= 20_000)
+        });
+        assert!(ranks_ran, "no rank ran on node b\n{}", self.logs());
+        (first, second)
+    }
+
+    /// Over `slots` slots, on each node: never both jobs in a slot, each alone in `alone`.
+    fn assert_gang_on_both_nodes(
+        &self,
+        (first, second): (u64, u64),
+        slots: usize,
+        alone: usize,
+        what: &str,
+    ) {
+        let matrix = self.json(&["matrix", "--json"]);
+        for node in ["a", "b"] {
+            let seen = per_slot_cpu_of(
+                &matrix,
+                |job| cgroup_cpu_us(&self.cgroup(node, job)),
+                first,
+                second,
+                slots,
+            );
+            assert_gang(&seen, alone, &format!("{what}, node {node}"));
+        }
+    }
+
     fn frozen(&self, node: &str, job: u64) -> bool {
         std::fs::read_to_string(self.cgroup(node, job).join("cgroup.events"))
             .is_ok_and(|t| t.lines().any(|l| l == "frozen 1"))
@@ -200,31 +236,12 @@ fn mpi_job(program: &Path, rounds: u32, code: i32) -> String {
 
 #[test]
 fn two_mpi_jobs_across_two_nodes_take_turns_and_keep_their_exit_codes() {
-    let program = pingpong();
     let lab = Lab::up("mpi");
-    let first = lab.submit(&mpi_job(&program, 150_000, 5));
-    let second = lab.submit(&mpi_job(&program, 150_000, 6));
+    let (first, second) = lab.two_mpi_jobs(150_000);
     for job in [first, second] {
         lab.wait_state(job, "running", Duration::from_secs(20));
     }
-    // Until both have their ranks on both nodes (the remote daemon starts through the agent).
-    let ranks_ran = wait_until(Duration::from_secs(20), || {
-        [first, second]
-            .iter()
-            .all(|job| cgroup_cpu_us(&lab.cgroup("b", *job)) >= 20_000)
-    });
-    assert!(ranks_ran, "no rank ran on node b\n{}", lab.logs());
-    let matrix = lab.json(&["matrix", "--json"]);
-    for node in ["a", "b"] {
-        let slots = per_slot_cpu_of(
-            &matrix,
-            |job| cgroup_cpu_us(&lab.cgroup(node, job)),
-            first,
-            second,
-            8,
-        );
-        assert_gang(&slots, 2, &format!("node {node}"));
-    }
+    lab.assert_gang_on_both_nodes((first, second), 8, 2, "scheduled");
     let nodes = lab.json(&["nodes", "--json"]);
     assert_eq!(nodes.as_array().map(Vec::len), Some(2), "{nodes}");
     for (job, code) in [(first, 5), (second, 6)] {
@@ -325,31 +342,10 @@ fn only_a_jobs_own_processes_may_add_processes_and_only_on_its_nodes() {
 
 #[test]
 fn on_lab_nodes_losing_etcd_or_an_agent_never_leaves_an_mpi_job_frozen() {
-    let program = pingpong();
     let lab = Lab::up("cut");
     // Long enough (about a minute each under gang) to outlast every fault below.
-    let first = lab.submit(&mpi_job(&program, 1_000_000, 5));
-    let second = lab.submit(&mpi_job(&program, 1_000_000, 6));
-    let ranks_ran = wait_until(Duration::from_secs(30), || {
-        [first, second]
-            .iter()
-            .all(|job| cgroup_cpu_us(&lab.cgroup("b", *job)) >= 20_000)
-    });
-    assert!(ranks_ran, "no rank ran on node b\n{}", lab.logs());
-    let gang_on_both_nodes = |what: &str| {
-        let matrix = lab.json(&["matrix", "--json"]);
-        for node in ["a", "b"] {
-            let slots = per_slot_cpu_of(
-                &matrix,
-                |job| cgroup_cpu_us(&lab.cgroup(node, job)),
-                first,
-                second,
-                6,
-            );
-            assert_gang(&slots, 1, &format!("{what}, node {node}"));
-        }
-    };
-    gang_on_both_nodes("scheduled");
+    let (first, second) = lab.two_mpi_jobs(1_000_000);
+    lab.assert_gang_on_both_nodes((first, second), 6, 1, "scheduled");
     let none_frozen = || {
         ["a", "b"]
             .iter()
@@ -389,7 +385,7 @@ fn on_lab_nodes_losing_etcd_or_an_agent_never_leaves_an_mpi_job_frozen() {
         "{}",
         lab.logs()
     );
-    gang_on_both_nodes("after etcd came back");
+    lab.assert_gang_on_both_nodes((first, second), 6, 1, "after etcd came back");
 
     // Node b's agent killed: its jobs' supervisors let them loose at once, and when its lease
     // expires (10 s) the controller marks both jobs lost, saying why.
