@@ -34,6 +34,43 @@ pub const WAITING_PER_UID: usize = 1024;
 /// The environment variable that tells a job's processes where their node's door is.
 pub const DOOR_ENV: &str = "COSCHED_AGENT";
 
+/// The name under which the cosched binary acts as `cosched launch-remote`: MPICH's Hydra
+/// takes one executable as its launcher, with no arguments of its own.
+pub const LAUNCH_REMOTE_NAME: &str = "cosched-launch-remote";
+
+/// Where the launcher link to the cosched binary `exe` is: beside it.
+pub fn launch_remote_link(exe: &Path) -> PathBuf {
+    exe.with_file_name(LAUNCH_REMOTE_NAME)
+}
+
+/// Makes (or mends) the launcher link beside `exe`, pointing to it by name. Agents sharing a
+/// machine may race here: a link that another made right is as good.
+pub fn ensure_launch_remote_link(exe: &Path) -> io::Result<PathBuf> {
+    let link = launch_remote_link(exe);
+    let target = exe
+        .file_name()
+        .map(PathBuf::from)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    if std::fs::read_link(&link).is_ok_and(|t| t == target) {
+        return Ok(link);
+    }
+    match std::fs::remove_file(&link) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    match std::os::unix::fs::symlink(&target, &link) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            if std::fs::read_link(&link).is_ok_and(|t| t == target) {
+                Ok(link)
+            } else {
+                Err(e)
+            }
+        }
+        made => made.map(|()| link),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DoorError {
     #[error("{path}: {source}")]

@@ -577,8 +577,17 @@ impl<A: Actuator> NodeAgent<A> {
             set_default("COSCHED_WAIT", "spinblock");
         }
         if self.door.is_some() {
-            let exe = self.settings.supervisor_exe.display();
-            set_default("OMPI_MCA_plm_rsh_agent", &format!("{exe} launch-remote"));
+            let exe = &self.settings.supervisor_exe;
+            set_default(
+                "OMPI_MCA_plm_rsh_agent",
+                &format!("{} launch-remote", exe.display()),
+            );
+            // Hydra's ssh launcher passes ssh's -x; its rsh launcher passes the host first.
+            let hydra = crate::door::launch_remote_link(exe);
+            if hydra.exists() {
+                set_default("HYDRA_LAUNCHER", "rsh");
+                set_default("HYDRA_LAUNCHER_EXEC", &hydra.display().to_string());
+            }
         }
         let mut ours = vec![
             ("COSCHED_JOB_ID", job.to_string()),

@@ -13,6 +13,7 @@ mod sim;
 
 use clap::{Parser, Subcommand};
 use cosched_daemon::protocol::Request;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -55,8 +56,23 @@ enum Command {
     Supervise,
 }
 
+/// `cosched launch-remote` under the name MPICH's Hydra runs as its launcher.
+#[derive(Parser)]
+#[command(name = "cosched-launch-remote", version)]
+struct AsLaunchRemote {
+    #[command(flatten)]
+    args: remote::LaunchRemoteArgs,
+}
+
 fn main() -> ExitCode {
-    match execute(Cli::parse().command) {
+    let called = std::env::args_os().next().map(PathBuf::from);
+    let name = called.as_deref().and_then(Path::file_name);
+    let command = if name.is_some_and(|n| n == cosched_agent::door::LAUNCH_REMOTE_NAME) {
+        Command::LaunchRemote(AsLaunchRemote::parse().args)
+    } else {
+        Cli::parse().command
+    };
+    match execute(command) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(err) => {
             eprintln!("cosched: {err:#}");

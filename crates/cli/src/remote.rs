@@ -24,7 +24,9 @@ start, as ssh).",
     after_help = "Open MPI (the agent sets this for every job of a cluster, and cosched sets \
 the hosts as OMPI_MCA_orte_default_dash_host, so a plain `mpirun -np N prog` spans the job's \
 nodes):\n  OMPI_MCA_plm_rsh_agent=\"cosched launch-remote\"\n\
-MPICH (Hydra):\n  mpiexec -launcher ssh -launcher-exec \"cosched launch-remote\" -hosts $COSCHED_HOSTS ...\n\n\
+MPICH (Hydra takes one executable, so the agent makes the link cosched-launch-remote beside \
+cosched and sets HYDRA_LAUNCHER=rsh and HYDRA_LAUNCHER_EXEC to it for every job of a \
+cluster):\n  mpiexec.hydra -hosts $COSCHED_HOSTS -n N prog\n\n\
 The words after HOST are joined with spaces and run by `/bin/sh -c`, as sshd does."
 )]
 pub struct LaunchRemoteArgs {

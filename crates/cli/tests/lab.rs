@@ -214,16 +214,22 @@ impl Drop for Lab {
     }
 }
 
+/// The MPI ping-pong built with Open MPI.
 fn pingpong() -> PathBuf {
+    workload("pingpong")
+}
+
+fn workload(name: &str) -> PathBuf {
     let workloads = repo().join("bench/workloads");
+    let target = format!("build/{name}");
     let made = Command::new("make")
         .args(["-s", "-C"])
         .arg(&workloads)
-        .arg("build/pingpong")
+        .arg(&target)
         .status()
         .unwrap();
-    assert!(made.success(), "building the MPI ping-pong");
-    workloads.join("build/pingpong").canonicalize().unwrap()
+    assert!(made.success(), "building {target}");
+    workloads.join(target).canonicalize().unwrap()
 }
 
 /// A 2-rank ping-pong, one rank per node, then `exit CODE`.
@@ -400,4 +406,32 @@ fn on_lab_nodes_losing_etcd_or_an_agent_never_leaves_an_mpi_job_frozen() {
         assert!(note.contains("node b left"), "{lost}");
     }
     // Their processes live on (mpirun on node a): the lab's teardown kills them.
+}
+
+#[test]
+fn an_mpich_job_spans_two_nodes_through_hydra_with_no_launcher_option() {
+    let program = workload("pingpong-mpich");
+    let lab = Lab::up("mpich");
+    // The agent set HYDRA_LAUNCHER and HYDRA_LAUNCHER_EXEC: only the hosts are given.
+    let job = lab.submit(&format!(
+        "mpiexec.hydra -hosts $COSCHED_HOSTS -n 2 {} -n 20000 -w 20 && exit 7",
+        program.display()
+    ));
+    let ended = lab.wait_state(job, "done", Duration::from_secs(60));
+    assert_eq!(
+        ended["exit"]["code"],
+        7,
+        "{ended}\n{}",
+        lab.output("a", job)
+    );
+    let out = lab.output("a", job);
+    assert!(
+        out.contains(r#""workload":"pingpong","ranks":2"#),
+        "job {job}'s output on node a: {out}"
+    );
+    let controller = lab.log("controller");
+    assert!(
+        controller.contains(&format!("job {job}: node a adds a process on node b")),
+        "Hydra's proxy on node b came through the agent: {controller}"
+    );
 }

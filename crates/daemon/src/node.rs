@@ -123,6 +123,15 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     let events: Arc<dyn EventSink> = Arc::new(membership.events());
     let door = Door::open(&config.door, &config.node, Arc::clone(&events))
         .map_err(|e| StartError::Config(e.to_string()))?;
+    let hydra = match cosched_agent::door::ensure_launch_remote_link(&config.supervisor_exe) {
+        Ok(link) => format!("; MPICH's Hydra launches through {}", link.display()),
+        Err(error) => format!(
+            "; no {} beside {} ({error}): MPICH jobs pass -launcher rsh -launcher-exec \
+             themselves",
+            cosched_agent::door::LAUNCH_REMOTE_NAME,
+            config.supervisor_exe.display()
+        ),
+    };
     let agent = NodeAgent::new(
         NodeSettings {
             node: config.node.clone(),
@@ -147,7 +156,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     };
     ready(&format!(
         "cosched agent: node {} of cluster '{}', CPUs {}, {} mode, {described}; lets jobs loose \
-         {} ms after losing the control plane; jobs add processes here through {}{shifted}",
+         {} ms after losing the control plane; jobs add processes here through {}{hydra}{shifted}",
         config.node,
         keys.cluster(),
         config.cpus,
