@@ -103,6 +103,9 @@ pub trait OrderSink: Send {
     /// Whether a job's client descriptors reach its processes (only inside one process;
     /// elsewhere a job writes to `output/job-N.out` on its first node).
     fn carries_stdio(&self) -> bool;
+    /// Drops what a node that left has not carried out: were it to come back, a start or a
+    /// generation decided before it left must not be replayed.
+    fn forget(&self, node: &str);
 }
 
 /// One machine: its one agent in this process.
@@ -115,6 +118,9 @@ impl OrderSink for Sender<Order> {
     fn carries_stdio(&self) -> bool {
         true
     }
+
+    /// The one node never leaves.
+    fn forget(&self, _node: &str) {}
 }
 
 /// Where job events go. Supervisors' watchers report from their own threads.

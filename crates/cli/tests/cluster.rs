@@ -10,6 +10,7 @@ use cosched_etcd::testing::Etcd;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Every controller's options besides etcd and the cluster's name.
@@ -24,6 +25,10 @@ const CONTROLLER: [&str; 6] = [
 
 /// Let jobs loose this long after losing the control plane.
 const DEADLINE_MS: u64 = 500;
+
+/// One cluster at a time: each runs spinning jobs on both CPUs, and the gang checks measure
+/// CPU time per slot.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 struct Agent {
     child: Option<Child>,
@@ -87,9 +92,13 @@ impl Drop for Agent {
 
 /// A one-member etcd, a controller, and agents `a` (CPU 0, its jobs' cgroups where `Daemon`
 /// reads them) and `b` (CPU 1), which let their jobs loose `DEADLINE_MS` after losing etcd.
-fn cluster(name: &str) -> (Etcd, Daemon, Agent, Agent) {
-    cluster_on(Etcd::start(name), name, DEADLINE_MS)
+fn cluster(name: &str) -> (Serial, Etcd, Daemon, Agent, Agent) {
+    let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (etcd, d, a, b) = cluster_on(Etcd::start(name), name, DEADLINE_MS);
+    (serial, etcd, d, a, b)
 }
+
+type Serial = MutexGuard<'static, ()>;
 
 fn cluster_on(etcd: Etcd, name: &str, deadline_ms: u64) -> (Etcd, Daemon, Agent, Agent) {
     let cluster = format!("{name}-{}", std::process::id());
@@ -123,7 +132,7 @@ fn node<'a>(nodes: &'a Value, name: &str) -> &'a Value {
 
 #[test]
 fn jobs_across_two_nodes_take_turns_and_run_loose_while_etcd_is_gone() {
-    let (etcd, d, a, b) = cluster("turns");
+    let (_serial, etcd, d, a, b) = cluster("turns");
     let spin = spin_py();
     // Two processors each, one on each node: each job has its own slice.
     let x = d.submit(&["-n", "2", "--", "python3", &spin, "1", "3", "5"]);
@@ -176,6 +185,7 @@ fn jobs_across_two_nodes_take_turns_and_run_loose_while_etcd_is_gone() {
 #[test]
 fn scheduling_goes_on_when_a_three_member_etcd_loses_its_leader() {
     // The agents' default deadline (3 s): longer than the election's write outage (~2 s).
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let (mut etcd, d, a, b) = cluster_on(Etcd::start_members("three", 3), "three", 3_000);
     let spin = spin_py();
     let x = d.submit(&["-n", "2", "--", "python3", &spin, "1", "6", "5"]);
@@ -209,7 +219,7 @@ fn scheduling_goes_on_when_a_three_member_etcd_loses_its_leader() {
 
 #[test]
 fn a_killed_agent_leaves_its_jobs_running_and_the_controller_marks_them_lost() {
-    let (_etcd, d, mut a, _b) = cluster("kill");
+    let (_serial, _etcd, d, mut a, _b) = cluster("kill");
     let spin = spin_py();
     let x = d.submit(&["-n", "2", "--", "python3", &spin, "1", "60", "5"]);
     let y = d.submit(&["-n", "2", "--", "python3", &spin, "1", "60", "6"]);
@@ -279,7 +289,7 @@ impl Drop for Controller {
 
 #[test]
 fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
-    let (etcd, mut d, _a, _b) = cluster("failover");
+    let (_serial, etcd, mut d, _a, _b) = cluster("failover");
     let spin = spin_py();
     let ended = d.submit(&["-n", "1", "--", "sh", "-c", "exit 4"]);
     assert_eq!(
@@ -375,7 +385,7 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
 
 #[test]
 fn a_detached_cluster_job_says_where_its_output_is_and_leaves_no_empty_file_here() {
-    let (_etcd, d, _a, _b) = cluster("output");
+    let (_serial, _etcd, d, _a, _b) = cluster("output");
     let here = d.dir.join("submitter");
     std::fs::create_dir_all(&here).unwrap();
     // Standard output is a pipe: a detached job's output would go to cosched-JOBID.out here.
@@ -412,5 +422,52 @@ fn an_agent_whose_lease_would_end_before_its_deadline_is_refused() {
     refused(
         &out,
         "--lease-ttl (3 s) must be longer than --deadline-ms (3000 ms)",
+    );
+}
+
+#[test]
+fn a_node_that_left_starts_nothing_ordered_before_it_left_when_it_comes_back() {
+    let (_serial, etcd, d, mut a, _b) = cluster("rejoin");
+    let spin = spin_py();
+    let x = d.submit(&["-n", "2", "--", "python3", &spin, "1", "60", "5"]);
+    let running = wait_until(Duration::from_secs(20), || {
+        std::fs::read_to_string(d.cgroup(x).join("cgroup.procs"))
+            .is_ok_and(|p| !p.trim().is_empty())
+    });
+    assert!(running, "job {x} never ran on node a\n{}", d.log());
+    a.kill();
+    // Before node a's lease (1 s) expires, a job is placed there: its start waits in a's queue.
+    let y = d.submit(&[
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo started-after-all; sleep 30",
+    ]);
+    for job in [x, y] {
+        let end = d.wait_end(job, Duration::from_secs(20));
+        assert_eq!(end["state"], "lost", "{end}");
+    }
+    // Node a comes back (same state directory and cgroups): it carries out the cancels of its
+    // lost jobs, but never the start decided before it left.
+    let cluster = d.args[d.args.iter().position(|a| a == "--cluster").unwrap() + 1].clone();
+    let back = Agent::start(&etcd, &cluster, &d, "a", "0", &d.parent, DEADLINE_MS);
+    let rejoined = wait_until(Duration::from_secs(20), || {
+        d.json(&["nodes", "--json"]).as_array().map(Vec::len) == Some(2)
+    });
+    assert!(rejoined, "node a never came back\n{}", back.log());
+    std::thread::sleep(Duration::from_secs(2));
+    let output = d.dir.join(format!("node-a/output/job-{y}.out"));
+    assert!(
+        !output.exists(),
+        "job {y} was started after it was given up:\n{}",
+        std::fs::read_to_string(&output).unwrap_or_default()
+    );
+    let leftovers = wait_until(Duration::from_secs(10), || !d.cgroup(x).exists());
+    assert!(
+        leftovers,
+        "what was left of job {x} on node a was not cancelled\n{}",
+        back.log()
     );
 }

@@ -170,6 +170,10 @@ impl OrderSink for EtcdOrders {
     fn carries_stdio(&self) -> bool {
         false
     }
+
+    fn forget(&self, node: &str) {
+        self.outbox.delete_prefix(self.keys.orders(node));
+    }
 }
 
 /// A node joining (its agent registered) or leaving (its lease expired or it left).

@@ -18,6 +18,9 @@ enum Op {
     Delete {
         key: String,
     },
+    DeletePrefix {
+        prefix: String,
+    },
 }
 
 pub struct Outbox {
@@ -75,6 +78,11 @@ impl Outbox {
         self.send(Op::Delete { key });
     }
 
+    /// Every key under `prefix`, as etcd has them when this write's turn comes.
+    pub fn delete_prefix(&self, prefix: String) {
+        self.send(Op::DeletePrefix { prefix });
+    }
+
     /// Writes what is queued (later writes are dropped), for `within` at most; says whether
     /// all of it went.
     pub fn finish(&self, within: Duration) -> bool {
@@ -94,6 +102,7 @@ fn write(client: &Client, op: &Op, who: &str) {
                 client.put(key, value, lease.filter(|&l| l != 0)).map(drop)
             }
             Op::Delete { key } => client.delete(key).map(drop),
+            Op::DeletePrefix { prefix } => client.delete_prefix(prefix).map(drop),
         };
         match outcome {
             Ok(()) => {

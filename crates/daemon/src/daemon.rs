@@ -410,10 +410,20 @@ impl Inner {
             rotation.next_boundary(now)
         };
         let generation = Generation::follow(self.generation.as_ref(), plan, first_slot);
-        let mut wire = cosched_proto::Generation::new(&generation, *rotation, &self.settings.nodes);
-        wire.published_us = now;
+        let wire = self.on_the_wire(&generation, now);
         self.generation = Some(generation);
         self.tell(Command::Publish { generation: wire });
+    }
+
+    /// A generation as agents take it, stamped with when it was sent.
+    fn on_the_wire(&self, generation: &Generation, now: Micros) -> cosched_proto::Generation {
+        let mut wire = cosched_proto::Generation::new(
+            generation,
+            self.settings.rotation,
+            &self.settings.nodes,
+        );
+        wire.published_us = now;
+        wire
     }
 
     /// A placed job: launched now, or (launched earlier) taken back into the rotation.
@@ -1018,6 +1028,16 @@ impl Inner {
             NodeChange::Joined(info) if known(&info.node) => {
                 if self.absent.remove(&info.node) {
                     log(format_args!("node {} is back ({})", info.node, info.agent));
+                    // Its queue was dropped when it left: the plan in force, again.
+                    if let Some(generation) = &self.generation {
+                        let order = Order {
+                            command: Command::Publish {
+                                generation: self.on_the_wire(generation, now),
+                            },
+                            stdio: None,
+                        };
+                        self.send(&info.node, order);
+                    }
                 }
             }
             NodeChange::Joined(info) => log(format_args!(
@@ -1029,6 +1049,11 @@ impl Inner {
                 log(format_args!("node {node} left the cluster"));
                 self.nodes.remove(&node);
                 self.absent.insert(node.clone());
+                // Before the cancels below, which stay queued: if it comes back, what is left
+                // of its lost jobs there is killed, and nothing is started again.
+                if let Some(agents) = &self.agents {
+                    agents.forget(&node);
+                }
                 let stranded: Vec<JobId> = self
                     .records
                     .values()

@@ -294,6 +294,15 @@ impl Client {
         Ok(int(&answer["deleted"]) > 0)
     }
 
+    /// Deletes every key under `prefix`; returns how many there were.
+    pub fn delete_prefix(&self, prefix: &str) -> Result<i64, EtcdError> {
+        let body = json!({
+            "key": b64(prefix.as_bytes()),
+            "range_end": STANDARD.encode(prefix_end(prefix)),
+        });
+        Ok(int(&self.call("/v3/kv/deleterange", body)?["deleted"]))
+    }
+
     /// Writes `key` only if it does not exist (the election of a leader: whoever creates the
     /// key leads). Returns whether this call created it.
     pub fn create(&self, key: &str, value: &[u8], lease: Option<i64>) -> Result<bool, EtcdError> {
