@@ -50,7 +50,8 @@ pub struct DaemonArgs {
     /// Most time slices (multiprogramming level) in gang and moderate modes
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     mpl: u32,
-    /// Processors to schedule [default: every CPU this process may use]
+    /// Processors to schedule, on one machine (in a cluster, each agent's --cpus) [default:
+    /// every CPU this process may use]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     procs: Option<u32>,
     /// A job that uses no CPU in its own slots for this long leaves the rotation until it
@@ -67,7 +68,8 @@ pub struct DaemonArgs {
     /// Name of the cgroup (in each hierarchy) under which the jobs' cgroups are made
     #[arg(long, default_value = "cosched", value_name = "NAME")]
     cgroup_parent: String,
-    /// Force a freezer instead of the best available: v2, v1 or signals
+    /// Force a freezer instead of the best available: v2, v1 or signals (on one machine; in a
+    /// cluster, each agent's)
     #[arg(long, value_parser = ["v2", "v1", "signals"])]
     freezer: Option<String>,
     /// Ended jobs kept in memory for `ps --all` (every record stays in the store)
@@ -107,6 +109,15 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     ] {
         if !(value.is_finite() && value >= 0.0) {
             bail!("{flag} must be a number of seconds, 0 or more (got {value})");
+        }
+    }
+    if !args.cluster.etcd.is_empty() {
+        // A controller never touches a process: these belong to the agents.
+        if args.procs.is_some() {
+            bail!("--procs is for one machine: in a cluster each agent's --cpus says what is scheduled");
+        }
+        if args.freezer.is_some() {
+            bail!("--freezer is for one machine: in a cluster give it to the agents (cosched agent --freezer)");
         }
     }
     // SAFETY: geteuid has no preconditions.

@@ -413,6 +413,20 @@ fn a_detached_cluster_job_says_where_its_output_is_and_leaves_no_empty_file_here
 }
 
 #[test]
+fn a_controller_refuses_what_only_agents_do() {
+    for (flag, value, expected) in [
+        ("--procs", "2", "--procs is for one machine"),
+        ("--freezer", "v2", "--freezer is for one machine"),
+    ] {
+        let out = Command::new(COSCHED)
+            .args(["daemon", "--etcd", "http://127.0.0.1:9", flag, value])
+            .output()
+            .unwrap();
+        refused(&out, expected);
+    }
+}
+
+#[test]
 fn an_agent_whose_lease_would_end_before_its_deadline_is_refused() {
     let out = Command::new(COSCHED)
         .args(["agent", "--etcd", "http://127.0.0.1:9", "--node", "a"])
