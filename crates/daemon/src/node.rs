@@ -63,6 +63,18 @@ fn log(message: impl std::fmt::Display) {
 }
 
 /// Runs the node's agent until SIGTERM or SIGINT. `ready` is called once it has joined.
+/// The node's cgroups until its agent takes them: removed again if the start fails (a parent
+/// that still holds jobs of an earlier run stays).
+struct Unclaimed(Option<cosched_cgroups::Cgroups>);
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        if let Some(cgroups) = self.0.take() {
+            let _ = cgroups.close();
+        }
+    }
+}
+
 pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), StartError> {
     if !cosched_proto::valid_node_name(&config.node) {
         return Err(StartError::Config(format!(
@@ -92,7 +104,8 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     }
     check_door(&config.door)?;
     let (signals, _max_files, state_dir) = take_charge(&config.state_dir)?;
-    let actuator = open_cgroups(&config.cgroup_parent, config.freezer)?;
+    let mut unclaimed = Unclaimed(Some(open_cgroups(&config.cgroup_parent, config.freezer)?));
+    let actuator = unclaimed.0.as_ref().expect("just opened");
     actuator.confine(&config.cpus.to_string()).map_err(|e| {
         StartError::Config(format!(
             "keeping the node's jobs on --cpus {} (cgroup {}): {e}",
@@ -142,7 +155,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
             supervisor_exe: config.supervisor_exe.clone(),
             clock_shift_us: config.clock_shift_us,
         },
-        actuator,
+        unclaimed.0.take().expect("claimed once"),
         events,
     )
     .with_door(door);
