@@ -195,8 +195,8 @@ pub struct AgentArgs {
     idle_after: f64,
     /// Let every job loose after losing etcd or the controller for this long. Longer than an
     /// etcd leader election (writes were back 2.1 s after a three-member etcd lost its leader
-    /// here), so that one does not let jobs loose
-    #[arg(long, default_value_t = 3000, value_name = "MS",
+    /// here; 3 s was not always enough under load), so that one does not let jobs loose
+    #[arg(long, default_value_t = 5000, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(50..=600_000))]
     deadline_ms: u64,
     /// Seconds the node's key outlives an agent that died or lost etcd (longer than

@@ -184,9 +184,9 @@ fn jobs_across_two_nodes_take_turns_and_run_loose_while_etcd_is_gone() {
 
 #[test]
 fn scheduling_goes_on_when_a_three_member_etcd_loses_its_leader() {
-    // The agents' default deadline (3 s): longer than the election's write outage (~2 s).
+    // The agents' default deadline (5 s): longer than the election's write outage (~2 s).
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (mut etcd, d, a, b) = cluster_on(Etcd::start_members("three", 3), "three", 3_000);
+    let (mut etcd, d, a, b) = cluster_on(Etcd::start_members("three", 3), "three", 5_000);
     let spin = spin_py();
     let x = d.submit(&["-n", "2", "--", "python3", &spin, "1", "6", "5"]);
     let y = d.submit(&["-n", "2", "--", "python3", &spin, "1", "6", "6"]);

@@ -358,9 +358,9 @@ fn on_lab_nodes_losing_etcd_or_an_agent_never_leaves_an_mpi_job_frozen() {
             .all(|node| !lab.frozen(node, first) && !lab.frozen(node, second))
     };
 
-    // etcd stopped (a silent cut): every agent lets both jobs loose by its deadline (3 s).
+    // etcd stopped (a silent cut): every agent lets both jobs loose by its deadline (5 s).
     lab.signal("etcd", libc::SIGSTOP);
-    let loose = wait_until(Duration::from_millis(3_000 + 2_000), none_frozen);
+    let loose = wait_until(Duration::from_millis(5_000 + 2_000), none_frozen);
     std::thread::sleep(Duration::from_millis(300));
     let stayed_loose = none_frozen();
     lab.signal("etcd", libc::SIGCONT);

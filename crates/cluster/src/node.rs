@@ -103,11 +103,18 @@ fn register(
     }
 }
 
+/// How long one look at etcd's health may take, and how soon a failed one is tried again.
+const HEALTH_TIMEOUT: Duration = Duration::from_millis(300);
+const HEALTH_RETRY: Duration = Duration::from_millis(100);
+
 impl Membership {
-    /// The thread that renews the lease and watches the link.
+    /// The thread that renews the lease and watches the link. Its requests are bounded
+    /// tighter than others, and a failed look is retried soon: through an etcd election a
+    /// member without a leader holds a request until its timeout, and the agent's deadline
+    /// counts from the last look that succeeded.
     fn keep(&self, lease_ttl: i64, check: Duration) -> Result<(), ClusterError> {
         let (client, keys, info) = (
-            Arc::clone(&self.client),
+            self.client.with_timeout(HEALTH_TIMEOUT),
             self.keys.clone(),
             self.info.clone(),
         );
@@ -117,7 +124,7 @@ impl Membership {
             .spawn(move || {
                 let mut broken = false;
                 loop {
-                    std::thread::sleep(check);
+                    std::thread::sleep(if broken { HEALTH_RETRY } else { check });
                     let id = lease.load(Ordering::Relaxed);
                     let renewed = client.keep_alive(id).and_then(|renewed| {
                         if renewed.ttl == 0 {

@@ -168,6 +168,15 @@ impl Client {
         })
     }
 
+    /// The same members, another bound on each request.
+    pub fn with_timeout(&self, timeout: Duration) -> Client {
+        Client {
+            endpoints: self.endpoints.clone(),
+            timeout,
+            preferred: AtomicUsize::new(self.preferred.load(Ordering::Relaxed)),
+        }
+    }
+
     pub fn endpoints(&self) -> &[Endpoint] {
         &self.endpoints
     }
