@@ -121,6 +121,21 @@ pub fn spreads(
         .collect()
 }
 
+/// How long (µs) after its boundary each job started, for the boundaries slept to (true
+/// clock: the boundary was `woke_us - lateness_us`): wake lateness plus the work before the
+/// thaw.
+pub fn start_delays(records: &[BoundaryRecord]) -> Vec<u64> {
+    records
+        .iter()
+        .filter_map(|r| Some((r.woke_us - r.lateness_us?, &r.started)))
+        .flat_map(|(boundary, started)| {
+            started
+                .iter()
+                .map(move |m| (m.at_us - boundary).max(0) as u64)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +203,19 @@ mod tests {
         let b = [started(1, 1, 1_250), started(3, 1, 3_000)];
         assert_eq!(spreads(&a, &b, |r| &r.started), vec![250]);
         assert_eq!(spreads(&a, &b, |r| &r.stopped), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn starts_are_timed_from_the_boundary_slept_to() {
+        let mut slept = record(7);
+        slept.woke_us = 1_000_050;
+        slept.lateness_us = Some(50);
+        slept.started = vec![JobMoment {
+            job: 3,
+            at_us: 1_000_120,
+        }];
+        let mut within = slept.clone();
+        within.lateness_us = None;
+        assert_eq!(start_delays(&[slept, within]), vec![120]);
     }
 }

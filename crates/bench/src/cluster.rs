@@ -14,7 +14,7 @@ use crate::daemon::{cosched_binary, succeeded};
 use crate::figures::median;
 use crate::workloads;
 use anyhow::{bail, Context, Result};
-use cosched_agent::boundaries::{read_log, spreads};
+use cosched_agent::boundaries::{read_log, spreads, start_delays};
 use cosched_agent::Samples;
 use cosched_daemon::protocol::NodeView;
 use cosched_proto::{BoundaryRecord, Summary};
@@ -64,11 +64,12 @@ pub fn run(args: ClusterArgs) -> Result<()> {
     println!(
         "cross-node skew: two 2-rank MPI ping-pong jobs across nodes a and b, gang at {} ms, {} s \
          per offset; spread of each job's start (thaw) and stop (freeze confirmed) between the \
-         nodes at every boundary, true clock",
+         nodes at every boundary, true clock; start after b.: p50/p99 of how long after its \
+         boundary a job started on a node",
         args.skew_quantum_ms, args.seconds
     );
     println!(
-        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>14} {:>12}",
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>16} {:>14} {:>12}",
         "offset",
         "boundaries",
         "start p50",
@@ -77,13 +78,14 @@ pub fn run(args: ClusterArgs) -> Result<()> {
         "stop p50",
         "stop p99",
         "lateness p99",
+        "start after b.",
         "publish p50/p99",
         "agent CPU/sw"
     );
     for &offset in &args.offsets_us {
         let row = skew_run(&args, offset)?;
         println!(
-            "{:>7} µs {:>10} {:>7} µs {:>7} µs {:>7} µs {:>7} µs {:>7} µs {:>9} µs {:>14} {:>9} µs",
+            "{:>7} µs {:>10} {:>7} µs {:>7} µs {:>7} µs {:>7} µs {:>7} µs {:>9} µs {:>16} {:>14} {:>9} µs",
             row.offset_us,
             row.start.count,
             row.start.p50,
@@ -92,6 +94,7 @@ pub fn run(args: ClusterArgs) -> Result<()> {
             row.stop.p50,
             row.stop.p99,
             row.lateness_p99_us,
+            format!("{}/{} µs", row.start_after_boundary.p50, row.start_after_boundary.p99),
             format!("{}/{} µs", row.publish.p50, row.publish.p99),
             row.agent_cpu_per_switch_us
         );
@@ -172,6 +175,8 @@ struct SkewRow {
     start: Summary,
     stop: Summary,
     lateness_p99_us: u64,
+    /// How long after its boundary a job started, both nodes.
+    start_after_boundary: Summary,
     publish: Summary,
     agent_cpu_per_switch_us: u64,
 }
@@ -223,6 +228,7 @@ fn skew_run(args: &ClusterArgs, offset_us: i64) -> Result<SkewRow> {
         quantum_ms: args.skew_quantum_ms,
         start: summary(&start),
         stop: summary(&stop),
+        start_after_boundary: summary(&[start_delays(&a), start_delays(&b)].concat()),
         lateness_p99_us: nodes
             .iter()
             .map(|n| n.status.lateness_us.p99)
