@@ -51,7 +51,8 @@ pub fn ensure_launch_remote_link(exe: &Path) -> io::Result<PathBuf> {
         .file_name()
         .map(PathBuf::from)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
-    if std::fs::read_link(&link).is_ok_and(|t| t == target) {
+    let points_right = || std::fs::read_link(&link).is_ok_and(|t| t == target);
+    if points_right() {
         return Ok(link);
     }
     match std::fs::remove_file(&link) {
@@ -60,13 +61,7 @@ pub fn ensure_launch_remote_link(exe: &Path) -> io::Result<PathBuf> {
         Err(e) => return Err(e),
     }
     match std::os::unix::fs::symlink(&target, &link) {
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            if std::fs::read_link(&link).is_ok_and(|t| t == target) {
-                Ok(link)
-            } else {
-                Err(e)
-            }
-        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && points_right() => Ok(link),
         made => made.map(|()| link),
     }
 }

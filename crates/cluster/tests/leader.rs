@@ -10,8 +10,7 @@ use std::time::Duration;
 fn a_leader_leads_on_through_an_etcd_election() {
     let mut etcd = Etcd::start_members("leader", 3);
     // Requests time out after 0.1 s, so renewals fail all through the election.
-    let urls: Vec<String> = etcd.url.split(',').map(str::to_string).collect();
-    let client = Arc::new(cosched_etcd::Client::new(&urls, Duration::from_millis(100)).unwrap());
+    let client = Arc::new(etcd.client().with_timeout(Duration::from_millis(100)));
     let keys = Keys::new(&format!("leader-{}", std::process::id())).unwrap();
     let lost = Arc::new(AtomicBool::new(false));
     let told = Arc::clone(&lost);

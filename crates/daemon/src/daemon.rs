@@ -300,17 +300,21 @@ impl Inner {
         fault::point("recorded", id);
         self.records.insert(id, record);
         // Held only where they can reach the job: a cluster's agents never see them.
-        if let (Some(stdio), None) = (stdio, self.output_elsewhere(id)) {
+        if let (Some(stdio), true) = (stdio, self.stdio_reaches_jobs()) {
             self.stdio.insert(id, stdio);
         }
         self.enqueue(id, now)?;
         Ok(id)
     }
 
+    /// Whether a client's descriptors reach its job's processes (one machine, not a cluster).
+    fn stdio_reaches_jobs(&self) -> bool {
+        self.agents.as_ref().is_none_or(|a| a.carries_stdio())
+    }
+
     /// Where a job's output goes when not to its client's descriptors (a cluster's jobs).
     pub fn output_elsewhere(&self, job: JobId) -> Option<String> {
-        let carried = self.agents.as_ref().is_none_or(|a| a.carries_stdio());
-        (!carried).then(|| {
+        (!self.stdio_reaches_jobs()).then(|| {
             format!(
                 "output/job-{job}.out in the state directory of the agent on the job's first node"
             )

@@ -62,7 +62,6 @@ fn log(message: impl std::fmt::Display) {
     eprintln!("cosched agent: {message}");
 }
 
-/// Runs the node's agent until SIGTERM or SIGINT. `ready` is called once it has joined.
 /// The node's cgroups until its agent takes them: removed again if the start fails (a parent
 /// that still holds jobs of an earlier run stays).
 struct Unclaimed(Option<cosched_cgroups::Cgroups>);
@@ -75,6 +74,7 @@ impl Drop for Unclaimed {
     }
 }
 
+/// Runs the node's agent until SIGTERM or SIGINT. `ready` is called once it has joined.
 pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), StartError> {
     if !cosched_proto::valid_node_name(&config.node) {
         return Err(StartError::Config(format!(
