@@ -304,10 +304,11 @@ impl Lab {
         succeeded(self.client().args(args), args)
     }
 
-    /// `cosched run -n 2 --name NAME [--detach] -- mpirun` of a ping-pong, one rank per node.
+    /// `cosched run -N 2 -n 2 --name NAME [--detach] -- mpirun` of a ping-pong, one rank per
+    /// node.
     fn mpi_job(&self, name: &str, round_trips: u64, detach: bool) -> Command {
         let mut command = self.client();
-        command.args(["run", "-n", "2", "--name", name]);
+        command.args(["run", "-N", "2", "-n", "2", "--name", name]);
         if detach {
             // Its output is on the nodes: no client-side file in this directory.
             command.args(["--detach", "--output", "/dev/null"]);

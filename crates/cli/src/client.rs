@@ -90,6 +90,7 @@ fn ask(socket: &Path, request: &Request) -> Result<Reply> {
 #[derive(Args)]
 #[command(after_help = "Examples:\n  \
   cosched run -n 2 -- mpirun -np 2 --bind-to none ./stencil\n  \
+  cosched run -N 2 -n 2 -- mpirun -np 2 --bind-to none ./pingpong   # one rank per node\n  \
   cosched run -n 1 --class interactive -- make -j1\n  \
   cosched run -n 4 --detach --output sim.log -- ./sim --steps 1000\n  \
   id=$(cosched run -n 2 --detach -- ./sim)      # output in cosched-$id.out\n\n\
@@ -106,6 +107,10 @@ pub struct RunArgs {
     /// Processors the job needs
     #[arg(short = 'n', long = "procs", value_name = "N")]
     procs: u32,
+    /// Spread the processors evenly over this many distinct nodes (N/NODES on each; N must be
+    /// a multiple) [default: wherever the partitioner puts them, perhaps all on one node]
+    #[arg(short = 'N', long = "nodes", value_name = "NODES")]
+    nodes: Option<u32>,
     /// express (root only), interactive, batch or standby
     #[arg(long, default_value = "batch")]
     class: String,
@@ -175,6 +180,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         env,
         cwd,
         procs: args.procs,
+        node_count: args.nodes,
         class: Some(args.class),
         name: args.name,
         detach: args.detach,
@@ -337,6 +343,11 @@ fn exit_status(job: u64, state: JobState, exit: Option<ExitInfo>) -> i32 {
 
 /// List jobs.
 #[derive(Args)]
+#[command(
+    after_help = "N is the job's processors, or NODESxPER-NODE for a job spread with -N. CPUS \
+are the scheduler's processor numbers: with C CPUs a node, processor P is on the (P / C)-th node \
+that `cosched nodes` lists, counting from 0."
+)]
 pub struct PsArgs {
     /// Include jobs that ended
     #[arg(long)]
@@ -374,7 +385,7 @@ pub fn ps(args: PsArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "{:>5} {:<12} {:<8} {:<11} {:>3} {:<8} {:<9} {:<7} {:>9} {:>5}  COMMAND",
+        "{:>5} {:<12} {:<8} {:<11} {:>4} {:<8} {:<9} {:<7} {:>9} {:>5}  COMMAND",
         "ID", "NAME", "USER", "CLASS", "N", "CPUS", "STATE", "SLICES", "ELAPSED", "EXIT"
     )?;
     for job in &jobs {
@@ -393,12 +404,15 @@ pub fn ps(args: PsArgs) -> Result<()> {
         };
         writeln!(
             out,
-            "{:>5} {:<12} {:<8} {:<11} {:>3} {:<8} {:<9} {:<7} {:>9} {:>5}  {}",
+            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<8} {:<9} {:<7} {:>9} {:>5}  {}",
             job.id,
             truncate(&job.name, 12),
             truncate(&job.user, 8),
             job.class,
-            job.procs,
+            match job.node_count {
+                Some(nodes) => format!("{nodes}x{}", job.procs / nodes.max(1)),
+                None => job.procs.to_string(),
+            },
             job.cpus.as_deref().unwrap_or("-"),
             job.state,
             if slices.is_empty() {

@@ -42,14 +42,15 @@ impl Agent {
         cluster: &str,
         d: &Daemon,
         node: &str,
-        cpus: &str,
+        node_args: &[&str],
         parent: &str,
         deadline_ms: u64,
     ) -> Agent {
         let log = d.dir.join(format!("agent-{node}.log"));
         let child = Command::new(COSCHED)
             .args(["agent", "--etcd", &etcd.url, "--cluster", cluster])
-            .args(["--node", node, "--cpus", cpus, "--cgroup-parent", parent])
+            .args(["--node", node, "--cgroup-parent", parent])
+            .args(node_args)
             .arg("--state-dir")
             .arg(d.dir.join(format!("node-{node}")))
             .arg("--door")
@@ -94,20 +95,30 @@ impl Drop for Agent {
 /// reads them) and `b` (CPU 1), which let their jobs loose `DEADLINE_MS` after losing etcd.
 fn cluster(name: &str) -> (Serial, Etcd, Daemon, Agent, Agent) {
     let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (etcd, d, a, b) = cluster_on(Etcd::start(name), name, DEADLINE_MS);
+    let (etcd, d, a, b) = cluster_on(Etcd::start(name), name, DEADLINE_MS, ONE_CPU_EACH);
     (serial, etcd, d, a, b)
 }
 
 type Serial = MutexGuard<'static, ()>;
 
-fn cluster_on(etcd: Etcd, name: &str, deadline_ms: u64) -> (Etcd, Daemon, Agent, Agent) {
+/// Nodes `a` and `b`: each agent's options besides its name.
+type Nodes<'a> = [&'a [&'a str]; 2];
+
+const ONE_CPU_EACH: Nodes = [&["--cpus", "0"], &["--cpus", "1"]];
+
+fn cluster_on(
+    etcd: Etcd,
+    name: &str,
+    deadline_ms: u64,
+    nodes: Nodes,
+) -> (Etcd, Daemon, Agent, Agent) {
     let cluster = format!("{name}-{}", std::process::id());
     let mut args = vec!["--etcd", &etcd.url, "--cluster", &cluster];
     args.extend(CONTROLLER);
     let d = Daemon::start(&args);
-    let a = Agent::start(&etcd, &cluster, &d, "a", "0", &d.parent, deadline_ms);
+    let a = Agent::start(&etcd, &cluster, &d, "a", nodes[0], &d.parent, deadline_ms);
     let b_parent = format!("{}-b", d.parent);
-    let b = Agent::start(&etcd, &cluster, &d, "b", "1", &b_parent, deadline_ms);
+    let b = Agent::start(&etcd, &cluster, &d, "b", nodes[1], &b_parent, deadline_ms);
     let mut nodes = Value::Null;
     let reported = wait_until(Duration::from_secs(20), || {
         nodes = d.json(&["nodes", "--json"]);
@@ -186,7 +197,12 @@ fn jobs_across_two_nodes_take_turns_and_run_loose_while_etcd_is_gone() {
 fn scheduling_goes_on_when_a_three_member_etcd_loses_its_leader() {
     // The agents' default deadline (5 s): longer than the election's write outage (~2 s).
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (mut etcd, d, a, b) = cluster_on(Etcd::start_members("three", 3), "three", 5_000);
+    let (mut etcd, d, a, b) = cluster_on(
+        Etcd::start_members("three", 3),
+        "three",
+        5_000,
+        ONE_CPU_EACH,
+    );
     let spin = spin_py();
     let x = d.submit(&["-n", "2", "--", "python3", &spin, "1", "6", "5"]);
     let y = d.submit(&["-n", "2", "--", "python3", &spin, "1", "6", "6"]);
@@ -413,6 +429,54 @@ fn a_detached_cluster_job_says_where_its_output_is_and_leaves_no_empty_file_here
 }
 
 #[test]
+fn minus_capital_n_spreads_a_job_over_distinct_nodes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // Two nodes of two CPUs (the same two: nothing here measures CPU time).
+    let (_etcd, d, _a, _b) = cluster_on(
+        Etcd::start("spread"),
+        "spread",
+        DEADLINE_MS,
+        [
+            &["--cpus", "0-1", "--address", "127.0.0.1"],
+            &["--cpus", "0-1", "--address", "127.0.0.2"],
+        ],
+    );
+    let hosts_of = |args: &[&str]| {
+        let mut run = args.to_vec();
+        run.extend(["--", "sh", "-c", "echo $COSCHED_HOSTS"]);
+        let job = d.submit(&run);
+        assert_eq!(d.wait_end(job, Duration::from_secs(20))["exit"]["code"], 0);
+        let output = std::fs::read_to_string(d.dir.join(format!("node-a/output/job-{job}.out")));
+        (job, output.unwrap().trim().to_string())
+    };
+    // Two processors fit on node a alone; -N 2 puts one on each node.
+    assert_eq!(hosts_of(&["-n", "2"]).1, "127.0.0.1:2");
+    let (spread, hosts) = hosts_of(&["-N", "2", "-n", "2"]);
+    assert_eq!(hosts, "127.0.0.1:1,127.0.0.2:1");
+    assert_eq!(
+        hosts_of(&["-N", "2", "-n", "4"]).1,
+        "127.0.0.1:2,127.0.0.2:2"
+    );
+    let listed = d.json(&["ps", "--all", "--json"]);
+    let job = listed
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|j| j["id"] == spread))
+        .unwrap();
+    assert_eq!(
+        (job["procs"].as_u64(), job["node_count"].as_u64()),
+        (Some(2), Some(2))
+    );
+    refused(
+        &d.cosched(&["run", "-N", "3", "-n", "3", "--", "true"]),
+        "3 nodes requested but the machine has 2",
+    );
+    refused(
+        &d.cosched(&["run", "-N", "1", "-n", "3", "--", "true"]),
+        "3 processors per node requested but a node has 2",
+    );
+}
+
+#[test]
 fn a_controller_refuses_what_only_agents_do() {
     for (flag, value, expected) in [
         ("--procs", "2", "--procs is for one machine"),
@@ -466,7 +530,15 @@ fn a_node_that_left_starts_nothing_ordered_before_it_left_when_it_comes_back() {
     // Node a comes back (same state directory and cgroups): it carries out the cancels of its
     // lost jobs, but never the start decided before it left.
     let cluster = d.args[d.args.iter().position(|a| a == "--cluster").unwrap() + 1].clone();
-    let back = Agent::start(&etcd, &cluster, &d, "a", "0", &d.parent, DEADLINE_MS);
+    let back = Agent::start(
+        &etcd,
+        &cluster,
+        &d,
+        "a",
+        ONE_CPU_EACH[0],
+        &d.parent,
+        DEADLINE_MS,
+    );
     let rejoined = wait_until(Duration::from_secs(20), || {
         d.json(&["nodes", "--json"]).as_array().map(Vec::len) == Some(2)
     });

@@ -288,6 +288,35 @@ fn bad_requests_are_refused_with_clear_messages() {
         &d.cosched(&["run", "-n", "3", "--", "true"]),
         "can never run",
     );
+    // One machine is one node.
+    refused(
+        &d.cosched(&["run", "-N", "2", "-n", "2", "--", "true"]),
+        "the job can never run: 2 nodes requested but the machine has 1",
+    );
+    refused(
+        &d.cosched(&["run", "-N", "2", "-n", "3", "--", "true"]),
+        "3 processors do not split evenly over 2 nodes",
+    );
+    refused(
+        &d.cosched(&["run", "-N", "0", "-n", "2", "--", "true"]),
+        "a job needs at least one node",
+    );
+    let out = d.cosched(&[
+        "run",
+        "-N",
+        "1",
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo $COSCHED_CPUS",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "0-1",
+        "{out:?}"
+    );
     refused(
         &d.cosched(&["run", "-n", "1", "--class", "urgent", "--", "true"]),
         "unknown class",

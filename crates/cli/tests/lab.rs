@@ -77,7 +77,16 @@ impl Lab {
     fn submit(&self, script: &str) -> u64 {
         let out = Command::new(COSCHED)
             // A cluster job's output is on its nodes: no client-side file in this directory.
-            .args(["run", "-n", "2", "--detach", "--output", "/dev/null"])
+            .args([
+                "run",
+                "-N",
+                "2",
+                "-n",
+                "2",
+                "--detach",
+                "--output",
+                "/dev/null",
+            ])
             .args(["--", "sh", "-c", script])
             .env("COSCHED_SOCKET", self.dir.join("cosched.sock"))
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")

@@ -1,5 +1,6 @@
 //! The machine being scheduled: processors on a line or on a `width × height` mesh.
 
+use crate::partition::Span;
 use std::fmt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +95,15 @@ impl Machine {
 
     pub fn nodes(&self) -> u32 {
         self.procs / self.cpus_per_node
+    }
+
+    pub fn cpus_per_node(&self) -> u32 {
+        self.cpus_per_node
+    }
+
+    /// Node `node`'s processors.
+    pub fn node_span(&self, node: u32) -> Span {
+        Span::new(node * self.cpus_per_node, self.cpus_per_node)
     }
 }
 

@@ -30,11 +30,14 @@ impl fmt::Display for Span {
     }
 }
 
-/// What a job asks for: a number of processors, or a `width × height` submesh of a mesh machine.
+/// What a job asks for: a number of processors, a `width × height` submesh of a mesh machine,
+/// or the same number of processors on each of several distinct nodes (an MPI job that wants
+/// a rank per node, whatever the partitioner).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Shape {
     Count(u32),
     Mesh { width: u32, height: u32 },
+    Nodes { nodes: u32, per_node: u32 },
 }
 
 impl Shape {
@@ -42,6 +45,7 @@ impl Shape {
         match self {
             Shape::Count(n) => u64::from(n),
             Shape::Mesh { width, height } => u64::from(width) * u64::from(height),
+            Shape::Nodes { nodes, per_node } => u64::from(nodes) * u64::from(per_node),
         }
     }
 }
@@ -51,6 +55,9 @@ impl fmt::Display for Shape {
         match self {
             Shape::Count(n) => write!(f, "{n} processors"),
             Shape::Mesh { width, height } => write!(f, "a {width}x{height} submesh"),
+            Shape::Nodes { nodes, per_node } => {
+                write!(f, "{per_node} processors on each of {nodes} nodes")
+            }
         }
     }
 }

@@ -29,6 +29,10 @@ pub enum NeverFits {
         shape: Shape,
         partitioner: PartitionerKind,
     },
+    #[error("{asked} nodes requested but the machine has {nodes}")]
+    TooManyNodes { asked: u32, nodes: u32 },
+    #[error("{asked} processors per node requested but a node has {per_node}")]
+    NodeTooSmall { asked: u32, per_node: u32 },
     #[error("{asked} processors need a buddy block of {block}, but the largest block on {procs} processors is {largest}")]
     BuddyBlockTooLarge {
         asked: u32,
@@ -109,10 +113,21 @@ impl PartitionerKind {
                 machine: machine.to_string(),
                 partitioner: self,
             }),
-            Shape::Count(_) if self.is_2d() => Err(NeverFits::NeedsSubmesh {
+            Shape::Count(_) | Shape::Nodes { .. } if self.is_2d() => Err(NeverFits::NeedsSubmesh {
                 shape,
                 partitioner: self,
             }),
+            Shape::Nodes { nodes, .. } if nodes > machine.nodes() => Err(NeverFits::TooManyNodes {
+                asked: nodes,
+                nodes: machine.nodes(),
+            }),
+            Shape::Nodes { per_node, .. } if per_node > machine.cpus_per_node() => {
+                Err(NeverFits::NodeTooSmall {
+                    asked: per_node,
+                    per_node: machine.cpus_per_node(),
+                })
+            }
+            Shape::Nodes { .. } => Ok(()),
             _ => self.get().check(machine, shape),
         }
     }
@@ -123,7 +138,10 @@ impl PartitionerKind {
         if shape.procs() > u64::from(busy.free()) {
             return None;
         }
-        self.get().find(machine, busy, shape)
+        match shape {
+            Shape::Nodes { nodes, per_node } => spread_over_nodes(machine, busy, nodes, per_node),
+            _ => self.get().find(machine, busy, shape),
+        }
     }
 
     /// The smallest request that surely cannot be placed in `busy`, from what it knows without
@@ -259,10 +277,36 @@ impl FromStr for PartitionerKind {
 }
 
 fn count(shape: Shape) -> u32 {
-    match shape {
-        Shape::Count(n) => n,
-        Shape::Mesh { width, height } => width * height,
+    u32::try_from(shape.procs()).expect("checked against the machine's size")
+}
+
+/// `per_node` processors on each of `nodes` nodes, whatever the partitioner: the
+/// lowest-numbered nodes with that many free, the lowest free processors of each.
+fn spread_over_nodes(
+    machine: &Machine,
+    busy: &ProcSet,
+    nodes: u32,
+    per_node: u32,
+) -> Option<Partition> {
+    let mut spans = Vec::new();
+    let mut taken = 0;
+    for node in 0..machine.nodes() {
+        if taken == nodes {
+            break;
+        }
+        let span = machine.node_span(node);
+        if span.len - busy.count_in(span) < per_node {
+            continue;
+        }
+        let free_runs = busy
+            .runs_from(span.start, false)
+            .take_while(|run| run.start < span.end())
+            .map(|run| Span::new(run.start, run.len.min(span.end() - run.start)));
+        let share = Scatter::take(free_runs, per_node).expect("counted free");
+        spans.extend_from_slice(share.spans());
+        taken += 1;
     }
+    (taken == nodes).then(|| Partition::from_spans(spans))
 }
 
 struct FirstFit;

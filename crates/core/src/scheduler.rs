@@ -249,6 +249,10 @@ impl Scheduler {
             .map(|(&id, job)| (id, job.request.class, &job.state))
     }
 
+    pub fn shape(&self, job: JobId) -> Option<Shape> {
+        self.jobs.get(&job).map(|j| j.request.shape)
+    }
+
     pub fn class(&self, job: JobId) -> Option<Class> {
         self.jobs.get(&job).map(|j| j.request.class)
     }
@@ -290,7 +294,7 @@ impl Scheduler {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.queue
-            .insert((request.class, seq, request.id), request.shape.procs());
+            .insert((request.class, seq, request.id), filed_size(request.shape));
         let id = request.id;
         self.jobs.insert(
             id,
@@ -364,7 +368,7 @@ impl Scheduler {
         moved.state = JobState::Queued;
         self.queue.insert(
             (moved.request.class, moved.seq, job),
-            moved.request.shape.procs(),
+            filed_size(moved.request.shape),
         );
         self.jobs.insert(job, moved);
         let mut decisions = Vec::new();
@@ -645,6 +649,7 @@ impl Scheduler {
             slice,
             shadow,
             reserved,
+            spread: spreads(self.jobs[&head].request.shape),
             outside: None,
         };
         Some(memo)
@@ -670,6 +675,8 @@ impl Scheduler {
             return None;
         }
         let shape = self.jobs[&head].request.shape;
+        // A spread over nodes is not placed by the partitioner's rule.
+        let search = search.filter(|_| !spreads(shape));
         // No partitioner finds `n` processors among fewer: per slice, the first end after
         // which enough could be free is the earliest its shadow can be. Slices are then tried
         // from the earliest bound, and a slice that cannot beat the best so far is not copied
@@ -794,15 +801,17 @@ impl Scheduler {
             cursor = next;
             let request = &self.jobs[&next.2].request;
             let (shape, size) = (request.shape, request.shape.procs());
+            // A failed count (no run, no set that large) bounds nothing about a spread.
+            let bounded = !spreads(shape);
             let ends_in_time = request
                 .estimate
                 .is_some_and(|e| now.saturating_add(self.stretched(e)) <= shadow);
             let attempt = |find: &dyn Fn() -> Option<Partition>, failed: &mut u64| {
-                if size >= *failed {
+                if bounded && size >= *failed {
                     return None;
                 }
                 let found = find();
-                if found.is_none() && upward {
+                if found.is_none() && upward && bounded {
                     *failed = size;
                 }
                 found
@@ -1135,6 +1144,23 @@ impl Scheduler {
     }
 }
 
+/// Whether `shape` asks for processors spread over nodes, which no partitioner's own rule
+/// places (see `PartitionerKind::find`).
+fn spreads(shape: Shape) -> bool {
+    matches!(shape, Shape::Nodes { .. })
+}
+
+/// The size the queue's index files a request under, so a pass can skip requests too large
+/// for every slice's room. A spread is filed as 0, never skipped: a slice's room is bounded by
+/// its longest free run for one-run partitioners, which says nothing about a spread.
+fn filed_size(shape: Shape) -> u64 {
+    if spreads(shape) {
+        0
+    } else {
+        shape.procs()
+    }
+}
+
 fn job_partition(jobs: &BTreeMap<JobId, Job>, id: JobId) -> &Partition {
     match &jobs[&id].state {
         JobState::Placed { partition, .. } => partition,
@@ -1241,6 +1267,9 @@ struct ReservationMemo {
     shadow: Micros,
     /// The processors the head would get in that slice.
     reserved: Partition,
+    /// The head asked for a spread over nodes, so the partitioner's rule did not choose
+    /// `reserved`.
+    spread: bool,
     /// The reserved slice outside the reserved processors, made when first needed: most
     /// passes never look there.
     outside: Option<Outside>,
@@ -1261,8 +1290,14 @@ enum Outside {
 }
 
 impl Outside {
-    fn new(taken: &ProcSet, reserved: &Partition, partitioner: PartitionerKind) -> Outside {
+    fn new(
+        taken: &ProcSet,
+        reserved: &Partition,
+        partitioner: PartitionerKind,
+        spread: bool,
+    ) -> Outside {
         let block = match (partitioner, reserved.spans()) {
+            _ if spread => None,
             (PartitionerKind::FirstFit, &[block]) => Some(block),
             // Scatter took the lowest free processors: every one below its last.
             (PartitionerKind::Scatter, [.., last]) => Some(Span::new(0, last.end())),
@@ -1304,6 +1339,12 @@ impl Outside {
                 if whole.processors_in(block) == 0 {
                     return Some(whole);
                 }
+                if spreads(shape) {
+                    // Processors below the block may serve a spread: search around it.
+                    let mut around = taken.clone();
+                    around.insert_span(block);
+                    return scheduler.find(&around, shape);
+                }
                 let partitioner = scheduler.config.partitioner;
                 partitioner.find_from(taken, block.end(), shape)
             }
@@ -1325,7 +1366,7 @@ impl ReservationMemo {
     /// The reserved slice (whose `taken` is given) outside the reservation.
     fn outside(&mut self, taken: &ProcSet, partitioner: PartitionerKind) -> &mut Outside {
         self.outside
-            .get_or_insert_with(|| Outside::new(taken, &self.reserved, partitioner))
+            .get_or_insert_with(|| Outside::new(taken, &self.reserved, partitioner, self.spread))
     }
 }
 
@@ -1383,7 +1424,9 @@ mod tests {
                 partitioner,
                 ..Config::default()
             };
-            let mut s = Scheduler::new(Machine::line(300).unwrap(), config).unwrap();
+            // Thirty nodes of ten, for the spreads among the counts.
+            let machine = Machine::line(300).unwrap().with_nodes(10).unwrap();
+            let mut s = Scheduler::new(machine, config).unwrap();
             let mut state = 0x853c_49e6_748f_ea9b_u64;
             let mut random = |below: u64| {
                 state ^= state << 13;
@@ -1403,7 +1446,13 @@ mod tests {
                     let job = placed[random(placed.len() as u64) as usize];
                     s.remove(job, now).unwrap();
                 } else {
-                    let shape = Shape::Count(1 + random(200) as u32);
+                    let shape = match random(5) {
+                        0 => Shape::Nodes {
+                            nodes: 1 + random(20) as u32,
+                            per_node: 1 + random(10) as u32,
+                        },
+                        _ => Shape::Count(1 + random(200) as u32),
+                    };
                     let request = JobRequest::new(id, shape).estimate(1 + random(400) as Micros);
                     s.submit(request, now).unwrap();
                 }
@@ -1417,19 +1466,22 @@ mod tests {
                     continue;
                 };
                 checked += 1;
-                if !partitioner.fills_from_below() {
+                // A spread head's room outside is always searched on a marked copy.
+                if !partitioner.fills_from_below() || spreads(s.jobs[&head.2].request.shape) {
                     continue;
                 }
                 // A copy, to start a job in as the backfilling pass would.
                 let mut taken = s.slices[s.slice_index(slice)].taken.clone();
-                let mut around = Outside::new(&taken, &reserved, partitioner);
-                let mut marked = Outside::new(&taken, &reserved, PartitionerKind::Buddy);
+                let mut around = Outside::new(&taken, &reserved, partitioner, false);
+                let mut marked = Outside::new(&taken, &reserved, PartitionerKind::Buddy, false);
                 assert!(matches!(around, Outside::AroundBlock { .. }));
-                for n in [1, 2, 17, 60, 150, 299] {
-                    let found = around.find(&s, &taken, Shape::Count(n));
-                    let expected = marked.find(&s, &taken, Shape::Count(n));
-                    assert_eq!(found, expected, "{context} n {n}");
-                    if let Some(partition) = found.filter(|_| n == 17) {
+                let spread = |nodes, per_node| Shape::Nodes { nodes, per_node };
+                let shapes = [1, 2, 17, 60, 150, 299].map(Shape::Count);
+                for shape in shapes.into_iter().chain([spread(3, 2), spread(12, 4)]) {
+                    let found = around.find(&s, &taken, shape);
+                    let expected = marked.find(&s, &taken, shape);
+                    assert_eq!(found, expected, "{context} {shape}");
+                    if let Some(partition) = found.filter(|_| shape == Shape::Count(17)) {
                         around.mark(&partition);
                         marked.mark(&partition);
                         partition.mark(&mut taken);

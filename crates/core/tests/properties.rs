@@ -6,10 +6,21 @@ use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Submit { procs: u32, class: Class, est: i64 },
-    Remove { pick: usize },
-    SetClass { pick: usize, class: Class },
-    Settle { pick: usize },
+    Submit {
+        shape: Shape,
+        class: Class,
+        est: i64,
+    },
+    Remove {
+        pick: usize,
+    },
+    SetClass {
+        pick: usize,
+        class: Class,
+    },
+    Settle {
+        pick: usize,
+    },
 }
 
 fn class() -> impl Strategy<Value = Class> {
@@ -21,9 +32,19 @@ fn class() -> impl Strategy<Value = Class> {
     ]
 }
 
-fn op(max_procs: u32) -> impl Strategy<Value = Op> {
+/// A count, or (one time in four on a machine of several nodes) a spread over nodes; a little
+/// too large at times, to see refusals.
+fn shape(nodes: u32, per_node: u32) -> impl Strategy<Value = Shape> {
+    let count = (1..=nodes * per_node + 2).prop_map(Shape::Count);
+    let spread = (1..=nodes + 1, 1..=per_node + 1)
+        .prop_map(|(nodes, per_node)| Shape::Nodes { nodes, per_node });
+    let spreads = if nodes > 1 { 1 } else { 0 };
+    prop_oneof![3 => count, spreads => spread]
+}
+
+fn op(nodes: u32, per_node: u32) -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => (1..=max_procs, class(), 1i64..1000).prop_map(|(procs, class, est)| Op::Submit { procs, class, est }),
+        5 => (shape(nodes, per_node), class(), 1i64..1000).prop_map(|(shape, class, est)| Op::Submit { shape, class, est }),
         3 => any::<usize>().prop_map(|pick| Op::Remove { pick }),
         1 => (any::<usize>(), class()).prop_map(|(pick, class)| Op::SetClass { pick, class }),
         1 => any::<usize>().prop_map(|pick| Op::Settle { pick }),
@@ -56,40 +77,44 @@ fn config() -> impl Strategy<Value = Config> {
         )
 }
 
-fn scenario() -> impl Strategy<Value = (u32, Config, Vec<Op>)> {
-    (1u32..40, config()).prop_flat_map(|(procs, config)| {
+/// One node of up to 39 processors, or 2-7 nodes of 1-5.
+fn machine() -> impl Strategy<Value = Machine> {
+    prop_oneof![(1u32..40).prop_map(|n| (1, n)), (2u32..8, 1u32..6)].prop_map(
+        |(nodes, per_node)| {
+            Machine::line(nodes * per_node)
+                .unwrap()
+                .with_nodes(per_node)
+                .unwrap()
+        },
+    )
+}
+
+fn scenario() -> impl Strategy<Value = (Machine, Config, Vec<Op>)> {
+    (machine(), config()).prop_flat_map(|(machine, config)| {
+        let ops = op(machine.nodes(), machine.cpus_per_node());
         (
-            Just(procs),
+            Just(machine),
             Just(config),
-            proptest::collection::vec(op(procs + 2), 1..60),
+            proptest::collection::vec(ops, 1..60),
         )
     })
 }
 
 /// Applies the ops, checking every invariant after each; returns the plans seen.
-fn run(procs: u32, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, TestCaseError> {
-    let mut s = Scheduler::new(Machine::line(procs).unwrap(), config.clone()).unwrap();
+fn run(machine: &Machine, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, TestCaseError> {
+    let mut s = Scheduler::new(machine.clone(), config.clone()).unwrap();
     let mut live: Vec<JobId> = Vec::new();
     let mut plans = Vec::new();
     for (step, op) in ops.iter().enumerate() {
         let now = step as Micros * 10;
         match op {
-            Op::Submit {
-                procs: n,
-                class,
-                est,
-            } => {
+            Op::Submit { shape, class, est } => {
                 let id = step as JobId;
-                let request = JobRequest::new(id, Shape::Count(*n))
-                    .class(*class)
-                    .estimate(*est);
-                let never = config
-                    .partitioner
-                    .check(s.machine(), Shape::Count(*n))
-                    .is_err();
+                let request = JobRequest::new(id, *shape).class(*class).estimate(*est);
+                let never = config.partitioner.check(s.machine(), *shape).is_err();
                 match s.submit(request, now) {
                     Ok(_) => {
-                        prop_assert!(!never, "job {id} of {n} accepted but can never fit");
+                        prop_assert!(!never, "job {id} of {shape} accepted but can never fit");
                         live.push(id);
                     }
                     Err(e) => prop_assert!(never, "job {id} refused: {e}"),
@@ -151,6 +176,23 @@ fn check(s: &Scheduler, config: &Config) -> Result<(), String> {
         ));
     }
     let mut preempting = ProcSet::new(procs);
+    for (id, _, state) in s.jobs() {
+        if let (JobState::Placed { partition, .. }, Shape::Nodes { nodes, per_node }) =
+            (state, s.shape(id).unwrap())
+        {
+            // A spread has its share on each of its nodes and nothing elsewhere.
+            let mut shares = vec![0u32; s.machine().nodes() as usize];
+            partition
+                .processors()
+                .for_each(|p| shares[s.machine().node_of(p) as usize] += 1);
+            let used: Vec<u32> = shares.into_iter().filter(|&n| n > 0).collect();
+            if used.len() != nodes as usize || used.iter().any(|&n| n != per_node) {
+                return Err(format!(
+                    "job {id} asked {per_node} on each of {nodes} nodes, got {partition}"
+                ));
+            }
+        }
+    }
     for (_, _, state) in s.jobs() {
         if let JobState::Placed {
             partition,
@@ -266,14 +308,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
     #[test]
-    fn invariants_hold_after_every_event((procs, config, ops) in scenario()) {
-        run(procs, &config, &ops)?;
+    fn invariants_hold_after_every_event((machine, config, ops) in scenario()) {
+        run(&machine, &config, &ops)?;
     }
 
     #[test]
-    fn the_same_inputs_give_the_same_plans((procs, config, ops) in scenario()) {
-        let first = run(procs, &config, &ops)?;
-        let second = run(procs, &config, &ops)?;
+    fn the_same_inputs_give_the_same_plans((machine, config, ops) in scenario()) {
+        let first = run(&machine, &config, &ops)?;
+        let second = run(&machine, &config, &ops)?;
         prop_assert_eq!(first, second);
     }
 }

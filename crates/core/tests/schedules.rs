@@ -385,3 +385,88 @@ fn backfilling_into_slices_respects_the_heads_reserved_slice() {
     assert_eq!(show(&s), ["1@0-1 5@2-3", "2@0-3"]);
     s.audit().unwrap();
 }
+
+fn spread(nodes: u32, per_node: u32) -> Shape {
+    Shape::Nodes { nodes, per_node }
+}
+
+#[test]
+fn a_spread_takes_its_share_of_each_of_the_first_nodes_with_room() {
+    // Four nodes of two processors: 0-1, 2-3, 4-5, 6-7.
+    let machine = Machine::line(8).unwrap().with_nodes(2).unwrap();
+    let mut s = Scheduler::new(machine, gang(2)).unwrap();
+    batch(&mut s, 1, 3);
+    // One on each of two nodes: node 0 is full, then 3 and 4 are the lowest free.
+    s.submit(JobRequest::new(2, spread(2, 1)), 0).unwrap();
+    // Two on each of two nodes: only node 3 has two free in slice 0, so a new slice.
+    s.submit(JobRequest::new(3, spread(2, 2)), 0).unwrap();
+    s.audit().unwrap();
+    assert_eq!(show(&s), ["1@0-2 2@3-4", "3@0-3"]);
+    // Whatever the partitioner, even a 1-D one that wants a single run.
+    let first_fit = Config {
+        partitioner: PartitionerKind::FirstFit,
+        ..gang(1)
+    };
+    let mut s =
+        Scheduler::new(Machine::line(8).unwrap().with_nodes(2).unwrap(), first_fit).unwrap();
+    s.submit(JobRequest::new(1, spread(4, 1)), 0).unwrap();
+    assert_eq!(show(&s), ["1@0,2,4,6"]);
+}
+
+#[test]
+fn a_spread_the_nodes_cannot_hold_is_refused_with_the_reason() {
+    let machine = Machine::line(8).unwrap().with_nodes(2).unwrap();
+    let mut s = Scheduler::new(machine, gang(2)).unwrap();
+    let refusal = |s: &mut Scheduler, shape| {
+        s.submit(JobRequest::new(1, shape), 0)
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        refusal(&mut s, spread(5, 1)),
+        "job 1 can never run: 5 nodes requested but the machine has 4"
+    );
+    assert_eq!(
+        refusal(&mut s, spread(1, 3)),
+        "job 1 can never run: 3 processors per node requested but a node has 2"
+    );
+    assert_eq!(
+        refusal(&mut s, spread(0, 1)),
+        "job 1 can never run: a job needs at least one processor"
+    );
+}
+
+#[test]
+fn a_failed_count_does_not_keep_a_spread_from_backfilling() {
+    let easy = Config {
+        mpl: 1,
+        alternates: false,
+        backfill: Backfill::Easy,
+        partitioner: PartitionerKind::FirstFit,
+        ..Config::default()
+    };
+    let machine = Machine::line(8).unwrap().with_nodes(2).unwrap();
+    let mut s = Scheduler::new(machine, easy).unwrap();
+    let job = |id, shape, est| JobRequest::new(id, shape).estimate(est);
+    for id in 0..8 {
+        s.submit(job(id, Shape::Count(1), 1_000), 0).unwrap();
+    }
+    for id in [1, 3, 5, 7] {
+        s.remove(id, 0).unwrap();
+    }
+    // Free: 1, 3, 5, 7, no run of two. The head waits for everything.
+    s.submit(job(10, Shape::Count(8), 10), 0).unwrap();
+    // No run of two: fails, and a pass that counted it would skip every request of two.
+    s.submit(job(11, Shape::Count(2), 10), 0).unwrap();
+    let decisions = s.submit(job(12, spread(2, 1), 10), 0).unwrap();
+    s.audit().unwrap();
+    assert_eq!(
+        decisions,
+        vec![Decision::Placed {
+            job: 12,
+            partition: Partition::from_spans(vec![Span::new(1, 1), Span::new(3, 1)]),
+            home: Home::Slice(0),
+        }]
+    );
+    assert_eq!(s.queued().collect::<Vec<_>>(), vec![10, 11]);
+}

@@ -4,8 +4,8 @@
 //! agent, and nothing here touches a process.
 
 use crate::protocol::{
-    validate_run, ExitInfo, JobView, MatrixEntryView, MatrixView, NodeView, Reply, RunRequest,
-    StatsView,
+    job_shape, validate_run, ExitInfo, JobView, MatrixEntryView, MatrixView, NodeView, Reply,
+    RunRequest, StatsView,
 };
 use crate::store::{JobRecord, JobStatus, Store};
 use crate::unix::Credentials;
@@ -15,7 +15,7 @@ use cosched_agent::{fault, Mode, Order, OrderSink, CANCEL_GRACE};
 use cosched_cluster::NodeChange;
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, JobState, Micros, Partition, Rotation,
-    Scheduler, Shape,
+    Scheduler,
 };
 use cosched_proto::{
     Command, Ending, Event, JobState as StateView, Launch, NodeCpus, NodeMap, NodeStatus,
@@ -261,7 +261,7 @@ impl Inner {
                 who.uid
             )));
         }
-        let probe = JobRequest::new(JobId::MAX, Shape::Count(run.procs));
+        let probe = JobRequest::new(JobId::MAX, job_shape(run.procs, run.node_count));
         self.scheduler.check(&probe).map_err(|e| {
             ApiError::Invalid(
                 e.to_string()
@@ -283,6 +283,7 @@ impl Inner {
             owner: who.clone(),
             class: class.name().to_string(),
             procs: run.procs,
+            node_count: run.node_count,
             argv: run.argv,
             env: run.env,
             cwd: run.cwd,
@@ -354,7 +355,8 @@ impl Inner {
     /// Hands a job to the scheduler and acts on what it decides.
     fn enqueue(&mut self, job: JobId, now: Micros) -> Result<(), ApiError> {
         let record = &self.records[&job];
-        let request = JobRequest::new(job, Shape::Count(record.procs)).class(class_of(record));
+        let shape = job_shape(record.procs, record.node_count);
+        let request = JobRequest::new(job, shape).class(class_of(record));
         let decisions = self.scheduler.submit(request, now).map_err(internal)?;
         self.apply(decisions, now);
         Ok(())
@@ -809,6 +811,7 @@ impl Inner {
                 user: user_name(r.owner.uid),
                 class: class_of(r).into(),
                 procs: r.procs,
+                node_count: r.node_count,
                 state: state_of(r.status, r.launched),
                 cpus: match self.scheduler.state(r.id) {
                     Some(JobState::Placed { partition, .. }) => Some(partition.to_string()),

@@ -5,7 +5,7 @@
 //! terminal, even while the daemon is down. Replies are `{"ok": true, ...}` or
 //! `{"ok": false, "error": "..."}`; `run` and `wait` send a second reply when the job ends.
 
-use cosched_core::{JobId, Micros};
+use cosched_core::{JobId, Micros, Shape};
 use serde::{Deserialize, Serialize};
 
 /// Longest request line: a command line and environment fit easily; anything larger is refused.
@@ -53,6 +53,9 @@ pub struct RunRequest {
     pub env: Vec<(String, String)>,
     pub cwd: String,
     pub procs: u32,
+    /// Spread `procs` evenly over this many distinct nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_count: Option<u32>,
     #[serde(default)]
     pub class: Option<String>,
     #[serde(default)]
@@ -70,6 +73,18 @@ pub use cosched_proto::{Class, ExitInfo, JobState, Mode, NodeStatus, Role, Summa
 /// Reads one request line; the error is the one-line reply for the client.
 pub fn parse_request(line: &[u8]) -> Result<Request, String> {
     serde_json::from_slice(line).map_err(|error| format!("bad request: {error}"))
+}
+
+/// What the core is asked for: `procs` processors, spread evenly over `node_count` nodes
+/// when given (checked by [`validate_run`] to divide).
+pub fn job_shape(procs: u32, node_count: Option<u32>) -> Shape {
+    match node_count {
+        Some(nodes) => Shape::Nodes {
+            nodes,
+            per_node: procs / nodes,
+        },
+        None => Shape::Count(procs),
+    }
 }
 
 /// Rejects what no job can be made of, naming the first thing wrong.
@@ -97,6 +112,16 @@ pub fn validate_run(run: &RunRequest) -> Result<(), String> {
     if run.procs == 0 {
         return Err("a job needs at least one processor (-n 1 or more)".into());
     }
+    match run.node_count {
+        Some(0) => return Err("a job needs at least one node (-N 1 or more)".into()),
+        Some(nodes) if !run.procs.is_multiple_of(nodes) => {
+            return Err(format!(
+            "{} processors do not split evenly over {nodes} nodes (-n must be a multiple of -N)",
+            run.procs
+        ))
+        }
+        _ => {}
+    }
     if let Some(name) = &run.name {
         if name.chars().count() > MAX_NAME_CHARS
             || name.is_empty()
@@ -119,6 +144,9 @@ pub struct JobView {
     pub user: String,
     pub class: Class,
     pub procs: u32,
+    /// The distinct nodes its processors are spread over, when it asked for a spread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_count: Option<u32>,
     pub state: JobState,
     /// Its partition (cpuset list), once placed.
     pub cpus: Option<String>,
@@ -259,6 +287,7 @@ mod tests {
             env: vec![("PATH".into(), "/bin".into())],
             cwd: "/".into(),
             procs: 1,
+            node_count: None,
             class: None,
             name: None,
             detach: false,

@@ -58,6 +58,9 @@ pub struct JobRecord {
     pub owner: Credentials,
     pub class: String,
     pub procs: u32,
+    /// The distinct nodes `procs` are spread over evenly, when the job asked for a spread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_count: Option<u32>,
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: String,
@@ -309,6 +312,7 @@ pub(crate) mod tests {
             },
             class: "batch".into(),
             procs: 2,
+            node_count: None,
             argv: vec!["sleep".into(), "1".into()],
             env: vec![("PATH".into(), "/usr/bin".into())],
             cwd: "/tmp".into(),
