@@ -139,8 +139,12 @@ impl<A: Actuator> Applier<A> {
     }
 
     /// Takes charge of a job whose cgroup exists: in gang mode it stays frozen until its slot.
+    /// A job placed again while it runs (a class change) is stopped too, so it is no longer
+    /// counted as running: else the boundary that wants it would find it "running" and never
+    /// thaw it.
     pub fn adopt(&mut self, job: JobId) -> Result<(), AgentError> {
         self.steer(job, false)?;
+        self.running.remove(&job);
         self.jobs.insert(job, None);
         Ok(())
     }

@@ -116,6 +116,23 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
 }
 
 #[test]
+fn a_running_job_placed_again_runs_again_at_its_next_slot() {
+    for mode in [Mode::Gang, Mode::Moderate] {
+        let mut a = applier(mode);
+        a.enter_slot(10).unwrap();
+        assert_eq!(a.running().collect::<Vec<_>>(), vec![1], "{mode:?}");
+        // Placed again by the controller (a class change) while it runs.
+        a.admit(1, Some(&cosched_core::Partition::block(0, 2)))
+            .unwrap();
+        let r = a.enter_slot(12).unwrap();
+        assert_eq!(jobs(&r.started), vec![1], "{mode:?}");
+        if mode == Mode::Gang {
+            assert_eq!(a.actuator().frozen(), vec!["job-2"]);
+        }
+    }
+}
+
+#[test]
 fn other_modes_hold_nothing_ahead() {
     for mode in [Mode::Moderate, Mode::Implicit, Mode::Local] {
         let mut a = applier(mode);

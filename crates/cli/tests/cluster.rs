@@ -477,6 +477,40 @@ fn minus_capital_n_spreads_a_job_over_distinct_nodes() {
 }
 
 #[test]
+fn a_job_taken_back_into_the_rotation_stays_on_the_nodes_its_processes_live_on() {
+    let (_serial, _etcd, d, _a, _b) = cluster("pinned");
+    let ends_with = |code: &str| format!("sleep 5; exit {code}");
+    let x = d.submit(&["-n", "1", "--", "sh", "-c", &ends_with("3")]);
+    let y = d.submit(&["-n", "1", "--", "sh", "-c", &ends_with("4")]);
+    let on = |job: u64| d.job(job)["cpus"].as_str().map(str::to_string);
+    let placed = wait_until(Duration::from_secs(20), || {
+        on(x).is_some() && on(y).is_some()
+    });
+    assert!(placed, "{}", d.log());
+    assert_eq!((on(x).as_deref(), on(y).as_deref()), (Some("0"), Some("1")));
+    // Placed again by the scheduler itself (a class change while x is out): first fit would
+    // move y to node a, where x's processor is free.
+    assert!(d.cosched(&["suspend", &x.to_string()]).status.success());
+    for class in ["standby", "batch"] {
+        let out = d.cosched(&["class", &y.to_string(), class]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    assert_eq!(on(y).as_deref(), Some("1"));
+    assert!(d.cosched(&["resume", &x.to_string()]).status.success());
+    // Both out, then y back first: the free processor it would take is x's, on node a.
+    for job in [y, x] {
+        assert!(d.cosched(&["suspend", &job.to_string()]).status.success());
+    }
+    for job in [y, x] {
+        let out = d.cosched(&["resume", &job.to_string()]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    assert_eq!((on(x).as_deref(), on(y).as_deref()), (Some("0"), Some("1")));
+    assert_eq!(d.wait_end(x, Duration::from_secs(20))["exit"]["code"], 3);
+    assert_eq!(d.wait_end(y, Duration::from_secs(20))["exit"]["code"], 4);
+}
+
+#[test]
 fn a_controller_refuses_what_only_agents_do() {
     for (flag, value, expected) in [
         ("--procs", "2", "--procs is for one machine"),
@@ -504,7 +538,7 @@ fn an_agent_whose_lease_would_end_before_its_deadline_is_refused() {
 }
 
 #[test]
-fn a_node_that_left_starts_nothing_ordered_before_it_left_when_it_comes_back() {
+fn a_node_that_left_starts_nothing_ordered_before_it_left_and_serves_again_when_back() {
     let (_serial, etcd, d, mut a, _b) = cluster("rejoin");
     let spin = spin_py();
     let x = d.submit(&["-n", "2", "--", "python3", &spin, "1", "60", "5"]);
@@ -527,6 +561,17 @@ fn a_node_that_left_starts_nothing_ordered_before_it_left_when_it_comes_back() {
         let end = d.wait_end(job, Duration::from_secs(20));
         assert_eq!(end["state"], "lost", "{end}");
     }
+    // Gone, node a's processor is withheld: a job that needs it waits instead of being lost.
+    let z = d.submit(&["-n", "2", "--", "sh", "-c", "echo ran-when-a-was-back"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let state = |job: u64| {
+        let jobs = d.json(&["ps", "--all", "--json"]);
+        let found = jobs
+            .as_array()
+            .and_then(|j| j.iter().find(|j| j["id"] == job).cloned());
+        found.map(|j| j["state"].clone()).unwrap_or_default()
+    };
+    assert_eq!(state(z), "queued", "{}", d.log());
     // Node a comes back (same state directory and cgroups): it carries out the cancels of its
     // lost jobs, but never the start decided before it left.
     let cluster = d.args[d.args.iter().position(|a| a == "--cluster").unwrap() + 1].clone();
@@ -556,6 +601,9 @@ fn a_node_that_left_starts_nothing_ordered_before_it_left_when_it_comes_back() {
         "what was left of job {x} on node a was not cancelled\n{}",
         back.log()
     );
+    assert_eq!(d.wait_end(z, Duration::from_secs(20))["exit"]["code"], 0);
+    let output = std::fs::read_to_string(d.dir.join(format!("node-a/output/job-{z}.out")));
+    assert_eq!(output.unwrap(), "ran-when-a-was-back\n");
 }
 
 #[test]

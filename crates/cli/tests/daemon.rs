@@ -268,6 +268,24 @@ s.sendmsg([line], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [0, 1
 print(s.makefile().readline())";
 
 #[test]
+fn a_running_job_whose_class_changes_runs_on_and_ends() {
+    let d = Daemon::start(&["--quantum-ms", "100"]);
+    let x = d.submit(&["-n", "1", "--", "sh", "-c", "sleep 2; exit 3"]);
+    let y = d.submit(&["-n", "1", "--", "sh", "-c", "sleep 2; exit 4"]);
+    let running = wait_until(Duration::from_secs(10), || {
+        d.job(y)["state"] == "running" && !d.frozen(y)
+    });
+    assert!(running, "{}", d.log());
+    // Placed again twice while it runs: it must not be left frozen.
+    for class in ["standby", "batch"] {
+        let out = d.cosched(&["class", &y.to_string(), class]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    assert_eq!(d.wait_end(x, Duration::from_secs(20))["exit"]["code"], 3);
+    assert_eq!(d.wait_end(y, Duration::from_secs(20))["exit"]["code"], 4);
+}
+
+#[test]
 fn bad_requests_are_refused_with_clear_messages() {
     let d = Daemon::start(&["--quantum-ms", "100"]);
     let socket = d.socket();

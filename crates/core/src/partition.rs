@@ -31,21 +31,31 @@ impl fmt::Display for Span {
 }
 
 /// What a job asks for: a number of processors, a `width × height` submesh of a mesh machine,
-/// or the same number of processors on each of several distinct nodes (an MPI job that wants
-/// a rank per node, whatever the partitioner).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// the same number of processors on each of several distinct nodes (an MPI job that wants
+/// a rank per node, whatever the partitioner), or so many on each of given nodes (a job whose
+/// processes live there already: placed again, it cannot move to other nodes).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Shape {
     Count(u32),
     Mesh { width: u32, height: u32 },
     Nodes { nodes: u32, per_node: u32 },
+    OnNodes(Arc<[NodeShare]>),
+}
+
+/// `procs` processors on node `node`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NodeShare {
+    pub node: u32,
+    pub procs: u32,
 }
 
 impl Shape {
-    pub fn procs(self) -> u64 {
-        match self {
+    pub fn procs(&self) -> u64 {
+        match *self {
             Shape::Count(n) => u64::from(n),
             Shape::Mesh { width, height } => u64::from(width) * u64::from(height),
             Shape::Nodes { nodes, per_node } => u64::from(nodes) * u64::from(per_node),
+            Shape::OnNodes(ref shares) => shares.iter().map(|s| u64::from(s.procs)).sum(),
         }
     }
 }
@@ -57,6 +67,13 @@ impl fmt::Display for Shape {
             Shape::Mesh { width, height } => write!(f, "a {width}x{height} submesh"),
             Shape::Nodes { nodes, per_node } => {
                 write!(f, "{per_node} processors on each of {nodes} nodes")
+            }
+            Shape::OnNodes(shares) => {
+                let each: Vec<String> = shares
+                    .iter()
+                    .map(|s| format!("{} on node {}", s.procs, s.node))
+                    .collect();
+                write!(f, "processors {}", each.join(", "))
             }
         }
     }

@@ -33,6 +33,10 @@ pub enum NeverFits {
     TooManyNodes { asked: u32, nodes: u32 },
     #[error("{asked} processors per node requested but a node has {per_node}")]
     NodeTooSmall { asked: u32, per_node: u32 },
+    #[error("node {node} requested but the machine has {nodes} (numbered from 0)")]
+    NoSuchNode { node: u32, nodes: u32 },
+    #[error("node {0} is requested twice")]
+    NodeTwice(u32),
     #[error("{asked} processors need a buddy block of {block}, but the largest block on {procs} processors is {largest}")]
     BuddyBlockTooLarge {
         asked: u32,
@@ -45,10 +49,10 @@ pub enum NeverFits {
 /// One placement algorithm. Implementations hold no state: the slice's occupancy is passed in.
 pub trait Partitioner {
     /// `Err` when `shape` can never be placed on `machine` by this partitioner.
-    fn check(&self, machine: &Machine, shape: Shape) -> Result<(), NeverFits>;
+    fn check(&self, machine: &Machine, shape: &Shape) -> Result<(), NeverFits>;
     /// Processors for `shape` none of which is in `busy`, or `None` if there are none now.
     /// Only called after `check` succeeded.
-    fn find(&self, machine: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition>;
+    fn find(&self, machine: &Machine, busy: &ProcSet, shape: &Shape) -> Option<Partition>;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -96,7 +100,7 @@ impl PartitionerKind {
     }
 
     /// Checks `shape` against the machine's size and shape, then the algorithm's own limits.
-    pub fn check(self, machine: &Machine, shape: Shape) -> Result<(), NeverFits> {
+    pub fn check(self, machine: &Machine, shape: &Shape) -> Result<(), NeverFits> {
         if shape.procs() == 0 {
             return Err(NeverFits::Empty);
         }
@@ -107,39 +111,65 @@ impl PartitionerKind {
             });
         }
         let is_mesh = matches!(machine.topology(), Topology::Mesh { .. });
-        match shape {
+        let too_small = |asked: u32| {
+            (asked > machine.cpus_per_node()).then_some(NeverFits::NodeTooSmall {
+                asked,
+                per_node: machine.cpus_per_node(),
+            })
+        };
+        match *shape {
             Shape::Mesh { .. } if !is_mesh || !self.is_2d() => Err(NeverFits::NeedsMesh {
-                shape,
+                shape: shape.clone(),
                 machine: machine.to_string(),
                 partitioner: self,
             }),
-            Shape::Count(_) | Shape::Nodes { .. } if self.is_2d() => Err(NeverFits::NeedsSubmesh {
-                shape,
+            Shape::Mesh { .. } => self.get().check(machine, shape),
+            _ if self.is_2d() => Err(NeverFits::NeedsSubmesh {
+                shape: shape.clone(),
                 partitioner: self,
             }),
+            Shape::Count(_) => self.get().check(machine, shape),
             Shape::Nodes { nodes, .. } if nodes > machine.nodes() => Err(NeverFits::TooManyNodes {
                 asked: nodes,
                 nodes: machine.nodes(),
             }),
-            Shape::Nodes { per_node, .. } if per_node > machine.cpus_per_node() => {
-                Err(NeverFits::NodeTooSmall {
-                    asked: per_node,
-                    per_node: machine.cpus_per_node(),
-                })
+            Shape::Nodes { per_node, .. } => too_small(per_node).map_or(Ok(()), Err),
+            Shape::OnNodes(ref shares) => {
+                for (i, share) in shares.iter().enumerate() {
+                    if share.node >= machine.nodes() {
+                        return Err(NeverFits::NoSuchNode {
+                            node: share.node,
+                            nodes: machine.nodes(),
+                        });
+                    }
+                    if shares[..i].iter().any(|s| s.node == share.node) {
+                        return Err(NeverFits::NodeTwice(share.node));
+                    }
+                    if let Some(error) = too_small(share.procs) {
+                        return Err(error);
+                    }
+                }
+                Ok(())
             }
-            Shape::Nodes { .. } => Ok(()),
-            _ => self.get().check(machine, shape),
         }
     }
 
-    pub fn find(self, machine: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+    pub fn find(self, machine: &Machine, busy: &ProcSet, shape: &Shape) -> Option<Partition> {
         // No partitioner finds `n` processors among fewer than `n` free ones: answered from
         // the kept count, so a full slice costs nothing to ask.
         if shape.procs() > u64::from(busy.free()) {
             return None;
         }
-        match shape {
+        match *shape {
             Shape::Nodes { nodes, per_node } => spread_over_nodes(machine, busy, nodes, per_node),
+            Shape::OnNodes(ref shares) => {
+                let mut spans = Vec::new();
+                for share in shares.iter() {
+                    let taken = take_on_node(machine, busy, share.node, share.procs)?;
+                    spans.extend_from_slice(taken.spans());
+                }
+                Some(Partition::from_spans(spans))
+            }
             _ => self.get().find(machine, busy, shape),
         }
     }
@@ -172,7 +202,7 @@ impl PartitionerKind {
 
     /// Where a partitioner that [fills from below](PartitionerKind::fills_from_below) puts
     /// `shape` when every processor below `from` counts as busy too.
-    pub fn find_from(self, busy: &ProcSet, from: u32, shape: Shape) -> Option<Partition> {
+    pub fn find_from(self, busy: &ProcSet, from: u32, shape: &Shape) -> Option<Partition> {
         let n = count(shape);
         match self {
             PartitionerKind::FirstFit => busy
@@ -276,7 +306,7 @@ impl FromStr for PartitionerKind {
     }
 }
 
-fn count(shape: Shape) -> u32 {
+fn count(shape: &Shape) -> u32 {
     u32::try_from(shape.procs()).expect("checked against the machine's size")
 }
 
@@ -294,29 +324,38 @@ fn spread_over_nodes(
         if taken == nodes {
             break;
         }
-        let span = machine.node_span(node);
-        if span.len - busy.count_in(span) < per_node {
-            continue;
+        if let Some(share) = take_on_node(machine, busy, node, per_node) {
+            spans.extend_from_slice(share.spans());
+            taken += 1;
         }
-        let free_runs = busy
-            .runs_from(span.start, false)
-            .take_while(|run| run.start < span.end())
-            .map(|run| Span::new(run.start, run.len.min(span.end() - run.start)));
-        let share = Scatter::take(free_runs, per_node).expect("counted free");
-        spans.extend_from_slice(share.spans());
-        taken += 1;
     }
     (taken == nodes).then(|| Partition::from_spans(spans))
+}
+
+/// The lowest `procs` free processors of node `node`, if it has that many.
+fn take_on_node(machine: &Machine, busy: &ProcSet, node: u32, procs: u32) -> Option<Partition> {
+    let span = machine.node_span(node);
+    if span.len - busy.count_in(span) < procs {
+        return None;
+    }
+    if procs == 0 {
+        return Some(Partition::from_spans(Vec::new()));
+    }
+    let free_runs = busy
+        .runs_from(span.start, false)
+        .take_while(|run| run.start < span.end())
+        .map(|run| Span::new(run.start, run.len.min(span.end() - run.start)));
+    Scatter::take(free_runs, procs)
 }
 
 struct FirstFit;
 
 impl Partitioner for FirstFit {
-    fn check(&self, _: &Machine, _: Shape) -> Result<(), NeverFits> {
+    fn check(&self, _: &Machine, _: &Shape) -> Result<(), NeverFits> {
         Ok(())
     }
 
-    fn find(&self, _: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+    fn find(&self, _: &Machine, busy: &ProcSet, shape: &Shape) -> Option<Partition> {
         let n = count(shape);
         // A run of 0 is any run: the first free processor, as a run of 1.
         busy.first_free_run(n.max(1))
@@ -327,11 +366,11 @@ impl Partitioner for FirstFit {
 struct BestFit;
 
 impl Partitioner for BestFit {
-    fn check(&self, _: &Machine, _: Shape) -> Result<(), NeverFits> {
+    fn check(&self, _: &Machine, _: &Shape) -> Result<(), NeverFits> {
         Ok(())
     }
 
-    fn find(&self, _: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+    fn find(&self, _: &Machine, busy: &ProcSet, shape: &Shape) -> Option<Partition> {
         RunRule::Shortest.pick(busy.runs(false), count(shape))
     }
 }
@@ -339,11 +378,11 @@ impl Partitioner for BestFit {
 struct Scatter;
 
 impl Partitioner for Scatter {
-    fn check(&self, _: &Machine, _: Shape) -> Result<(), NeverFits> {
+    fn check(&self, _: &Machine, _: &Shape) -> Result<(), NeverFits> {
         Ok(())
     }
 
-    fn find(&self, _: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+    fn find(&self, _: &Machine, busy: &ProcSet, shape: &Shape) -> Option<Partition> {
         Scatter::take(busy.runs(false), count(shape))
     }
 }
@@ -382,7 +421,7 @@ impl Buddy {
 }
 
 impl Partitioner for Buddy {
-    fn check(&self, machine: &Machine, shape: Shape) -> Result<(), NeverFits> {
+    fn check(&self, machine: &Machine, shape: &Shape) -> Result<(), NeverFits> {
         let asked = count(shape);
         let block = u64::from(asked).next_power_of_two();
         let largest = Buddy::largest(machine.procs());
@@ -397,7 +436,7 @@ impl Partitioner for Buddy {
         Ok(())
     }
 
-    fn find(&self, machine: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+    fn find(&self, machine: &Machine, busy: &ProcSet, shape: &Shape) -> Option<Partition> {
         let block = count(shape).next_power_of_two();
         let top = Buddy::largest(machine.procs());
         // Take the block from the smallest free buddy that holds it, so large buddies stay whole:
@@ -433,8 +472,8 @@ impl Submesh {
         }
     }
 
-    fn orientations(&self, shape: Shape) -> Vec<(u32, u32)> {
-        let Shape::Mesh { width, height } = shape else {
+    fn orientations(&self, shape: &Shape) -> Vec<(u32, u32)> {
+        let Shape::Mesh { width, height } = *shape else {
             return Vec::new();
         };
         if self.rotate && width != height {
@@ -469,7 +508,7 @@ impl Submesh {
 }
 
 impl Partitioner for Submesh {
-    fn check(&self, machine: &Machine, shape: Shape) -> Result<(), NeverFits> {
+    fn check(&self, machine: &Machine, shape: &Shape) -> Result<(), NeverFits> {
         let (mw, mh) = Submesh::mesh(machine);
         if self
             .orientations(shape)
@@ -479,13 +518,13 @@ impl Partitioner for Submesh {
             Ok(())
         } else {
             Err(NeverFits::SubmeshTooLarge {
-                shape,
+                shape: shape.clone(),
                 machine: machine.to_string(),
             })
         }
     }
 
-    fn find(&self, machine: &Machine, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+    fn find(&self, machine: &Machine, busy: &ProcSet, shape: &Shape) -> Option<Partition> {
         let mesh = Submesh::mesh(machine);
         self.orientations(shape)
             .into_iter()
@@ -506,8 +545,8 @@ mod tests {
     }
 
     fn find(kind: PartitionerKind, m: &Machine, b: &ProcSet, shape: Shape) -> Option<String> {
-        kind.check(m, shape).unwrap();
-        kind.find(m, b, shape).map(|p| p.to_string())
+        kind.check(m, &shape).unwrap();
+        kind.find(m, b, &shape).map(|p| p.to_string())
     }
 
     #[test]
@@ -516,10 +555,19 @@ mod tests {
         // Free: 0-2 (3), 6-7 (2), 12-15 (4).
         let b = busy(16, &[(3, 3), (8, 4)]);
         let two = Shape::Count(2);
-        assert_eq!(find(PartitionerKind::FirstFit, &m, &b, two).unwrap(), "0-1");
-        assert_eq!(find(PartitionerKind::BestFit, &m, &b, two).unwrap(), "6-7");
+        assert_eq!(
+            find(PartitionerKind::FirstFit, &m, &b, two.clone()).unwrap(),
+            "0-1"
+        );
+        assert_eq!(
+            find(PartitionerKind::BestFit, &m, &b, two.clone()).unwrap(),
+            "6-7"
+        );
         // 0-1 sits in a broken 4-block already, so buddy takes it too.
-        assert_eq!(find(PartitionerKind::Buddy, &m, &b, two).unwrap(), "0-1");
+        assert_eq!(
+            find(PartitionerKind::Buddy, &m, &b, two.clone()).unwrap(),
+            "0-1"
+        );
         assert_eq!(
             find(PartitionerKind::Scatter, &m, &b, Shape::Count(5)).unwrap(),
             "0-2,6-7"
@@ -562,29 +610,29 @@ mod tests {
     fn never_fits_is_an_error_not_a_wait() {
         let m = Machine::line(338).unwrap();
         let k = PartitionerKind::FirstFit;
-        assert_eq!(k.check(&m, Shape::Count(0)), Err(NeverFits::Empty));
+        assert_eq!(k.check(&m, &Shape::Count(0)), Err(NeverFits::Empty));
         assert!(matches!(
-            k.check(&m, Shape::Count(339)),
+            k.check(&m, &Shape::Count(339)),
             Err(NeverFits::TooMany {
                 asked: 339,
                 procs: 338
             })
         ));
         assert!(matches!(
-            PartitionerKind::Buddy.check(&m, Shape::Count(257)),
+            PartitionerKind::Buddy.check(&m, &Shape::Count(257)),
             Err(NeverFits::BuddyBlockTooLarge {
                 block: 512,
                 largest: 256,
                 ..
             })
         ));
-        assert!(PartitionerKind::Buddy.check(&m, Shape::Count(256)).is_ok());
+        assert!(PartitionerKind::Buddy.check(&m, &Shape::Count(256)).is_ok());
         let mesh_shape = Shape::Mesh {
             width: 2,
             height: 2,
         };
         assert!(matches!(
-            k.check(&m, mesh_shape),
+            k.check(&m, &mesh_shape),
             Err(NeverFits::NeedsMesh { .. })
         ));
     }
@@ -619,7 +667,7 @@ mod tests {
             width: 4,
             height: 1,
         };
-        assert_eq!(find(PartitionerKind::FirstFit2d, &m, &b, row), None);
+        assert_eq!(find(PartitionerKind::FirstFit2d, &m, &b, row.clone()), None);
         assert_eq!(
             find(PartitionerKind::AdaptiveScan, &m, &b, row).unwrap(),
             "3,7,11,15"
@@ -629,10 +677,10 @@ mod tests {
             width: 1,
             height: 4,
         };
-        assert!(PartitionerKind::FirstFit2d.check(&m2, shape).is_err());
-        assert!(PartitionerKind::AdaptiveScan.check(&m2, shape).is_ok());
+        assert!(PartitionerKind::FirstFit2d.check(&m2, &shape).is_err());
+        assert!(PartitionerKind::AdaptiveScan.check(&m2, &shape).is_ok());
         assert!(matches!(
-            PartitionerKind::AdaptiveScan.check(&m2, Shape::Count(2)),
+            PartitionerKind::AdaptiveScan.check(&m2, &Shape::Count(2)),
             Err(NeverFits::NeedsSubmesh { .. })
         ));
     }

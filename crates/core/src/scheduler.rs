@@ -8,7 +8,7 @@
 
 use crate::job::{Class, JobId, JobRequest, Micros};
 use crate::machine::Machine;
-use crate::partition::{Partition, Shape, Span};
+use crate::partition::{NodeShare, Partition, Shape, Span};
 use crate::partitioner::{lowest_free, NeverFits, PartitionerKind, ReleaseSearch, RunRule};
 use crate::plan::{Plan, PlanEntry, PlanSlice, Role};
 use crate::procset::{ProcSet, Released};
@@ -77,6 +77,13 @@ pub enum SubmitError {
 pub enum JobError {
     #[error("no job {0}")]
     Unknown(JobId),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no node {node} (the machine has {nodes})")]
+pub struct UnknownNode {
+    pub node: u32,
+    pub nodes: u32,
 }
 
 /// Where a placed job lives.
@@ -189,6 +196,9 @@ pub struct Scheduler {
     preempting_procs: ProcSet,
     standby: BTreeMap<u64, JobId>,
     standby_procs: ProcSet,
+    /// Processors of nodes that left: every search counts them busy, so nothing is placed
+    /// there until they are restored.
+    withheld: ProcSet,
     next_seq: u64,
     next_slice: SliceId,
     /// Counts changes to any slice's own jobs or occupancy: a reservation computed at one
@@ -223,6 +233,7 @@ impl Scheduler {
             preempting_procs: ProcSet::new(procs),
             standby: BTreeMap::new(),
             standby_procs: ProcSet::new(procs),
+            withheld: ProcSet::new(procs),
             next_seq: 0,
             next_slice: 0,
             matrix_changes: 0,
@@ -250,7 +261,7 @@ impl Scheduler {
     }
 
     pub fn shape(&self, job: JobId) -> Option<Shape> {
-        self.jobs.get(&job).map(|j| j.request.shape)
+        self.jobs.get(&job).map(|j| j.request.shape.clone())
     }
 
     pub fn class(&self, job: JobId) -> Option<Class> {
@@ -277,7 +288,7 @@ impl Scheduler {
         }
         self.config
             .partitioner
-            .check(&self.machine, request.shape)
+            .check(&self.machine, &request.shape)
             .map_err(|reason| SubmitError::NeverFits {
                 job: request.id,
                 reason,
@@ -294,7 +305,7 @@ impl Scheduler {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.queue
-            .insert((request.class, seq, request.id), filed_size(request.shape));
+            .insert((request.class, seq, request.id), filed_size(&request.shape));
         let id = request.id;
         self.jobs.insert(
             id,
@@ -368,7 +379,7 @@ impl Scheduler {
         moved.state = JobState::Queued;
         self.queue.insert(
             (moved.request.class, moved.seq, job),
-            filed_size(moved.request.shape),
+            filed_size(&moved.request.shape),
         );
         self.jobs.insert(job, moved);
         let mut decisions = Vec::new();
@@ -377,6 +388,77 @@ impl Scheduler {
             decisions.push(Decision::Queued { job });
         }
         decisions
+    }
+
+    /// The placed job `job` can no longer change nodes (its processes live there now):
+    /// wherever it is placed again it keeps as many processors on each of its nodes as it
+    /// holds now (`Shape::OnNodes`). A waiting job is left as it is.
+    pub fn pin(&mut self, job: JobId) -> Result<(), JobError> {
+        let entry = self.jobs.get_mut(&job).ok_or(JobError::Unknown(job))?;
+        let JobState::Placed { partition, .. } = &entry.state else {
+            return Ok(());
+        };
+        let mut shares: Vec<NodeShare> = Vec::new();
+        for proc in partition.processors() {
+            let node = self.machine.node_of(proc);
+            match shares.last_mut() {
+                Some(share) if share.node == node => share.procs += 1,
+                _ => shares.push(NodeShare { node, procs: 1 }),
+            }
+        }
+        entry.request.shape = Shape::OnNodes(shares.into());
+        Ok(())
+    }
+
+    /// Node `node` left: its processors are withheld from every slice until
+    /// [`Scheduler::restore_node`], and the jobs placed on any of them are taken out, with the
+    /// known jobs of `lost` (jobs whose processes were there while they waited, which the
+    /// core does not place): `Removed` each, their fate is the caller's. Then the waiting jobs
+    /// are served on what is left: one step, so no job of the node is placed anywhere first.
+    pub fn withhold_node(
+        &mut self,
+        node: u32,
+        lost: &[JobId],
+        now: Micros,
+    ) -> Result<Vec<Decision>, UnknownNode> {
+        let span = self.node_span(node)?;
+        self.withheld.insert_span(span);
+        self.matrix_changes += 1;
+        let hit: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|&(id, job)| {
+                lost.contains(id)
+                    || matches!(&job.state, JobState::Placed { partition, .. } if partition.processors_in(span) > 0)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        let mut decisions = Vec::new();
+        for job in hit {
+            let removed = self.jobs.remove(&job).expect("listed above");
+            self.unplace(&removed);
+            decisions.push(Decision::Removed { job });
+        }
+        self.schedule(now, &mut decisions);
+        Ok(decisions)
+    }
+
+    /// Node `node` is back: its processors serve waiting jobs again.
+    pub fn restore_node(&mut self, node: u32, now: Micros) -> Result<Vec<Decision>, UnknownNode> {
+        let span = self.node_span(node)?;
+        self.withheld.remove_span(span);
+        self.matrix_changes += 1;
+        let mut decisions = Vec::new();
+        self.schedule(now, &mut decisions);
+        Ok(decisions)
+    }
+
+    fn node_span(&self, node: u32) -> Result<Span, UnknownNode> {
+        let nodes = self.machine.nodes();
+        if node >= nodes {
+            return Err(UnknownNode { node, nodes });
+        }
+        Ok(self.machine.node_span(node))
     }
 
     /// Interactive jobs that have preempted since `before` or earlier: the caller's policy
@@ -499,26 +581,26 @@ impl Scheduler {
     /// not the length of the queue (EASY scans the line, as it must).
     fn schedule(&mut self, now: Micros, decisions: &mut Vec<Decision>) {
         while let Some(key) = self.first_waiting(Class::Express, Some(Class::Interactive)) {
-            let shape = self.jobs[&key.2].request.shape;
-            let Some(partition) = self.find(&self.preempting_procs, shape) else {
+            let shape = self.jobs[&key.2].request.shape.clone();
+            let Some(partition) = self.find(&self.preempting_procs, &shape) else {
                 break;
             };
             self.commit(key, partition, Home::Preempting, now, decisions);
         }
         while let Some(key) = self.first_waiting(Class::Interactive, Some(Class::Standby)) {
             let job = &self.jobs[&key.2];
-            let shape = job.request.shape;
+            let shape = job.request.shape.clone();
             let preempts = self.config.interactive_preempts
                 && job.request.class == Class::Interactive
                 && !job.settled;
             if let Some(partition) = preempts
-                .then(|| self.find(&self.preempting_procs, shape))
+                .then(|| self.find(&self.preempting_procs, &shape))
                 .flatten()
             {
                 self.commit(key, partition, Home::Preempting, now, decisions);
                 continue;
             }
-            if let Some((partition, home)) = self.find_own(shape) {
+            if let Some((partition, home)) = self.find_own(&shape) {
                 self.commit(key, partition, home, now, decisions);
                 continue;
             }
@@ -540,8 +622,8 @@ impl Scheduler {
             break;
         }
         while let Some(key) = self.first_waiting(Class::Standby, None) {
-            let shape = self.jobs[&key.2].request.shape;
-            let Some(partition) = self.find_standby(shape) else {
+            let shape = self.jobs[&key.2].request.shape.clone();
+            let Some(partition) = self.find_standby(&shape) else {
                 break;
             };
             self.commit(key, partition, Home::Standby, now, decisions);
@@ -570,15 +652,20 @@ impl Scheduler {
         });
     }
 
-    fn find(&self, busy: &ProcSet, shape: Shape) -> Option<Partition> {
+    fn find(&self, busy: &ProcSet, shape: &Shape) -> Option<Partition> {
         #[cfg(test)]
         tests::FINDS.with(|finds| finds.set(finds.get() + 1));
-        self.config.partitioner.find(&self.machine, busy, shape)
+        if self.withheld.is_empty() {
+            return self.config.partitioner.find(&self.machine, busy, shape);
+        }
+        let mut usable = busy.clone();
+        usable.union_with(&self.withheld);
+        self.config.partitioner.find(&self.machine, &usable, shape)
     }
 
     /// The first slice where the job fits on its own, else a new slice if the MPL allows.
     /// `Home::Slice(next_slice)` stands for "a new slice".
-    fn find_own(&self, shape: Shape) -> Option<(Partition, Home)> {
+    fn find_own(&self, shape: &Shape) -> Option<(Partition, Home)> {
         self.slices
             .iter()
             .find_map(|s| self.find(&s.taken, shape).map(|p| (p, Home::Slice(s.id))))
@@ -590,7 +677,7 @@ impl Scheduler {
             })
     }
 
-    fn find_standby(&self, shape: Shape) -> Option<Partition> {
+    fn find_standby(&self, shape: &Shape) -> Option<Partition> {
         let free_of = |busy: &ProcSet, lent: Option<&ProcSet>| {
             let mut map = busy.clone();
             map.union_with(&self.standby_procs);
@@ -649,7 +736,7 @@ impl Scheduler {
             slice,
             shadow,
             reserved,
-            spread: spreads(self.jobs[&head].request.shape),
+            by_rule: self.by_rule(&self.jobs[&head].request.shape),
             outside: None,
         };
         Some(memo)
@@ -663,6 +750,13 @@ impl Scheduler {
         self.reserve_by(head, now, self.config.partitioner.release_search())
     }
 
+    /// Whether the partitioner's shortcuts (searching the runs ending jobs free, or around a
+    /// block) may stand in for a search of `shape`: they read a slice as it is, not the
+    /// withheld processors, and place nothing node by node.
+    fn by_rule(&self, shape: &Shape) -> bool {
+        !by_node(shape) && self.withheld.is_empty()
+    }
+
     /// [`Scheduler::reserve`] by the partitioner's `search` (`None`: searching a copy of the
     /// slice, which any partitioner allows).
     fn reserve_by(
@@ -674,9 +768,8 @@ impl Scheduler {
         if self.config.backfill != Backfill::Easy {
             return None;
         }
-        let shape = self.jobs[&head].request.shape;
-        // A spread over nodes is not placed by the partitioner's rule.
-        let search = search.filter(|_| !spreads(shape));
+        let shape = self.jobs[&head].request.shape.clone();
+        let search = search.filter(|_| self.by_rule(&shape));
         // No partitioner finds `n` processors among fewer: per slice, the first end after
         // which enough could be free is the earliest its shadow can be. Slices are then tried
         // from the earliest bound, and a slice that cannot beat the best so far is not copied
@@ -710,7 +803,7 @@ impl Scheduler {
             }
             let slice = &self.slices[index];
             // The head does not fit in this slice now (else it would have been placed).
-            debug_assert!(self.find(&slice.taken, shape).is_none());
+            debug_assert!(self.find(&slice.taken, &shape).is_none());
             let mut after = AfterEnds::new(&slice.taken, search);
             let mut free = u64::from(slice.taken.free());
             for (end, id) in self
@@ -724,7 +817,7 @@ impl Scheduler {
                 if free < shape.procs() {
                     continue;
                 }
-                if let Some(reserved) = after.find(self, shape) {
+                if let Some(reserved) = after.find(self, &shape) {
                     best = Some((index, end, reserved));
                     break;
                 }
@@ -800,9 +893,9 @@ impl Scheduler {
             };
             cursor = next;
             let request = &self.jobs[&next.2].request;
-            let (shape, size) = (request.shape, request.shape.procs());
-            // A failed count (no run, no set that large) bounds nothing about a spread.
-            let bounded = !spreads(shape);
+            let (shape, size) = (&request.shape, request.shape.procs());
+            // A failed count (no run, no set that large) bounds nothing about a by-node request.
+            let bounded = !by_node(shape);
             let ends_in_time = request
                 .estimate
                 .is_some_and(|e| now.saturating_add(self.stretched(e)) <= shadow);
@@ -1062,6 +1155,13 @@ impl Scheduler {
                 ));
             }
         }
+        for (id, job) in &self.jobs {
+            if let JobState::Placed { partition, .. } = &job.state {
+                if !partition.is_clear_in(&self.withheld) {
+                    return Err(format!("job {id} is placed on withheld processors"));
+                }
+            }
+        }
         for (id, partition) in self.placed.values() {
             if job_partition(&self.jobs, *id) != partition {
                 return Err(format!(
@@ -1144,17 +1244,18 @@ impl Scheduler {
     }
 }
 
-/// Whether `shape` asks for processors spread over nodes, which no partitioner's own rule
-/// places (see `PartitionerKind::find`).
-fn spreads(shape: Shape) -> bool {
-    matches!(shape, Shape::Nodes { .. })
+/// Whether `shape` is placed node by node (a spread, or so many on given nodes), which no
+/// partitioner's own rule does (see `PartitionerKind::find`).
+fn by_node(shape: &Shape) -> bool {
+    matches!(shape, Shape::Nodes { .. } | Shape::OnNodes(_))
 }
 
 /// The size the queue's index files a request under, so a pass can skip requests too large
-/// for every slice's room. A spread is filed as 0, never skipped: a slice's room is bounded by
-/// its longest free run for one-run partitioners, which says nothing about a spread.
-fn filed_size(shape: Shape) -> u64 {
-    if spreads(shape) {
+/// for every slice's room. A request placed by node is filed as 0, never skipped: a slice's
+/// room is bounded by its longest free run for one-run partitioners, which says nothing
+/// about processors taken node by node.
+fn filed_size(shape: &Shape) -> u64 {
+    if by_node(shape) {
         0
     } else {
         shape.procs()
@@ -1227,7 +1328,7 @@ impl<'a> AfterEnds<'a> {
 
     /// Where the head would go with every job released so far ended, given that it did not
     /// fit before the first of them.
-    fn find(&mut self, scheduler: &Scheduler, shape: Shape) -> Option<Partition> {
+    fn find(&mut self, scheduler: &Scheduler, shape: &Shape) -> Option<Partition> {
         match self {
             AfterEnds::Runs {
                 rule,
@@ -1267,9 +1368,9 @@ struct ReservationMemo {
     shadow: Micros,
     /// The processors the head would get in that slice.
     reserved: Partition,
-    /// The head asked for a spread over nodes, so the partitioner's rule did not choose
-    /// `reserved`.
-    spread: bool,
+    /// The partitioner's rule chose `reserved` on the slice as it is (see
+    /// [`Scheduler::by_rule`]), so a search outside it may take the rule's shortcuts.
+    by_rule: bool,
     /// The reserved slice outside the reserved processors, made when first needed: most
     /// passes never look there.
     outside: Option<Outside>,
@@ -1294,10 +1395,10 @@ impl Outside {
         taken: &ProcSet,
         reserved: &Partition,
         partitioner: PartitionerKind,
-        spread: bool,
+        by_rule: bool,
     ) -> Outside {
         let block = match (partitioner, reserved.spans()) {
-            _ if spread => None,
+            _ if !by_rule => None,
             (PartitionerKind::FirstFit, &[block]) => Some(block),
             // Scatter took the lowest free processors: every one below its last.
             (PartitionerKind::Scatter, [.., last]) => Some(Span::new(0, last.end())),
@@ -1325,7 +1426,7 @@ impl Outside {
 
     /// Where the scheduler's partitioner would put `shape` outside the reservation, in the
     /// slice whose `taken` is given.
-    fn find(&self, scheduler: &Scheduler, taken: &ProcSet, shape: Shape) -> Option<Partition> {
+    fn find(&self, scheduler: &Scheduler, taken: &ProcSet, shape: &Shape) -> Option<Partition> {
         match *self {
             Outside::Marked(ref set) => scheduler.find(set, shape),
             Outside::AroundBlock { block, free } => {
@@ -1339,8 +1440,8 @@ impl Outside {
                 if whole.processors_in(block) == 0 {
                     return Some(whole);
                 }
-                if spreads(shape) {
-                    // Processors below the block may serve a spread: search around it.
+                if !scheduler.by_rule(shape) {
+                    // Processors below the block may serve: search around it.
                     let mut around = taken.clone();
                     around.insert_span(block);
                     return scheduler.find(&around, shape);
@@ -1366,7 +1467,7 @@ impl ReservationMemo {
     /// The reserved slice (whose `taken` is given) outside the reservation.
     fn outside(&mut self, taken: &ProcSet, partitioner: PartitionerKind) -> &mut Outside {
         self.outside
-            .get_or_insert_with(|| Outside::new(taken, &self.reserved, partitioner, self.spread))
+            .get_or_insert_with(|| Outside::new(taken, &self.reserved, partitioner, self.by_rule))
     }
 }
 
@@ -1467,19 +1568,19 @@ mod tests {
                 };
                 checked += 1;
                 // A spread head's room outside is always searched on a marked copy.
-                if !partitioner.fills_from_below() || spreads(s.jobs[&head.2].request.shape) {
+                if !partitioner.fills_from_below() || by_node(&s.jobs[&head.2].request.shape) {
                     continue;
                 }
                 // A copy, to start a job in as the backfilling pass would.
                 let mut taken = s.slices[s.slice_index(slice)].taken.clone();
-                let mut around = Outside::new(&taken, &reserved, partitioner, false);
-                let mut marked = Outside::new(&taken, &reserved, PartitionerKind::Buddy, false);
+                let mut around = Outside::new(&taken, &reserved, partitioner, true);
+                let mut marked = Outside::new(&taken, &reserved, PartitionerKind::Buddy, true);
                 assert!(matches!(around, Outside::AroundBlock { .. }));
                 let spread = |nodes, per_node| Shape::Nodes { nodes, per_node };
                 let shapes = [1, 2, 17, 60, 150, 299].map(Shape::Count);
                 for shape in shapes.into_iter().chain([spread(3, 2), spread(12, 4)]) {
-                    let found = around.find(&s, &taken, shape);
-                    let expected = marked.find(&s, &taken, shape);
+                    let found = around.find(&s, &taken, &shape);
+                    let expected = marked.find(&s, &taken, &shape);
                     assert_eq!(found, expected, "{context} {shape}");
                     if let Some(partition) = found.filter(|_| shape == Shape::Count(17)) {
                         around.mark(&partition);

@@ -21,6 +21,10 @@ enum Op {
     Settle {
         pick: usize,
     },
+    /// A node leaves, or comes back if it had left.
+    NodeLeavesOrReturns {
+        node: u32,
+    },
 }
 
 fn class() -> impl Strategy<Value = Class> {
@@ -32,14 +36,17 @@ fn class() -> impl Strategy<Value = Class> {
     ]
 }
 
-/// A count, or (one time in four on a machine of several nodes) a spread over nodes; a little
-/// too large at times, to see refusals.
+/// A count, or (on a machine of several nodes) a spread over nodes or so many on given
+/// nodes; a little too large at times, to see refusals.
 fn shape(nodes: u32, per_node: u32) -> impl Strategy<Value = Shape> {
     let count = (1..=nodes * per_node + 2).prop_map(Shape::Count);
     let spread = (1..=nodes + 1, 1..=per_node + 1)
         .prop_map(|(nodes, per_node)| Shape::Nodes { nodes, per_node });
-    let spreads = if nodes > 1 { 1 } else { 0 };
-    prop_oneof![3 => count, spreads => spread]
+    let share = (0..=nodes, 1..=per_node + 1).prop_map(|(node, procs)| NodeShare { node, procs });
+    let on_nodes = proptest::collection::vec(share, 1..=nodes as usize)
+        .prop_map(|shares| Shape::OnNodes(shares.into()));
+    let by_node = if nodes > 1 { 1 } else { 0 };
+    prop_oneof![6 => count, by_node => spread, by_node => on_nodes]
 }
 
 fn op(nodes: u32, per_node: u32) -> impl Strategy<Value = Op> {
@@ -48,6 +55,7 @@ fn op(nodes: u32, per_node: u32) -> impl Strategy<Value = Op> {
         3 => any::<usize>().prop_map(|pick| Op::Remove { pick }),
         1 => (any::<usize>(), class()).prop_map(|(pick, class)| Op::SetClass { pick, class }),
         1 => any::<usize>().prop_map(|pick| Op::Settle { pick }),
+        1 => (0..nodes).prop_map(|node| Op::NodeLeavesOrReturns { node }),
     ]
 }
 
@@ -104,14 +112,17 @@ fn scenario() -> impl Strategy<Value = (Machine, Config, Vec<Op>)> {
 fn run(machine: &Machine, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, TestCaseError> {
     let mut s = Scheduler::new(machine.clone(), config.clone()).unwrap();
     let mut live: Vec<JobId> = Vec::new();
+    let mut gone: Vec<u32> = Vec::new();
     let mut plans = Vec::new();
     for (step, op) in ops.iter().enumerate() {
         let now = step as Micros * 10;
         match op {
             Op::Submit { shape, class, est } => {
                 let id = step as JobId;
-                let request = JobRequest::new(id, *shape).class(*class).estimate(*est);
-                let never = config.partitioner.check(s.machine(), *shape).is_err();
+                let request = JobRequest::new(id, shape.clone())
+                    .class(*class)
+                    .estimate(*est);
+                let never = config.partitioner.check(s.machine(), shape).is_err();
                 match s.submit(request, now) {
                     Ok(_) => {
                         prop_assert!(!never, "job {id} of {shape} accepted but can never fit");
@@ -144,15 +155,30 @@ fn run(machine: &Machine, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, Test
                     "job {id} still preempts after settling"
                 );
             }
+            Op::NodeLeavesOrReturns { node } => {
+                if let Some(at) = gone.iter().position(|n| n == node) {
+                    gone.remove(at);
+                    s.restore_node(*node, now).unwrap();
+                } else {
+                    gone.push(*node);
+                    for decision in s.withhold_node(*node, &[], now).unwrap() {
+                        if let Decision::Removed { job } = decision {
+                            prop_assert!(live.contains(&job), "job {job} removed twice");
+                            live.retain(|&id| id != job);
+                            prop_assert!(s.state(job).is_none(), "job {job} still known");
+                        }
+                    }
+                }
+            }
             _ => {}
         }
-        check(&s, config)
+        check(&s, config, !gone.is_empty())
             .map_err(|e| TestCaseError::fail(format!("after step {step} ({op:?}): {e}")))?;
         plans.push(s.plan());
     }
     for id in live.drain(..) {
         s.remove(id, 0).unwrap();
-        check(&s, config).map_err(TestCaseError::fail)?;
+        check(&s, config, !gone.is_empty()).map_err(TestCaseError::fail)?;
     }
     prop_assert!(
         s.plan().slices.is_empty(),
@@ -164,7 +190,8 @@ fn run(machine: &Machine, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, Test
     Ok(plans)
 }
 
-fn check(s: &Scheduler, config: &Config) -> Result<(), String> {
+/// `withheld`: some node has left, so a job may wait on an otherwise empty machine.
+fn check(s: &Scheduler, config: &Config, withheld: bool) -> Result<(), String> {
     s.audit()?;
     let plan = s.plan();
     let procs = s.machine().procs();
@@ -177,20 +204,32 @@ fn check(s: &Scheduler, config: &Config) -> Result<(), String> {
     }
     let mut preempting = ProcSet::new(procs);
     for (id, _, state) in s.jobs() {
-        if let (JobState::Placed { partition, .. }, Shape::Nodes { nodes, per_node }) =
-            (state, s.shape(id).unwrap())
-        {
+        let JobState::Placed { partition, .. } = state else {
+            continue;
+        };
+        let mut shares = vec![0u32; s.machine().nodes() as usize];
+        partition
+            .processors()
+            .for_each(|p| shares[s.machine().node_of(p) as usize] += 1);
+        match s.shape(id).unwrap() {
             // A spread has its share on each of its nodes and nothing elsewhere.
-            let mut shares = vec![0u32; s.machine().nodes() as usize];
-            partition
-                .processors()
-                .for_each(|p| shares[s.machine().node_of(p) as usize] += 1);
-            let used: Vec<u32> = shares.into_iter().filter(|&n| n > 0).collect();
-            if used.len() != nodes as usize || used.iter().any(|&n| n != per_node) {
-                return Err(format!(
-                    "job {id} asked {per_node} on each of {nodes} nodes, got {partition}"
-                ));
+            Shape::Nodes { nodes, per_node } => {
+                let used: Vec<u32> = shares.into_iter().filter(|&n| n > 0).collect();
+                if used.len() != nodes as usize || used.iter().any(|&n| n != per_node) {
+                    return Err(format!(
+                        "job {id} asked {per_node} on each of {nodes} nodes, got {partition}"
+                    ));
+                }
             }
+            // Exactly the shares asked, node by node.
+            Shape::OnNodes(asked) => {
+                let mut wanted = vec![0u32; shares.len()];
+                asked.iter().for_each(|a| wanted[a.node as usize] = a.procs);
+                if wanted != shares {
+                    return Err(format!("job {id} asked {asked:?}, got {partition}"));
+                }
+            }
+            _ => {}
         }
     }
     for (_, _, state) in s.jobs() {
@@ -288,7 +327,7 @@ fn check(s: &Scheduler, config: &Config) -> Result<(), String> {
             // A normal job never waits on an empty machine.
             JobState::Queued => {
                 let normal = matches!(class, Class::Interactive | Class::Batch);
-                if normal && s.slice_count() == 0 && preempting.is_empty() {
+                if normal && s.slice_count() == 0 && preempting.is_empty() && !withheld {
                     return Err(format!("job {id} waits while the machine is empty"));
                 }
             }

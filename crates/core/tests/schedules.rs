@@ -470,3 +470,70 @@ fn a_failed_count_does_not_keep_a_spread_from_backfilling() {
     );
     assert_eq!(s.queued().collect::<Vec<_>>(), vec![10, 11]);
 }
+
+#[test]
+fn a_node_that_left_takes_its_jobs_and_nothing_goes_there_until_it_is_back() {
+    let easy = Config {
+        mpl: 1,
+        alternates: false,
+        backfill: Backfill::Easy,
+        partitioner: PartitionerKind::FirstFit,
+        ..Config::default()
+    };
+    // Four nodes of two: 0-1, 2-3, 4-5, 6-7.
+    let machine = Machine::line(8).unwrap().with_nodes(2).unwrap();
+    let mut s = Scheduler::new(machine, easy).unwrap();
+    let job = |id, n, est| JobRequest::new(id, Shape::Count(n)).estimate(est);
+    s.submit(job(1, 2, 1_000), 0).unwrap();
+    s.submit(job(2, 6, 1_000), 0).unwrap();
+    // Waiting, its processes stopped on the node that leaves: the caller says so.
+    s.submit(job(5, 8, 1_000), 0).unwrap();
+    assert_eq!(
+        s.withhold_node(3, &[5], 5).unwrap(),
+        vec![Decision::Removed { job: 2 }, Decision::Removed { job: 5 }]
+    );
+    assert!(s.state(2).is_none() && s.state(5).is_none());
+    // The head waits for job 1 and reserves 0-5. A long job must avoid that: 6-7 is
+    // outside the reservation but withheld, so it waits too.
+    s.submit(job(3, 6, 10), 10).unwrap();
+    s.submit(job(4, 2, 5_000), 10).unwrap();
+    s.audit().unwrap();
+    assert_eq!(show(&s), ["1@0-1"]);
+    assert_eq!(s.queued().collect::<Vec<_>>(), vec![3, 4]);
+    // Back: the head fits beside job 1.
+    s.restore_node(3, 20).unwrap();
+    s.audit().unwrap();
+    assert_eq!(show(&s), ["1@0-1 3@2-7"]);
+    assert_eq!(
+        s.withhold_node(4, &[], 30).unwrap_err().to_string(),
+        "no node 4 (the machine has 4)"
+    );
+}
+
+#[test]
+fn a_pinned_job_placed_again_keeps_its_share_of_each_node() {
+    // Two nodes of three: 0-2, 3-5.
+    let machine = Machine::line(6).unwrap().with_nodes(3).unwrap();
+    let mut s = Scheduler::new(machine, gang(3)).unwrap();
+    batch(&mut s, 1, 2);
+    batch(&mut s, 2, 3);
+    assert_eq!(show(&s), ["1@0-1 2@2-4"]);
+    s.pin(2).unwrap();
+    assert_eq!(
+        s.shape(2),
+        Some(Shape::OnNodes(
+            vec![
+                NodeShare { node: 0, procs: 1 },
+                NodeShare { node: 1, procs: 2 }
+            ]
+            .into()
+        ))
+    );
+    // Out to standby and back: first fit would now take 0-2 for three processors.
+    remove(&mut s, 1);
+    s.set_class(2, Class::Standby, 0).unwrap();
+    s.set_class(2, Class::Batch, 0).unwrap();
+    s.audit().unwrap();
+    assert_eq!(show(&s), ["2@0,3-4"]);
+    assert_eq!(s.pin(9), Err(JobError::Unknown(9)));
+}

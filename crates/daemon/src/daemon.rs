@@ -14,8 +14,8 @@ use cosched_agent::clock::now_micros;
 use cosched_agent::{fault, Mode, Order, OrderSink, CANCEL_GRACE};
 use cosched_cluster::NodeChange;
 use cosched_core::{
-    Class, Decision, Generation, JobId, JobRequest, JobState, Micros, Partition, Rotation,
-    Scheduler,
+    Class, Decision, Generation, JobId, JobRequest, JobState, Micros, NodeShare, Partition,
+    Rotation, Scheduler, Shape,
 };
 use cosched_proto::{
     Command, Ending, Event, JobState as StateView, Launch, NodeCpus, NodeMap, NodeStatus,
@@ -296,6 +296,7 @@ impl Inner {
             exit: None,
             note: None,
             nodes: Vec::new(),
+            cpus_on_nodes: Vec::new(),
         };
         self.store.insert(&record).map_err(unrecorded)?;
         fault::point("recorded", id);
@@ -355,11 +356,35 @@ impl Inner {
     /// Hands a job to the scheduler and acts on what it decides.
     fn enqueue(&mut self, job: JobId, now: Micros) -> Result<(), ApiError> {
         let record = &self.records[&job];
-        let shape = job_shape(record.procs, record.node_count);
-        let request = JobRequest::new(job, shape).class(class_of(record));
+        let request = JobRequest::new(job, self.shape_of(record)?).class(class_of(record));
         let decisions = self.scheduler.submit(request, now).map_err(internal)?;
         self.apply(decisions, now);
         Ok(())
+    }
+
+    /// What the core is asked to place: what the job asked for, or, once its processes live on
+    /// several nodes, as many processors as it has on each of those nodes (they cannot move
+    /// to other nodes; on one node the cpuset simply changes).
+    fn shape_of(&self, record: &JobRecord) -> Result<Shape, ApiError> {
+        let pinned = record.launched
+            && self.settings.nodes.nodes().len() > 1
+            && !record.nodes.is_empty()
+            && record.cpus_on_nodes.len() == record.nodes.len();
+        if !pinned {
+            return Ok(job_shape(record.procs, record.node_count));
+        }
+        let shares = record.nodes.iter().zip(&record.cpus_on_nodes);
+        let shares: Result<Vec<NodeShare>, ApiError> = shares
+            .map(|(name, &procs)| {
+                let node = self.node_number(name).ok_or_else(|| {
+                    ApiError::Internal(format!(
+                        "its processes are on node {name}, which is not one of this controller's nodes"
+                    ))
+                })?;
+                Ok(NodeShare { node, procs })
+            })
+            .collect();
+        Ok(Shape::OnNodes(shares?.into()))
     }
 
     fn unschedule(&mut self, job: JobId, now: Micros) {
@@ -443,6 +468,11 @@ impl Inner {
             )));
         }
         let nodes: Vec<String> = placed.iter().map(|p| p.node.clone()).collect();
+        let cpus_on_nodes: Vec<u32> = placed.iter().map(|p| p.cpus.len()).collect();
+        if self.settings.nodes.nodes().len() > 1 {
+            // Placed again from here on (a class change), it stays where its processes are.
+            self.scheduler.pin(job).map_err(internal)?;
+        }
         // The intent is durable before the agent hears of it: a restarted daemon then asks
         // the agent for the supervisor, its exit status or its started marker, and launches
         // again only when none is there.
@@ -450,6 +480,7 @@ impl Inner {
             record.status = JobStatus::Running;
             record.launched = true;
             record.nodes = nodes;
+            record.cpus_on_nodes = cpus_on_nodes;
             if first_launch {
                 record.started_us = Some(now);
             }
@@ -795,7 +826,7 @@ impl Inner {
             return;
         }
         if let Err(error) = self.enqueue(job, now) {
-            log(format_args!("job {job}: {error}"));
+            self.fail(job, &error.to_string(), now);
         }
     }
 
@@ -1045,6 +1076,11 @@ impl Inner {
                         };
                         self.send(&info.node, order);
                     }
+                    let decisions = self
+                        .scheduler
+                        .restore_node(self.node_number(&info.node).expect("known"), now)
+                        .expect("a node of the machine");
+                    self.apply(decisions, now);
                 }
             }
             NodeChange::Joined(info) => log(format_args!(
@@ -1061,22 +1097,41 @@ impl Inner {
                 if let Some(agents) = &self.agents {
                     agents.forget(&node);
                 }
+                // Jobs with processes there, running or stopped while they wait.
                 let stranded: Vec<JobId> = self
                     .records
                     .values()
                     .filter(|r| !r.status.ended() && r.launched && r.nodes.contains(&node))
                     .map(|r| r.id)
                     .collect();
-                for job in stranded {
+                // Nothing is placed on its processors until it is back, and none of its
+                // jobs is placed elsewhere first.
+                let decisions = self
+                    .scheduler
+                    .withhold_node(self.node_number(&node).expect("known"), &stranded, now)
+                    .expect("a node of the machine");
+                let taken_out = decisions.iter().filter_map(|d| match d {
+                    Decision::Removed { job } => Some(*job),
+                    _ => None,
+                });
+                let lost: BTreeSet<JobId> = stranded.iter().copied().chain(taken_out).collect();
+                for job in lost {
                     self.fail(
                         job,
                         &format!("node {node} left the cluster (its agent stopped or lost etcd for longer than its lease)"),
                         now,
                     );
                 }
+                self.apply(decisions, now);
             }
             NodeChange::Left(_) => {}
         }
+    }
+
+    /// Node `name`'s number in the core's machine, if it is one of its nodes.
+    fn node_number(&self, name: &str) -> Option<u32> {
+        let nodes = self.settings.nodes.nodes();
+        nodes.iter().position(|n| n.name == name).map(|i| i as u32)
     }
 
     /// A process of `job` (as uid `uid`) asks for a process of the job on node `host` (an MPI

@@ -78,6 +78,9 @@ pub struct JobRecord {
     /// The nodes it was started on, the one running its launcher first.
     #[serde(default)]
     pub nodes: Vec<String>,
+    /// How many of its processors are on each of `nodes`, in the same order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus_on_nodes: Vec<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -325,6 +328,7 @@ pub(crate) mod tests {
             exit: None,
             note: None,
             nodes: Vec::new(),
+            cpus_on_nodes: Vec::new(),
         }
     }
 
