@@ -77,7 +77,8 @@ pub struct DaemonArgs {
     keep_ended: usize,
     #[command(flatten)]
     cluster: ClusterArgs,
-    /// With --etcd: nodes to wait for before scheduling; the machine is the nodes present then
+    /// With --etcd: nodes to wait for before scheduling; nodes that join later (same CPU count
+    /// and mode) are added to the machine as they come
     #[arg(long, default_value_t = 1, value_name = "N", requires = "etcd")]
     wait_nodes: usize,
     /// With --etcd: seconds the leader key outlives a controller that died (a standby takes

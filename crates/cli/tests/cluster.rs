@@ -511,6 +511,63 @@ fn a_job_taken_back_into_the_rotation_stays_on_the_nodes_its_processes_live_on()
 }
 
 #[test]
+fn a_node_that_joins_later_serves_the_waiting_jobs_at_once() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let etcd = Etcd::start("late");
+    let cluster = format!("late-{}", std::process::id());
+    let mut args = vec!["--etcd", &etcd.url, "--cluster", &cluster];
+    // One node to start with, and space sharing only: a job that does not fit waits.
+    args.extend(["--wait-nodes", "1", "--quantum-ms", "100", "--mpl", "1"]);
+    let d = Daemon::start(&args);
+    let a = Agent::start(
+        &etcd,
+        &cluster,
+        &d,
+        "a",
+        ONE_CPU_EACH[0],
+        &d.parent,
+        DEADLINE_MS,
+    );
+    let count = || d.json(&["nodes", "--json"]).as_array().map(Vec::len);
+    assert!(
+        wait_until(Duration::from_secs(20), || count() == Some(1)),
+        "{}",
+        a.log()
+    );
+    let x = d.submit(&["-n", "1", "--", "sh", "-c", "sleep 8; exit 3"]);
+    let y = d.submit(&["-n", "1", "--", "sh", "-c", "exit 4"]);
+    refused(
+        &d.cosched(&["run", "-N", "2", "-n", "2", "--", "true"]),
+        "2 processors requested but the machine has 1",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(d.job(y)["state"], "queued");
+    let b_parent = format!("{}-b", d.parent);
+    let b = Agent::start(
+        &etcd,
+        &cluster,
+        &d,
+        "b",
+        ONE_CPU_EACH[1],
+        &b_parent,
+        DEADLINE_MS,
+    );
+    // y runs on the new node while x still runs on a.
+    assert_eq!(
+        d.wait_end(y, Duration::from_secs(20))["exit"]["code"],
+        4,
+        "{}",
+        b.log()
+    );
+    assert_eq!(d.job(x)["state"], "running");
+    assert_eq!(count(), Some(2));
+    assert!(d.log().contains("node b joined"), "{}", d.log());
+    let z = d.submit(&["-N", "2", "-n", "2", "--", "true"]);
+    assert_eq!(d.wait_end(z, Duration::from_secs(30))["exit"]["code"], 0);
+    assert_eq!(d.wait_end(x, Duration::from_secs(30))["exit"]["code"], 3);
+}
+
+#[test]
 fn a_controller_refuses_what_only_agents_do() {
     for (flag, value, expected) in [
         ("--procs", "2", "--procs is for one machine"),

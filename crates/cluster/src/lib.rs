@@ -27,7 +27,7 @@ pub use node::{join, Closer, EtcdSink, EtcdSource, Membership};
 pub use outbox::Outbox;
 
 use cosched_core::Micros;
-use cosched_proto::{CpuSet, Mode};
+use cosched_proto::{CpuSet, Mode, Node};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +137,17 @@ pub struct NodeInfo {
     /// Where its jobs' MPI daemons are reached, when not at the node's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
+}
+
+impl NodeInfo {
+    /// The node as the machine knows it: MPI reaches it at its address, else its name.
+    pub fn to_node(&self) -> Node {
+        Node {
+            name: self.node.clone(),
+            cpus: self.cpus.clone(),
+            address: Some(self.address.clone().unwrap_or_else(|| self.node.clone())),
+        }
+    }
 }
 
 /// The controller holding the leader key.

@@ -29,6 +29,8 @@ pub enum MachineError {
     EmptyMesh { width: u32, height: u32 },
     #[error("{procs} processors do not split into nodes of {cpus_per_node}")]
     BadNodeSize { procs: u32, cpus_per_node: u32 },
+    #[error("a mesh machine cannot gain a node")]
+    MeshCannotGrow,
 }
 
 impl Machine {
@@ -79,6 +81,19 @@ impl Machine {
         }
         self.cpus_per_node = cpus_per_node;
         Ok(self)
+    }
+
+    /// This machine with one more node of the same size, numbered after the others.
+    pub fn with_another_node(&self) -> Result<Machine, MachineError> {
+        if self.topology != Topology::Line {
+            return Err(MachineError::MeshCannotGrow);
+        }
+        let procs = u64::from(self.procs) + u64::from(self.cpus_per_node);
+        Machine::check_size(procs)?;
+        Ok(Machine {
+            procs: procs as u32,
+            ..self.clone()
+        })
     }
 
     pub fn procs(&self) -> u32 {

@@ -107,6 +107,17 @@ impl std::fmt::Debug for ProcSet {
 
 impl ProcSet {
     /// An empty set over processors `0..len`.
+    /// The same members over `len` processors (at least as many as now): a machine that
+    /// gained a node. Rare, so rebuilt rather than patched.
+    pub fn grow(&mut self, len: u32) {
+        debug_assert!(len >= self.len);
+        let mut grown = ProcSet::new(len);
+        for run in self.runs(true) {
+            grown.insert_span(run);
+        }
+        *self = grown;
+    }
+
     pub fn new(len: u32) -> Self {
         let words = (len as usize).div_ceil(64);
         let mut set = ProcSet {

@@ -7,7 +7,7 @@
 //! wait. A slice left with no job of its own is dropped.
 
 use crate::job::{Class, JobId, JobRequest, Micros};
-use crate::machine::Machine;
+use crate::machine::{Machine, MachineError};
 use crate::partition::{NodeShare, Partition, Shape, Span};
 use crate::partitioner::{lowest_free, NeverFits, PartitionerKind, ReleaseSearch, RunRule};
 use crate::plan::{Plan, PlanEntry, PlanSlice, Role};
@@ -441,6 +441,28 @@ impl Scheduler {
         }
         self.schedule(now, &mut decisions);
         Ok(decisions)
+    }
+
+    /// A node joined: the machine grows by one node of the same size (numbered after the
+    /// others), and waiting jobs are served on it. Returns its number and the decisions.
+    pub fn add_node(&mut self, now: Micros) -> Result<(u32, Vec<Decision>), MachineError> {
+        self.machine = self.machine.with_another_node()?;
+        let procs = self.machine.procs();
+        for slice in &mut self.slices {
+            slice.taken.grow(procs);
+            slice.lent.grow(procs);
+        }
+        for set in [
+            &mut self.preempting_procs,
+            &mut self.standby_procs,
+            &mut self.withheld,
+        ] {
+            set.grow(procs);
+        }
+        self.matrix_changes += 1;
+        let mut decisions = Vec::new();
+        self.schedule(now, &mut decisions);
+        Ok((self.machine.nodes() - 1, decisions))
     }
 
     /// Node `node` is back: its processors serve waiting jobs again.

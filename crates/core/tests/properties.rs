@@ -25,6 +25,8 @@ enum Op {
     NodeLeavesOrReturns {
         node: u32,
     },
+    /// A new node joins.
+    NodeJoins,
 }
 
 fn class() -> impl Strategy<Value = Class> {
@@ -56,6 +58,7 @@ fn op(nodes: u32, per_node: u32) -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), class()).prop_map(|(pick, class)| Op::SetClass { pick, class }),
         1 => any::<usize>().prop_map(|pick| Op::Settle { pick }),
         1 => (0..nodes).prop_map(|node| Op::NodeLeavesOrReturns { node }),
+        1 => Just(Op::NodeJoins),
     ]
 }
 
@@ -169,6 +172,12 @@ fn run(machine: &Machine, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, Test
                         }
                     }
                 }
+            }
+            Op::NodeJoins => {
+                let before = s.machine().procs();
+                let (node, _) = s.add_node(now).unwrap();
+                prop_assert_eq!(node, s.machine().nodes() - 1);
+                prop_assert_eq!(s.machine().procs(), before + s.machine().cpus_per_node());
             }
             _ => {}
         }

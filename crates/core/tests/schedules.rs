@@ -537,3 +537,29 @@ fn a_pinned_job_placed_again_keeps_its_share_of_each_node() {
     assert_eq!(show(&s), ["2@0,3-4"]);
     assert_eq!(s.pin(9), Err(JobError::Unknown(9)));
 }
+
+#[test]
+fn a_node_that_joins_serves_the_waiting_jobs_at_once() {
+    let machine = Machine::line(2).unwrap().with_nodes(2).unwrap();
+    let mut s = Scheduler::new(machine, gang(1)).unwrap();
+    batch(&mut s, 1, 2);
+    assert_eq!(batch(&mut s, 2, 2), vec![Decision::Queued { job: 2 }]);
+    // Asking two nodes of a one-node machine can never run: refused, not queued.
+    assert!(s.submit(JobRequest::new(3, spread(2, 1)), 0).is_err());
+    let (node, decisions) = s.add_node(5).unwrap();
+    assert_eq!(node, 1);
+    assert_eq!(
+        decisions,
+        vec![Decision::Placed {
+            job: 2,
+            partition: Partition::block(2, 2),
+            home: Home::Slice(0),
+        }]
+    );
+    s.submit(JobRequest::new(3, spread(2, 1)), 5).unwrap();
+    s.audit().unwrap();
+    assert_eq!(show(&s), ["1@0-1 2@2-3"]);
+    assert_eq!(s.queued().collect::<Vec<_>>(), vec![3]);
+    let mesh = Scheduler::new(Machine::mesh(2, 2).unwrap(), gang(1));
+    assert!(mesh.unwrap().add_node(0).is_err());
+}

@@ -12,7 +12,7 @@ use crate::unix::Credentials;
 use crate::waiters::Waiters;
 use cosched_agent::clock::now_micros;
 use cosched_agent::{fault, Mode, Order, OrderSink, CANCEL_GRACE};
-use cosched_cluster::NodeChange;
+use cosched_cluster::{NodeChange, NodeInfo};
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, JobState, Micros, NodeShare, Partition,
     Rotation, Scheduler, Shape,
@@ -1067,15 +1067,7 @@ impl Inner {
                 if self.absent.remove(&info.node) {
                     log(format_args!("node {} is back ({})", info.node, info.agent));
                     // Its queue was dropped when it left: the plan in force, again.
-                    if let Some(generation) = &self.generation {
-                        let order = Order {
-                            command: Command::Publish {
-                                generation: self.on_the_wire(generation, now),
-                            },
-                            stdio: None,
-                        };
-                        self.send(&info.node, order);
-                    }
+                    self.send_generation_in_force(&info.node, now);
                     let decisions = self
                         .scheduler
                         .restore_node(self.node_number(&info.node).expect("known"), now)
@@ -1083,11 +1075,7 @@ impl Inner {
                     self.apply(decisions, now);
                 }
             }
-            NodeChange::Joined(info) => log(format_args!(
-                "node {} joined ({}), but this controller schedules the nodes present when it \
-                 started: restart it (a standby takes over) to use the new node",
-                info.node, info.agent
-            )),
+            NodeChange::Joined(info) => self.add_node(&info, now),
             NodeChange::Left(node) if known(&node) => {
                 log(format_args!("node {node} left the cluster"));
                 self.nodes.remove(&node);
@@ -1125,6 +1113,54 @@ impl Inner {
                 self.apply(decisions, now);
             }
             NodeChange::Left(_) => {}
+        }
+    }
+
+    /// A node the machine did not have joined: it becomes the last node of the machine (same
+    /// CPU count and mode as the others, else it is refused and left idle) and serves the
+    /// waiting jobs at once.
+    fn add_node(&mut self, info: &NodeInfo, now: Micros) {
+        let refuse = |why: String| {
+            log(format_args!(
+                "node {} joined ({}) but is not used: {why}",
+                info.node, info.agent
+            ))
+        };
+        if info.mode != self.settings.mode {
+            return refuse(format!(
+                "its agent runs in {} mode and this controller in {} mode",
+                info.mode, self.settings.mode
+            ));
+        }
+        let mut nodes = self.settings.nodes.clone();
+        if let Err(error) = nodes.add(info.to_node()) {
+            return refuse(error.to_string());
+        }
+        let (number, decisions) = match self.scheduler.add_node(now) {
+            Ok(added) => added,
+            Err(error) => return refuse(error.to_string()),
+        };
+        self.settings.nodes = nodes;
+        log(format_args!(
+            "node {} joined ({}): node {number} of the machine, {} processors now",
+            info.node,
+            info.agent,
+            self.scheduler.machine().procs()
+        ));
+        self.send_generation_in_force(&info.node, now);
+        self.apply(decisions, now);
+    }
+
+    /// Tells `node` the generation in force (it had none, or lost its queue of orders).
+    fn send_generation_in_force(&self, node: &str, now: Micros) {
+        if let Some(generation) = &self.generation {
+            let order = Order {
+                command: Command::Publish {
+                    generation: self.on_the_wire(generation, now),
+                },
+                stdio: None,
+            };
+            self.send(node, order);
         }
     }
 

@@ -14,7 +14,7 @@ use cosched_cluster::{
     become_leader, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, NodeInfo, Outbox,
 };
 use cosched_core::{Config, Micros, Rotation, Scheduler};
-use cosched_proto::{Node, NodeMap};
+use cosched_proto::NodeMap;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -493,17 +493,8 @@ fn wait_for_nodes(
                     other.node, other.mode
                 )));
             }
-            return NodeMap::new(
-                infos
-                    .into_iter()
-                    .map(|n| Node {
-                        address: Some(n.address.unwrap_or_else(|| n.node.clone())),
-                        name: n.node,
-                        cpus: n.cpus,
-                    })
-                    .collect(),
-            )
-            .map_err(|e| StartError::Config(e.to_string()));
+            return NodeMap::new(infos.iter().map(NodeInfo::to_node).collect())
+                .map_err(|e| StartError::Config(e.to_string()));
         }
         if infos.len() != told || told == 0 {
             let names: Vec<&str> = infos.iter().map(|n| n.node.as_str()).collect();

@@ -125,6 +125,15 @@ impl NodeMap {
         })
     }
 
+    /// Adds a node after the others (the core's `Scheduler::add_node` numbers it so), checked
+    /// as `new` checks them all.
+    pub fn add(&mut self, node: Node) -> Result<(), NodeMapError> {
+        let mut nodes = self.nodes.clone();
+        nodes.push(node);
+        *self = NodeMap::new(nodes)?;
+        Ok(())
+    }
+
     /// One machine: node `name` with CPUs `0..procs`.
     pub fn single(name: &str, procs: u32) -> Result<NodeMap, NodeMapError> {
         NodeMap::new(vec![Node {
@@ -350,6 +359,29 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_node_added_comes_after_the_others_and_is_checked() {
+        let mut nodes = two_nodes();
+        let node = |name: &str, cpus: &str| Node {
+            name: name.into(),
+            cpus: cpus.parse().unwrap(),
+            address: None,
+        };
+        nodes.add(node("c", "0-1")).unwrap();
+        assert_eq!(nodes.machine().unwrap().nodes(), 3);
+        let placed = nodes.place(&Partition::block(4, 2));
+        assert_eq!(placed[0].node, "c");
+        assert_eq!(
+            nodes.add(node("a", "0-1")),
+            Err(NodeMapError::Duplicate("a".into()))
+        );
+        assert!(matches!(
+            nodes.add(node("d", "0-3")),
+            Err(NodeMapError::Uneven { has: 4, .. })
+        ));
+        assert_eq!(nodes.nodes().len(), 3, "a refused node is not added");
     }
 
     #[test]
