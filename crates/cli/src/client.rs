@@ -587,8 +587,10 @@ fn render_stats(s: &StatsView) -> String {
     out
 }
 
-/// Show the nodes: their CPUs, whether they follow the plan, the last generation applied,
-/// clock offset and boundary lateness, as each node's agent last reported.
+/// Show the nodes: their CPUs, whether they follow the plan (scheduling), run their jobs
+/// unscheduled (loose: the agent lost the control plane) or left the cluster (left: its
+/// processors are withheld until it is back), the last generation applied, clock offset and
+/// boundary lateness, as each node's agent last reported.
 #[derive(Args)]
 pub struct NodesArgs {
     #[arg(long)]
@@ -611,7 +613,11 @@ fn render_nodes(nodes: &[NodeView]) -> String {
     );
     for node in nodes {
         let s = &node.status;
-        let state = if s.scheduling { "scheduling" } else { "loose" };
+        let state = match (node.left, s.scheduling) {
+            (true, _) => "left",
+            (false, true) => "scheduling",
+            (false, false) => "loose",
+        };
         let generation = s.generation.map_or("-".into(), |g| g.to_string());
         let heard = format!("{:.1} s", node.heard_ms_ago as f64 / 1000.0);
         let late = format!("{}/{} µs", s.lateness_us.p50, s.lateness_us.p99);

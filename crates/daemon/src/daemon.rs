@@ -917,13 +917,20 @@ impl Inner {
                 joined_us: heard.joined_us,
                 heard_ms_ago: ((now - heard.received_us).max(0) / 1000) as u64,
                 status: heard.status.clone(),
+                left: self.absent.contains(name),
             })
             .collect()
     }
 
     pub fn stats(&self) -> StatsView {
         let count = |f: fn(&JobRecord) -> bool| self.records.values().filter(|r| f(r)).count();
-        let statuses: Vec<&NodeStatus> = self.nodes.values().map(|n| &n.status).collect();
+        // A node that left reports nothing current.
+        let statuses: Vec<&NodeStatus> = self
+            .nodes
+            .iter()
+            .filter(|(name, _)| !self.absent.contains(*name))
+            .map(|(_, n)| &n.status)
+            .collect();
         let worst =
             |of: fn(&NodeStatus) -> &Summary| Summary::worst(statuses.iter().map(|s| of(s)));
         let mut actuators: Vec<&str> = statuses.iter().map(|s| s.actuator.as_str()).collect();
@@ -1078,7 +1085,6 @@ impl Inner {
             NodeChange::Joined(info) => self.add_node(&info, now),
             NodeChange::Left(node) if known(&node) => {
                 log(format_args!("node {node} left the cluster"));
-                self.nodes.remove(&node);
                 self.absent.insert(node.clone());
                 // Before the cancels below, which stay queued: if it comes back, what is left
                 // of its lost jobs there is killed, and nothing is started again.

@@ -213,6 +213,10 @@ pub struct NodeView {
     /// How long ago its latest report came.
     pub heard_ms_ago: u64,
     pub status: NodeStatus,
+    /// It left the cluster (its lease expired): its processors are withheld until it is back,
+    /// and `status` is its last report.
+    #[serde(default)]
+    pub left: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
