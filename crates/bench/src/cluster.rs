@@ -5,8 +5,9 @@
 //!   started (thawed) and stopped (freeze confirmed), from each agent's boundary log on the
 //!   true clock, with node b's clock shifted by each `--offsets-us`.
 //! - Fine-grain MPI across nodes: two 2-rank ping-pong jobs, each with a rank on both nodes,
-//!   under plain sharing (`local` mode: placed, never switched) and gang at each quantum;
-//!   makespan over the ideal (the two jobs alone, back to back).
+//!   under plain sharing (`local` mode: placed, never switched), gang at each quantum and
+//!   Slurm's gang scheduling across the same kind of lab (`bench/slurm/slurm-lab`); makespan
+//!   over the ideal (the two jobs alone, back to back).
 //! - What the cluster costs: generation publish-to-receipt latency (from the agents'
 //!   reports), agent CPU time per switch (every thread of the agent), etcd traffic per second.
 
@@ -50,6 +51,9 @@ pub struct ClusterArgs {
     /// Repetitions of every makespan (the median is reported)
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
     repeat: u16,
+    /// Leave out Slurm's row (bench/slurm/slurm-lab installs and runs Slurm otherwise)
+    #[arg(long)]
+    no_slurm: bool,
     /// Also write the figures as JSON here
     #[arg(long, default_value = "target/bench/cluster.json")]
     json: PathBuf,
@@ -149,7 +153,25 @@ pub fn run(args: ClusterArgs) -> Result<()> {
             makespans_s: times,
             makespan_s: makespan,
             ideal_s: ideal,
-            etcd: traffic,
+            etcd: Some(traffic),
+        });
+    }
+    if !args.no_slurm {
+        let name = "slurm gang 5 s";
+        let times = slurm_makespans(args.round_trips, args.repeat)?;
+        let makespan = median(&times).expect("at least one round");
+        println!(
+            "{name:<12} {makespan:>10.2} s {:>8.3}x {:>14} {:>14}",
+            makespan / ideal,
+            "-",
+            "-"
+        );
+        report.mpi.push(MpiRow {
+            scheduler: name.to_string(),
+            makespans_s: times,
+            makespan_s: makespan,
+            ideal_s: ideal,
+            etcd: None,
         });
     }
     if let Some(parent) = args.json.parent() {
@@ -187,7 +209,50 @@ struct MpiRow {
     makespans_s: Vec<f64>,
     makespan_s: f64,
     ideal_s: f64,
-    etcd: EtcdTraffic,
+    /// None for Slurm, which does not use etcd.
+    etcd: Option<EtcdTraffic>,
+}
+
+/// The same two jobs under Slurm across a lab of its own (`bench/slurm/slurm-lab makespan`,
+/// which prints `round K: makespan X s` per repetition): its makespans, in seconds.
+fn slurm_makespans(round_trips: u64, repeat: u16) -> Result<Vec<f64>> {
+    eprintln!("running Slurm across a lab (bench/slurm/slurm-lab; installs Slurm if needed)");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/slurm/slurm-lab");
+    let out = Command::new(script)
+        .args(["makespan", "--round-trips", &round_trips.to_string()])
+        .args(["--repeat", &repeat.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running bench/slurm/slurm-lab")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "bench/slurm/slurm-lab failed ({}): {}",
+            out.status,
+            text.trim()
+        );
+    }
+    let times = slurm_rounds(&text);
+    if times.len() != usize::from(repeat) {
+        bail!(
+            "bench/slurm/slurm-lab printed {} rounds, not {repeat}: {text}",
+            times.len()
+        );
+    }
+    Ok(times)
+}
+
+/// The makespans in slurm-lab's `round K: makespan X s` lines.
+fn slurm_rounds(text: &str) -> Vec<f64> {
+    text.lines()
+        .filter_map(|line| {
+            line.split_once(": makespan ")?
+                .1
+                .strip_suffix(" s")?
+                .parse()
+                .ok()
+        })
+        .collect()
 }
 
 fn skew_run(args: &ClusterArgs, offset_us: i64) -> Result<SkewRow> {
@@ -477,5 +542,12 @@ mod tests {
         );
         let t = c.since(&EtcdCounters::default(), 3.0);
         assert_eq!(t.puts_per_s, 5.0);
+    }
+
+    #[test]
+    fn slurm_lab_rounds_are_read_from_its_output() {
+        let text = "  round 1: makespan 23.20 s\n  round 2: makespan 20.41 s\n\
+                    median makespan 21.80 s\n";
+        assert_eq!(slurm_rounds(text), vec![23.2, 20.41]);
     }
 }
