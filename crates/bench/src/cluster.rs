@@ -153,15 +153,22 @@ pub fn run(args: ClusterArgs) -> Result<()> {
             makespans_s: times,
             makespan_s: makespan,
             ideal_s: ideal,
+            failed_rounds: 0,
             etcd: Some(traffic),
         });
     }
     if !args.no_slurm {
         let name = "slurm gang 5 s";
-        let times = slurm_makespans(args.round_trips, args.repeat)?;
-        let makespan = median(&times).expect("at least one round");
+        let rounds = slurm_makespans(args.round_trips, args.repeat)?;
+        let times: Vec<f64> = rounds.iter().flatten().copied().collect();
+        let failed = rounds.len() - times.len();
+        let makespan = median(&times).expect("slurm-lab fails when every round does");
+        let lost = match failed {
+            0 => String::new(),
+            n => format!("  ({n} of {} rounds lost a job: left out)", rounds.len()),
+        };
         println!(
-            "{name:<12} {makespan:>10.2} s {:>8.3}x {:>14} {:>14}",
+            "{name:<12} {makespan:>10.2} s {:>8.3}x {:>14} {:>14}{lost}",
             makespan / ideal,
             "-",
             "-"
@@ -171,6 +178,7 @@ pub fn run(args: ClusterArgs) -> Result<()> {
             makespans_s: times,
             makespan_s: makespan,
             ideal_s: ideal,
+            failed_rounds: failed,
             etcd: None,
         });
     }
@@ -209,13 +217,16 @@ struct MpiRow {
     makespans_s: Vec<f64>,
     makespan_s: f64,
     ideal_s: f64,
+    /// Rounds in which a job died (Slurm), left out of `makespans_s`.
+    failed_rounds: usize,
     /// None for Slurm, which does not use etcd.
     etcd: Option<EtcdTraffic>,
 }
 
 /// The same two jobs under Slurm across a lab of its own (`bench/slurm/slurm-lab makespan`,
-/// which prints `round K: makespan X s` per repetition): its makespans, in seconds.
-fn slurm_makespans(round_trips: u64, repeat: u16) -> Result<Vec<f64>> {
+/// which prints `round K: makespan X s` or `round K: failed...` per repetition): each
+/// round's makespan in seconds, `None` where a job died.
+fn slurm_makespans(round_trips: u64, repeat: u16) -> Result<Vec<Option<f64>>> {
     eprintln!("running Slurm across a lab (bench/slurm/slurm-lab; installs Slurm if needed)");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/slurm/slurm-lab");
     let out = Command::new(script)
@@ -242,15 +253,16 @@ fn slurm_makespans(round_trips: u64, repeat: u16) -> Result<Vec<f64>> {
     Ok(times)
 }
 
-/// The makespans in slurm-lab's `round K: makespan X s` lines.
-fn slurm_rounds(text: &str) -> Vec<f64> {
+/// slurm-lab's rounds: `round K: makespan X s` (seconds) or `round K: failed...` (`None`).
+fn slurm_rounds(text: &str) -> Vec<Option<f64>> {
     text.lines()
         .filter_map(|line| {
-            line.split_once(": makespan ")?
-                .1
-                .strip_suffix(" s")?
-                .parse()
-                .ok()
+            let (_, outcome) = line.trim().strip_prefix("round ")?.split_once(": ")?;
+            if outcome.starts_with("failed") {
+                return Some(None);
+            }
+            let seconds = outcome.strip_prefix("makespan ")?.strip_suffix(" s")?;
+            Some(Some(seconds.parse().ok()?))
         })
         .collect()
 }
@@ -546,8 +558,8 @@ mod tests {
 
     #[test]
     fn slurm_lab_rounds_are_read_from_its_output() {
-        let text = "  round 1: makespan 23.20 s\n  round 2: makespan 20.41 s\n\
-                    median makespan 21.80 s\n";
-        assert_eq!(slurm_rounds(text), vec![23.2, 20.41]);
+        let text = "  round 1: makespan 23.20 s\n  round 2: failed: 1 of 2 jobs printed\n\
+                    \x20 round 3: makespan 20.41 s\nmedian makespan 21.80 s\n";
+        assert_eq!(slurm_rounds(text), vec![Some(23.2), None, Some(20.41)]);
     }
 }
