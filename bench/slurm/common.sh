@@ -14,8 +14,10 @@ install_packages() {
     slurmctld slurmd slurm-client munge >/dev/null
 }
 
+# Sets started_munge=yes when it had to start munged (a caller that is done stops it again).
 start_munge() {
   if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return; fi
+  started_munge=yes
   # Without systemd nobody creates /run/munge: do it, then run munged as its own user.
   install -d -o munge -g munge -m 0755 /run/munge
   [[ -f /etc/munge/munge.key ]] || die "no /etc/munge/munge.key (the munge package makes it)"

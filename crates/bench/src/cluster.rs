@@ -108,79 +108,77 @@ pub fn run(args: ClusterArgs) -> Result<()> {
     println!(
         "\nfine-grain MPI across nodes: two 2-rank ping-pong jobs ({} round trips, 20 work units \
          each), one rank on each node; makespan over the ideal (the jobs alone, back to back), \
-         median of {}",
+         median of {} rounds, each round running every scheduler once in turn",
         args.round_trips, args.repeat
     );
-    let alone = {
-        let lab = Lab::up("local", 100, 0)?;
-        let times = (0..args.repeat)
-            .map(|_| lab.makespan(&["alone"], args.round_trips))
-            .collect::<Result<Vec<_>>>()?;
-        median(&times).expect("at least one round")
-    };
-    let ideal = 2.0 * alone;
-    println!("one job alone: {alone:.2} s; ideal for two: {ideal:.2} s");
+    let mut rows: Vec<MpiRow> = std::iter::once(("local".to_string(), 100))
+        .chain(args.quanta_ms.iter().map(|&q| ("gang".to_string(), q)))
+        .map(|(mode, quantum_ms)| MpiRow::new(&mode, quantum_ms))
+        .collect();
+    let mut slurm = (!args.no_slurm).then(|| MpiRow::new("slurm", 5_000));
+    let mut alone = Vec::new();
+    // Round by round rather than scheduler by scheduler: this VM's speed drifts over minutes
+    // (a scheduler measured last ran 20 % slower in one run), and a drift then weighs on every
+    // row alike.
+    for round in 1..=args.repeat {
+        eprintln!("round {round} of {}", args.repeat);
+        alone.push(Lab::up("local", 100, 0)?.makespan(&["alone"], args.round_trips)?);
+        for row in &mut rows {
+            let lab = Lab::up(&row.mode, row.quantum_ms, 0)?;
+            let before = lab.etcd_metrics()?;
+            let started = Instant::now();
+            row.makespans_s
+                .push(lab.makespan(&["one", "two"], args.round_trips)?);
+            let seconds = started.elapsed().as_secs_f64();
+            row.etcd
+                .get_or_insert_with(Vec::new)
+                .push(lab.etcd_metrics()?.since(&before, seconds));
+        }
+        if let Some(row) = &mut slurm {
+            match slurm_makespans(args.round_trips, 1)?.as_slice() {
+                [Some(seconds)] => row.makespans_s.push(*seconds),
+                _ => row.failed_rounds += 1,
+            }
+        }
+    }
+    let ideal = 2.0 * median(&alone).expect("at least one round");
     println!(
-        "{:<12} {:>12} {:>9} {:>14} {:>14}",
+        "one job alone: {:.2} s (rounds: {}); ideal for two: {ideal:.2} s",
+        ideal / 2.0,
+        seconds_list(&alone)
+    );
+    println!(
+        "{:<14} {:>12} {:>9} {:>14} {:>14}  rounds",
         "scheduler", "makespan", "/ ideal", "etcd puts/s", "etcd KB/s in"
     );
-    let schedulers: Vec<(String, u64)> = std::iter::once(("local".to_string(), 100))
-        .chain(args.quanta_ms.iter().map(|&q| ("gang".to_string(), q)))
-        .collect();
-    for (mode, quantum_ms) in schedulers {
-        let lab = Lab::up(&mode, quantum_ms, 0)?;
-        let before = lab.etcd_metrics()?;
-        let started = Instant::now();
-        let times = (0..args.repeat)
-            .map(|_| lab.makespan(&["one", "two"], args.round_trips))
-            .collect::<Result<Vec<_>>>()?;
-        let seconds = started.elapsed().as_secs_f64();
-        let traffic = lab.etcd_metrics()?.since(&before, seconds);
-        let makespan = median(&times).expect("at least one round");
-        let name = if mode == "local" {
-            "plain (local)".to_string()
-        } else {
-            format!("gang {quantum_ms} ms")
+    for mut row in rows.into_iter().chain(slurm) {
+        row.ideal_s = ideal;
+        let Some(makespan) = median(&row.makespans_s) else {
+            println!("{:<14} every round lost a job", row.scheduler);
+            report.mpi.push(row);
+            continue;
         };
-        println!(
-            "{name:<12} {makespan:>10.2} s {:>8.3}x {:>14.1} {:>14.2}",
-            makespan / ideal,
-            traffic.puts_per_s,
-            traffic.kb_in_per_s
-        );
-        report.mpi.push(MpiRow {
-            scheduler: name,
-            makespans_s: times,
-            makespan_s: makespan,
-            ideal_s: ideal,
-            failed_rounds: 0,
-            etcd: Some(traffic),
-        });
-    }
-    if !args.no_slurm {
-        let name = "slurm gang 5 s";
-        let rounds = slurm_makespans(args.round_trips, args.repeat)?;
-        let times: Vec<f64> = rounds.iter().flatten().copied().collect();
-        let failed = rounds.len() - times.len();
-        let makespan = median(&times).expect("slurm-lab fails when every round does");
-        let lost = match failed {
+        row.makespan_s = makespan;
+        let etcd = |of: fn(&EtcdTraffic) -> f64| match &row.etcd {
+            Some(rounds) => format!(
+                "{:.1}",
+                median(&rounds.iter().map(of).collect::<Vec<_>>()).unwrap_or(0.0)
+            ),
+            None => "-".into(),
+        };
+        let lost = match row.failed_rounds {
             0 => String::new(),
-            n => format!("  ({n} of {} rounds lost a job: left out)", rounds.len()),
+            n => format!(" ({n} lost a job: left out)"),
         };
         println!(
-            "{name:<12} {makespan:>10.2} s {:>8.3}x {:>14} {:>14}{lost}",
+            "{:<14} {makespan:>10.2} s {:>8.3}x {:>14} {:>14}  {}{lost}",
+            row.scheduler,
             makespan / ideal,
-            "-",
-            "-"
+            etcd(|t| t.puts_per_s),
+            etcd(|t| t.kb_in_per_s),
+            seconds_list(&row.makespans_s)
         );
-        report.mpi.push(MpiRow {
-            scheduler: name.to_string(),
-            makespans_s: times,
-            makespan_s: makespan,
-            ideal_s: ideal,
-            failed_rounds: failed,
-            etcd: None,
-        });
+        report.mpi.push(row);
     }
     if let Some(parent) = args.json.parent() {
         std::fs::create_dir_all(parent)?;
@@ -214,13 +212,43 @@ struct SkewRow {
 #[derive(Serialize)]
 struct MpiRow {
     scheduler: String,
+    #[serde(skip)]
+    mode: String,
+    #[serde(skip)]
+    quantum_ms: u64,
     makespans_s: Vec<f64>,
     makespan_s: f64,
     ideal_s: f64,
     /// Rounds in which a job died (Slurm), left out of `makespans_s`.
     failed_rounds: usize,
-    /// None for Slurm, which does not use etcd.
-    etcd: Option<EtcdTraffic>,
+    /// etcd's load in each round; None for Slurm, which does not use etcd.
+    etcd: Option<Vec<EtcdTraffic>>,
+}
+
+impl MpiRow {
+    fn new(mode: &str, quantum_ms: u64) -> MpiRow {
+        let scheduler = match mode {
+            "local" => "plain (local)".to_string(),
+            "slurm" => format!("slurm gang {} s", quantum_ms / 1_000),
+            _ => format!("gang {quantum_ms} ms"),
+        };
+        MpiRow {
+            scheduler,
+            mode: mode.to_string(),
+            quantum_ms,
+            makespans_s: Vec::new(),
+            makespan_s: 0.0,
+            ideal_s: 0.0,
+            failed_rounds: 0,
+            etcd: None,
+        }
+    }
+}
+
+/// Seconds, as `14.6, 17.2, 17.5`.
+fn seconds_list(values: &[f64]) -> String {
+    let shown: Vec<String> = values.iter().map(|v| format!("{v:.1}")).collect();
+    shown.join(", ")
 }
 
 /// The same two jobs under Slurm across a lab of its own (`bench/slurm/slurm-lab makespan`,
@@ -236,21 +264,17 @@ fn slurm_makespans(round_trips: u64, repeat: u16) -> Result<Vec<Option<f64>>> {
         .output()
         .context("running bench/slurm/slurm-lab")?;
     let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
+    // It exits non-zero when every round failed, having said so round by round.
+    let rounds = slurm_rounds(&text);
+    if rounds.len() != usize::from(repeat) {
         bail!(
-            "bench/slurm/slurm-lab failed ({}): {}",
+            "bench/slurm/slurm-lab ({}) printed {} rounds, not {repeat}: {}",
             out.status,
+            rounds.len(),
             text.trim()
         );
     }
-    let times = slurm_rounds(&text);
-    if times.len() != usize::from(repeat) {
-        bail!(
-            "bench/slurm/slurm-lab printed {} rounds, not {repeat}: {text}",
-            times.len()
-        );
-    }
-    Ok(times)
+    Ok(rounds)
 }
 
 /// slurm-lab's rounds: `round K: makespan X s` (seconds) or `round K: failed...` (`None`).
