@@ -72,6 +72,19 @@ impl Agent {
         }
     }
 
+    /// Node `a` on CPU 0, its jobs' cgroups where `Daemon` reads them.
+    fn node_a(etcd: &Etcd, cluster: &str, d: &Daemon) -> Agent {
+        Agent::start(
+            etcd,
+            cluster,
+            d,
+            "a",
+            ONE_CPU_EACH[0],
+            &d.parent,
+            DEADLINE_MS,
+        )
+    }
+
     fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -470,14 +483,15 @@ fn minus_capital_n_spreads_a_job_over_distinct_nodes() {
         (job["procs"].as_u64(), job["node_count"].as_u64()),
         (Some(2), Some(2))
     );
-    refused(
-        &d.cosched(&["run", "-N", "3", "-n", "3", "--", "true"]),
-        "3 nodes requested but the machine has 2",
-    );
-    refused(
-        &d.cosched(&["run", "-N", "1", "-n", "3", "--", "true"]),
-        "3 processors per node requested but a node has 2",
-    );
+    for (nodes, procs, why) in [
+        ("3", "3", "3 nodes requested but the machine has 2"),
+        ("1", "3", "3 processors per node requested but a node has 2"),
+    ] {
+        refused(
+            &d.cosched(&["run", "-N", nodes, "-n", procs, "--", "true"]),
+            why,
+        );
+    }
 }
 
 #[test]
@@ -523,15 +537,7 @@ fn a_node_that_joins_later_serves_the_waiting_jobs_at_once() {
     // One node to start with, and space sharing only: a job that does not fit waits.
     args.extend(["--wait-nodes", "1", "--quantum-ms", "100", "--mpl", "1"]);
     let d = Daemon::start(&args);
-    let a = Agent::start(
-        &etcd,
-        &cluster,
-        &d,
-        "a",
-        ONE_CPU_EACH[0],
-        &d.parent,
-        DEADLINE_MS,
-    );
+    let a = Agent::node_a(&etcd, &cluster, &d);
     let count = || d.json(&["nodes", "--json"]).as_array().map(Vec::len);
     assert!(
         wait_until(Duration::from_secs(20), || count() == Some(1)),
@@ -636,15 +642,7 @@ fn a_node_that_left_starts_nothing_ordered_before_it_left_and_serves_again_when_
     // Node a comes back (same state directory and cgroups): it carries out the cancels of its
     // lost jobs, but never the start decided before it left.
     let cluster = d.args[d.args.iter().position(|a| a == "--cluster").unwrap() + 1].clone();
-    let back = Agent::start(
-        &etcd,
-        &cluster,
-        &d,
-        "a",
-        ONE_CPU_EACH[0],
-        &d.parent,
-        DEADLINE_MS,
-    );
+    let back = Agent::node_a(&etcd, &cluster, &d);
     let rejoined = wait_until(Duration::from_secs(20), || {
         node(&d.json(&["nodes", "--json"]), "a")["left"] == false
     });

@@ -307,18 +307,20 @@ fn bad_requests_are_refused_with_clear_messages() {
         "can never run",
     );
     // One machine is one node.
-    refused(
-        &d.cosched(&["run", "-N", "2", "-n", "2", "--", "true"]),
-        "the job can never run: 2 nodes requested but the machine has 1",
-    );
-    refused(
-        &d.cosched(&["run", "-N", "2", "-n", "3", "--", "true"]),
-        "3 processors do not split evenly over 2 nodes",
-    );
-    refused(
-        &d.cosched(&["run", "-N", "0", "-n", "2", "--", "true"]),
-        "a job needs at least one node",
-    );
+    for (nodes, procs, why) in [
+        (
+            "2",
+            "2",
+            "the job can never run: 2 nodes requested but the machine has 1",
+        ),
+        ("2", "3", "3 processors do not split evenly over 2 nodes"),
+        ("0", "2", "a job needs at least one node"),
+    ] {
+        refused(
+            &d.cosched(&["run", "-N", nodes, "-n", procs, "--", "true"]),
+            why,
+        );
+    }
     let out = d.cosched(&[
         "run",
         "-N",

@@ -436,8 +436,9 @@ fn a_spread_the_nodes_cannot_hold_is_refused_with_the_reason() {
     );
 }
 
-#[test]
-fn a_failed_count_does_not_keep_a_spread_from_backfilling() {
+/// Space sharing (one slice), EASY backfilling, first fit, on four nodes of two processors:
+/// 0-1, 2-3, 4-5, 6-7.
+fn easy_first_fit_on_four_nodes_of_two() -> Scheduler {
     let easy = Config {
         mpl: 1,
         alternates: false,
@@ -446,7 +447,12 @@ fn a_failed_count_does_not_keep_a_spread_from_backfilling() {
         ..Config::default()
     };
     let machine = Machine::line(8).unwrap().with_nodes(2).unwrap();
-    let mut s = Scheduler::new(machine, easy).unwrap();
+    Scheduler::new(machine, easy).unwrap()
+}
+
+#[test]
+fn a_failed_count_does_not_keep_a_spread_from_backfilling() {
+    let mut s = easy_first_fit_on_four_nodes_of_two();
     let job = |id, shape, est| JobRequest::new(id, shape).estimate(est);
     for id in 0..8 {
         s.submit(job(id, Shape::Count(1), 1_000), 0).unwrap();
@@ -473,16 +479,7 @@ fn a_failed_count_does_not_keep_a_spread_from_backfilling() {
 
 #[test]
 fn a_node_that_left_takes_its_jobs_and_nothing_goes_there_until_it_is_back() {
-    let easy = Config {
-        mpl: 1,
-        alternates: false,
-        backfill: Backfill::Easy,
-        partitioner: PartitionerKind::FirstFit,
-        ..Config::default()
-    };
-    // Four nodes of two: 0-1, 2-3, 4-5, 6-7.
-    let machine = Machine::line(8).unwrap().with_nodes(2).unwrap();
-    let mut s = Scheduler::new(machine, easy).unwrap();
+    let mut s = easy_first_fit_on_four_nodes_of_two();
     let job = |id, n, est| JobRequest::new(id, Shape::Count(n)).estimate(est);
     s.submit(job(1, 2, 1_000), 0).unwrap();
     s.submit(job(2, 6, 1_000), 0).unwrap();
