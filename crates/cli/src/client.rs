@@ -345,8 +345,8 @@ fn exit_status(job: u64, state: JobState, exit: Option<ExitInfo>) -> i32 {
 #[derive(Args)]
 #[command(
     after_help = "N is the job's processors, or NODESxPER-NODE for a job spread with -N. CPUS \
-are the scheduler's processor numbers: with C CPUs a node, processor P is on the (P / C)-th node \
-that `cosched nodes` lists, counting from 0."
+are the scheduler's processor numbers, not a node's own CPU numbers (in a cluster, each node's \
+agent reports what it runs: `cosched nodes`)."
 )]
 pub struct PsArgs {
     /// Include jobs that ended

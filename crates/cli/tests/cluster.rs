@@ -639,6 +639,9 @@ fn a_node_that_left_starts_nothing_ordered_before_it_left_and_serves_again_when_
         found.map(|j| j["state"].clone()).unwrap_or_default()
     };
     assert_eq!(state(z), "queued", "{}", d.log());
+    // Waiting for the node that left, z holds up no one who fits on node b.
+    let w = d.submit(&["-n", "1", "--", "sh", "-c", "exit 9"]);
+    assert_eq!(d.wait_end(w, Duration::from_secs(20))["exit"]["code"], 9);
     // Node a comes back (same state directory and cgroups): it carries out the cancels of its
     // lost jobs, but never the start decided before it left.
     let cluster = d.args[d.args.iter().position(|a| a == "--cluster").unwrap() + 1].clone();

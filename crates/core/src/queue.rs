@@ -69,6 +69,10 @@ impl WaitQueue {
         None
     }
 
+    pub fn contains(&self, key: &QueueKey) -> bool {
+        self.jobs.contains_key(key)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = QueueKey> + '_ {
         self.jobs.keys().copied()
     }

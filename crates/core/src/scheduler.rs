@@ -13,7 +13,7 @@ use crate::partitioner::{lowest_free, NeverFits, PartitionerKind, ReleaseSearch,
 use crate::plan::{Plan, PlanEntry, PlanSlice, Role};
 use crate::procset::{ProcSet, Released};
 use crate::queue::{QueueKey, WaitQueue};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 /// How the wait queue is served when its head does not fit.
@@ -199,6 +199,10 @@ pub struct Scheduler {
     /// Processors of nodes that left: every search counts them busy, so nothing is placed
     /// there until they are restored.
     withheld: ProcSet,
+    /// Waiting jobs that cannot run on the nodes present (they need withheld processors),
+    /// kept out of the queue so that they hold up no one behind them; back in the queue when
+    /// a node returns or joins.
+    held: BTreeSet<QueueKey>,
     next_seq: u64,
     next_slice: SliceId,
     /// Counts changes to any slice's own jobs or occupancy: a reservation computed at one
@@ -234,6 +238,7 @@ impl Scheduler {
             standby: BTreeMap::new(),
             standby_procs: ProcSet::new(procs),
             withheld: ProcSet::new(procs),
+            held: BTreeSet::new(),
             next_seq: 0,
             next_slice: 0,
             matrix_changes: 0,
@@ -268,9 +273,11 @@ impl Scheduler {
         self.jobs.get(&job).map(|j| j.request.class)
     }
 
-    /// Waiting jobs in the order they will be considered.
+    /// Waiting jobs in the order they will be considered, then those held aside until a node
+    /// returns (they need its processors).
     pub fn queued(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.queue.iter().map(|(_, _, id)| id)
+        let held = self.held.iter().copied();
+        self.queue.iter().chain(held).map(|(_, _, id)| id)
     }
 
     pub fn job_count(&self) -> usize {
@@ -304,8 +311,7 @@ impl Scheduler {
         self.check(&request)?;
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.queue
-            .insert((request.class, seq, request.id), filed_size(&request.shape));
+        self.wait((request.class, seq, request.id), &request.shape);
         let id = request.id;
         self.jobs.insert(
             id,
@@ -377,10 +383,7 @@ impl Scheduler {
         self.unplace(&moved);
         change(&mut moved);
         moved.state = JobState::Queued;
-        self.queue.insert(
-            (moved.request.class, moved.seq, job),
-            filed_size(&moved.request.shape),
-        );
+        self.wait((moved.request.class, moved.seq, job), &moved.request.shape);
         self.jobs.insert(job, moved);
         let mut decisions = Vec::new();
         self.schedule(now, &mut decisions);
@@ -439,8 +442,43 @@ impl Scheduler {
             self.unplace(&removed);
             decisions.push(Decision::Removed { job });
         }
+        let waiting: Vec<QueueKey> = self.queue.iter().collect();
+        for key in waiting {
+            if !self.fits_present(&self.jobs[&key.2].request.shape) {
+                self.queue.remove(&key);
+                self.held.insert(key);
+            }
+        }
         self.schedule(now, &mut decisions);
         Ok(decisions)
+    }
+
+    /// Files a waiting job: in the queue, or held aside if it cannot run on the nodes present.
+    fn wait(&mut self, key: QueueKey, shape: &Shape) {
+        if self.fits_present(shape) {
+            self.queue.insert(key, filed_size(shape));
+        } else {
+            self.held.insert(key);
+        }
+    }
+
+    /// Whether `shape` could be placed on the nodes present were nothing running.
+    fn fits_present(&self, shape: &Shape) -> bool {
+        self.withheld.is_empty()
+            || self
+                .find(&ProcSet::new(self.machine.procs()), shape)
+                .is_some()
+    }
+
+    /// After a node returned or joined: the held jobs are filed again, then served.
+    fn release_held(&mut self, now: Micros) -> Vec<Decision> {
+        for key in std::mem::take(&mut self.held) {
+            let shape = self.jobs[&key.2].request.shape.clone();
+            self.wait(key, &shape);
+        }
+        let mut decisions = Vec::new();
+        self.schedule(now, &mut decisions);
+        decisions
     }
 
     /// A node joined: the machine grows by one node of the same size (numbered after the
@@ -460,9 +498,7 @@ impl Scheduler {
             set.grow(procs);
         }
         self.matrix_changes += 1;
-        let mut decisions = Vec::new();
-        self.schedule(now, &mut decisions);
-        Ok((self.machine.nodes() - 1, decisions))
+        Ok((self.machine.nodes() - 1, self.release_held(now)))
     }
 
     /// Node `node` is back: its processors serve waiting jobs again.
@@ -470,9 +506,7 @@ impl Scheduler {
         let span = self.node_span(node)?;
         self.withheld.remove_span(span);
         self.matrix_changes += 1;
-        let mut decisions = Vec::new();
-        self.schedule(now, &mut decisions);
-        Ok(decisions)
+        Ok(self.release_held(now))
     }
 
     fn node_span(&self, node: u32) -> Result<Span, UnknownNode> {
@@ -1054,7 +1088,9 @@ impl Scheduler {
             partition, home, ..
         } = &job.state
         else {
-            self.queue.remove(&(job.request.class, job.seq, id));
+            let key = (job.request.class, job.seq, id);
+            self.queue.remove(&key);
+            self.held.remove(&key);
             return;
         };
         match *home {
@@ -1178,10 +1214,15 @@ impl Scheduler {
             }
         }
         for (id, job) in &self.jobs {
-            if let JobState::Placed { partition, .. } = &job.state {
-                if !partition.is_clear_in(&self.withheld) {
+            let key = (job.request.class, job.seq, *id);
+            match &job.state {
+                JobState::Placed { partition, .. } if !partition.is_clear_in(&self.withheld) => {
                     return Err(format!("job {id} is placed on withheld processors"));
                 }
+                JobState::Queued if self.held.contains(&key) == self.queue.contains(&key) => {
+                    return Err(format!("job {id} waits both held and queued, or neither"));
+                }
+                _ => {}
             }
         }
         for (id, partition) in self.placed.values() {

@@ -560,3 +560,34 @@ fn a_node_that_joins_serves_the_waiting_jobs_at_once() {
     let mesh = Scheduler::new(Machine::mesh(2, 2).unwrap(), gang(1));
     assert!(mesh.unwrap().add_node(0).is_err());
 }
+
+#[test]
+fn a_job_that_needs_a_node_that_left_holds_up_no_one_behind_it() {
+    // Strict order: a head that does not fit stops the queue.
+    let machine = Machine::line(4).unwrap().with_nodes(2).unwrap();
+    let mut s = Scheduler::new(machine, gang(1)).unwrap();
+    batch(&mut s, 1, 4);
+    // Waiting for job 1 when node 1 leaves: it can run nowhere now.
+    assert_eq!(batch(&mut s, 2, 4), vec![Decision::Queued { job: 2 }]);
+    s.withhold_node(1, &[], 0).unwrap();
+    // Job 1 was on node 1 too: taken out. Job 2 still cannot run on node 0 alone, and so is
+    // held aside: job 3 behind it starts.
+    assert_eq!(s.state(1), None);
+    let spread = Shape::Nodes {
+        nodes: 2,
+        per_node: 1,
+    };
+    s.submit(JobRequest::new(4, spread), 0).unwrap();
+    let decisions = submit(&mut s, 3, 2, Class::Batch, 0);
+    assert!(
+        matches!(decisions[0], Decision::Placed { job: 3, .. }),
+        "{decisions:?}"
+    );
+    assert_eq!(s.queued().collect::<Vec<_>>(), vec![2, 4]);
+    // Back: the held jobs wait in the queue again, in their order.
+    remove(&mut s, 3);
+    s.restore_node(1, 0).unwrap();
+    s.audit().unwrap();
+    assert_eq!(show(&s), ["2@0-3"]);
+    assert_eq!(s.queued().collect::<Vec<_>>(), vec![4]);
+}

@@ -751,7 +751,11 @@ impl Inner {
             });
         }
         self.update(job, |record| record.status = JobStatus::Queued)?;
-        self.enqueue(job, now)?;
+        if let Err(error) = self.enqueue(job, now) {
+            // Not left "queued" with nothing to run it.
+            self.fail(job, &error.to_string(), now);
+            return Err(error);
+        }
         Ok(format!(
             "job {job} resumed ({})",
             self.records[&job].status.name()
@@ -1071,6 +1075,21 @@ impl Inner {
         let known = |name: &str| self.settings.nodes.nodes().iter().any(|n| n.name == name);
         match change {
             NodeChange::Joined(info) if known(&info.node) => {
+                let number = self.node_number(&info.node).expect("known");
+                let cpus = &self.settings.nodes.nodes()[number as usize].cpus;
+                if info.cpus != *cpus {
+                    // The plans would give it its old CPUs: it counts as gone until its agent
+                    // runs with them again.
+                    log(format_args!(
+                        "node {} joined ({}) with CPUs {} instead of {cpus}: treated as gone; \
+                         restart its agent with --cpus {cpus}",
+                        info.node, info.agent, info.cpus
+                    ));
+                    if !self.absent.contains(&info.node) {
+                        self.node_changed(NodeChange::Left(info.node.clone()), now);
+                    }
+                    return;
+                }
                 if self.absent.remove(&info.node) {
                     log(format_args!("node {} is back ({})", info.node, info.agent));
                     // Its queue was dropped when it left: the plan in force, again.
@@ -1141,6 +1160,17 @@ impl Inner {
         let mut nodes = self.settings.nodes.clone();
         if let Err(error) = nodes.add(info.to_node()) {
             return refuse(error.to_string());
+        }
+        // Jobs placed while the machine was one node were not pinned to it: they are now,
+        // before anything can place them again.
+        let placed: Vec<JobId> = self
+            .scheduler
+            .jobs()
+            .filter(|(_, _, state)| matches!(state, JobState::Placed { .. }))
+            .map(|(job, _, _)| job)
+            .collect();
+        for job in placed {
+            self.scheduler.pin(job).expect("a placed job");
         }
         let (number, decisions) = match self.scheduler.add_node(now) {
             Ok(added) => added,
