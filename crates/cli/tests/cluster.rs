@@ -474,11 +474,7 @@ fn minus_capital_n_spreads_a_job_over_distinct_nodes() {
         hosts_of(&["-N", "2", "-n", "4"]).1,
         "127.0.0.1:2,127.0.0.2:2"
     );
-    let listed = d.json(&["ps", "--all", "--json"]);
-    let job = listed
-        .as_array()
-        .and_then(|jobs| jobs.iter().find(|j| j["id"] == spread))
-        .unwrap();
+    let job = d.job(spread);
     assert_eq!(
         (job["procs"].as_u64(), job["node_count"].as_u64()),
         (Some(2), Some(2))
@@ -631,14 +627,7 @@ fn a_node_that_left_starts_nothing_ordered_before_it_left_and_serves_again_when_
     // Gone, node a's processor is withheld: a job that needs it waits instead of being lost.
     let z = d.submit(&["-n", "2", "--", "sh", "-c", "echo ran-when-a-was-back"]);
     std::thread::sleep(Duration::from_secs(1));
-    let state = |job: u64| {
-        let jobs = d.json(&["ps", "--all", "--json"]);
-        let found = jobs
-            .as_array()
-            .and_then(|j| j.iter().find(|j| j["id"] == job).cloned());
-        found.map(|j| j["state"].clone()).unwrap_or_default()
-    };
-    assert_eq!(state(z), "queued", "{}", d.log());
+    assert_eq!(d.job(z)["state"], "queued", "{}", d.log());
     // Waiting for the node that left, z holds up no one who fits on node b.
     let w = d.submit(&["-n", "1", "--", "sh", "-c", "exit 9"]);
     assert_eq!(d.wait_end(w, Duration::from_secs(20))["exit"]["code"], 9);

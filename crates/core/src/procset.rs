@@ -106,7 +106,6 @@ impl std::fmt::Debug for ProcSet {
 }
 
 impl ProcSet {
-    /// An empty set over processors `0..len`.
     /// The same members over `len` processors (at least as many as now): a machine that
     /// gained a node. Rare, so rebuilt rather than patched.
     pub fn grow(&mut self, len: u32) {
@@ -118,6 +117,7 @@ impl ProcSet {
         *self = grown;
     }
 
+    /// An empty set over processors `0..len`.
     pub fn new(len: u32) -> Self {
         let words = (len as usize).div_ceil(64);
         let mut set = ProcSet {

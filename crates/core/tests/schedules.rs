@@ -6,6 +6,15 @@ fn sched(procs: u32, config: Config) -> Scheduler {
     Scheduler::new(Machine::line(procs).unwrap(), config).unwrap()
 }
 
+/// `nodes` nodes of `per_node` processors, numbered node by node.
+fn sched_on_nodes(nodes: u32, per_node: u32, config: Config) -> Scheduler {
+    let machine = Machine::line(nodes * per_node)
+        .unwrap()
+        .with_nodes(per_node)
+        .unwrap();
+    Scheduler::new(machine, config).unwrap()
+}
+
 fn gang(mpl: u32) -> Config {
     Config {
         mpl,
@@ -393,8 +402,7 @@ fn spread(nodes: u32, per_node: u32) -> Shape {
 #[test]
 fn a_spread_takes_its_share_of_each_of_the_first_nodes_with_room() {
     // Four nodes of two processors: 0-1, 2-3, 4-5, 6-7.
-    let machine = Machine::line(8).unwrap().with_nodes(2).unwrap();
-    let mut s = Scheduler::new(machine, gang(2)).unwrap();
+    let mut s = sched_on_nodes(4, 2, gang(2));
     batch(&mut s, 1, 3);
     // One on each of two nodes: node 0 is full, then 3 and 4 are the lowest free.
     s.submit(JobRequest::new(2, spread(2, 1)), 0).unwrap();
@@ -407,16 +415,14 @@ fn a_spread_takes_its_share_of_each_of_the_first_nodes_with_room() {
         partitioner: PartitionerKind::FirstFit,
         ..gang(1)
     };
-    let mut s =
-        Scheduler::new(Machine::line(8).unwrap().with_nodes(2).unwrap(), first_fit).unwrap();
+    let mut s = sched_on_nodes(4, 2, first_fit);
     s.submit(JobRequest::new(1, spread(4, 1)), 0).unwrap();
     assert_eq!(show(&s), ["1@0,2,4,6"]);
 }
 
 #[test]
 fn a_spread_the_nodes_cannot_hold_is_refused_with_the_reason() {
-    let machine = Machine::line(8).unwrap().with_nodes(2).unwrap();
-    let mut s = Scheduler::new(machine, gang(2)).unwrap();
+    let mut s = sched_on_nodes(4, 2, gang(2));
     let refusal = |s: &mut Scheduler, shape| {
         s.submit(JobRequest::new(1, shape), 0)
             .unwrap_err()
@@ -446,8 +452,7 @@ fn easy_first_fit_on_four_nodes_of_two() -> Scheduler {
         partitioner: PartitionerKind::FirstFit,
         ..Config::default()
     };
-    let machine = Machine::line(8).unwrap().with_nodes(2).unwrap();
-    Scheduler::new(machine, easy).unwrap()
+    sched_on_nodes(4, 2, easy)
 }
 
 #[test]
@@ -510,8 +515,7 @@ fn a_node_that_left_takes_its_jobs_and_nothing_goes_there_until_it_is_back() {
 #[test]
 fn a_pinned_job_placed_again_keeps_its_share_of_each_node() {
     // Two nodes of three: 0-2, 3-5.
-    let machine = Machine::line(6).unwrap().with_nodes(3).unwrap();
-    let mut s = Scheduler::new(machine, gang(3)).unwrap();
+    let mut s = sched_on_nodes(2, 3, gang(3));
     batch(&mut s, 1, 2);
     batch(&mut s, 2, 3);
     assert_eq!(show(&s), ["1@0-1 2@2-4"]);
@@ -537,8 +541,7 @@ fn a_pinned_job_placed_again_keeps_its_share_of_each_node() {
 
 #[test]
 fn a_node_that_joins_serves_the_waiting_jobs_at_once() {
-    let machine = Machine::line(2).unwrap().with_nodes(2).unwrap();
-    let mut s = Scheduler::new(machine, gang(1)).unwrap();
+    let mut s = sched_on_nodes(1, 2, gang(1));
     batch(&mut s, 1, 2);
     assert_eq!(batch(&mut s, 2, 2), vec![Decision::Queued { job: 2 }]);
     // Asking two nodes of a one-node machine can never run: refused, not queued.
@@ -564,8 +567,7 @@ fn a_node_that_joins_serves_the_waiting_jobs_at_once() {
 #[test]
 fn a_job_that_needs_a_node_that_left_holds_up_no_one_behind_it() {
     // Strict order: a head that does not fit stops the queue.
-    let machine = Machine::line(4).unwrap().with_nodes(2).unwrap();
-    let mut s = Scheduler::new(machine, gang(1)).unwrap();
+    let mut s = sched_on_nodes(2, 2, gang(1));
     batch(&mut s, 1, 4);
     // Waiting for job 1 when node 1 leaves: it can run nowhere now.
     assert_eq!(batch(&mut s, 2, 4), vec![Decision::Queued { job: 2 }]);

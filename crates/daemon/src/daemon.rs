@@ -367,7 +367,7 @@ impl Inner {
     /// to other nodes; on one node the cpuset simply changes).
     fn shape_of(&self, record: &JobRecord) -> Result<Shape, ApiError> {
         let pinned = record.launched
-            && self.settings.nodes.nodes().len() > 1
+            && self.pins_jobs()
             && !record.nodes.is_empty()
             && record.cpus_on_nodes.len() == record.nodes.len();
         if !pinned {
@@ -385,6 +385,12 @@ impl Inner {
             })
             .collect();
         Ok(Shape::OnNodes(shares?.into()))
+    }
+
+    /// Whether a started job is pinned to its nodes: on a machine of several nodes (on one,
+    /// a job placed again may take other CPUs of it, as the partitioner chooses).
+    fn pins_jobs(&self) -> bool {
+        self.settings.nodes.nodes().len() > 1
     }
 
     fn unschedule(&mut self, job: JobId, now: Micros) {
@@ -469,7 +475,7 @@ impl Inner {
         }
         let nodes: Vec<String> = placed.iter().map(|p| p.node.clone()).collect();
         let cpus_on_nodes: Vec<u32> = placed.iter().map(|p| p.cpus.len()).collect();
-        if self.settings.nodes.nodes().len() > 1 {
+        if self.pins_jobs() {
             // Placed again from here on (a class change), it stays where its processes are.
             self.scheduler.pin(job).map_err(internal)?;
         }
