@@ -418,6 +418,7 @@ mod tests {
                 signal: None,
             },
             note: None,
+            at_us: None,
         };
         fixture.door.answer(process.request, &ended);
         assert_eq!(ending(&caller), ended);

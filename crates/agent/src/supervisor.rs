@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -134,10 +133,13 @@ fn sealed_memfd(bytes: &[u8]) -> io::Result<OwnedFd> {
     Ok(file.into())
 }
 
-/// Where the job's program is: a name with a slash as it is, else searched in the job's PATH.
-fn resolve(argv0: &str, env: &[(String, String)]) -> Option<PathBuf> {
+/// Where the job's program may be, in the order they are tried: a name with a slash as it
+/// is, else that name in each directory of the job's PATH. The child tries them after it has
+/// become the job's user: root looking first would tell, by the exit status, whether a file
+/// exists in a directory the user may not search.
+fn candidates(argv0: &str, env: &[(String, String)]) -> Vec<CString> {
     if argv0.contains('/') {
-        return Some(PathBuf::from(argv0));
+        return vec![cstring(argv0)];
     }
     let path = env
         .iter()
@@ -145,12 +147,8 @@ fn resolve(argv0: &str, env: &[(String, String)]) -> Option<PathBuf> {
         .map_or("/usr/local/bin:/usr/bin:/bin", |(_, v)| v.as_str());
     path.split(':')
         .filter(|dir| !dir.is_empty())
-        .map(|dir| Path::new(dir).join(argv0))
-        .find(|candidate| {
-            candidate
-                .metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+        .map(|dir| cstring(&format!("{}/{argv0}", dir.trim_end_matches('/'))))
+        .collect()
 }
 
 fn cstring(s: &str) -> CString {
@@ -168,7 +166,7 @@ const STEPS: [&str; 6] = [
 ];
 
 struct Prepared {
-    program: Option<CString>,
+    programs: Vec<CString>,
     argv: Vec<CString>,
     env: Vec<CString>,
     cwd: CString,
@@ -216,10 +214,6 @@ unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
     if crate::unix::close_on_exec_from(3).is_err() {
         fail(5);
     }
-    let Some(program) = &p.program else {
-        *libc::__errno_location() = libc::ENOENT;
-        fail(4);
-    };
     let argv: Vec<*const libc::c_char> = p
         .argv
         .iter()
@@ -232,7 +226,18 @@ unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
         .map(|a| a.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
-    libc::execve(program.as_ptr(), argv.as_ptr(), env.as_ptr());
+    // As execvp: a missing file or directory sends on to the next candidate; a refusal is
+    // remembered (and reported if nothing runs); any other failure is final.
+    let mut refused = false;
+    for program in &p.programs {
+        libc::execve(program.as_ptr(), argv.as_ptr(), env.as_ptr());
+        match *libc::__errno_location() {
+            libc::ENOENT | libc::ENOTDIR => {}
+            libc::EACCES => refused = true,
+            _ => fail(4),
+        }
+    }
+    *libc::__errno_location() = if refused { libc::EACCES } else { libc::ENOENT };
     fail(4);
 }
 
@@ -314,8 +319,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
         .set_nonblocking(true)
         .map_err(os_error(job, "listening socket"))?;
     let prepared = Prepared {
-        program: resolve(&spec.launch.argv[0], &spec.launch.env)
-            .map(|p| CString::new(p.into_os_string().into_encoded_bytes()).expect("no NUL")),
+        programs: candidates(&spec.launch.argv[0], &spec.launch.env),
         argv: spec.launch.argv.iter().map(|a| cstring(a)).collect(),
         env: spec
             .launch
@@ -412,7 +416,8 @@ pub fn supervise() -> Result<(), SupervisorError> {
             if let Some(note) = &note {
                 eprintln!("cosched: job {job}: {note}");
             }
-            return state.finish(Ending { exit, note }, &listener);
+            let at_us = Some(crate::clock::now_micros());
+            return state.finish(Ending { exit, note, at_us }, &listener);
         }
     }
 }
@@ -521,13 +526,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn programs_are_found_in_the_jobs_path_only() {
-        let env = vec![("PATH".to_string(), "/nonexistent:/bin:/usr/bin".to_string())];
-        let sh = resolve("sh", &env).expect("sh is in /bin or /usr/bin");
-        assert!(sh.ends_with("sh") && sh.is_absolute());
-        assert_eq!(resolve("no-such-program-here", &env), None);
-        assert_eq!(resolve("./x", &env), Some(PathBuf::from("./x")));
+    fn programs_are_looked_for_in_the_jobs_path_only_in_its_order() {
+        let env = vec![(
+            "PATH".to_string(),
+            "/nonexistent:/bin/:relative:/usr/bin".to_string(),
+        )];
+        assert_eq!(
+            candidates("sh", &env),
+            [
+                c"/nonexistent/sh",
+                c"/bin/sh",
+                c"relative/sh",
+                c"/usr/bin/sh"
+            ]
+        );
+        assert_eq!(candidates("./x", &env), [c"./x"]);
         let empty = vec![("PATH".to_string(), String::new())];
-        assert_eq!(resolve("sh", &empty), None);
+        assert!(candidates("sh", &empty).is_empty());
+        assert_eq!(candidates("sh", &[]).len(), 3, "the default PATH");
     }
 }

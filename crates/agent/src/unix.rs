@@ -71,18 +71,28 @@ pub fn peer_credentials(stream: &UnixStream) -> io::Result<Credentials> {
 /// Most descriptors one message may carry (a job's stdin, stdout and stderr).
 pub const MAX_FDS: usize = 3;
 
-const CMSG_SPACE: usize = 64;
+/// Room for MAX_FDS descriptors (CMSG_SPACE(12) = 32 bytes): the kernel drops any more a
+/// message carries and says so (MSG_CTRUNC), so no sender can fill this process's table.
+const CMSG_SPACE: usize = 32;
 
 /// Sends `bytes` with `fds` attached (to the first byte); the rest of `bytes` follows plainly.
 pub fn send_with_fds(stream: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
-    assert!(fds.len() <= MAX_FDS && !bytes.is_empty());
-    let mut control = [0u8; CMSG_SPACE];
+    assert!(fds.len() <= MAX_FDS);
+    send_any_fds(stream, bytes, fds)
+}
+
+/// `send_with_fds` without the cap (a hostile sender, in tests).
+fn send_any_fds(stream: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    assert!(!bytes.is_empty());
+    // SAFETY: CMSG_SPACE only computes a size.
+    let mut control =
+        vec![0u8; unsafe { libc::CMSG_SPACE(std::mem::size_of_val(fds) as u32) } as usize];
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr() as *mut libc::c_void,
         iov_len: bytes.len(),
     };
     // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call, and the
-    // control buffer is large enough for MAX_FDS descriptors (CMSG_SPACE(12) = 32 bytes).
+    // control buffer was sized for `fds`.
     let sent = unsafe {
         let mut msg: libc::msghdr = std::mem::zeroed();
         msg.msg_iov = &mut iov;
@@ -121,8 +131,13 @@ pub fn send_with_fds(stream: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> io::Re
     Ok(())
 }
 
-/// Receives some bytes into `buf` and any descriptors that came with them.
-fn recv_with_fds(stream: &UnixStream, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> io::Result<usize> {
+/// Receives some bytes into `buf` and any descriptors that came with them; `Ok(None)` when
+/// the message carried more than MAX_FDS (the rest were dropped by the kernel).
+fn recv_with_fds(
+    stream: &UnixStream,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+) -> io::Result<Option<usize>> {
     let mut control = [0u8; CMSG_SPACE];
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -151,7 +166,7 @@ fn recv_with_fds(stream: &UnixStream, buf: &mut [u8], fds: &mut Vec<OwnedFd>) ->
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
-        Ok(n as usize)
+        Ok((msg.msg_flags & libc::MSG_CTRUNC == 0).then_some(n as usize))
     }
 }
 
@@ -163,6 +178,8 @@ pub enum LineError {
     Truncated,
     #[error("no complete request within {0:?}; closing")]
     Deadline(std::time::Duration),
+    #[error("a request carries at most {MAX_FDS} descriptors; closing")]
+    TooManyDescriptors,
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -213,7 +230,10 @@ pub fn read_line_with_fds(
             .iter()
             .position(|&b| b == b'\n')
             .map_or(available, |i| i + 1);
-        let n = recv_with_fds(stream, &mut chunk[..take], &mut fds)?;
+        // Checked at every message: what a connection holds stays bounded however it sends.
+        let n = recv_with_fds(stream, &mut chunk[..take], &mut fds)?
+            .filter(|_| fds.len() <= MAX_FDS)
+            .ok_or(LineError::TooManyDescriptors)?;
         line.extend_from_slice(&chunk[..n]);
         let whole = line.last() == Some(&b'\n');
         if whole {
@@ -278,4 +298,44 @@ pub fn drain(stream: &UnixStream) {
     while start.elapsed() < std::time::Duration::from_secs(1)
         && matches!((&*stream).read(&mut sink), Ok(n) if n > 0)
     {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn null_fds(count: usize) -> (std::fs::File, Vec<RawFd>) {
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let fds = vec![null.as_raw_fd(); count];
+        (null, fds)
+    }
+
+    #[test]
+    fn a_line_brings_at_most_max_fds_descriptors_however_they_are_sent() {
+        let (_null, three) = null_fds(MAX_FDS);
+        let (client, server) = UnixStream::pair().unwrap();
+        send_with_fds(&client, b"{}\n", &three).unwrap();
+        let (line, fds) = read_line_with_fds(&server, 100, None).unwrap().unwrap();
+        assert_eq!((line.as_slice(), fds.len()), (&b"{}"[..], MAX_FDS));
+
+        // Three at a time, a byte each: refused at the second message, not at the line's end.
+        let (client, server) = UnixStream::pair().unwrap();
+        for _ in 0..4 {
+            send_with_fds(&client, b" ", &three).unwrap();
+        }
+        send_with_fds(&client, b"\n", &[]).unwrap();
+        assert!(matches!(
+            read_line_with_fds(&server, 100, None),
+            Err(LineError::TooManyDescriptors)
+        ));
+
+        // Twelve in one message: the kernel keeps no more than there is room for.
+        let (_null, twelve) = null_fds(12);
+        let (client, server) = UnixStream::pair().unwrap();
+        send_any_fds(&client, b"{}\n", &twelve).unwrap();
+        assert!(matches!(
+            read_line_with_fds(&server, 100, None),
+            Err(LineError::TooManyDescriptors)
+        ));
+    }
 }

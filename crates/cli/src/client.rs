@@ -195,15 +195,25 @@ pub fn run(args: RunArgs) -> Result<i32> {
             _ => bail!("the daemon closed the connection without a reply"),
         }
     });
-    if default_output {
-        match &submitted {
-            Ok((_, job, None)) => PendingOutput::name(*job)?,
-            Ok((_, _, Some(_))) | Err(_) => {
+    let (stream, job, elsewhere) = match submitted {
+        Ok((stream, job, None)) if default_output => {
+            // The job exists now: a script must get its id whatever happens to the name
+            // (one that retried would run it twice).
+            if let Err(error) = PendingOutput::name(job) {
+                eprintln!(
+                    "cosched: job {job} writes its output to {} ({error:#})",
+                    PendingOutput::path().display()
+                );
+            }
+            (stream, job, None)
+        }
+        other => {
+            if default_output {
                 let _ = std::fs::remove_file(PendingOutput::path());
             }
+            other?
         }
-    }
-    let (stream, job, elsewhere) = submitted?;
+    };
     if let Some(place) = elsewhere {
         eprintln!("cosched: job {job} writes its output to {place}");
     }

@@ -134,9 +134,26 @@ fn seconds(name: &str, value: f64, allow_zero: bool) -> Result<i64> {
     Ok(micros)
 }
 
-fn check_load_scale(scale: f64) -> Result<()> {
-    if !(scale.is_finite() && scale > 0.0 && scale <= 1e6) {
-        bail!("--load-scale must be a positive factor (got {scale})");
+/// The generator's bounds: ten million jobs is thirty times the archive's largest log (and
+/// about 5 GB to replay: a million took 0.5 GB); a thousandfold slower arrival rate already
+/// spaces jobs days apart, and each half hour of gap costs the generator a step.
+const MOST_GENERATED_JOBS: usize = 10_000_000;
+const LOAD_SCALES: std::ops::RangeInclusive<f64> = 0.001..=1000.0;
+
+/// Checks what `cosched sim --generate` and `cosched generate` are given.
+fn check_generation(jobs: usize, jobs_flag: &str, procs: u32, scale: f64) -> Result<()> {
+    if !(1..=MOST_GENERATED_JOBS).contains(&jobs) {
+        bail!("{jobs_flag} must be between 1 and {MOST_GENERATED_JOBS} jobs (got {jobs})");
+    }
+    if procs == 0 {
+        bail!("--procs must be at least 1");
+    }
+    if !LOAD_SCALES.contains(&scale) {
+        bail!(
+            "--load-scale must be a factor between {} and {} (got {scale})",
+            LOAD_SCALES.start(),
+            LOAD_SCALES.end()
+        );
     }
     Ok(())
 }
@@ -189,14 +206,8 @@ pub fn run(args: SimArgs) -> Result<()> {
     let (trace, workload): (Trace, String) = match (&args.trace, args.generate) {
         (Some(path), _) => (swf::read_path(path)?, path.display().to_string()),
         (None, Some(jobs)) => {
-            if jobs == 0 {
-                bail!("--generate needs at least 1 job");
-            }
             let procs = args.procs.unwrap_or(DEFAULT_GENERATED_PROCS);
-            if procs == 0 {
-                bail!("--procs must be at least 1");
-            }
-            check_load_scale(args.load_scale)?;
+            check_generation(jobs, "--generate", procs, args.load_scale)?;
             let trace = generate_trace(jobs, procs, args.seed, args.load_scale);
             let name = format!(
                 "lublin-feitelson:{jobs}:seed={}:load-scale={}",
@@ -371,13 +382,7 @@ impl Progress {
 }
 
 pub fn generate(args: GenerateArgs) -> Result<()> {
-    if args.jobs == 0 {
-        bail!("--jobs must be at least 1");
-    }
-    if args.procs == 0 {
-        bail!("--procs must be at least 1");
-    }
-    check_load_scale(args.load_scale)?;
+    check_generation(args.jobs, "--jobs", args.procs, args.load_scale)?;
     let trace = generate_trace(args.jobs, args.procs, args.seed, args.load_scale);
     let path = args.out.unwrap_or_else(|| PathBuf::from("-"));
     let mut out = open_out(&path)?;

@@ -83,6 +83,52 @@ fn a_state_directory_another_user_could_write_is_refused() {
     std::fs::create_dir(&inner).unwrap();
     let error = daemon_refuses(&["--state-dir", inner.to_str().unwrap(), "--socket", socket]);
     assert!(error.contains("a parent of the state directory"), "{error}");
+    // nobody's link to a directory of root's: following it, the daemon would make that
+    // directory its own (chmod 0700, files in it) wherever nobody pointed.
+    let target = scratch.0.join("roots-dir");
+    std::fs::create_dir(&target).unwrap();
+    let link = under.join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(NOBODY), Some(NOBODY)).unwrap();
+    let error = daemon_refuses(&["--state-dir", link.to_str().unwrap(), "--socket", socket]);
+    assert!(
+        error.contains("a parent of the state directory is owned by uid 65534"),
+        "{error}"
+    );
+    // The same link in root's own directory, but nobody's link: also refused.
+    let roots_link = scratch.0.join("nobodys-link");
+    std::os::unix::fs::symlink(&target, &roots_link).unwrap();
+    std::os::unix::fs::lchown(&roots_link, Some(NOBODY), Some(NOBODY)).unwrap();
+    let error = daemon_refuses(&[
+        "--state-dir",
+        roots_link.to_str().unwrap(),
+        "--socket",
+        socket,
+    ]);
+    assert!(
+        error.contains("a symbolic link on the way to the state directory is owned by uid 65534"),
+        "{error}"
+    );
+    let target_meta = std::fs::metadata(&target).unwrap();
+    assert_eq!(
+        target_meta.mode() & 0o777,
+        0o755,
+        "the link's target was left alone"
+    );
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+    // A socket in a directory nobody may write: they could take its name, or swap the file
+    // the daemon then makes world-writable.
+    let nobodys_socket = under.join("s.sock");
+    let error = daemon_refuses(&[
+        "--state-dir",
+        scratch.0.join("fine").to_str().unwrap(),
+        "--socket",
+        nobodys_socket.to_str().unwrap(),
+    ]);
+    assert!(
+        error.contains("the socket's directory is owned by uid 65534"),
+        "{error}"
+    );
     // Root's directory with a subdirectory others may write.
     let open = scratch.0.join("open");
     std::fs::create_dir_all(open.join("jobs")).unwrap();
@@ -181,6 +227,35 @@ fn a_job_inherits_its_stdio_and_nothing_else() {
         "the job holds descriptors not meant for it (the daemon's stray {STRAY_FD} included?)"
     );
     assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+
+    // A program is looked for as the job's user: whether a file exists in a directory
+    // nobody may not search must not show in the exit status (126 against 127).
+    let scratch = Scratch::new("path");
+    let hidden = scratch.0.join("private");
+    std::fs::create_dir(&hidden).unwrap();
+    std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(hidden.join("hidden-file"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(
+        hidden.join("hidden-file"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let status_of = |program: &str| {
+        Command::new(COSCHED)
+            .args(["run", "-n", "1", "--", program])
+            .env("COSCHED_SOCKET", d.socket())
+            .env("PATH", &hidden)
+            .current_dir("/")
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    // (Both are "Permission denied" to nobody, as a shell would say.)
+    assert_eq!(status_of("hidden-file"), Some(126));
+    assert_eq!(status_of("no-such-file"), Some(126));
 }
 
 #[test]
@@ -337,6 +412,41 @@ while True:
     child
 }
 
+/// nobody keeps 16 connections sending one-byte messages with twelve descriptors each (never
+/// a newline), reopening those the daemon closes; runs until killed.
+fn descriptor_flood(socket: &Path) -> std::process::Child {
+    let script = "import array, os, socket, sys, time
+null = os.open('/dev/null', os.O_RDONLY)
+rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [null] * 12))]
+conns = []
+while True:
+    while len(conns) < 16:
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(sys.argv[1])
+        except OSError:
+            s.close()
+            break
+        s.setblocking(False)
+        conns.append(s)
+    for s in list(conns):
+        try:
+            s.sendmsg([b' '], rights)
+        except BlockingIOError:
+            pass
+        except OSError:
+            conns.remove(s)
+            s.close()
+    time.sleep(0.001)";
+    Command::new("python3")
+        .args(["-c", script])
+        .arg(socket)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .spawn()
+        .unwrap()
+}
+
 /// Root's `ps` and `cancel` get through; returns how long `ps` took.
 fn root_gets_through(d: &Daemon, job: u64) -> Duration {
     let start = Instant::now();
@@ -401,8 +511,38 @@ fn one_user_cannot_lock_the_daemon_out() {
     let mut slow = slow;
     slow.kill().unwrap();
     slow.wait().unwrap();
+    // Descriptors sent along byte by byte (twelve a message, never a newline) on every
+    // connection nobody may open: the daemon holds at most three a connection.
+    let flood = descriptor_flood(&d.socket());
+    let daemon = d.child.as_ref().unwrap().id();
+    let held = || {
+        std::fs::read_dir(format!("/proc/{daemon}/fd"))
+            .unwrap()
+            .count()
+    };
+    let mut most_held = 0;
+    let flooded = Instant::now();
+    while flooded.elapsed() < Duration::from_secs(2) {
+        most_held = most_held.max(held());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let flood_ps = root_gets_through(&d, forever);
+    let run = d.cosched(&["run", "-n", "1", "--", "true"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let mut flood = flood;
+    flood.kill().unwrap();
+    flood.wait().unwrap();
+    assert!(
+        most_held < 200,
+        "the daemon held {most_held} descriptors under the flood"
+    );
     eprintln!(
-        "root's ps under 260 hung-up waiters: {during:?}; under 300 slow writers: {slow_ps:?}"
+        "root's ps under 260 hung-up waiters: {during:?}; under 300 slow writers: {slow_ps:?}; \
+         under a descriptor flood: {flood_ps:?} (the daemon held at most {most_held})"
     );
     // A silent client is told why it is dropped.
     let mut stream = UnixStream::connect(d.socket()).unwrap();
@@ -542,10 +682,17 @@ fn a_full_disk_loses_no_exit_status_and_leaves_no_phantom_job() {
     d.signal(libc::SIGKILL);
     d.wait_exit();
     std::fs::remove_file(&filler).unwrap();
+    // Down a while: the end is recorded when it happened, not when the daemon learns of it.
+    std::thread::sleep(Duration::from_secs(4));
     d.launch();
     let record = d.wait_end(job, Duration::from_secs(30));
     assert_eq!(record["exit"]["code"], 5, "{record}");
     assert_eq!(record["state"], "done");
+    let ran = record["ended_us"].as_i64().unwrap() - record["started_us"].as_i64().unwrap();
+    assert!(
+        (3_000_000..5_500_000).contains(&ran),
+        "a 3 s job recorded as running {ran} µs: {record}"
+    );
 }
 
 /// CPU time (user + system, in clock ticks) a process has used.
@@ -752,6 +899,44 @@ fn detached_jobs_in_scripts_return_at_once_with_their_output_in_a_file() {
         reply.contains("cannot enter the working directory (/nonexistent-cosched)"),
         "{reply}"
     );
+    // In a shared sticky directory another user holds the next job's file name: the id is
+    // printed all the same (a script that retried would run the job twice), and where the
+    // output went is said.
+    let shared = scratch.0.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let jobs = d.json(&["ps", "--all", "--json"]);
+    let next = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .max()
+        .unwrap()
+        + 1;
+    let taken = shared.join(format!("cosched-{next}.out"));
+    std::fs::write(&taken, "someone else's").unwrap();
+    chown(&taken, 4321);
+    let out = Command::new(COSCHED)
+        .args(["run", "--detach", "-n", "1", "--", "echo", "mine"])
+        .env("COSCHED_SOCKET", d.socket())
+        .current_dir(&shared)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        next.to_string()
+    );
+    assert!(
+        stderr.contains(&format!("job {next} writes its output to .cosched-")),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&taken).unwrap(), "someone else's");
+    d.wait_end(next, Duration::from_secs(20));
 }
 
 /// Sends bytes, returns every reply line until the daemon closes.

@@ -203,7 +203,27 @@ fn bad_options_get_one_clear_line_and_a_non_zero_exit() {
             "shorter than the quantum",
         ),
         (vec!["sim", "--generate", "10", "--mpl", "0"], 1, "--mpl"),
-        (vec!["sim", "--generate", "0"], 1, "at least 1 job"),
+        (
+            vec!["sim", "--generate", "0"],
+            1,
+            "--generate must be between 1 and 10000000 jobs (got 0)",
+        ),
+        // Once a capacity-overflow panic, and a 1e-7 load scale took seconds per job.
+        (
+            vec!["sim", "--generate", "18446744073709551615"],
+            1,
+            "--generate must be between 1 and 10000000 jobs",
+        ),
+        (
+            vec!["sim", "--generate", "10", "--load-scale", "1e-7"],
+            1,
+            "--load-scale must be a factor between 0.001 and 1000",
+        ),
+        (
+            vec!["generate", "--jobs", "100000000"],
+            1,
+            "--jobs must be between 1 and 10000000 jobs",
+        ),
         (
             vec!["sim", "--generate", "10", "--procs", "0"],
             1,

@@ -569,8 +569,8 @@ impl Inner {
             job,
             JobStatus::Lost,
             Ending {
-                exit: ExitInfo::default(),
                 note: Some(why.to_string()),
+                ..Ending::default()
             },
             now,
         );
@@ -607,7 +607,8 @@ impl Inner {
         };
         record.exit = (ending.exit != ExitInfo::default()).then_some(ending.exit);
         record.note = ending.note.or(record.note.take());
-        record.ended_us = Some(now);
+        let started = record.started_us.unwrap_or(record.submitted_us);
+        record.ended_us = Some(ending.at_us.map_or(now, |at| at.clamp(started, now)));
         let saved = match self.store.put(record) {
             Ok(()) => true,
             Err(error) => {

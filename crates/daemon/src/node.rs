@@ -4,7 +4,7 @@
 //! or when it stops.
 
 use crate::server::{
-    io_error, open_cgroups, take_charge, unsafe_directory, wait_for_stop, StartError,
+    io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop, StartError,
 };
 use cosched_agent::clock::now_micros;
 use cosched_agent::door::Door;
@@ -39,23 +39,6 @@ pub struct NodeConfig {
     pub door: PathBuf,
     /// Test-only: the agent's clock reads true time plus this many µs.
     pub clock_shift_us: Micros,
-}
-
-/// The door's directory must be root's and not writable by others (sticky, as /tmp, will
-/// do: nobody can then replace the socket).
-fn check_door(path: &Path) -> Result<(), StartError> {
-    let parent = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let meta = std::fs::metadata(parent).map_err(io_error(parent))?;
-    match unsafe_directory(&meta, true) {
-        Some(why) => Err(StartError::Unsafe {
-            path: parent.to_path_buf(),
-            why: format!("the --door socket's directory is {why}"),
-        }),
-        None => Ok(()),
-    }
 }
 
 fn log(message: impl std::fmt::Display) {
@@ -102,7 +85,10 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
             "--address must be one host name or IPv4 address (no spaces, commas or colons)".into(),
         ));
     }
-    check_door(&config.door)?;
+    // Its directory must be root's and not writable by others (sticky, as /tmp, will do:
+    // nobody can then replace the socket).
+    let mut config = config;
+    config.door = trusted_socket_path(&config.door, "the --door socket")?;
     let (signals, _max_files, state_dir) = take_charge(&config.state_dir)?;
     let mut unclaimed = Unclaimed(Some(open_cgroups(&config.cgroup_parent, config.freezer)?));
     let actuator = unclaimed.0.as_ref().expect("just opened");

@@ -587,9 +587,105 @@ pub(crate) fn unsafe_directory(meta: &std::fs::Metadata, sticky_ok: bool) -> Opt
     }
 }
 
+/// Resolves `path` one component at a time, as the kernel would, refusing any directory on
+/// the way that another user owns or may write to (a sticky one, as /tmp, will do) and any
+/// symbolic link not root's: either would let them send what root creates there anywhere
+/// they like. (Canonicalizing first and checking the result's parents misses a link that
+/// sits in their directory.) With `create`, missing directories are made as it goes (0o755).
+/// `what` names the path in the refusal. Returns the resolved path.
+pub(crate) fn trusted_path(path: &Path, what: &str, create: bool) -> Result<PathBuf, StartError> {
+    use std::ffi::OsString;
+    use std::path::Component;
+    const MOST_LINKS: usize = 40;
+    let refuse = |path: &Path, why: String| StartError::Unsafe {
+        path: path.to_path_buf(),
+        why: format!(
+            "{why}: another user could plant or swap the files the daemon trusts under it; \
+             use a path under directories only root can write to"
+        ),
+    };
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().map_err(io_error(path))?.join(path)
+    };
+    // Components still to walk, the next one last.
+    let mut pending: Vec<OsString> = Vec::new();
+    let push = |pending: &mut Vec<OsString>, path: &Path| {
+        for part in path.components().rev() {
+            match part {
+                Component::Normal(name) => pending.push(name.to_os_string()),
+                Component::ParentDir => pending.push("..".into()),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+    };
+    push(&mut pending, &absolute);
+    let root = PathBuf::from("/");
+    let root_meta = std::fs::metadata(&root).map_err(io_error(&root))?;
+    if let Some(why) = unsafe_directory(&root_meta, true) {
+        return Err(refuse(&root, format!("a parent of {what} is {why}")));
+    }
+    let mut resolved = root;
+    let mut links = 0;
+    while let Some(part) = pending.pop() {
+        if part == ".." {
+            // `resolved` has no links left in it: its parent is the real parent, checked.
+            resolved.pop();
+            continue;
+        }
+        let next = resolved.join(&part);
+        let meta = match std::fs::symlink_metadata(&next) {
+            Err(error) if create && error.kind() == std::io::ErrorKind::NotFound => {
+                match std::fs::DirBuilder::new().mode(0o755).create(&next) {
+                    Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
+                        return Err(io_error(&next)(error))
+                    }
+                    _ => std::fs::symlink_metadata(&next).map_err(io_error(&next))?,
+                }
+            }
+            other => other.map_err(io_error(&next))?,
+        };
+        if meta.file_type().is_symlink() {
+            if meta.uid() != 0 {
+                return Err(refuse(
+                    &next,
+                    format!(
+                        "a symbolic link on the way to {what} is owned by uid {}, not root",
+                        meta.uid()
+                    ),
+                ));
+            }
+            links += 1;
+            if links > MOST_LINKS {
+                return Err(refuse(
+                    &next,
+                    format!("more than {MOST_LINKS} symbolic links on the way to {what}"),
+                ));
+            }
+            let target = std::fs::read_link(&next).map_err(io_error(&next))?;
+            if target.is_absolute() {
+                resolved = PathBuf::from("/");
+            }
+            push(&mut pending, &target);
+            continue;
+        }
+        if let Some(why) = unsafe_directory(&meta, true) {
+            let whose = if pending.is_empty() {
+                ""
+            } else {
+                "a parent of "
+            };
+            return Err(refuse(&next, format!("{whose}{what} is {why}")));
+        }
+        resolved = next;
+    }
+    Ok(resolved)
+}
+
 /// Makes (or checks) the state directory and its subdirectories, private to root; refuses one
-/// that another user owns or can write to, or that lies under such a directory. Returns its
-/// resolved path, used from then on (no symbolic link is followed again).
+/// that another user owns or can write to, or that lies under such a directory or link.
+/// Returns its resolved path, used from then on (no symbolic link is followed again).
 fn private_state_dir(dir: &Path) -> Result<PathBuf, StartError> {
     let refuse = |path: &Path, why: String| StartError::Unsafe {
         path: path.to_path_buf(),
@@ -599,25 +695,7 @@ fn private_state_dir(dir: &Path) -> Result<PathBuf, StartError> {
              write to (the default /var/lib/cosched)"
         ),
     };
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(io_error(parent))?;
-    }
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
-            return Err(io_error(dir)(error))
-        }
-        _ => {}
-    }
-    let resolved = dir.canonicalize().map_err(io_error(dir))?;
-    for ancestor in resolved.ancestors().skip(1) {
-        let meta = std::fs::metadata(ancestor).map_err(io_error(ancestor))?;
-        if let Some(why) = unsafe_directory(&meta, true) {
-            return Err(refuse(
-                ancestor,
-                format!("a parent of the state directory is {why}"),
-            ));
-        }
-    }
+    let resolved = trusted_path(dir, "the state directory", true)?;
     let meta = std::fs::metadata(&resolved).map_err(io_error(&resolved))?;
     if let Some(why) = unsafe_directory(&meta, false) {
         return Err(refuse(&resolved, format!("the state directory is {why}")));
@@ -640,12 +718,23 @@ fn private_state_dir(dir: &Path) -> Result<PathBuf, StartError> {
     Ok(resolved)
 }
 
+/// A socket's path with its directory resolved and trusted (see [`trusted_path`]): in a
+/// directory another user controls, they could take the name or swap what root then chmods.
+pub(crate) fn trusted_socket_path(path: &Path, what: &str) -> Result<PathBuf, StartError> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| StartError::Config(format!("{what} {} names no file", path.display())))?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    Ok(trusted_path(dir, &format!("{what}'s directory"), true)?.join(name))
+}
+
 /// Binds the socket, refusing to take it from a live daemon or to replace anything but a
 /// stale socket; anyone may connect (looking is open to all; acting is checked per request).
 fn bind(path: &Path) -> Result<UnixListener, StartError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
-    }
+    let path = &trusted_socket_path(path, "the socket")?;
     match std::fs::symlink_metadata(path) {
         Ok(meta) if !meta.file_type().is_socket() => {
             return Err(StartError::Unsafe {

@@ -158,12 +158,10 @@ impl SqliteStore {
             Err(_) => false,
         };
         let db = Connection::open(path).map_err(fail)?;
-        db.execute_batch(
-            "PRAGMA journal_mode = WAL;
-             PRAGMA synchronous = FULL;
-             PRAGMA busy_timeout = 5000;",
-        )
-        .map_err(fail)?;
+        db.execute_batch("PRAGMA busy_timeout = 5000;")
+            .map_err(fail)?;
+        // Looked at before anything is written: a refused file is left as it was (WAL mode
+        // alone rewrites its header).
         if existing {
             let id: i64 = db
                 .query_row("PRAGMA application_id", [], |row| row.get(0))
@@ -183,7 +181,13 @@ impl SqliteStore {
                     "it belongs to another program (application id {id:#x})"
                 )));
             }
-        } else {
+        }
+        db.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = FULL;",
+        )
+        .map_err(fail)?;
+        if !existing {
             db.execute_batch(SCHEMA).map_err(fail)?;
         }
         db.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID};"))
@@ -408,8 +412,13 @@ pub(crate) mod tests {
             .unwrap()
             .execute_batch("CREATE TABLE accounts (id INTEGER);")
             .unwrap();
+        let before = std::fs::read(&path).unwrap();
         let error = SqliteStore::open(&path).err().expect("foreign").to_string();
         assert!(error.contains("not a cosched job store"), "{error}");
+        assert!(
+            std::fs::read(&path).unwrap() == before,
+            "the refused file was changed"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

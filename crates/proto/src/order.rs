@@ -34,6 +34,10 @@ pub struct Ending {
     /// Why the command never ran (its directory or program was missing...), for `ps` and `run`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// When it ended (µs, its node's clock), when its supervisor saw it: a controller that
+    /// learns of the end later (restarted, or the disk was full) records this, not its now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_us: Option<i64>,
 }
 
 /// What a job runs and as whom: the controller's record of it. The node adds what is its
@@ -166,6 +170,7 @@ impl Ending {
                 signal: None,
             },
             note: Some(why.into()),
+            at_us: None,
         }
     }
 }
@@ -213,6 +218,7 @@ mod tests {
                     signal: None,
                 },
                 note: None,
+                at_us: None,
             },
         };
         let text = serde_json::to_string(&ended).unwrap();
