@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Args};
-use cosched_core::{Machine, PartitionerKind, MICROS_PER_SEC};
+use cosched_core::{Machine, Micros, PartitionerKind, MICROS_PER_SEC};
 use cosched_sim::swf::{self, Trace};
 use cosched_sim::{generate::generate as generate_trace, *};
 use serde::Serialize;
@@ -80,6 +80,43 @@ pub struct SimArgs {
     /// Write every replayed job as SWF with its actual wait and run time ('-' for stdout)
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// Draw a Gantt chart (SVG): processors against time, a panel per slice, each job a bar
+    /// for as long as it is in that slice
+    #[arg(long, value_name = "FILE.svg")]
+    gantt: Option<PathBuf>,
+    /// The chart's window, in seconds since the start of the log (SWF submit times) [default:
+    /// 0:86400, the first day]
+    #[arg(long, value_name = "FROM:TO", requires = "gantt", value_parser = parse_window)]
+    gantt_window: Option<(Micros, Micros)>,
+}
+
+/// Longest chart window: a week; a longer one is mostly bars thinner than a pixel.
+const MOST_CHART_SECONDS: i64 = 7 * 86_400;
+
+fn parse_window(text: &str) -> Result<(Micros, Micros), String> {
+    let (from, to) = text
+        .split_once(':')
+        .ok_or_else(|| format!("'{text}' is not FROM:TO (seconds, e.g. 3600:7200)"))?;
+    let number = |s: &str| {
+        s.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0 && *v <= 1e12)
+            .ok_or_else(|| format!("'{s}' is not a number of seconds"))
+    };
+    let (from, to) = (number(from)?, number(to)?);
+    if to <= from {
+        return Err(format!(
+            "the window ends ({to} s) before it begins ({from} s)"
+        ));
+    }
+    if to - from > MOST_CHART_SECONDS as f64 {
+        return Err(format!(
+            "the window is longer than a week ({MOST_CHART_SECONDS} s): choose a narrower one"
+        ));
+    }
+    let micros = |v: f64| (v * MICROS_PER_SEC as f64).round() as Micros;
+    Ok((micros(from), micros(to)))
 }
 
 /// Write a synthetic workload (Lublin-Feitelson model) as SWF.
@@ -248,6 +285,10 @@ pub fn run(args: SimArgs) -> Result<()> {
     config.alternates = !args.no_alternates;
     config.repack = args.repack;
     config.backfill = args.backfill;
+    config.chart = args
+        .gantt
+        .as_ref()
+        .map(|_| args.gantt_window.unwrap_or((0, 86_400 * MICROS_PER_SEC)));
 
     let started = Instant::now();
     let (jobs, dropped) = jobs_from_trace(&trace);
@@ -262,6 +303,45 @@ pub fn run(args: SimArgs) -> Result<()> {
         let note = format!("replayed by cosched sim, policy {}, {procs} processors; wait and run time are the simulated ones", args.policy);
         let mut out = open_out(path)?;
         swf::write(&results_as_swf(&trace, &outcome.results, &note), &mut out)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let (Some(path), Some((from, to))) = (&args.gantt, config.chart) {
+        let last_end = outcome.results.iter().map(|r| r.end).max().unwrap_or(to);
+        let name = args
+            .trace
+            .as_ref()
+            .and_then(|p| p.file_name())
+            .map_or(workload.clone(), |n| n.to_string_lossy().into_owned());
+        let title = format!(
+            "{name}: {}{}, {procs} processors, {}",
+            args.policy,
+            if gang {
+                format!(
+                    " (MPL {}{})",
+                    config.mpl,
+                    if config.backfill { ", backfilling" } else { "" }
+                )
+            } else {
+                String::new()
+            },
+            config.partitioner
+        );
+        let frame = gantt::Frame {
+            title: &title,
+            procs,
+            from,
+            to: to.min(last_end).max(from + 1),
+        };
+        // Labelled with the log's own job numbers (field 1), as the SWF output is.
+        let bars: Vec<gantt::Bar> = outcome
+            .bars
+            .iter()
+            .map(|bar| gantt::Bar {
+                job: trace.records[bar.job as usize].fields[0] as u64,
+                ..bar.clone()
+            })
+            .collect();
+        std::fs::write(path, gantt::svg(&bars, &frame))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     let quantum_s = config.quantum as f64 / MICROS_PER_SEC as f64;

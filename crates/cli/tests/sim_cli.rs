@@ -306,3 +306,92 @@ fn hostile_numbers_and_bytes_are_refused_in_one_line() {
         "cannot read: incomplete deflate stream",
     );
 }
+
+#[test]
+fn a_gantt_chart_shows_each_job_in_its_slices_over_its_processors() {
+    let log = temp("gantt.swf");
+    let job = |n: u32, submit: u32, run: u32, procs: u32| {
+        format!("{n} {submit} -1 {run} {procs} -1 -1 {procs} -1 -1 1 1 1 -1 1 -1 -1 -1\n")
+    };
+    let text = format!(
+        "; MaxProcs: 4\n{}{}{}",
+        job(11, 0, 100, 4),
+        job(12, 0, 100, 4),
+        job(13, 10, 50, 2)
+    );
+    std::fs::write(&log.0, text).unwrap();
+    let chart = temp("gantt.svg");
+    let titles = |policy: &str| {
+        let out = cosched(&[
+            "sim",
+            "--trace",
+            log.to_str().unwrap(),
+            "--policy",
+            policy,
+            "--gantt",
+            chart.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let svg = std::fs::read_to_string(&chart.0).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        svg.split("<title>")
+            .skip(1)
+            .map(|t| t.split('<').next().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    // Space sharing: one after the other on the whole machine, the log's job numbers.
+    assert_eq!(
+        titles("fcfs"),
+        [
+            "job 11 in slice 0: processors 0-3, 0 s to 100 s",
+            "job 12 in slice 0: processors 0-3, 100 s to 200 s",
+            "job 13 in slice 0: processors 0-1, 200 s to 250 s",
+        ]
+    );
+    // Gang: three slices take turns, so the two whole-machine jobs end together.
+    let gang = titles("gang");
+    for expected in [
+        "job 11 in slice 0: processors 0-3, 0 s to 250 s",
+        "job 12 in slice 1: processors 0-3, 0 s to 250 s",
+        "job 13 in slice 2: processors 0-1, 10 s to 160 s",
+    ] {
+        assert!(
+            gang.iter().any(|t| t == expected),
+            "{expected} not in {gang:?}"
+        );
+    }
+    // A window that cuts bars clips them; a bad one is refused in one line.
+    let out = cosched(&[
+        "sim",
+        "--trace",
+        log.to_str().unwrap(),
+        "--policy",
+        "fcfs",
+        "--gantt",
+        chart.to_str().unwrap(),
+        "--gantt-window",
+        "150:400",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let svg = std::fs::read_to_string(&chart.0).unwrap();
+    assert!(
+        svg.contains("job 12 in slice 0: processors 0-3, 150 s to 200 s"),
+        "{svg}"
+    );
+    assert!(!svg.contains("job 11 "), "job 11 ended before the window");
+    let out = cosched(&[
+        "sim",
+        "--trace",
+        log.to_str().unwrap(),
+        "--gantt",
+        chart.to_str().unwrap(),
+        "--gantt-window",
+        "400:150",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("the window ends (150 s) before it begins (400 s)"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -5,10 +5,12 @@
 //! in `k` of `R` slices runs in known slot positions of every cycle, and its completion time
 //! is computed directly from its remaining work.
 
+use crate::gantt::{Bar, Recorder};
 use crate::workload::{Dropped, SimJob};
 use cosched_core::{
-    Backfill, Config, ConfigError, Cycle, Decision, JobId, JobRequest, Machine, MachineError,
-    Micros, PartitionerKind, Rotation, Scheduler, Shape, SubmitError, MICROS_PER_SEC,
+    Backfill, Config, ConfigError, Cycle, Decision, JobId, JobRequest, JobState, Machine,
+    MachineError, Micros, PartitionerKind, Rotation, Scheduler, Shape, Span, SubmitError,
+    MICROS_PER_SEC,
 };
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -71,6 +73,8 @@ pub struct SimConfig {
     pub backfill: bool,
     /// Gang only: time lost at every slot boundary while more than one slice exists.
     pub switch_overhead: Micros,
+    /// Keep a Gantt chart's bars for this window of time (`Outcome::bars`).
+    pub chart: Option<(Micros, Micros)>,
 }
 
 impl SimConfig {
@@ -85,6 +89,7 @@ impl SimConfig {
             repack: false,
             backfill: false,
             switch_overhead: 0,
+            chart: None,
         }
     }
 
@@ -143,6 +148,8 @@ pub struct Outcome {
     pub dropped: Dropped,
     /// Plan generations applied (each a change of the matrix).
     pub generations: u64,
+    /// The Gantt chart's bars, when `SimConfig::chart` asked for them.
+    pub bars: Vec<Bar>,
 }
 
 /// Per-job replay state, indexed by the job's position in the input (its core job id).
@@ -185,9 +192,21 @@ struct Replay<'a> {
     results: Vec<JobResult>,
     /// Jobs the core placed since the last generation (what space sharing needs to know).
     placed: Vec<usize>,
+    chart: Option<Recorder>,
 }
 
 impl Replay<'_> {
+    /// Tells the chart, if one is kept, that job `index` is in `slices` from `at` on.
+    fn chart(&mut self, index: usize, slices: &[usize], at: Micros) {
+        if let Some(chart) = &mut self.chart {
+            let spans: &[Span] = match self.sched.state(index as JobId) {
+                Some(JobState::Placed { partition, .. }) => partition.spans(),
+                _ => &[],
+            };
+            chart.set(index, self.jobs[index].id, spans, slices, at);
+        }
+    }
+
     fn slices(&self) -> usize {
         self.cycle.map_or(0, |c| c.slices)
     }
@@ -256,6 +275,11 @@ impl Replay<'_> {
             self.completions.push(Reverse((job.completion, index)));
             self.active.push(index);
         }
+        if self.chart.is_some() {
+            for index in std::mem::take(&mut self.placed) {
+                self.chart(index, &[0], at);
+            }
+        }
     }
 
     /// Time sharing: makes the matrix as it stands now the plan in force from `at` (a slot
@@ -313,6 +337,11 @@ impl Replay<'_> {
             job.positions.clear();
             job.positions
                 .extend(job.slices.iter().map(|&s| cycle.position_of(s)));
+            if self.chart.is_some() {
+                let slices = self.state[index].slices.clone();
+                self.chart(index, &slices, at);
+            }
+            let job = &mut self.state[index];
             job.positions.sort_unstable();
             // A start promised by the last generation for a slot it never reached is void.
             if job.start.is_some_and(|start| start >= at) {
@@ -355,6 +384,7 @@ impl Replay<'_> {
             if let Some(&moved) = self.active.get(at) {
                 self.state[moved].slot_in_active = Some(at);
             }
+            self.chart(index, &[], now);
             let sim_job = &self.jobs[index];
             self.results.push(JobResult {
                 id: sim_job.id,
@@ -451,6 +481,9 @@ pub fn simulate(
         completions: BinaryHeap::new(),
         results: Vec::with_capacity(jobs.len()),
         placed: Vec::new(),
+        chart: config
+            .chart
+            .map(|(from, to)| Recorder::new(from, to, jobs.len())),
     };
     let mut generations = 0;
     let mut next_arrival = 0;
@@ -509,5 +542,6 @@ pub fn simulate(
         results: replay.results,
         dropped,
         generations,
+        bars: replay.chart.map_or_else(Vec::new, Recorder::finish),
     })
 }

@@ -4,6 +4,7 @@
 //! (as SWF) and metrics come out. The core is the very code the daemon runs.
 
 pub mod engine;
+pub mod gantt;
 pub mod generate;
 pub mod metrics;
 pub mod rng;

@@ -33,6 +33,7 @@ fn config(procs: u32) -> impl Strategy<Value = SimConfig> {
                 backfill,
                 repack,
                 switch_overhead: overhead,
+                chart: None,
             },
         )
 }
