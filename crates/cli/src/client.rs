@@ -24,6 +24,12 @@ pub struct Socket {
     socket: PathBuf,
 }
 
+impl Socket {
+    pub fn path(&self) -> &Path {
+        &self.socket
+    }
+}
+
 const REPLY_LIMIT: usize = 64 << 20;
 
 /// Connects to the daemon, and makes sure it is one: a socket served by another user (at a
@@ -75,7 +81,7 @@ fn receive(stream: &UnixStream) -> Result<Option<Reply>> {
 }
 
 /// One request, one reply; a refusal becomes an error with the daemon's words.
-fn ask(socket: &Path, request: &Request) -> Result<Reply> {
+pub fn ask(socket: &Path, request: &Request) -> Result<Reply> {
     let stream = connect(socket)?;
     send(&stream, request, &[])?;
     match receive(&stream)? {

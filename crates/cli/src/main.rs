@@ -8,6 +8,7 @@
 
 mod client;
 mod daemon;
+mod gantt;
 mod remote;
 mod sim;
 
@@ -42,6 +43,7 @@ enum Command {
     Matrix(client::MatrixArgs),
     Stats(client::StatsArgs),
     Nodes(client::NodesArgs),
+    Gantt(gantt::GanttArgs),
     LaunchRemote(remote::LaunchRemoteArgs),
     /// Cancel a job: SIGTERM, then SIGKILL after a grace period
     Cancel(client::JobArgs),
@@ -93,6 +95,7 @@ fn execute(command: Command) -> anyhow::Result<i32> {
         Command::Matrix(args) => client::matrix(args),
         Command::Stats(args) => client::stats(args),
         Command::Nodes(args) => client::nodes(args),
+        Command::Gantt(args) => gantt::gantt(args),
         Command::Cancel(args) => client::act(args, |job| Request::Cancel { job }),
         Command::Suspend(args) => client::act(args, |job| Request::Suspend { job }),
         Command::Resume(args) => client::act(args, |job| Request::Resume { job }),

@@ -326,11 +326,20 @@ pub fn run(args: SimArgs) -> Result<()> {
             },
             config.partitioner
         );
+        let slices = outcome.bars.iter().map(|b| b.slice + 1).max().unwrap_or(1);
         let frame = gantt::Frame {
             title: &title,
-            procs,
+            panels: (0..slices)
+                .map(|slice| gantt::Panel {
+                    name: format!("slice {slice}"),
+                    rows: procs,
+                    row_names: Vec::new(),
+                })
+                .collect(),
             from,
             to: to.min(last_end).max(from + 1),
+            origin: 0,
+            axis: "time since the start of the log; processors top to bottom",
         };
         // Labelled with the log's own job numbers (field 1), as the SWF output is.
         let bars: Vec<gantt::Bar> = outcome

@@ -17,6 +17,47 @@ fn gang_jobs_never_run_at_the_same_moment_and_keep_their_exit_codes() {
     let a = d.submit(&["-n", "2", "--", "python3", &spin, "2", "2.5", "5"]);
     let b = d.submit(&["-n", "2", "--", "python3", &spin, "2", "2.5", "6"]);
     let slots = per_slot_cpu(&d, a, b, 16);
+    // The chart of what ran (anyone may draw it): the two jobs take turns, never together.
+    let chart = std::env::temp_dir().join(format!("cosched-gantt-{}.svg", std::process::id()));
+    let drawn = Command::new(COSCHED)
+        .args(["gantt", "--since", "1.2", "--out", chart.to_str().unwrap()])
+        .env("COSCHED_SOCKET", d.socket())
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    assert!(
+        drawn.status.success(),
+        "{}",
+        String::from_utf8_lossy(&drawn.stderr)
+    );
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    std::fs::remove_file(&chart).unwrap();
+    let stretches = |job: u64| -> Vec<(f64, f64)> {
+        let head = format!("<title>job {job} in node local, ");
+        svg.split(&head)
+            .skip(1)
+            .map(|rest| {
+                let times: Vec<f64> = rest
+                    .split(" s")
+                    .take(2)
+                    .map(|t| t.trim_start_matches(" to ").trim().parse().unwrap())
+                    .collect();
+                (times[0], times[1])
+            })
+            .collect()
+    };
+    let (of_a, of_b) = (stretches(a), stretches(b));
+    assert!(
+        of_a.len() >= 3 && of_b.len() >= 3,
+        "{of_a:?} {of_b:?}\n{svg}"
+    );
+    for &(from, to) in &of_a {
+        assert!(
+            of_b.iter().all(|&(f, t)| t <= from || f >= to),
+            "job {a} ran {from}-{to} s while job {b} ran: {of_b:?}"
+        );
+    }
     // `wait` blocks until both ended and reports the first failure in the order given.
     let waited = d.cosched(&["wait", &b.to_string(), &a.to_string()]);
     assert_eq!(waited.status.code(), Some(6), "{waited:?}");

@@ -18,12 +18,13 @@ use cosched_core::{
     Rotation, Scheduler, Shape,
 };
 use cosched_proto::{
-    Command, Ending, Event, JobState as StateView, Launch, NodeCpus, NodeMap, NodeStatus,
-    ProcessRef, Summary,
+    BoundaryRecord, Command, Ending, Event, JobState as StateView, Launch, NodeCpus, NodeMap,
+    NodeStatus, ProcessRef, Summary,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What a client did wrong or may not do; the message goes back to it as is.
@@ -1361,13 +1362,39 @@ pub fn log(message: impl std::fmt::Display) {
 /// The daemon's shared state.
 pub struct Shared {
     inner: Mutex<Inner>,
+    /// The state directory where this machine's agent logs its boundaries (one machine; a
+    /// cluster's agents keep theirs on their nodes).
+    boundary_log: Option<PathBuf>,
 }
 
+/// Most boundary records one answer carries (some 16 MB of JSON): the latest are kept.
+const MOST_BOUNDARIES: usize = 100_000;
+
 impl Shared {
-    pub fn new(inner: Inner) -> Arc<Shared> {
+    pub fn new(inner: Inner, boundary_log: Option<PathBuf>) -> Arc<Shared> {
         Arc::new(Shared {
             inner: Mutex::new(inner),
+            boundary_log,
         })
+    }
+
+    /// The boundaries logged from `since_us` on, read outside the lock (the log is up to
+    /// 8 MiB): anyone may look, as at `ps`.
+    pub fn boundaries(&self, since_us: i64) -> Result<Vec<BoundaryRecord>, ApiError> {
+        let dir = self.boundary_log.as_ref().ok_or_else(|| {
+            ApiError::Invalid(
+                "a cluster's agents keep their boundary logs on their nodes: run `cosched gantt \
+                 --state-dir DIR` there (as root)"
+                    .into(),
+            )
+        })?;
+        let mut records: Vec<BoundaryRecord> = cosched_agent::boundaries::read_log(dir)
+            .into_iter()
+            .filter(|r| r.woke_us >= since_us)
+            .collect();
+        let surplus = records.len().saturating_sub(MOST_BOUNDARIES);
+        records.drain(..surplus);
+        Ok(records)
     }
 
     /// Runs `f` on the state.

@@ -44,6 +44,11 @@ pub enum Request {
         job: JobId,
         class: String,
     },
+    /// The agent's log of slot boundaries from `since_us` on (µs, true clock): what ran when,
+    /// for `cosched gantt`.
+    Boundaries {
+        since_us: i64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,7 +73,9 @@ pub struct RunRequest {
     pub stdio: bool,
 }
 
-pub use cosched_proto::{Class, ExitInfo, JobState, Mode, NodeStatus, Role, Summary};
+pub use cosched_proto::{
+    BoundaryRecord, Class, ExitInfo, JobState, Mode, NodeStatus, Role, Summary,
+};
 
 /// Reads one request line; the error is the one-line reply for the client.
 pub fn parse_request(line: &[u8]) -> Result<Request, String> {
@@ -251,6 +258,10 @@ pub enum Reply {
     Nodes {
         ok: bool,
         nodes: Vec<NodeView>,
+    },
+    Boundaries {
+        ok: bool,
+        boundaries: Vec<BoundaryRecord>,
     },
     Submitted {
         ok: bool,

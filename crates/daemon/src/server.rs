@@ -272,7 +272,12 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         max_files,
     };
     let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
-    let shared = Shared::new(Inner::new(settings, scheduler, store, orders, waiters));
+    // One machine: the agent below runs in this process and logs into the state directory.
+    let boundary_log = config.cluster.is_none().then(|| config.state_dir.clone());
+    let shared = Shared::new(
+        Inner::new(settings, scheduler, store, orders, waiters),
+        boundary_log,
+    );
     let recovering = records.iter().filter(|r| !r.status.ended()).count();
     shared.with(|inner, now| inner.recover(records, now));
     if recovering > 0 {
@@ -943,6 +948,14 @@ fn handle(
             ok: true,
             nodes: shared.with(|inner, now| inner.nodes(now)),
         }),
+        Request::Boundaries { since_us } => {
+            shared
+                .boundaries(since_us)
+                .map(|boundaries| Reply::Boundaries {
+                    ok: true,
+                    boundaries,
+                })
+        }
         Request::Cancel { job } => shared
             .with(|inner, now| inner.cancel(who, job, now))
             .map(Reply::done),

@@ -69,12 +69,25 @@ impl Recorder {
     }
 }
 
+/// One panel of a chart: a slice of the matrix (rows: processors) or a node (rows: its jobs).
+#[derive(Clone, Debug)]
+pub struct Panel {
+    pub name: String,
+    pub rows: u32,
+    /// Each row's name (a job's), or none: rows are numbered, first and last shown.
+    pub row_names: Vec<String>,
+}
+
 /// What the chart is of, for its title and axes.
 pub struct Frame<'a> {
     pub title: &'a str,
-    pub procs: u32,
+    pub panels: Vec<Panel>,
     pub from: Micros,
     pub to: Micros,
+    /// Tick labels count time from here (the log's start, or the window's).
+    pub origin: Micros,
+    /// Under the time axis.
+    pub axis: &'a str,
 }
 
 const WIDTH: f64 = 1200.0;
@@ -84,16 +97,21 @@ const TOP: f64 = 40.0;
 const BOTTOM: f64 = 40.0;
 const PANEL_GAP: f64 = 14.0;
 
-/// The chart as an SVG document: one panel per slice that has a bar (at least one).
+/// The chart as an SVG document; `bar.slice` is the index of its panel in `frame.panels`.
 pub fn svg(bars: &[Bar], frame: &Frame) -> String {
-    let panels = bars.iter().map(|b| b.slice + 1).max().unwrap_or(1);
+    let panels = frame.panels.len().max(1);
     let panel_height = (480.0 / panels as f64).clamp(90.0, 240.0);
     let height = TOP + BOTTOM + panels as f64 * (panel_height + PANEL_GAP);
     let plot_width = WIDTH - LEFT - RIGHT;
     let span = (frame.to - frame.from).max(1) as f64;
     let x = |t: Micros| LEFT + (t - frame.from) as f64 / span * plot_width;
-    let procs = f64::from(frame.procs.max(1));
-    let panel_top = |slice: usize| TOP + slice as f64 * (panel_height + PANEL_GAP);
+    let panel_top = |panel: usize| TOP + panel as f64 * (panel_height + PANEL_GAP);
+    // Short windows (a daemon's seconds) need milliseconds; a log's days do not.
+    let decimals = if frame.to - frame.from < 100 * MICROS_PER_SEC {
+        3
+    } else {
+        0
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -104,35 +122,60 @@ pub fn svg(bars: &[Bar], frame: &Frame) -> String {
         r#"<rect width="100%" height="100%" fill="white"/><text x="{LEFT}" y="22" font-size="15">{}</text>"#,
         escape(frame.title)
     );
-    for slice in 0..panels {
-        let top = panel_top(slice);
+    for (index, panel) in frame.panels.iter().enumerate() {
+        let top = panel_top(index);
         let _ = writeln!(
             out,
-            r##"<rect x="{LEFT}" y="{top}" width="{plot_width}" height="{panel_height}" fill="#f4f4f4" stroke="#999"/><text x="6" y="{}" >slice {slice}</text><text x="{}" y="{}" text-anchor="end" fill="#666">0</text><text x="{}" y="{}" text-anchor="end" fill="#666">{}</text>"##,
-            top + 14.0,
-            LEFT - 4.0,
-            top + 12.0,
-            LEFT - 4.0,
-            top + panel_height - 2.0,
-            frame.procs - 1
+            r##"<rect x="{LEFT}" y="{top}" width="{plot_width}" height="{panel_height}" fill="#f4f4f4" stroke="#999"/><text x="6" y="{}">{}</text>"##,
+            top - 3.0,
+            escape(&panel.name)
         );
+        let row_height = panel_height / f64::from(panel.rows.max(1));
+        let label = |row: u32, text: &str| {
+            format!(
+                r##"<text x="{}" y="{:.1}" text-anchor="end" fill="#444" font-size="10">{}</text>"##,
+                LEFT - 4.0,
+                top + (f64::from(row) + 0.5) * row_height + 3.5,
+                escape(text)
+            )
+        };
+        if panel.row_names.is_empty() {
+            let _ = writeln!(out, "{}", label(0, "0"));
+            let _ = writeln!(
+                out,
+                "{}",
+                label(panel.rows.max(1) - 1, &(panel.rows.max(1) - 1).to_string())
+            );
+        } else {
+            for (row, name) in panel.row_names.iter().enumerate() {
+                let _ = writeln!(out, "{}", label(row as u32, name));
+            }
+        }
     }
     for bar in bars {
+        let Some(panel) = frame.panels.get(bar.slice) else {
+            continue;
+        };
         let top = panel_top(bar.slice);
+        let rows = f64::from(panel.rows.max(1));
         let (left, right) = (x(bar.from), x(bar.to));
         let width = (right - left).max(0.5);
         let fill = colour(bar.job);
+        let whereabouts = if panel.row_names.is_empty() {
+            format!(": processors {}", spans_text(&bar.spans))
+        } else {
+            String::new()
+        };
         let label = format!(
-            "job {} in slice {}: processors {}, {:.0} s to {:.0} s",
+            "job {} in {}{whereabouts}, {:.decimals$} s to {:.decimals$} s",
             bar.job,
-            bar.slice,
-            spans_text(&bar.spans),
-            seconds(bar.from),
-            seconds(bar.to)
+            panel.name,
+            seconds(bar.from - frame.origin),
+            seconds(bar.to - frame.origin)
         );
         for span in &bar.spans {
-            let y = top + f64::from(span.start) / procs * panel_height;
-            let h = (f64::from(span.len) / procs * panel_height).max(0.5);
+            let y = top + f64::from(span.start) / rows * panel_height;
+            let h = (f64::from(span.len) / rows * panel_height).max(0.5);
             let _ = writeln!(
                 out,
                 r#"<rect x="{left:.2}" y="{y:.2}" width="{width:.2}" height="{h:.2}" fill="{fill}" stroke="white" stroke-width="0.3"><title>{label}</title></rect>"#
@@ -140,21 +183,23 @@ pub fn svg(bars: &[Bar], frame: &Frame) -> String {
         }
     }
     let axis = TOP + panels as f64 * (panel_height + PANEL_GAP) - PANEL_GAP;
-    for tick in ticks(frame.from, frame.to) {
-        let at = x(tick);
+    let (marks, step) = ticks(frame.from - frame.origin, frame.to - frame.origin);
+    for tick in marks {
+        let at = x(tick + frame.origin);
         let _ = writeln!(
             out,
             r##"<line x1="{at:.1}" y1="{axis}" x2="{at:.1}" y2="{}" stroke="#333"/><text x="{at:.1}" y="{}" text-anchor="middle">{}</text>"##,
             axis + 5.0,
             axis + 18.0,
-            clock(tick)
+            clock(tick, step)
         );
     }
     let _ = writeln!(
         out,
-        r#"<text x="{}" y="{}" text-anchor="middle">time since the start of the log; processors top to bottom</text></svg>"#,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text></svg>"#,
         LEFT + plot_width / 2.0,
-        axis + 34.0
+        axis + 34.0,
+        escape(frame.axis)
     );
     out
 }
@@ -163,8 +208,17 @@ fn seconds(t: Micros) -> f64 {
     t as f64 / MICROS_PER_SEC as f64
 }
 
-/// A tick's label: h:mm:ss within the first day, then days and hh:mm.
-fn clock(t: Micros) -> String {
+/// A tick's label: seconds while ticks are under a minute apart, else h:mm:ss within the first
+/// day, then days and hh:mm.
+fn clock(t: Micros, step: Micros) -> String {
+    if step < 60 * MICROS_PER_SEC {
+        let decimals = match step {
+            s if s < 100_000 => 2,
+            s if s < MICROS_PER_SEC => 1,
+            _ => 0,
+        };
+        return format!("{:.decimals$} s", seconds(t));
+    }
     let s = t.div_euclid(MICROS_PER_SEC);
     if s < 86_400 {
         format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
@@ -173,20 +227,24 @@ fn clock(t: Micros) -> String {
     }
 }
 
-/// About eight round tick times across `[from, to)`.
-fn ticks(from: Micros, to: Micros) -> Vec<Micros> {
-    const STEPS: [i64; 13] = [1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600];
+/// About eight round tick times across `[from, to)`, and their step.
+fn ticks(from: Micros, to: Micros) -> (Vec<Micros>, Micros) {
+    const STEPS_MS: [i64; 19] = [
+        10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000,
+        600_000, 1_800_000, 3_600_000, 7_200_000, 21_600_000,
+    ];
     let wanted = (to - from) / 8;
-    let step = STEPS
+    let step = STEPS_MS
         .iter()
-        .map(|s| s * MICROS_PER_SEC)
+        .map(|ms| ms * 1_000)
         .find(|&s| s >= wanted)
         .unwrap_or(43_200 * MICROS_PER_SEC);
     let first = from.div_euclid(step) * step + if from.rem_euclid(step) > 0 { step } else { 0 };
-    (0..)
+    let ticks = (0..)
         .map(|k| first + k * step)
         .take_while(|&t| t <= to)
-        .collect()
+        .collect();
+    (ticks, step)
 }
 
 fn spans_text(spans: &[Span]) -> String {
@@ -260,26 +318,43 @@ mod tests {
         ];
         let frame = Frame {
             title: "a <test>",
-            procs: 8,
+            panels: (0..2)
+                .map(|slice| Panel {
+                    name: format!("slice {slice}"),
+                    rows: 8,
+                    row_names: Vec::new(),
+                })
+                .collect(),
             from: 0,
             to: 120 * MICROS_PER_SEC,
+            origin: 0,
+            axis: "time",
         };
         let text = svg(&bars, &frame);
         assert!(text.contains(">slice 0<") && text.contains(">slice 1<"));
         assert!(!text.contains(">slice 2<"));
+        assert!(text.contains(">7<"), "the last processor's number");
         assert_eq!(text.matches("<title>job 1 ").count(), 2);
         assert!(text.contains("job 2 in slice 1: processors 0-7, 30 s to 90 s"));
         assert!(text.contains("a &lt;test&gt;"));
-        assert!(text.contains(">0:01:00<"), "a tick a minute in");
+        assert!(text.contains(">60 s<"), "a tick a minute in");
     }
 
     #[test]
     fn ticks_are_round_and_inside_the_window() {
-        let ticks = ticks(90 * MICROS_PER_SEC, 3 * 3600 * MICROS_PER_SEC);
-        assert!(ticks.len() >= 4 && ticks.len() <= 10, "{ticks:?}");
-        assert!(ticks.iter().all(|t| t % (1800 * MICROS_PER_SEC) == 0));
-        assert!(ticks[0] >= 90 * MICROS_PER_SEC);
-        assert_eq!(clock(90 * MICROS_PER_SEC), "0:01:30");
-        assert_eq!(clock((2 * 86_400 + 3_660) * MICROS_PER_SEC), "2d 01:01");
+        let (marks, step) = ticks(90 * MICROS_PER_SEC, 3 * 3600 * MICROS_PER_SEC);
+        assert!(marks.len() >= 4 && marks.len() <= 10, "{marks:?}");
+        assert_eq!(step, 1800 * MICROS_PER_SEC);
+        assert!(marks.iter().all(|t| t % step == 0) && marks[0] >= 90 * MICROS_PER_SEC);
+        assert_eq!(clock(90 * MICROS_PER_SEC, step), "0:01:30");
+        assert_eq!(
+            clock((2 * 86_400 + 3_660) * MICROS_PER_SEC, step),
+            "2d 01:01"
+        );
+        // A daemon's few seconds: ticks a fraction of a second apart, labelled in seconds.
+        let (marks, step) = ticks(0, 2 * MICROS_PER_SEC);
+        assert_eq!(step, 500_000);
+        assert_eq!(marks.len(), 5);
+        assert_eq!(clock(1_500_000, step), "1.5 s");
     }
 }

@@ -1,0 +1,272 @@
+//! `cosched gantt`: what actually ran, drawn from the agents' logs of slot boundaries (each
+//! stop and start of a job, on the true clock).
+
+use crate::client::{ask, Socket};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use cosched_core::{Micros, Span, MICROS_PER_SEC};
+use cosched_daemon::protocol::{BoundaryRecord, Reply, Request};
+use cosched_sim::gantt::{self, Bar, Frame, Panel};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Draw what ran when: a Gantt chart (SVG) of the last seconds, a panel per node, a row per
+/// job, a bar for each stretch a job was let run
+#[derive(Args)]
+#[command(after_help = "Examples:\n  \
+  cosched gantt --out ran.svg                 # the last 10 seconds\n  \
+  cosched gantt --since 2 --out ran.svg       # 2 seconds: every slot shows\n  \
+  cosched gantt --state-dir /var/lib/cosched-agent --out ran.svg   # on a cluster's node, as root\n\n\
+Bars begin when a job was thawed (or favoured) and end when its stop was confirmed, as the \
+agent logged them, so the rotation, the alternates and an interactive job's preemption all \
+show. One machine: the daemon answers (anyone may look). A cluster's agents keep their logs \
+on their nodes: read them there with --state-dir. Open the SVG in a browser (hover a bar for \
+its times); for a PNG: rsvg-convert ran.svg -o ran.png.")]
+pub struct GanttArgs {
+    /// How many seconds back the chart begins (at most a day)
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    since: f64,
+    /// Where to write the chart (SVG)
+    #[arg(long, value_name = "FILE.svg")]
+    out: PathBuf,
+    /// Read the log in these agents' state directories instead of asking the daemon
+    #[arg(long = "state-dir", value_name = "DIR")]
+    state_dirs: Vec<PathBuf>,
+    #[command(flatten)]
+    socket: Socket,
+}
+
+/// A job running when the window opens has started before it: its start is looked for this
+/// far back.
+const LOOK_BACK: Micros = 60 * MICROS_PER_SEC;
+
+pub fn gantt(args: GanttArgs) -> Result<()> {
+    if !(args.since > 0.0 && args.since <= 86_400.0) {
+        bail!(
+            "--since must be between 0 and 86400 seconds (got {})",
+            args.since
+        );
+    }
+    let to = cosched_agent::clock::now_micros();
+    let from = to - (args.since * MICROS_PER_SEC as f64).round() as Micros;
+    let records = if args.state_dirs.is_empty() {
+        let Reply::Boundaries { boundaries, .. } = ask(
+            args.socket.path(),
+            &Request::Boundaries {
+                since_us: from - LOOK_BACK,
+            },
+        )?
+        else {
+            bail!("unexpected reply to boundaries");
+        };
+        boundaries
+    } else {
+        let mut records = Vec::new();
+        for dir in &args.state_dirs {
+            let path = dir.join(cosched_agent::boundaries::BOUNDARY_LOG);
+            if !path.exists() {
+                bail!(
+                    "{}: no boundary log (is this an agent's --state-dir?)",
+                    path.display()
+                );
+            }
+            records.extend(cosched_agent::boundaries::read_log(dir));
+        }
+        records
+    };
+    // Names, and where a job ended (no boundary logs an end), from the daemon when it answers
+    // (on a cluster's node it may not be reachable: then rows are numbered, ends open).
+    let jobs: BTreeMap<u64, Known> = match ask(args.socket.path(), &Request::Ps { all: true }) {
+        Ok(Reply::Jobs { jobs, .. }) => jobs
+            .into_iter()
+            .map(|j| {
+                let known = Known {
+                    name: j.name,
+                    ended_us: j.ended_us,
+                };
+                (j.id, known)
+            })
+            .collect(),
+        _ => BTreeMap::new(),
+    };
+    let (panels, bars) = chart(&records, &jobs, from, to);
+    if bars.is_empty() {
+        eprintln!(
+            "cosched: nothing was stopped or started in the last {} s (no gang rotation, or no job)",
+            args.since
+        );
+    }
+    let title = format!(
+        "what ran from {} to {} UTC ({} node(s))",
+        time_of_day(from),
+        time_of_day(to),
+        panels.len()
+    );
+    let frame = Frame {
+        title: &title,
+        panels,
+        from,
+        to,
+        origin: from,
+        axis: "seconds since the chart's start; a row per job",
+    };
+    std::fs::write(&args.out, gantt::svg(&bars, &frame))
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    Ok(())
+}
+
+/// What the daemon says of a job.
+struct Known {
+    name: String,
+    ended_us: Option<Micros>,
+}
+
+/// Panels (a node each, a row per job seen there) and the stretches each job ran within
+/// `[from, to)`: from a start to the next stop, a stop with no start before it running from
+/// the window's start, a start with no stop after it running until the job ended (or on).
+fn chart(
+    records: &[BoundaryRecord],
+    jobs: &BTreeMap<u64, Known>,
+    from: Micros,
+    to: Micros,
+) -> (Vec<Panel>, Vec<Bar>) {
+    let mut by_node: BTreeMap<&str, Vec<&BoundaryRecord>> = BTreeMap::new();
+    for record in records {
+        by_node.entry(&record.node).or_default().push(record);
+    }
+    let mut panels = Vec::new();
+    let mut bars = Vec::new();
+    for (node, mut records) in by_node {
+        records.sort_by_key(|r| r.woke_us);
+        let mut stretches: Vec<(u64, Micros, Micros)> = Vec::new();
+        let mut running: BTreeMap<u64, Micros> = BTreeMap::new();
+        for record in records {
+            // A boundary stops before it starts (freeze confirmed, then thaw).
+            for stop in &record.stopped {
+                let start = running.remove(&stop.job).unwrap_or(from);
+                stretches.push((stop.job, start, stop.at_us));
+            }
+            for start in &record.started {
+                running.entry(start.job).or_insert(start.at_us);
+            }
+        }
+        stretches.extend(running.into_iter().map(|(job, start)| {
+            let end = jobs.get(&job).and_then(|k| k.ended_us).unwrap_or(to);
+            (job, start, end)
+        }));
+        stretches.retain(|&(_, start, end)| start < to && end > from && start < end);
+        let rows: Vec<u64> = stretches
+            .iter()
+            .map(|&(job, ..)| job)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let row_of = |job: u64| rows.iter().position(|&j| j == job).expect("listed") as u32;
+        bars.extend(stretches.iter().map(|&(job, start, end)| Bar {
+            job,
+            slice: panels.len(),
+            spans: vec![Span {
+                start: row_of(job),
+                len: 1,
+            }],
+            from: start.max(from),
+            to: end.min(to),
+        }));
+        panels.push(Panel {
+            name: format!("node {node}"),
+            rows: rows.len() as u32,
+            row_names: rows
+                .iter()
+                .map(|job| match jobs.get(job) {
+                    Some(known) => format!("{job} {}", shorten(&known.name)),
+                    None => format!("job {job}"),
+                })
+                .collect(),
+        });
+    }
+    (panels, bars)
+}
+
+/// A job's name short enough for the chart's margin.
+fn shorten(name: &str) -> String {
+    let short: String = name.chars().take(7).collect();
+    if short.len() < name.len() {
+        format!("{short}…")
+    } else {
+        short
+    }
+}
+
+fn time_of_day(at: Micros) -> String {
+    let s = at.div_euclid(MICROS_PER_SEC).rem_euclid(86_400);
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cosched_proto::JobMoment;
+
+    fn boundary(node: &str, at: Micros, stopped: &[u64], started: &[u64]) -> BoundaryRecord {
+        let moments =
+            |jobs: &[u64], at_us| jobs.iter().map(|&job| JobMoment { job, at_us }).collect();
+        BoundaryRecord {
+            node: node.into(),
+            slot: at / 100,
+            generation: Some(1),
+            woke_us: at,
+            lateness_us: Some(0),
+            stopped: moments(stopped, at + 1),
+            started: moments(started, at + 2),
+        }
+    }
+
+    #[test]
+    fn stretches_run_from_a_start_to_the_next_stop_within_the_window() {
+        let records = [
+            boundary("b", 1_000, &[], &[7]),
+            boundary("a", 1_000, &[], &[1]),
+            boundary("a", 1_100, &[1], &[2]),
+            boundary("a", 1_200, &[2], &[1]),
+            boundary("a", 1_300, &[1], &[2]),
+        ];
+        let jobs = BTreeMap::from([
+            (
+                1,
+                Known {
+                    name: "a-long-job-name".into(),
+                    ended_us: None,
+                },
+            ),
+            (
+                7,
+                Known {
+                    name: "short".into(),
+                    ended_us: Some(1_250),
+                },
+            ),
+        ]);
+        let (panels, bars) = chart(&records, &jobs, 1_050, 1_400);
+        assert_eq!(panels.len(), 2);
+        assert_eq!(panels[0].name, "node a");
+        assert_eq!(panels[0].row_names, ["1 a-long-…", "job 2"]);
+        let summary: Vec<(usize, u64, Micros, Micros)> = bars
+            .iter()
+            .map(|b| (b.slice, b.job, b.from, b.to))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (0, 1, 1_050, 1_101),
+                (0, 2, 1_102, 1_201),
+                (0, 1, 1_202, 1_301),
+                (0, 2, 1_302, 1_400),
+                (1, 7, 1_050, 1_250),
+            ]
+        );
+        assert_eq!(bars[1].spans[0].start, 1, "job 2 has the second row");
+    }
+}
