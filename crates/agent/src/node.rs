@@ -17,7 +17,7 @@ use crate::{fault, job_name, Applier, IdleTracker, Mode, Samples, SwitchRecord};
 use cosched_cgroups::{Actuator, CgroupError, Cgroups};
 use cosched_core::{JobId, Micros, Rotation};
 use cosched_proto::{
-    BoundaryRecord, Command, CpuSet, Ending, Event, Launch, NodeStatus, ProcessRef,
+    BoundaryRecord, Command, CpuSet, Ending, Event, Launch, NodeHistograms, NodeStatus, ProcessRef,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -403,6 +403,11 @@ impl<A: Actuator> NodeAgent<A> {
             clock_shift_us: self.settings.clock_shift_us,
             sent_us: now,
             scheduling: self.switching(),
+            histograms: NodeHistograms {
+                lateness: stats.lateness.histogram(),
+                switch: stats.switch.histogram(),
+                skew: stats.skew.histogram(),
+            },
         };
         self.events.report(Event::Status { status });
     }

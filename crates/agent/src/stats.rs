@@ -1,15 +1,17 @@
 //! Per-switch measurements kept as samples, summarised as p50 / p99 / max / count.
 
-pub use cosched_proto::Summary;
+pub use cosched_proto::{Histogram, Summary};
 use std::time::Duration;
 
 /// Samples in microseconds. Bounded: past `capacity` the oldest half is dropped, so a
-/// long-running daemon keeps recent behaviour without growing.
+/// long-running daemon keeps recent behaviour without growing; every sample is also counted
+/// in a histogram that keeps them all.
 #[derive(Clone, Debug)]
 pub struct Samples {
     values: Vec<u64>,
     capacity: usize,
     total: u64,
+    histogram: Histogram,
 }
 
 impl Samples {
@@ -18,6 +20,7 @@ impl Samples {
             values: Vec::new(),
             capacity: capacity.max(2),
             total: 0,
+            histogram: Histogram::default(),
         }
     }
 
@@ -25,9 +28,15 @@ impl Samples {
         if self.values.len() == self.capacity {
             self.values.drain(..self.capacity / 2);
         }
-        self.values
-            .push(value.as_micros().min(u128::from(u64::MAX)) as u64);
+        let us = value.as_micros().min(u128::from(u64::MAX)) as u64;
+        self.values.push(us);
         self.total += 1;
+        self.histogram.record(us);
+    }
+
+    /// Every sample since the start, bucketed.
+    pub fn histogram(&self) -> Histogram {
+        self.histogram.clone()
     }
 
     /// Nearest-rank percentiles of the samples kept.
@@ -76,6 +85,17 @@ mod tests {
         }
         assert!(small.values.len() <= 10);
         assert_eq!(small.summary().count, 25);
+        // The histogram keeps every sample: 0-10 µs in the first bucket, 11-24 in the second.
+        let histogram = small.histogram();
+        assert_eq!((histogram.buckets[0], histogram.buckets[1]), (11, 14));
+        assert_eq!((histogram.count, histogram.sum_us), (25, (0..25).sum()));
+        let mut huge = Samples::new(4);
+        huge.record(Duration::from_secs(1));
+        assert_eq!(
+            huge.histogram().buckets.last(),
+            Some(&1),
+            "past the last bound"
+        );
         assert_eq!(small.summary().max, 24);
         assert_eq!(Samples::new(4).summary(), Summary::default());
     }

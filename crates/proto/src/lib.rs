@@ -15,7 +15,9 @@ pub use generation::{
 };
 pub use names::{Class, JobState, Mode, UnknownMode};
 pub use order::{Command, Ending, Event, ExitInfo, Launch, ProcessRef, ProcessRequest};
-pub use status::{BoundaryRecord, JobMoment, NodeStatus, Summary};
+pub use status::{
+    BoundaryRecord, Histogram, JobMoment, NodeHistograms, NodeStatus, Summary, HISTOGRAM_BOUNDS_US,
+};
 
 /// Bumped whenever a wire type changes meaning; a reader refuses another version.
 pub const PROTOCOL_VERSION: u32 = 1;

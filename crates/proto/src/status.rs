@@ -28,6 +28,51 @@ impl Summary {
     }
 }
 
+/// Upper bounds (µs) of the latency histograms' buckets, a last one (+Inf) after them: from
+/// timer lateness (tens of µs) to a switch the machine stalled (100 ms).
+pub const HISTOGRAM_BOUNDS_US: [u64; 12] = [
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000,
+];
+
+/// Every sample of a measure since the agent started, counted per bucket of
+/// [`HISTOGRAM_BOUNDS_US`] (not cumulative; the last bucket is past the last bound), for
+/// Prometheus histograms: percentiles of several scrapes or nodes cannot be added, buckets can.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Histogram {
+    pub buckets: Vec<u64>,
+    pub sum_us: u64,
+    pub count: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            buckets: vec![0; HISTOGRAM_BOUNDS_US.len() + 1],
+            sum_us: 0,
+            count: 0,
+        }
+    }
+}
+
+impl Histogram {
+    pub fn record(&mut self, us: u64) {
+        let bucket = HISTOGRAM_BOUNDS_US.partition_point(|&bound| bound < us);
+        if let Some(count) = self.buckets.get_mut(bucket) {
+            *count += 1;
+        }
+        self.sum_us = self.sum_us.saturating_add(us);
+        self.count += 1;
+    }
+}
+
+/// The latency histograms a node reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeHistograms {
+    pub lateness: Histogram,
+    pub switch: Histogram,
+    pub skew: Histogram,
+}
+
 /// A node agent's report on itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -64,6 +109,9 @@ pub struct NodeStatus {
     /// Whether it follows the controller's plan (false: it lost the controller or etcd, and
     /// lets every job run unscheduled until it is back).
     pub scheduling: bool,
+    /// Lateness, switch and skew since the agent started, bucketed (absent from older agents).
+    #[serde(default)]
+    pub histograms: NodeHistograms,
 }
 
 /// One slot boundary at which a node stopped or started jobs, as its agent logs it (one JSON
