@@ -409,7 +409,9 @@ impl<A: Actuator> NodeAgent<A> {
                 skew: stats.skew.histogram(),
             },
         };
-        self.events.report(Event::Status { status });
+        self.events.report(Event::Status {
+            status: Box::new(status),
+        });
     }
 
     fn handle(&mut self, order: Order) {

@@ -1430,7 +1430,7 @@ impl Shared {
             Event::Idle { job } => inner.went_idle(job, now),
             Event::Woke { job } => inner.woke(job, now),
             Event::Trouble { job, what } => log(format_args!("job {job}: agent: {what}")),
-            Event::Status { status } => inner.heard_from(status, now),
+            Event::Status { status } => inner.heard_from(*status, now),
             Event::ProcessWanted {
                 job,
                 process,

@@ -392,7 +392,9 @@ fn listen_to_agents(shared: &Arc<Shared>, agents: Agents) -> Result<Listening, S
                 "cosched-status",
                 Box::new(move || {
                     f.statuses(|status| {
-                        s.handle_event(cosched_proto::Event::Status { status });
+                        s.handle_event(cosched_proto::Event::Status {
+                            status: Box::new(status),
+                        });
                         true
                     })
                 }),

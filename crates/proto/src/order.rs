@@ -143,7 +143,7 @@ pub enum Event {
     /// An order about the job could not be carried out (it is logged, nothing else).
     Trouble { job: JobId, what: String },
     /// The node's figures, about once a second and when it stops.
-    Status { status: NodeStatus },
+    Status { status: Box<NodeStatus> },
     /// A process of the job (uid `uid`, checked against the job's cgroup here) asks for a
     /// process on node `host` (an address or a node name).
     ProcessWanted {
