@@ -6,7 +6,7 @@ use cosched_agent::Mode;
 use cosched_cgroups::Freezer;
 use cosched_daemon::{check, ClusterConfig, DaemonConfig, NodeConfig, OnStop};
 use cosched_proto::CpuSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub const DEFAULT_SOCKET: &str = "/run/cosched/cosched.sock";
 
@@ -98,6 +98,68 @@ pub struct ClusterArgs {
     /// The cluster's name: its keys live under /cosched/NAME/ in etcd
     #[arg(long = "cluster", default_value = "default", value_name = "NAME")]
     name: String,
+    /// etcd's auth: a file holding --etcd-user's password, that only root may read. Without
+    /// auth, any process that reaches etcd (a job on a node included) could order the agents
+    /// to run anything as anyone
+    #[arg(long, value_name = "FILE")]
+    etcd_password_file: Option<PathBuf>,
+    /// The etcd user to authenticate as
+    #[arg(long, default_value = "root", value_name = "NAME")]
+    etcd_user: String,
+    /// Talk to etcd without auth: only for an etcd no job can reach
+    #[arg(long, conflicts_with = "etcd_password_file")]
+    etcd_insecure: bool,
+}
+
+impl ClusterArgs {
+    /// etcd's credentials: from the password file, or none with --etcd-insecure; refused
+    /// without either.
+    fn credentials(&self) -> Result<Option<cosched_daemon::EtcdCredentials>> {
+        let Some(path) = &self.etcd_password_file else {
+            if !self.etcd_insecure {
+                bail!(
+                    "--etcd needs --etcd-password-file (etcd's auth): without it any process \
+                     that reaches etcd, a job on a node included, could order the agents to run \
+                     anything as root (--etcd-insecure: an etcd no job can reach)"
+                );
+            }
+            return Ok(None);
+        };
+        Ok(Some(cosched_daemon::EtcdCredentials {
+            user: self.etcd_user.clone(),
+            password: read_secret(path)?,
+        }))
+    }
+}
+
+/// A secret from a file that must be root's and unreadable by anyone else.
+fn read_secret(path: &Path) -> Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let meta = file.metadata()?;
+    if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o077 != 0 {
+        bail!(
+            "{} must be a file of root's that no one else may read or write (chown root, chmod 600): it holds etcd's password",
+            path.display()
+        );
+    }
+    let mut secret = String::new();
+    file.take(4096)
+        .read_to_string(&mut secret)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let secret = secret.trim_end_matches(['\n', '\r']).to_string();
+    if secret.is_empty() {
+        bail!(
+            "{} is empty (it should hold etcd's password)",
+            path.display()
+        );
+    }
+    Ok(secret)
 }
 
 pub fn run(args: DaemonArgs) -> Result<()> {
@@ -145,6 +207,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
         supervisor_exe: std::env::current_exe().context("finding this program for supervisors")?,
         keep_ended: args.keep_ended,
         cluster: (!args.cluster.etcd.is_empty()).then_some(ClusterConfig {
+            etcd_credentials: args.cluster.credentials()?,
             etcd: args.cluster.etcd,
             cluster: args.cluster.name,
             wait_nodes: args.wait_nodes,
@@ -240,6 +303,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         .cpus
         .unwrap_or_else(|| CpuSet::from_cpus(0..cosched_daemon::usable_cpus()));
     let config = NodeConfig {
+        etcd_credentials: args.cluster.credentials()?,
         etcd: args.cluster.etcd,
         cluster: args.cluster.name,
         state_dir: args

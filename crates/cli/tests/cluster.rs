@@ -48,7 +48,9 @@ impl Agent {
     ) -> Agent {
         let log = d.dir.join(format!("agent-{node}.log"));
         let child = Command::new(COSCHED)
-            .args(["agent", "--etcd", &etcd.url, "--cluster", cluster])
+            .arg("agent")
+            .args(etcd.flags())
+            .args(["--cluster", cluster])
             .args(["--node", node, "--cgroup-parent", parent])
             .args(node_args)
             .arg("--state-dir")
@@ -119,14 +121,18 @@ type Nodes<'a> = [&'a [&'a str]; 2];
 
 const ONE_CPU_EACH: Nodes = [&["--cpus", "0"], &["--cpus", "1"]];
 
+/// A controller and two agents on `etcd`, with etcd's auth on (as clusters should run).
 fn cluster_on(
-    etcd: Etcd,
+    mut etcd: Etcd,
     name: &str,
     deadline_ms: u64,
     nodes: Nodes,
 ) -> (Etcd, Daemon, Agent, Agent) {
+    etcd.enable_auth();
     let cluster = format!("{name}-{}", std::process::id());
-    let mut args = vec!["--etcd", &etcd.url, "--cluster", &cluster];
+    let flags = etcd.flags();
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    args.extend(["--cluster", &cluster]);
     args.extend(CONTROLLER);
     let d = Daemon::start(&args);
     let a = Agent::start(&etcd, &cluster, &d, "a", nodes[0], &d.parent, deadline_ms);
@@ -339,7 +345,9 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
     let log = dir.join("daemon.log");
     let standby = Controller {
         child: Command::new(COSCHED)
-            .args(["daemon", "--etcd", &etcd.url, "--cluster", &cluster])
+            .arg("daemon")
+            .args(etcd.flags())
+            .args(["--cluster", &cluster])
             .args(CONTROLLER)
             .arg("--socket")
             .arg(dir.join("cosched.sock"))
@@ -527,9 +535,12 @@ fn a_job_taken_back_into_the_rotation_stays_on_the_nodes_its_processes_live_on()
 #[test]
 fn a_node_that_joins_later_serves_the_waiting_jobs_at_once() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // Without auth (--etcd-insecure): the rest of the tests run with it.
     let etcd = Etcd::start("late");
     let cluster = format!("late-{}", std::process::id());
-    let mut args = vec!["--etcd", &etcd.url, "--cluster", &cluster];
+    let flags = etcd.flags();
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    args.extend(["--cluster", &cluster]);
     // One node to start with, and space sharing only: a job that does not fit waits.
     args.extend(["--wait-nodes", "1", "--quantum-ms", "100", "--mpl", "1"]);
     let d = Daemon::start(&args);
@@ -580,7 +591,14 @@ fn a_controller_refuses_what_only_agents_do() {
         ("--freezer", "v2", "--freezer is for one machine"),
     ] {
         let out = Command::new(COSCHED)
-            .args(["daemon", "--etcd", "http://127.0.0.1:9", flag, value])
+            .args([
+                "daemon",
+                "--etcd",
+                "http://127.0.0.1:9",
+                "--etcd-insecure",
+                flag,
+                value,
+            ])
             .output()
             .unwrap();
         refused(&out, expected);
@@ -590,7 +608,14 @@ fn a_controller_refuses_what_only_agents_do() {
 #[test]
 fn an_agent_whose_lease_would_end_before_its_deadline_is_refused() {
     let out = Command::new(COSCHED)
-        .args(["agent", "--etcd", "http://127.0.0.1:9", "--node", "a"])
+        .args([
+            "agent",
+            "--etcd",
+            "http://127.0.0.1:9",
+            "--etcd-insecure",
+            "--node",
+            "a",
+        ])
         .args(["--lease-ttl", "3", "--deadline-ms", "3000"])
         .output()
         .unwrap();
@@ -669,6 +694,7 @@ fn an_agent_that_cannot_reach_etcd_leaves_no_cgroup_behind() {
             "agent",
             "--etcd",
             &nobody_listens,
+            "--etcd-insecure",
             "--node",
             "a",
             "--cpus",
@@ -698,4 +724,30 @@ fn an_agent_that_cannot_reach_etcd_leaves_no_cgroup_behind() {
     remove_cgroups(&parent);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(left.is_empty(), "cgroups left behind: {left:?}");
+}
+
+#[test]
+fn a_cluster_without_etcd_auth_is_refused_unless_asked_for_and_a_loose_password_file_too() {
+    for command in [&["daemon"][..], &["agent", "--node", "a"]] {
+        let out = Command::new(COSCHED)
+            .args(command)
+            .args(["--etcd", "http://127.0.0.1:9"])
+            .output()
+            .unwrap();
+        refused(&out, "--etcd needs --etcd-password-file (etcd's auth)");
+    }
+    let file = std::env::temp_dir().join(format!("cosched-etcd-pw-{}", std::process::id()));
+    std::fs::write(&file, "secret\n").unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let out = Command::new(COSCHED)
+        .args(["agent", "--etcd", "http://127.0.0.1:9", "--node", "a"])
+        .arg("--etcd-password-file")
+        .arg(&file)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&file).unwrap();
+    refused(
+        &out,
+        "that no one else may read or write (chown root, chmod 600)",
+    );
 }

@@ -352,6 +352,23 @@ fn only_a_jobs_own_processes_may_add_processes_and_only_on_its_nodes() {
     assert_eq!(out.status.code(), Some(255), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is not part of job"), "{err}");
+    // A job reaches etcd's port from its node, but etcd's auth is on: writing an order for
+    // an agent (what once ran a user's command as root) is refused.
+    let (_, out) = inside(
+        "python3 -c \"
+import urllib.request, urllib.error
+body = b'{\\\"key\\\": \\\"L2Nvc2NoZWQveA==\\\", \\\"value\\\": \\\"eA==\\\"}'
+try:
+    urllib.request.urlopen('http://10.77.0.1:2379/v3/kv/put', body, timeout=5)
+    print('etcd took the write')
+except urllib.error.HTTPError as e:
+    print('etcd said', e.code, e.read().decode())
+\"",
+    );
+    assert!(
+        out.contains("etcd said 400") && out.contains("user name is empty"),
+        "{out}"
+    );
     let _ = lab.cosched(&["cancel", &job.to_string()]);
 }
 

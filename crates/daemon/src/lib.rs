@@ -15,6 +15,7 @@ pub mod store;
 pub use cosched_agent::unix;
 pub mod waiters;
 
+pub use cosched_etcd::Credentials as EtcdCredentials;
 pub use daemon::OnStop;
 pub use node::{serve_node, NodeConfig};
 pub use server::{serve, usable_cpus, ClusterConfig, DaemonConfig, StartError};

@@ -4,13 +4,14 @@
 //! or when it stops.
 
 use crate::server::{
-    io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop, StartError,
+    etcd_client, io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop,
+    StartError,
 };
 use cosched_agent::clock::now_micros;
 use cosched_agent::door::Door;
 use cosched_agent::{EventSink, Mode, NodeAgent, NodeSettings};
 use cosched_cgroups::{Actuator, Freezer};
-use cosched_cluster::{join, whoami, ClusterError, Keys, NodeInfo};
+use cosched_cluster::{join, whoami, Keys, NodeInfo};
 use cosched_core::Micros;
 use cosched_proto::CpuSet;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,8 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
     pub etcd: Vec<String>,
+    /// etcd's auth (none: an etcd no job can reach, `--etcd-insecure`).
+    pub etcd_credentials: Option<cosched_etcd::Credentials>,
     pub cluster: String,
     pub node: String,
     pub cpus: CpuSet,
@@ -99,10 +102,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         ))
     })?;
     let described = actuator.describe();
-    let client = Arc::new(
-        cosched_etcd::Client::new(&config.etcd, cosched_etcd::REQUEST_TIMEOUT)
-            .map_err(ClusterError::from)?,
-    );
+    let client = Arc::new(etcd_client(&config.etcd, &config.etcd_credentials)?);
     let keys = Keys::new(&config.cluster)?;
     let info = NodeInfo {
         protocol: cosched_proto::PROTOCOL_VERSION,

@@ -145,6 +145,8 @@ pub const LOCAL_NODE: &str = "local";
 #[derive(Clone, Debug)]
 pub struct ClusterConfig {
     pub etcd: Vec<String>,
+    /// etcd's auth (none: an etcd no job can reach, `--etcd-insecure`).
+    pub etcd_credentials: Option<cosched_etcd::Credentials>,
     pub cluster: String,
     /// Nodes to wait for before scheduling (the machine is the nodes present then).
     pub wait_nodes: usize,
@@ -456,14 +458,24 @@ fn local_agent(
     ))
 }
 
+/// A client of the cluster's etcd, authenticating when credentials are given.
+pub(crate) fn etcd_client(
+    urls: &[String],
+    credentials: &Option<cosched_etcd::Credentials>,
+) -> Result<cosched_etcd::Client, StartError> {
+    let client = cosched_etcd::Client::new(urls, cosched_etcd::REQUEST_TIMEOUT)
+        .map_err(ClusterError::from)?;
+    Ok(match credentials {
+        Some(credentials) => client.with_credentials(credentials.clone()),
+        None => client,
+    })
+}
+
 /// Waits for the leader key of the cluster (standing by while another controller holds it).
 fn lead_cluster(
     cluster: &ClusterConfig,
 ) -> Result<(Arc<cosched_etcd::Client>, Keys, Leadership), StartError> {
-    let client = Arc::new(
-        cosched_etcd::Client::new(&cluster.etcd, cosched_etcd::REQUEST_TIMEOUT)
-            .map_err(ClusterError::from)?,
-    );
+    let client = Arc::new(etcd_client(&cluster.etcd, &cluster.etcd_credentials)?);
     let keys = Keys::new(&cluster.cluster)?;
     let leadership = become_leader(Arc::clone(&client), &keys, cluster.leader_ttl, |why| {
         // Another controller may lead already: acting on would mean two of them ordering.

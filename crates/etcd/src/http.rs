@@ -40,12 +40,14 @@ pub struct Response {
     pub stream: TcpStream,
 }
 
-/// Sends `body` to `path`; `timeout` bounds the connection and each read (none: reads block).
+/// Sends `body` to `path`, with etcd's auth token when given; `timeout` bounds the
+/// connection and each read (none: reads block).
 pub fn post(
     endpoint: &Endpoint,
     path: &str,
     body: &[u8],
     timeout: Option<Duration>,
+    token: Option<&str>,
 ) -> io::Result<Response> {
     let connect = timeout.unwrap_or(Duration::from_secs(5));
     let address = (endpoint.host.as_str(), endpoint.port)
@@ -56,9 +58,10 @@ pub fn post(
     stream.set_nodelay(true)?;
     stream.set_read_timeout(timeout)?;
     stream.set_write_timeout(Some(connect))?;
+    let authorization = token.map_or(String::new(), |t| format!("Authorization: {t}\r\n"));
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
+         {authorization}Content-Length: {}\r\nConnection: close\r\n\r\n",
         endpoint.host,
         endpoint.port,
         body.len()

@@ -10,6 +10,11 @@
 //! Every request goes to the member that answered last; a member that refuses the
 //! connection or answers 503 is skipped for the next (a dead member of three otherwise keeps
 //! failing a share of requests, notes).
+//!
+//! With [`Credentials`], the client authenticates (etcd's user/password auth) and sends the
+//! token with every request, authenticating again when etcd says the token is no longer
+//! valid. Without auth, every process that reaches etcd (a job on a node included) can
+//! read and write the cluster's control state.
 
 mod http;
 pub mod testing;
@@ -21,6 +26,7 @@ use serde_json::{json, Value};
 use std::io::Read;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long a request may take before the next member is tried. A member whose leader died
@@ -104,6 +110,26 @@ pub struct Client {
     timeout: Duration,
     /// The member that answered last.
     preferred: AtomicUsize,
+    credentials: Option<Arc<Credentials>>,
+    /// The token of the last authentication, shared by the copies `with_timeout` makes.
+    token: Arc<Mutex<Option<String>>>,
+}
+
+/// A user of etcd's auth and its password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Credentials {{ user: {:?}, password: <hidden> }}",
+            self.user
+        )
+    }
 }
 
 fn b64(bytes: &[u8]) -> String {
@@ -165,16 +191,68 @@ impl Client {
             endpoints,
             timeout,
             preferred: AtomicUsize::new(0),
+            credentials: None,
+            token: Arc::default(),
         })
     }
 
-    /// The same members, another bound on each request.
+    /// The same client, authenticating as `credentials` (etcd with auth enabled).
+    pub fn with_credentials(self, credentials: Credentials) -> Client {
+        Client {
+            credentials: Some(Arc::new(credentials)),
+            token: Arc::default(),
+            ..self
+        }
+    }
+
+    /// The same members and credentials, another bound on each request.
     pub fn with_timeout(&self, timeout: Duration) -> Client {
         Client {
             endpoints: self.endpoints.clone(),
             timeout,
             preferred: AtomicUsize::new(self.preferred.load(Ordering::Relaxed)),
+            credentials: self.credentials.clone(),
+            token: Arc::clone(&self.token),
         }
+    }
+
+    /// A token from `endpoint` for the credentials, if any (the one held, unless `fresh`).
+    fn token(&self, endpoint: &Endpoint, fresh: bool) -> Result<Option<String>, String> {
+        let Some(credentials) = &self.credentials else {
+            return Ok(None);
+        };
+        let mut held = self.token.lock().unwrap_or_else(|p| p.into_inner());
+        if !fresh {
+            if let Some(token) = held.as_ref() {
+                return Ok(Some(token.clone()));
+            }
+        }
+        let body = json!({"name": credentials.user, "password": credentials.password});
+        let mut response = http::post(
+            endpoint,
+            "/v3/auth/authenticate",
+            body.to_string().as_bytes(),
+            Some(self.timeout),
+            None,
+        )
+        .map_err(|e| format!("{endpoint}: authenticating: {e}"))?;
+        let mut text = Vec::new();
+        let _ = response.body.by_ref().take(1 << 20).read_to_end(&mut text);
+        let answer: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
+        let token = answer["token"]
+            .as_str()
+            .filter(|t| response.status == 200 && t.chars().all(|c| c.is_ascii_graphic()))
+            .ok_or_else(|| {
+                let why = answer["message"]
+                    .as_str()
+                    .unwrap_or("no token in the answer");
+                format!(
+                    "{endpoint}: authenticating as {}: {} {why}",
+                    credentials.user, response.status
+                )
+            })?;
+        *held = Some(token.to_string());
+        Ok(held.clone())
     }
 
     pub fn endpoints(&self) -> &[Endpoint] {
@@ -183,11 +261,14 @@ impl Client {
 
     /// Sends one request, trying each member from the preferred one on; returns the answer
     /// (not yet read) and the member that gave it.
+    /// With `fresh`, authenticates anew first (a watch: etcd answers one with a stale token
+    /// 200, then ends its stream).
     fn send(
         &self,
         path: &'static str,
         body: &Value,
         timeout: Option<Duration>,
+        fresh: bool,
     ) -> Result<(http::Response, Endpoint), EtcdError> {
         let body = body.to_string();
         let first = self.preferred.load(Ordering::Relaxed);
@@ -195,7 +276,20 @@ impl Client {
         for i in 0..self.endpoints.len() {
             let index = (first + i) % self.endpoints.len();
             let endpoint = &self.endpoints[index];
-            match http::post(endpoint, path, body.as_bytes(), timeout) {
+            // A token etcd no longer knows (it expired, or the member restarted) is renewed
+            // once.
+            let attempt = |fresh| {
+                let token = self.token(endpoint, fresh)?;
+                http::post(endpoint, path, body.as_bytes(), timeout, token.as_deref())
+                    .map_err(|e| format!("{endpoint}: {e}"))
+            };
+            let sent = match attempt(fresh) {
+                Ok(response) if response.status == 401 && self.credentials.is_some() => {
+                    attempt(true)
+                }
+                other => other,
+            };
+            match sent {
                 Ok(response) if response.status == 503 => {
                     last = format!("{endpoint}: 503 (no leader?)");
                 }
@@ -203,7 +297,7 @@ impl Client {
                     self.preferred.store(index, Ordering::Relaxed);
                     return Ok((response, endpoint.clone()));
                 }
-                Err(error) => last = format!("{endpoint}: {error}"),
+                Err(error) => last = error,
             }
         }
         let tried = self
@@ -222,7 +316,7 @@ impl Client {
 
     /// One request: its whole JSON answer and the member that gave it.
     fn answer(&self, path: &'static str, body: Value) -> Result<(Value, Endpoint), EtcdError> {
-        let (mut response, endpoint) = self.send(path, &body, Some(self.timeout))?;
+        let (mut response, endpoint) = self.send(path, &body, Some(self.timeout), false)?;
         let mut text = Vec::new();
         response
             .body
@@ -255,6 +349,20 @@ impl Client {
             });
         }
         Ok((value, endpoint))
+    }
+
+    /// Makes `credentials` etcd's root user (the root role) and turns auth on: from then on
+    /// etcd serves only clients that authenticate.
+    pub fn enable_auth(&self, credentials: &Credentials) -> Result<(), EtcdError> {
+        let user = &credentials.user;
+        self.call(
+            "/v3/auth/user/add",
+            json!({"name": user, "password": credentials.password}),
+        )?;
+        self.call("/v3/auth/role/add", json!({"name": "root"}))?;
+        self.call("/v3/auth/user/grant", json!({"user": user, "role": "root"}))?;
+        self.call("/v3/auth/enable", json!({}))?;
+        Ok(())
     }
 
     /// Writes `key`; with a lease, the key goes when the lease does. Returns the revision.
@@ -394,7 +502,7 @@ impl Client {
             "range_end": b64(&prefix_end(prefix)),
             "start_revision": from.to_string(),
         }});
-        let (response, endpoint) = self.send("/v3/watch", &body, None)?;
+        let (response, endpoint) = self.send("/v3/watch", &body, None, true)?;
         if response.status != 200 {
             return Err(EtcdError::Refused {
                 endpoint,

@@ -2,7 +2,7 @@
 //! several, on loopback ports of their own, data on tmpfs, killed by pid when dropped. Tests of
 //! this crate and of the cluster use it; never a fake.
 
-use crate::Client;
+use crate::{Client, Credentials};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -19,6 +19,10 @@ pub struct Etcd {
     members: Vec<Member>,
     /// Every member's client URL, comma-separated: what `--etcd` takes.
     pub url: String,
+    /// Root's, once `enable_auth` has run: `client` then authenticates.
+    credentials: Option<Credentials>,
+    /// The password in a file of root's (0600), for `--etcd-password-file`.
+    password_file: Option<PathBuf>,
 }
 
 /// A loopback port nobody listens on now.
@@ -75,6 +79,8 @@ impl Etcd {
                         &format!("{name}-{}", std::process::id()),
                     ])
                     .args(["--log-level", "error"])
+                    // Tokens die after a second unused: clients' renewal runs in every test.
+                    .args(["--auth-token-ttl", "1"])
                     .stdout(Stdio::null())
                     .stderr(Stdio::null());
                 // etcd reads every ETCD_* variable as a flag.
@@ -96,6 +102,8 @@ impl Etcd {
         let mut etcd = Etcd {
             members,
             url: String::new(),
+            credentials: None,
+            password_file: None,
         };
         let start = Instant::now();
         for member in &etcd.members {
@@ -122,10 +130,55 @@ impl Etcd {
         etcd
     }
 
-    /// A client of every member.
+    /// A client of every member (root's, once auth is on).
     pub fn client(&self) -> Client {
         let urls: Vec<String> = self.members.iter().map(|m| m.url.clone()).collect();
-        Client::new(&urls, crate::REQUEST_TIMEOUT).expect("a URL")
+        let client = Client::new(&urls, crate::REQUEST_TIMEOUT).expect("a URL");
+        match &self.credentials {
+            Some(credentials) => client.with_credentials(credentials.clone()),
+            None => client,
+        }
+    }
+
+    /// Turns etcd's auth on with a root user of a fresh password, and returns it.
+    pub fn enable_auth(&mut self) -> Credentials {
+        let credentials = Credentials {
+            user: "root".into(),
+            password: format!("pw-{}-{}", std::process::id(), free_port()),
+        };
+        self.client()
+            .enable_auth(&credentials)
+            .expect("etcd enables auth");
+        let file = self.members[0].dir.with_extension("password");
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&file)
+                .expect("the password file");
+            writeln!(out, "{}", credentials.password).expect("the password file");
+        }
+        self.password_file = Some(file);
+        self.credentials = Some(credentials.clone());
+        credentials
+    }
+
+    /// What a controller or an agent is given to reach this etcd: its members, and the
+    /// password file once auth is on (else `--etcd-insecure`).
+    pub fn flags(&self) -> Vec<String> {
+        let mut flags = vec!["--etcd".to_string(), self.url.clone()];
+        match &self.password_file {
+            Some(file) => {
+                flags.push("--etcd-password-file".into());
+                flags.push(file.display().to_string());
+            }
+            None => flags.push("--etcd-insecure".into()),
+        }
+        flags
     }
 
     /// Stops (SIGSTOP) or continues (SIGCONT) every member: a silent cut, as a hung machine.
@@ -171,6 +224,9 @@ impl Drop for Etcd {
                 let _ = child.wait();
             }
             let _ = std::fs::remove_dir_all(&member.dir);
+        }
+        if let Some(file) = &self.password_file {
+            let _ = std::fs::remove_file(file);
         }
     }
 }

@@ -150,3 +150,41 @@ fn with_its_leader_killed_a_three_member_etcd_goes_on_and_so_does_the_client() {
     }
     assert_eq!(seen, [before, after]);
 }
+
+#[test]
+fn with_auth_on_only_a_client_with_the_password_gets_in_and_its_token_is_renewed() {
+    let mut etcd = Etcd::start("auth");
+    let credentials = etcd.enable_auth();
+    let root = etcd.client();
+    root.put("/cosched/t/secret", b"root's", None).unwrap();
+    // What a job that reaches etcd could do without the password: nothing.
+    let anyone = Client::new(std::slice::from_ref(&etcd.url), Duration::from_secs(2)).unwrap();
+    let refused = anyone.get("/cosched/t/secret").unwrap_err().to_string();
+    assert!(refused.contains("user name is empty"), "{refused}");
+    assert!(anyone.put("/cosched/t/secret", b"mine", None).is_err());
+    let guessed = Client::new(std::slice::from_ref(&etcd.url), Duration::from_secs(2))
+        .unwrap()
+        .with_credentials(cosched_etcd::Credentials {
+            user: "root".into(),
+            password: "guess".into(),
+        });
+    let refused = guessed.get("/cosched/t/secret").unwrap_err().to_string();
+    assert!(refused.contains("authentication failed"), "{refused}");
+    assert!(!format!("{credentials:?}").contains(&credentials.password));
+    // Tokens live a second here: one left unused past that is renewed, not fatal; a watch
+    // opened with a stale token is too.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        root.get("/cosched/t/secret").unwrap().unwrap().value,
+        b"root's"
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut watch = root.watch("/cosched/t/", 1).unwrap();
+    let events = watch.next_batch().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    // An open watch outlives its token.
+    std::thread::sleep(Duration::from_millis(2500));
+    root.put("/cosched/t/later", b"1", None).unwrap();
+    let events = watch.next_batch().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+}
