@@ -221,10 +221,13 @@ pub fn run(args: DaemonArgs) -> Result<()> {
 /// Run a node's agent in a cluster: it joins through etcd, starts and switches the jobs the
 /// controller places on this node, on the cluster's slot clock.
 #[derive(Args)]
-#[command(after_help = "Example (two nodes and a controller, one etcd):\n  \
-  cosched agent --etcd http://10.0.0.1:2379 --node a --cpus 0-7 --address 10.0.0.11\n  \
-  cosched agent --etcd http://10.0.0.1:2379 --node b --cpus 0-7 --address 10.0.0.12\n  \
-  cosched daemon --etcd http://10.0.0.1:2379 --wait-nodes 2\n\n\
+#[command(after_help = "Example (two nodes and a controller, one etcd with its auth on):\n  \
+  cosched agent --etcd http://10.0.0.1:2379 --etcd-password-file /etc/cosched/etcd.password \\\n      \
+  --node a --cpus 0-7 --address 10.0.0.11\n  \
+  cosched agent --etcd http://10.0.0.1:2379 --etcd-password-file /etc/cosched/etcd.password \\\n      \
+  --node b --cpus 0-7 --address 10.0.0.12\n  \
+  cosched daemon --etcd http://10.0.0.1:2379 --etcd-password-file /etc/cosched/etcd.password \\\n      \
+  --wait-nodes 2\n\n\
 The agent registers the node under a lease: if it dies, its key goes after --lease-ttl and \
 the controller marks the node's jobs lost. If it loses etcd, or no controller holds the \
 leader key, for longer than --deadline-ms, it lets its jobs run unscheduled until the control \
