@@ -26,8 +26,11 @@ use std::time::Duration;
 const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 /// The longest request (a remote daemon's command line is a few hundred bytes).
 const REQUEST_LIMIT: usize = 64 << 10;
-/// Requests one uid may have being read at once.
-const READING_PER_UID: usize = 8;
+/// Requests one uid may have being read at once. Open MPI starts up to 128 remote daemons at
+/// once (`plm_rsh_num_concurrent`): their requests arrive together, each holding a place (and
+/// a thread) only until its line is in, at most REQUEST_DEADLINE. At 8, 25 of 50 parallel
+/// launches were refused.
+const READING_PER_UID: usize = 64;
 /// Processes one uid may be waiting for at once (an MPI launcher asks once per remote node).
 pub const WAITING_PER_UID: usize = 1024;
 
@@ -213,6 +216,9 @@ impl Door {
         let Ok(who) = peer_credentials(&stream) else {
             return;
         };
+        // Taken now: by the time the request is read, the caller may have exited and its pid
+        // be another process's, one of someone else's job (kernels before 6.5 have none).
+        let peer = crate::unix::peer_pidfd(&stream).ok();
         {
             let mut state = self.lock();
             let reading = state.reading.entry(who.uid).or_default();
@@ -239,7 +245,7 @@ impl Door {
                 }
             }
         }
-        let outcome = request.and_then(|request| self.register(&stream, who, request));
+        let outcome = request.and_then(|request| self.register(&stream, who, request, &peer));
         if let Err(why) = outcome {
             answer(&stream, &Ending::refused(why));
         }
@@ -251,6 +257,7 @@ impl Door {
         stream: &UnixStream,
         who: crate::unix::Credentials,
         request: ProcessRequest,
+        peer: &Option<std::os::fd::OwnedFd>,
     ) -> Result<(), String> {
         let ProcessRequest { job, host, command } = request;
         if host.is_empty() || command.trim().is_empty() {
@@ -266,6 +273,14 @@ impl Door {
                 "process {} is not part of job {job} on node {}: only the job's own processes \
                  may add processes to it",
                 who.pid, self.node
+            ));
+        }
+        // Still alive after the check: its pid named it, not a successor, during the check.
+        if peer.as_ref().is_some_and(crate::unix::has_exited) {
+            return Err(format!(
+                "process {} exited before its request was read: only a live process of job \
+                 {job} may add processes to it",
+                who.pid
             ));
         }
         let waiting = state.waiting.values().filter(|w| w.uid == who.uid).count();
@@ -438,6 +453,61 @@ mod tests {
         assert!(note.contains("names no host"), "{note}");
         let note = refusal(&fixture.ask(&format!("{}\n", "x".repeat(REQUEST_LIMIT + 10))));
         assert!(note.contains("longer than"), "{note}");
+        assert!(
+            fixture.events.try_recv().is_err(),
+            "nothing reached the controller"
+        );
+    }
+
+    #[test]
+    fn a_caller_that_exited_cannot_be_stood_in_for() {
+        use std::os::fd::{AsRawFd, IntoRawFd};
+        use std::os::unix::process::CommandExt;
+        // The attack: a process of the job connects, hands the connection over and exits;
+        // once its pid names a process of another job, the holder asks in that job's name.
+        // Here the pid is listed (as a reused pid would be) but the process is gone.
+        let fixture = Fixture::new("gone");
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let theirs = theirs.into_raw_fd();
+        let mut command = std::process::Command::new("python3");
+        command
+            .args([
+                "-c",
+                "import socket, sys\n\
+                 door = socket.socket(socket.AF_UNIX); door.connect(sys.argv[1])\n\
+                 socket.send_fds(socket.socket(fileno=3), [b'x\\n'], [door.fileno()])",
+            ])
+            .arg(fixture.door.path());
+        // SAFETY: dup2 is async-signal-safe; `theirs` stays open until after the spawn.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::dup2(theirs, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().unwrap();
+        // SAFETY: ours to close, the child has its copy.
+        unsafe { libc::close(theirs) };
+        let pid = child.id();
+        let (_, mut fds) = crate::unix::read_line_with_fds(&ours, 10, None)
+            .unwrap()
+            .expect("the handed connection");
+        assert!(child.wait().unwrap().success());
+        std::fs::write(fixture.dir.join("procs"), format!("{pid}\n")).unwrap();
+        let handed = UnixStream::from(fds.pop().expect("the door's connection"));
+        assert!(handed.as_raw_fd() > 2);
+        (&handed).write_all(REQUEST.as_bytes()).unwrap();
+        // Passed on, it would wait for the controller: a time-out fails the test instead.
+        handed
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let note = refusal(&handed);
+        assert!(
+            note.contains("exited before its request was read"),
+            "{note}"
+        );
         assert!(
             fixture.events.try_recv().is_err(),
             "nothing reached the controller"

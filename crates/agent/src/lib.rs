@@ -14,6 +14,7 @@ pub mod clock;
 pub mod door;
 pub mod fault;
 mod idle;
+mod logline;
 pub mod node;
 pub mod skew;
 mod stats;
@@ -21,6 +22,7 @@ pub mod supervisor;
 pub mod unix;
 
 pub use idle::IdleTracker;
+pub use logline::{log_line, one_line};
 pub use node::{
     EventSink, NodeAgent, NodeSettings, Order, OrderSink, PlanSource, Received, CANCEL_GRACE,
     STATE_SUBDIRS,

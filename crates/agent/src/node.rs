@@ -246,7 +246,7 @@ pub struct NodeAgent<A: Actuator> {
 }
 
 fn log(message: impl std::fmt::Display) {
-    eprintln!("cosched agent: {message}");
+    crate::log_line("agent", message);
 }
 
 impl<A: Actuator> NodeAgent<A> {

@@ -68,6 +68,43 @@ pub fn peer_credentials(stream: &UnixStream) -> io::Result<Credentials> {
     })
 }
 
+/// SO_PEERPIDFD (Linux 6.5): a pidfd of the process that connected, taken when it did.
+const SO_PEERPIDFD: libc::c_int = 77;
+
+/// The connecting process as a pidfd: unlike its pid, it cannot come to name another
+/// process once that one exits. Fails on kernels before 6.5.
+pub fn peer_pidfd(stream: &UnixStream) -> io::Result<OwnedFd> {
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `fd` and `len` are valid for writes of the sizes given.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 || fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel gave us this new descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether the process behind a pidfd has exited (a pidfd polls readable then).
+pub fn has_exited(pidfd: &OwnedFd) -> bool {
+    let mut poll = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready != 0
+}
+
 /// Most descriptors one message may carry (a job's stdin, stdout and stderr).
 pub const MAX_FDS: usize = 3;
 
@@ -308,6 +345,30 @@ mod tests {
         let null = std::fs::File::open("/dev/null").unwrap();
         let fds = vec![null.as_raw_fd(); count];
         (null, fds)
+    }
+
+    #[test]
+    fn a_peers_pidfd_tells_when_the_peer_has_gone() {
+        let (ours, _theirs) = UnixStream::pair().unwrap();
+        let alive = peer_pidfd(&ours).expect("Linux 6.5 or later");
+        assert!(!has_exited(&alive), "this process is its own peer");
+        // A process that connects and exits: its pid may be reused, its pidfd says it left.
+        let dir = std::env::temp_dir().join(format!("cosched-pidfd-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let listener = std::os::unix::net::UnixListener::bind(&dir).unwrap();
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])",
+            ])
+            .arg(&dir)
+            .spawn()
+            .unwrap();
+        let (stream, _) = listener.accept().unwrap();
+        let gone = peer_pidfd(&stream).unwrap();
+        child.wait().unwrap();
+        std::fs::remove_file(&dir).unwrap();
+        assert!(has_exited(&gone));
     }
 
     #[test]

@@ -221,7 +221,8 @@ pub fn run(args: DaemonArgs) -> Result<()> {
 /// Run a node's agent in a cluster: it joins through etcd, starts and switches the jobs the
 /// controller places on this node, on the cluster's slot clock.
 #[derive(Args)]
-#[command(after_help = "Example (two nodes and a controller, one etcd with its auth on):\n  \
+#[command(
+    after_help = "Example (two nodes and a controller, one etcd with its auth on):\n  \
   cosched agent --etcd http://10.0.0.1:2379 --etcd-password-file /etc/cosched/etcd.password \\\n      \
   --node a --cpus 0-7 --address 10.0.0.11\n  \
   cosched agent --etcd http://10.0.0.1:2379 --etcd-password-file /etc/cosched/etcd.password \\\n      \
@@ -234,7 +235,8 @@ leader key, for longer than --deadline-ms, it lets its jobs run unscheduled unti
 plane is back; its jobs' supervisors let them loose at once if the agent itself dies. SIGTERM \
 stops it cleanly: its jobs are thawed and left running. Jobs' processes start processes of the \
 same job on other nodes through its --door (`cosched launch-remote`, set up for Open MPI's \
-mpirun in every job). Must run as root. scripts/cluster-lab runs a whole cluster on one machine.")]
+mpirun in every job). Must run as root. scripts/cluster-lab runs a whole cluster on one machine."
+)]
 pub struct AgentArgs {
     #[command(flatten)]
     cluster: ClusterArgs,

@@ -72,12 +72,16 @@ pub fn launch_remote(args: LaunchRemoteArgs) -> Result<i32> {
     };
     let mut line = serde_json::to_vec(&request)?;
     line.push(b'\n');
-    (&stream)
-        .write_all(&line)
-        .with_context(|| format!("asking the agent at {}", door.display()))?;
+    // An agent that refuses at once may close before the request is written: its reason is
+    // still there to read (the write's "Broken pipe" says nothing).
+    let written = (&stream).write_all(&line);
     let ending: Ending = match unix::read_line(&stream, ENDING_LIMIT) {
         Ok(Some(line)) => {
             serde_json::from_slice(&line).context("the agent's answer is not understood")?
+        }
+        _ if written.is_err() => {
+            return Err(written.unwrap_err())
+                .with_context(|| format!("asking the agent at {}", door.display()))
         }
         Ok(None) => bail!(
             "the agent at {} closed the connection before the process on {} ended (did it stop?)",

@@ -210,6 +210,20 @@ fn jobs_across_two_nodes_take_turns_and_run_loose_while_etcd_is_gone() {
         a.log(),
         b.log()
     );
+    // The leader compacts etcd's history (it kept every order and event, and filled up):
+    // the first revisions are gone, the state is not.
+    let compacted = wait_until(Duration::from_secs(30), || {
+        let mut watch = etcd.client().watch("/cosched/", 1).unwrap();
+        matches!(
+            watch.next_batch(),
+            Err(cosched_etcd::EtcdError::Compacted { .. })
+        )
+    });
+    assert!(compacted, "etcd's history was never compacted");
+    assert_eq!(
+        d.json(&["nodes", "--json"]).as_array().map(Vec::len),
+        Some(2)
+    );
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn log(message: impl std::fmt::Display) {
-    eprintln!("cosched agent: {message}");
+    cosched_agent::log_line("agent", message);
 }
 
 /// What the agent knows of its link to the control plane.

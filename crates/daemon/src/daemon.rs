@@ -1356,7 +1356,7 @@ pub fn user_name(uid: u32) -> String {
 }
 
 pub fn log(message: impl std::fmt::Display) {
-    eprintln!("cosched daemon: {message}");
+    cosched_agent::log_line("daemon", message);
 }
 
 /// The daemon's shared state.

@@ -45,7 +45,7 @@ pub struct NodeConfig {
 }
 
 fn log(message: impl std::fmt::Display) {
-    eprintln!("cosched agent: {message}");
+    cosched_agent::log_line("agent", message);
 }
 
 /// The node's cgroups until its agent takes them: removed again if the start fails (a parent

@@ -351,6 +351,17 @@ impl Client {
         Ok((value, endpoint))
     }
 
+    /// Forgets the history before `revision` (the keys stay): etcd keeps every revision of
+    /// every key until told, and fills its space quota with them. A watch from before it
+    /// then fails with [`EtcdError::Compacted`].
+    pub fn compact(&self, revision: i64) -> Result<(), EtcdError> {
+        self.call(
+            "/v3/kv/compaction",
+            json!({"revision": revision.to_string()}),
+        )?;
+        Ok(())
+    }
+
     /// Makes `credentials` etcd's root user (the root role) and turns auth on: from then on
     /// etcd serves only clients that authenticate.
     pub fn enable_auth(&self, credentials: &Credentials) -> Result<(), EtcdError> {

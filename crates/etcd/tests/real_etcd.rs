@@ -188,3 +188,18 @@ fn with_auth_on_only_a_client_with_the_password_gets_in_and_its_token_is_renewed
     let events = watch.next_batch().unwrap();
     assert_eq!(events.len(), 1, "{events:?}");
 }
+
+#[test]
+fn a_compaction_keeps_the_keys_and_ends_watches_from_before_it() {
+    let etcd = Etcd::start("compact");
+    let c = etcd.client();
+    let first = c.put("/cosched/c/k", b"1", None).unwrap();
+    let last = c.put("/cosched/c/k", b"2", None).unwrap();
+    c.compact(last).unwrap();
+    assert_eq!(c.get("/cosched/c/k").unwrap().unwrap().value, b"2");
+    let mut old = c.watch("/cosched/c/", first).unwrap();
+    assert!(
+        matches!(old.next_batch(), Err(EtcdError::Compacted { .. })),
+        "a watch from a forgotten revision"
+    );
+}
