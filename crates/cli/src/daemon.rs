@@ -115,6 +115,9 @@ impl ClusterArgs {
     /// etcd's credentials: from the password file, or none with --etcd-insecure; refused
     /// without either.
     fn credentials(&self) -> Result<Option<cosched_daemon::EtcdCredentials>> {
+        if self.etcd.is_empty() {
+            return Ok(None);
+        }
         let Some(path) = &self.etcd_password_file else {
             if !self.etcd_insecure {
                 bail!(
