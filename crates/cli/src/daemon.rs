@@ -75,6 +75,11 @@ pub struct DaemonArgs {
     /// Ended jobs kept in memory for `ps --all` (every record stays in the store)
     #[arg(long, default_value_t = 1000, value_name = "N")]
     keep_ended: usize,
+    /// Serve Prometheus metrics at http://ADDR/metrics: a port alone is on loopback
+    /// (127.0.0.1:PORT); give an address (0.0.0.0:9464) to be scraped from elsewhere. Anyone
+    /// who can connect reads the same figures (no job id, user or command is in them)
+    #[arg(long, value_name = "[HOST:]PORT", value_parser = parse_http)]
+    http: Option<std::net::SocketAddr>,
     #[command(flatten)]
     cluster: ClusterArgs,
     /// With --etcd: nodes to wait for before scheduling; nodes that join later (same CPU count
@@ -86,6 +91,15 @@ pub struct DaemonArgs {
     #[arg(long, default_value_t = 3, value_name = "SECONDS", requires = "etcd",
           value_parser = clap::value_parser!(i64).range(1..=60))]
     leader_ttl: i64,
+}
+
+fn parse_http(text: &str) -> Result<std::net::SocketAddr, String> {
+    match text.parse::<u16>() {
+        Ok(port) => Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port))),
+        Err(_) => text
+            .parse()
+            .map_err(|_| format!("'{text}' is neither a port nor HOST:PORT (127.0.0.1:9464)")),
+    }
 }
 
 /// Where a cluster's control state lives.
@@ -209,6 +223,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
         freezer: args.freezer.as_deref().map(freezer),
         supervisor_exe: std::env::current_exe().context("finding this program for supervisors")?,
         keep_ended: args.keep_ended,
+        http: args.http,
         cluster: (!args.cluster.etcd.is_empty()).then_some(ClusterConfig {
             etcd_credentials: args.cluster.credentials()?,
             etcd: args.cluster.etcd,

@@ -482,3 +482,96 @@ fn idle_jobs_leave_the_rotation_and_come_back_when_they_compute() {
     );
     d.wait_end(busy, Duration::from_secs(60));
 }
+
+/// GETs `path` from the daemon's HTTP side; returns the status line and the body.
+fn http_get(port: u16, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// The value of the sample `name` (with its labels, as printed) in a scrape.
+fn sample(scrape: &str, name: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn prometheus_reads_the_rotations_figures_even_past_a_flood_of_idle_connections() {
+    let port = cosched_etcd::testing::free_port();
+    let d = Daemon::start(&["--quantum-ms", "50", "--http", &port.to_string()]);
+    let (status, before) = http_get(port, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK", "{before}");
+    assert!(before.trim_end().ends_with("# EOF"), "{before}");
+    let accepted = r#"cosched_jobs_submitted_total{result="accepted"}"#;
+    assert_eq!(sample(&before, accepted), Some(0.0), "{before}");
+    let spin = spin_py();
+    let a = d.submit(&["-n", "2", "--", "python3", &spin, "2", "1", "0"]);
+    let b = d.submit(&["-n", "2", "--", "python3", &spin, "2", "1", "0"]);
+    // Past the limit of pending connections, nobody's idle ones give way to a scrape.
+    let idle = Command::new("python3")
+        .args([
+            "-c",
+            "import socket, sys, time\n\
+             s = [socket.create_connection(('127.0.0.1', int(sys.argv[1]))) for _ in range(300)]\n\
+             print('open', flush=True)\n\
+             time.sleep(30)",
+        ])
+        .arg(port.to_string())
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut idle = idle;
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(idle.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "open");
+    std::thread::sleep(Duration::from_millis(600));
+    let (status, after) = http_get(port, "/metrics");
+    idle.kill().unwrap();
+    idle.wait().unwrap();
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(sample(&after, accepted), Some(2.0), "{after}");
+    assert_eq!(
+        sample(&after, r#"cosched_jobs{state="running",class="batch"}"#),
+        Some(2.0),
+        "{after}"
+    );
+    // The agent reports about once a second: the switches show within a few.
+    let switches = r#"cosched_switch_duration_seconds_count{node="local"}"#;
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            sample(&http_get(port, "/metrics").1, switches) > Some(3.0)
+        }),
+        "the rotation's switches never showed: {after}"
+    );
+    for name in [
+        "cosched_queue_wait_seconds_bucket{le=\"+Inf\"}",
+        r#"cosched_slot_lateness_seconds_bucket{le="+Inf",node="local"}"#,
+        r#"cosched_api_requests_total{op="run",result="ok"}"#,
+        "cosched_build_info{version=",
+    ] {
+        assert!(after.contains(name), "{name} missing: {after}");
+    }
+    assert!(!after.contains(&format!("job=\"{a}\"")) && !after.contains("user="));
+    assert_eq!(http_get(port, "/nowhere").0, "HTTP/1.1 404 Not Found");
+    for job in [a, b] {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+    }
+}

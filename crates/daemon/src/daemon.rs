@@ -103,6 +103,8 @@ pub struct Inner {
     idle_departures: u64,
     /// Each node's latest report, when it came, and when the node was first heard of.
     nodes: BTreeMap<String, HeardFrom>,
+    /// What `/metrics` counts.
+    counts: crate::metrics::Counts,
 }
 
 /// A node's latest report as the controller received it.
@@ -142,6 +144,7 @@ impl Inner {
             absent: BTreeSet::new(),
             idle_departures: 0,
             nodes: BTreeMap::new(),
+            counts: Default::default(),
         }
     }
 
@@ -232,6 +235,22 @@ impl Inner {
 
     /// A new job from `who`.
     pub fn submit(
+        &mut self,
+        who: &Credentials,
+        run: RunRequest,
+        stdio: Option<[OwnedFd; 3]>,
+        now: Micros,
+    ) -> Result<JobId, ApiError> {
+        let taken = self.take(who, run, stdio, now);
+        match taken {
+            Ok(_) => self.counts.submitted += 1,
+            Err(_) => self.counts.refused += 1,
+        }
+        taken
+    }
+
+    /// Records and queues a job, or says why not.
+    fn take(
         &mut self,
         who: &Credentials,
         run: RunRequest,
@@ -492,6 +511,12 @@ impl Inner {
                 record.started_us = Some(now);
             }
         })?;
+        if first_launch {
+            let submitted = self.records[&job].submitted_us;
+            self.counts
+                .queue_wait
+                .record((now - submitted).max(0) as f64 / 1e6);
+        }
         let mut launch = first_launch.then(|| {
             fault::point("intent", job);
             let mut launch = self.launch_of(job);
@@ -610,6 +635,13 @@ impl Inner {
         record.note = ending.note.or(record.note.take());
         let started = record.started_us.unwrap_or(record.submitted_us);
         record.ended_us = Some(ending.at_us.map_or(now, |at| at.clamp(started, now)));
+        let result = match record.status {
+            JobStatus::Done if record.exit.is_some_and(|e| e.code == Some(0)) => "ok",
+            JobStatus::Cancelled => "cancelled",
+            JobStatus::Lost => "lost",
+            _ => "failed",
+        };
+        *self.counts.ended.entry(result).or_default() += 1;
         let saved = match self.store.put(record) {
             Ok(()) => true,
             Err(error) => {
@@ -932,6 +964,22 @@ impl Inner {
                 left: self.absent.contains(name),
             })
             .collect()
+    }
+
+    /// A request on the socket was answered (`ok`) or refused.
+    pub fn count_request(&mut self, op: &'static str, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        *self.counts.requests.entry((op, result)).or_default() += 1;
+    }
+
+    /// What `/metrics` shows now.
+    pub fn scrape(&self, now: Micros) -> crate::metrics::Scrape {
+        crate::metrics::Scrape {
+            jobs: self.jobs(false),
+            stats: self.stats(),
+            nodes: self.nodes(now),
+            counts: self.counts.clone(),
+        }
     }
 
     pub fn stats(&self) -> StatsView {

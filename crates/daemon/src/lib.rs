@@ -7,6 +7,8 @@
 pub mod check;
 pub mod daemon;
 pub mod etcd_store;
+mod http;
+pub mod metrics;
 pub mod node;
 pub mod protocol;
 pub mod server;

@@ -77,6 +77,25 @@ pub use cosched_proto::{
     BoundaryRecord, Class, ExitInfo, JobState, Mode, NodeStatus, Role, Summary,
 };
 
+impl Request {
+    /// The operation's name, as `op` spells it.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Run(_) => "run",
+            Request::Wait { .. } => "wait",
+            Request::Ps { .. } => "ps",
+            Request::Matrix => "matrix",
+            Request::Stats => "stats",
+            Request::Nodes => "nodes",
+            Request::Cancel { .. } => "cancel",
+            Request::Suspend { .. } => "suspend",
+            Request::Resume { .. } => "resume",
+            Request::Class { .. } => "class",
+            Request::Boundaries { .. } => "boundaries",
+        }
+    }
+}
+
 /// Reads one request line; the error is the one-line reply for the client.
 pub fn parse_request(line: &[u8]) -> Result<Request, String> {
     serde_json::from_slice(line).map_err(|error| format!("bad request: {error}"))

@@ -56,6 +56,8 @@ pub struct DaemonConfig {
     pub keep_ended: usize,
     /// A cluster's controller (agents on their nodes, through etcd); `None`: one machine.
     pub cluster: Option<ClusterConfig>,
+    /// Serve `/metrics` over HTTP here (`--http`).
+    pub http: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -196,6 +198,13 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         None => None,
     };
     let listener = bind(&config.socket)?;
+    let http = match config.http {
+        Some(address) => Some(
+            std::net::TcpListener::bind(address)
+                .map_err(|e| StartError::Config(format!("--http {address}: {e}")))?,
+        ),
+        None => None,
+    };
 
     // A cluster's records live in etcd, where a standby that takes over finds them.
     let (store, store_name): (Box<dyn Store>, String) = match &cluster {
@@ -280,6 +289,10 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         Inner::new(settings, scheduler, store, orders, waiters),
         boundary_log,
     );
+    if let Some(http) = http {
+        crate::http::serve(http, Arc::clone(&shared))
+            .map_err(io_error(Path::new("http threads")))?;
+    }
     let recovering = records.iter().filter(|r| !r.status.ended()).count();
     shared.with(|inner, now| inner.recover(records, now));
     if recovering > 0 {
@@ -873,13 +886,17 @@ fn serve_client(stream: UnixStream, who: &Credentials, shared: &Arc<Shared>) {
     let request = match crate::protocol::parse_request(&line) {
         Ok(request) => request,
         Err(error) => {
+            shared.with(|inner, _| inner.count_request("invalid", false));
             let _ = send(&stream, &Reply::error(error));
             return;
         }
     };
     // A reply that cannot be written in this long is the client's loss, not a held thread.
     let _ = stream.set_write_timeout(Some(REQUEST_DEADLINE));
-    if let Err((stream, error)) = handle(stream, shared, who, request, fds) {
+    let op = request.op();
+    let handled = handle(stream, shared, who, request, fds);
+    shared.with(|inner, _| inner.count_request(op, handled.is_ok()));
+    if let Err((stream, error)) = handled {
         let _ = send(&stream, &Reply::error(error.to_string()));
     }
 }

@@ -2,7 +2,7 @@
 //! reads back to exactly the JSON written there (so no field is misspelt or missing), every
 //! refusal shown is refused, and every request and reply the daemon knows is shown.
 
-use cosched_daemon::protocol::{parse_request, Reply, Request};
+use cosched_daemon::protocol::{parse_request, Reply};
 use std::collections::BTreeSet;
 
 fn doc() -> String {
@@ -28,22 +28,6 @@ fn blocks(doc: &str, kind: &str) -> Vec<String> {
     lines
 }
 
-fn op(request: &Request) -> &'static str {
-    match request {
-        Request::Run(_) => "run",
-        Request::Wait { .. } => "wait",
-        Request::Ps { .. } => "ps",
-        Request::Matrix => "matrix",
-        Request::Stats => "stats",
-        Request::Nodes => "nodes",
-        Request::Cancel { .. } => "cancel",
-        Request::Suspend { .. } => "suspend",
-        Request::Resume { .. } => "resume",
-        Request::Class { .. } => "class",
-        Request::Boundaries { .. } => "boundaries",
-    }
-}
-
 fn kind(reply: &Reply) -> &'static str {
     match reply {
         Reply::Error { .. } => "error",
@@ -66,7 +50,7 @@ fn every_request_shown_is_accepted_and_every_one_the_daemon_knows_is_shown() {
         .map(|line| {
             let request = parse_request(line.as_bytes())
                 .unwrap_or_else(|e| panic!("docs/protocol.md: {line}: {e}"));
-            op(&request)
+            request.op()
         })
         .collect();
     // The daemon's own list of requests, as it tells a client that sent an unknown one.

@@ -1,0 +1,289 @@
+//! `/metrics`: the daemon's figures in the Prometheus (OpenMetrics) text format, encoded by
+//! `prometheus-client` from a snapshot taken under the state's lock at each scrape. Names have
+//! the `cosched_` prefix and base units; no job id or user is a label.
+
+use crate::protocol::{JobView, NodeView, StatsView};
+use cosched_proto::{Histogram, HISTOGRAM_BOUNDS_US};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+
+/// Upper bounds (seconds) of the queue-wait histogram: from an idle machine's instant start to
+/// a day in the queue.
+const WAIT_BOUNDS_S: [f64; 10] = [
+    0.01, 0.1, 1.0, 10.0, 60.0, 300.0, 900.0, 3_600.0, 14_400.0, 86_400.0,
+];
+
+/// Queue waits, counted per bucket of [`WAIT_BOUNDS_S`] (not cumulative; a last bucket past
+/// them).
+#[derive(Clone, Debug)]
+pub struct WaitHistogram {
+    buckets: [u64; WAIT_BOUNDS_S.len() + 1],
+    sum: f64,
+    count: u64,
+}
+
+impl Default for WaitHistogram {
+    fn default() -> Self {
+        WaitHistogram {
+            buckets: [0; WAIT_BOUNDS_S.len() + 1],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+}
+
+impl WaitHistogram {
+    pub fn record(&mut self, seconds: f64) {
+        let bucket = WAIT_BOUNDS_S.partition_point(|&bound| bound < seconds);
+        self.buckets[bucket] += 1;
+        self.sum += seconds;
+        self.count += 1;
+    }
+}
+
+/// What the daemon counts since it started (Prometheus counters restart at zero with it).
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
+    pub submitted: u64,
+    /// Submissions refused (bad, forbidden, too many, unrecordable).
+    pub refused: u64,
+    /// Ends by result: ok, failed, cancelled, lost.
+    pub ended: BTreeMap<&'static str, u64>,
+    pub queue_wait: WaitHistogram,
+    /// API requests by operation and result (ok, error).
+    pub requests: BTreeMap<(&'static str, &'static str), u64>,
+}
+
+/// Everything one scrape shows.
+#[derive(Debug)]
+pub struct Scrape {
+    pub jobs: Vec<JobView>,
+    pub stats: StatsView,
+    pub nodes: Vec<NodeView>,
+    pub counts: Counts,
+}
+
+/// The scrape as the text a Prometheus server reads.
+pub fn encode(scrape: Scrape) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(scrape));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)
+        .expect("writing to a String cannot fail");
+    text
+}
+
+/// A family of counters or gauges, one per label set.
+fn family<L: prometheus_client::encoding::EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    values: impl IntoIterator<Item = (L, u64)>,
+) -> std::fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, None, kind)?;
+    for (labels, value) in values {
+        let sample = metric.encode_family(&labels)?;
+        match kind {
+            MetricType::Counter => ConstCounter::new(value).encode(sample)?,
+            _ => ConstGauge::new(value as i64).encode(sample)?,
+        }
+    }
+    Ok(())
+}
+
+/// A counter or gauge without labels.
+fn single(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    value: u64,
+) -> std::fmt::Result {
+    let metric = encoder.encode_descriptor(name, help, None, kind)?;
+    match kind {
+        MetricType::Counter => ConstCounter::new(value).encode(metric),
+        _ => ConstGauge::new(value as i64).encode(metric),
+    }
+}
+
+/// A node's latency histogram, in seconds.
+fn node_histograms<'a>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    histograms: impl IntoIterator<Item = (&'a str, &'a Histogram)>,
+) -> std::fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (node, histogram) in histograms {
+        let bounds = HISTOGRAM_BOUNDS_US
+            .iter()
+            .map(|&us| us as f64 / 1e6)
+            .chain(std::iter::once(f64::INFINITY));
+        let buckets: Vec<(f64, u64)> = bounds.zip(histogram.buckets.iter().copied()).collect();
+        let labels = [("node", node)];
+        metric
+            .encode_family(&labels)?
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                histogram.sum_us as f64 / 1e6,
+                histogram.count,
+                &buckets,
+                None,
+            )?;
+    }
+    Ok(())
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let mut by_state: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for job in &self.jobs {
+            *by_state
+                .entry((job.state.to_string(), job.class.to_string()))
+                .or_default() += 1;
+        }
+        family(
+            &mut encoder,
+            "cosched_jobs",
+            "Unfinished jobs by state and class",
+            MetricType::Gauge,
+            by_state
+                .iter()
+                .map(|((state, class), &n)| ([("state", state.as_str()), ("class", class)], n)),
+        )?;
+        family(
+            &mut encoder,
+            "cosched_jobs_submitted",
+            "Submissions, by whether they were taken",
+            MetricType::Counter,
+            [
+                ([("result", "accepted")], self.counts.submitted),
+                ([("result", "refused")], self.counts.refused),
+            ],
+        )?;
+        family(
+            &mut encoder,
+            "cosched_jobs_ended",
+            "Jobs ended, by result: ok (exit 0), failed, cancelled, lost",
+            MetricType::Counter,
+            ["ok", "failed", "cancelled", "lost"].map(|result| {
+                let n = self.counts.ended.get(result).copied().unwrap_or(0);
+                ([("result", result)], n)
+            }),
+        )?;
+        let wait = &self.counts.queue_wait;
+        let buckets: Vec<(f64, u64)> = WAIT_BOUNDS_S
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(wait.buckets.iter().copied())
+            .collect();
+        encoder
+            .encode_descriptor(
+                "cosched_queue_wait_seconds",
+                "From submission to first start",
+                None,
+                MetricType::Histogram,
+            )?
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                wait.sum, wait.count, &buckets, None,
+            )?;
+        let live: Vec<&NodeView> = self.nodes.iter().filter(|n| !n.left).collect();
+        node_histograms(
+            &mut encoder,
+            "cosched_switch_duration_seconds",
+            "A slot switch: from the first stop asked to the last start, confirmed",
+            live.iter()
+                .map(|n| (n.name.as_str(), &n.status.histograms.switch)),
+        )?;
+        node_histograms(
+            &mut encoder,
+            "cosched_slot_lateness_seconds",
+            "How late a node's clock thread woke for a slot boundary",
+            live.iter()
+                .map(|n| (n.name.as_str(), &n.status.histograms.lateness)),
+        )?;
+        node_histograms(
+            &mut encoder,
+            "cosched_skew_seconds",
+            "Within a node: from the first to the last of a job's processes running after a start",
+            live.iter()
+                .map(|n| (n.name.as_str(), &n.status.histograms.skew)),
+        )?;
+        family(
+            &mut encoder,
+            "cosched_missed_slots",
+            "Slot boundaries a node's clock slept through entirely",
+            MetricType::Counter,
+            live.iter()
+                .map(|n| ([("node", n.name.as_str())], n.status.missed_slots)),
+        )?;
+        family(
+            &mut encoder,
+            "cosched_node_scheduling",
+            "1 while a node follows the plan, 0 while it lets its jobs run loose",
+            MetricType::Gauge,
+            self.nodes.iter().map(|n| {
+                (
+                    [("node", n.name.as_str())],
+                    u64::from(!n.left && n.status.scheduling),
+                )
+            }),
+        )?;
+        single(
+            &mut encoder,
+            "cosched_idle_departures",
+            "Jobs that left the rotation for idleness",
+            MetricType::Counter,
+            self.stats.idle_departures,
+        )?;
+        single(
+            &mut encoder,
+            "cosched_clients_waiting",
+            "Clients waiting for a job's end",
+            MetricType::Gauge,
+            self.stats.clients_waiting as u64,
+        )?;
+        family(
+            &mut encoder,
+            "cosched_api_requests",
+            "Requests on the daemon's socket, by operation and result",
+            MetricType::Counter,
+            self.counts
+                .requests
+                .iter()
+                .map(|(&(op, result), &n)| ([("op", op), ("result", result)], n)),
+        )?;
+        family(
+            &mut encoder,
+            "cosched_build_info",
+            "The daemon's version (always 1)",
+            MetricType::Gauge,
+            [([("version", env!("CARGO_PKG_VERSION"))], 1)],
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_waits_fall_in_their_buckets() {
+        let mut wait = WaitHistogram::default();
+        for seconds in [0.0, 0.05, 5.0, 1e6] {
+            wait.record(seconds);
+        }
+        assert_eq!(wait.buckets[0], 1);
+        assert_eq!(wait.buckets[1], 1);
+        assert_eq!(wait.buckets[3], 1);
+        assert_eq!(wait.buckets[WAIT_BOUNDS_S.len()], 1, "past the last bound");
+        assert_eq!(wait.count, 4);
+    }
+}
