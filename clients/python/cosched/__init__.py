@@ -1,0 +1,320 @@
+"""Client for the cosched daemon: its Unix-socket protocol (docs/protocol.md, version 1).
+
+One connection per request, one JSON line each way. Before sending anything the client checks
+who serves the socket (SO_PEERCRED): root or the caller, else it refuses, since `run` sends the
+caller's environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import struct
+from typing import Any, Dict, List, Optional, Sequence
+
+__all__ = [
+    "Client",
+    "Job",
+    "Ended",
+    "MatrixEntry",
+    "Matrix",
+    "CoschedError",
+    "DaemonUnreachable",
+    "UntrustedSocket",
+    "RequestRefused",
+    "NoSuchJob",
+    "NotAllowed",
+    "DEFAULT_SOCKET",
+]
+
+DEFAULT_SOCKET = "/run/cosched/cosched.sock"
+PROTOCOL_VERSION = 1
+# Longest reply line read (the daemon's longest: ps --all, boundaries).
+_REPLY_LIMIT = 64 << 20
+
+
+class CoschedError(Exception):
+    """Anything the daemon refused or could not be asked; the message is one line."""
+
+
+class DaemonUnreachable(CoschedError):
+    """No daemon answers at the socket."""
+
+
+class UntrustedSocket(CoschedError):
+    """The socket is served by neither root nor the caller: nothing was sent."""
+
+
+class RequestRefused(CoschedError):
+    """The daemon refused the request (its reason is the message)."""
+
+
+class NoSuchJob(RequestRefused):
+    """The job named does not exist."""
+
+
+class NotAllowed(RequestRefused):
+    """The caller may not do this to that job (only its owner or root may act on it)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One job, as `ps` shows it."""
+
+    id: int
+    name: str
+    uid: int
+    user: str
+    job_class: str
+    procs: int
+    state: str
+    cpus: Optional[str]
+    slices: List[int]
+    submitted_us: int
+    started_us: Optional[int]
+    ended_us: Optional[int]
+    exit_code: Optional[int]
+    exit_signal: Optional[int]
+    argv: List[str]
+    note: Optional[str]
+    node_count: Optional[int] = None
+
+    @classmethod
+    def _from(cls, v: Dict[str, Any]) -> "Job":
+        exit_info = v.get("exit") or {}
+        return cls(
+            id=v["id"],
+            name=v["name"],
+            uid=v["uid"],
+            user=v["user"],
+            job_class=v["class"],
+            procs=v["procs"],
+            state=v["state"],
+            cpus=v.get("cpus"),
+            slices=list(v.get("slices", [])),
+            submitted_us=v["submitted_us"],
+            started_us=v.get("started_us"),
+            ended_us=v.get("ended_us"),
+            exit_code=exit_info.get("code"),
+            exit_signal=exit_info.get("signal"),
+            argv=list(v.get("argv", [])),
+            note=v.get("note"),
+            node_count=v.get("node_count"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """How a job ended: `state` done, cancelled or lost; its exit code or signal."""
+
+    job: int
+    state: str
+    exit_code: Optional[int]
+    exit_signal: Optional[int]
+    note: Optional[str] = None
+
+    @property
+    def status(self) -> int:
+        """The shell's status: the exit code, 128 + the signal, or 1."""
+        if self.exit_code is not None:
+            return self.exit_code
+        if self.exit_signal is not None:
+            return 128 + self.exit_signal
+        return 1
+
+
+@dataclasses.dataclass(frozen=True)
+class MatrixEntry:
+    job: int
+    cpus: str
+    role: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Matrix:
+    """The Ousterhout matrix now: slot k starts at epoch_us + k * quantum_us."""
+
+    procs: int
+    mode: str
+    epoch_us: int
+    quantum_us: int
+    slot: int
+    running_slice: Optional[int]
+    generation: int
+    slices: List[List[MatrixEntry]]
+    queued: List[int]
+
+
+def _refusal(message: str) -> RequestRefused:
+    if message.startswith("no job "):
+        return NoSuchJob(message)
+    if "only its owner or root" in message or "only root may" in message:
+        return NotAllowed(message)
+    return RequestRefused(message)
+
+
+class Client:
+    """A client of the daemon at `socket_path` (COSCHED_SOCKET, else the default)."""
+
+    def __init__(self, socket_path: Optional[str] = None, timeout: float = 30.0):
+        self.socket_path = socket_path or os.environ.get("COSCHED_SOCKET") or DEFAULT_SOCKET
+        self.timeout = timeout
+
+    # -- the connection -------------------------------------------------------------------
+
+    def _connect(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError as error:
+            sock.close()
+            raise DaemonUnreachable(
+                f"no cosched daemon answers at {self.socket_path}: {error.strerror or error}"
+            ) from None
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        if uid not in (0, os.getuid()):
+            sock.close()
+            raise UntrustedSocket(
+                f"{self.socket_path} is served by uid {uid}, not by root's cosched daemon; "
+                "refusing to use it"
+            )
+        return sock
+
+    def _send(self, request: Dict[str, Any], fds: Sequence[int] = ()) -> socket.socket:
+        sock = self._connect()
+        line = (json.dumps(request) + "\n").encode()
+        try:
+            if fds:
+                socket.send_fds(sock, [line[:1]], list(fds))
+                sock.sendall(line[1:])
+            else:
+                sock.sendall(line)
+        except OSError:
+            # A daemon that refuses at once may close first: its reason is still to be read.
+            pass
+        return sock
+
+    @staticmethod
+    def _read(sock: socket.socket, timeout: Optional[float]) -> Dict[str, Any]:
+        sock.settimeout(timeout)
+        data = bytearray()
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise DaemonUnreachable("the daemon closed the connection without a reply")
+            data += chunk
+            if len(data) > _REPLY_LIMIT:
+                raise CoschedError(f"a reply longer than {_REPLY_LIMIT} bytes")
+        reply = json.loads(data.decode())
+        if not reply.get("ok"):
+            raise _refusal(reply.get("error", "the daemon refused without a reason"))
+        return reply
+
+    def _ask(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        with self._send(request) as sock:
+            return self._read(sock, self.timeout)
+
+    # -- the verbs --------------------------------------------------------------------------
+
+    def run(
+        self,
+        argv: Sequence[str],
+        procs: int = 1,
+        *,
+        nodes: Optional[int] = None,
+        name: Optional[str] = None,
+        job_class: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        output: Optional[str] = None,
+    ) -> int:
+        """Submits a job and returns its id at once (`wait` for its end). `output`: a file
+        for its stdout and stderr (appended to), else they are discarded. The job runs as the
+        caller, in `cwd` (default: here) with `env` (default: this environment)."""
+        if isinstance(argv, str) or not argv:
+            raise ValueError("argv must be a non-empty list of words (a command, not a string)")
+        request: Dict[str, Any] = {
+            "op": "run",
+            "argv": list(argv),
+            "env": sorted((env if env is not None else dict(os.environ)).items()),
+            "cwd": os.path.abspath(cwd or os.getcwd()),
+            "procs": procs,
+            "detach": True,
+        }
+        if nodes is not None:
+            request["node_count"] = nodes
+        if name is not None:
+            request["name"] = name
+        if job_class is not None:
+            request["class"] = job_class
+        opened: List[int] = []
+        try:
+            if output is not None:
+                opened.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+                out = os.open(
+                    output, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+                )
+                opened += [out, out]
+                request["stdio"] = True
+            with self._send(request, opened) as sock:
+                return self._read(sock, self.timeout)["job"]
+        finally:
+            for fd in set(opened):
+                os.close(fd)
+
+    def wait(self, job: int, timeout: Optional[float] = None) -> Ended:
+        """Blocks until `job` ends (or `timeout` seconds pass: TimeoutError)."""
+        with self._send({"op": "wait", "job": job}) as sock:
+            reply = self._read(sock, timeout)
+        exit_info = reply.get("exit") or {}
+        return Ended(
+            job=reply["job"],
+            state=reply["state"],
+            exit_code=exit_info.get("code"),
+            exit_signal=exit_info.get("signal"),
+            note=reply.get("note"),
+        )
+
+    def ps(self, all: bool = False) -> List[Job]:  # noqa: A002 (the protocol's word)
+        """Unfinished jobs, or with `all` the ended ones the daemon keeps too."""
+        return [Job._from(v) for v in self._ask({"op": "ps", "all": all})["jobs"]]
+
+    def matrix(self) -> Matrix:
+        m = self._ask({"op": "matrix"})["matrix"]
+        return Matrix(
+            procs=m["procs"],
+            mode=m["mode"],
+            epoch_us=m["epoch_us"],
+            quantum_us=m["quantum_us"],
+            slot=m["slot"],
+            running_slice=m.get("running_slice"),
+            generation=m["generation"],
+            slices=[[MatrixEntry(e["job"], e["cpus"], e["role"]) for e in s] for s in m["slices"]],
+            queued=list(m["queued"]),
+        )
+
+    def stats(self) -> Dict[str, Any]:
+        return self._ask({"op": "stats"})["stats"]
+
+    def nodes(self) -> List[Dict[str, Any]]:
+        return self._ask({"op": "nodes"})["nodes"]
+
+    def boundaries(self, since_us: int) -> List[Dict[str, Any]]:
+        """The agent's log of slot boundaries from `since_us` on (one machine)."""
+        return self._ask({"op": "boundaries", "since_us": since_us})["boundaries"]
+
+    def cancel(self, job: int) -> str:
+        return self._ask({"op": "cancel", "job": job})["message"]
+
+    def suspend(self, job: int) -> str:
+        return self._ask({"op": "suspend", "job": job})["message"]
+
+    def resume(self, job: int) -> str:
+        return self._ask({"op": "resume", "job": job})["message"]
+
+    def set_class(self, job: int, job_class: str) -> str:
+        return self._ask({"op": "class", "job": job, "class": job_class})["message"]

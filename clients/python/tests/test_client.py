@@ -1,0 +1,171 @@
+"""The Python client against a real daemon of its own (needs root, as CI runs): real jobs in
+real cgroups, the gang check on the agent's own log, refusals with their reasons, and a socket
+served by another user that gets nothing."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+sys.path.insert(0, str(HERE.parent))
+
+import cosched  # noqa: E402
+
+NOBODY = 65534
+SPIN = "import time\nt = time.time()\nwhile time.time() - t < {}: pass"
+
+
+def binary() -> str:
+    for candidate in [os.environ.get("COSCHED"), REPO / "target/release/cosched", REPO / "target/debug/cosched"]:
+        if candidate and os.access(str(candidate), os.X_OK):
+            return str(candidate)
+    raise unittest.SkipTest("no cosched binary: cargo build first")
+
+
+def stretches(records, job):
+    """[start, stop) of each time `job` ran, from the agent's boundary log."""
+    out, running = [], None
+    for record in sorted(records, key=lambda r: r["woke_us"]):
+        for stop in record["stopped"]:
+            if stop["job"] == job and running is not None:
+                out.append((running, stop["at_us"]))
+                running = None
+        for start in record["started"]:
+            if start["job"] == job and running is None:
+                running = start["at_us"]
+    return out
+
+
+@unittest.skipUnless(os.geteuid() == 0, "the daemon needs root")
+class AgainstADaemon(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="cosched-py-")
+        os.chmod(cls.dir, 0o755)
+        cls.socket = os.path.join(cls.dir, "cosched.sock")
+        cls.parent = f"cosched-py-{os.getpid()}"
+        cls.log = open(os.path.join(cls.dir, "daemon.log"), "w")
+        cls.daemon = subprocess.Popen(
+            [binary(), "daemon", "--state-dir", os.path.join(cls.dir, "state"),
+             "--socket", cls.socket, "--cgroup-parent", cls.parent,
+             "--quantum-ms", "50", "--on-stop", "cancel"],
+            stderr=cls.log,
+        )
+        deadline = time.time() + 20
+        while not os.path.exists(cls.socket):
+            if cls.daemon.poll() is not None or time.time() > deadline:
+                raise RuntimeError(open(cls.log.name).read())
+            time.sleep(0.05)
+        cls.client = cosched.Client(cls.socket)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.terminate()
+        cls.daemon.wait(30)
+        cls.log.close()
+        for root in pathlib.Path("/sys/fs/cgroup").glob(f"**/{cls.parent}"):
+            for job in root.glob("job-*"):
+                job.rmdir()
+            root.rmdir()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_a_job_runs_as_asked_and_its_end_is_typed(self):
+        out = os.path.join(self.dir, "hello.out")
+        job = self.client.run(["sh", "-c", "echo hello $COSCHED_JOB_ID; exit 3"],
+                              name="hello", output=out)
+        ended = self.client.wait(job, timeout=60)
+        self.assertEqual((ended.job, ended.state, ended.exit_code, ended.status), (job, "done", 3, 3))
+        self.assertEqual(open(out).read(), f"hello {job}\n")
+        mine = [j for j in self.client.ps(all=True) if j.id == job]
+        self.assertEqual(len(mine), 1)
+        self.assertEqual((mine[0].name, mine[0].state, mine[0].exit_code, mine[0].uid),
+                         ("hello", "done", 3, os.getuid()))
+
+    def test_two_gang_jobs_never_run_at_once(self):
+        since = int(time.time() * 1e6)
+        a = self.client.run(["python3", "-c", SPIN.format(1.5)], procs=2)
+        b = self.client.run(["python3", "-c", SPIN.format(1.5)], procs=2)
+        matrix = self.client.matrix()
+        self.assertEqual(matrix.mode, "gang")
+        placed = {e.job for row in matrix.slices for e in row}
+        self.assertTrue({a, b} <= placed, matrix)
+        self.assertEqual(self.client.wait(a, timeout=60).status, 0)
+        self.assertEqual(self.client.wait(b, timeout=60).status, 0)
+        records = self.client.boundaries(since)
+        of_a, of_b = stretches(records, a), stretches(records, b)
+        self.assertGreaterEqual(len(of_a), 3)
+        self.assertGreaterEqual(len(of_b), 3)
+        for start, stop in of_a:
+            for other_start, other_stop in of_b:
+                self.assertTrue(other_stop <= start or other_start >= stop,
+                                f"{a} ran {start}-{stop} while {b} ran {other_start}-{other_stop}")
+
+    def test_acting_on_a_job_and_refusals_name_what_was_wrong(self):
+        job = self.client.run(["sleep", "30"])
+        self.assertIn("suspended", self.client.suspend(job))
+        self.assertIn("resumed", self.client.resume(job))
+        self.assertIn("standby", self.client.set_class(job, "standby"))
+        with self.assertRaisesRegex(cosched.RequestRefused, "unknown class"):
+            self.client.set_class(job, "gold")
+        self.client.cancel(job)
+        self.assertEqual(self.client.wait(job, timeout=60).state, "cancelled")
+        with self.assertRaisesRegex(cosched.NoSuchJob, "no job 999999"):
+            self.client.cancel(999999)
+        with self.assertRaisesRegex(cosched.RequestRefused, "at least one processor"):
+            self.client.run(["true"], procs=0)
+        with self.assertRaisesRegex(cosched.RequestRefused, "4096 processors requested but the machine has"):
+            self.client.run(["true"], procs=4096)
+        with self.assertRaises(ValueError):
+            self.client.run("echo a string")
+        with self.assertRaisesRegex(cosched.DaemonUnreachable, "no cosched daemon answers"):
+            cosched.Client(os.path.join(self.dir, "nowhere.sock")).ps()
+
+    def test_another_users_job_is_not_theirs_to_touch(self):
+        job = self.client.run(["sleep", "30"])
+        script = (f"import sys; sys.path.insert(0, {str(HERE.parent)!r}); import cosched\n"
+                  f"c = cosched.Client({self.socket!r})\n"
+                  f"print(len(c.ps()) > 0)\n"
+                  f"try:\n    c.cancel({job})\nexcept cosched.NotAllowed as e:\n    print('refused:', e)")
+        out = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                              "/usr/bin/python3", "-c", script],
+                             capture_output=True, text=True, timeout=60)
+        self.assertIn("True", out.stdout, out.stderr)
+        self.assertIn("only its owner or root may cancel it", out.stdout, out.stderr)
+        self.client.cancel(job)
+
+    def test_a_socket_another_user_serves_gets_nothing(self):
+        place = os.path.join(self.dir, "theirs")
+        os.mkdir(place)
+        os.chown(place, NOBODY, NOBODY)
+        fake = os.path.join(place, "fake.sock")
+        heard = os.path.join(place, "heard")
+        server = subprocess.Popen(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+             "/usr/bin/python3", "-c",
+             "import socket, sys\n"
+             "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); print('up', flush=True)\n"
+             "c, _ = s.accept(); c.settimeout(2)\n"
+             "try:\n    data = c.recv(65536)\nexcept OSError:\n    data = b''\n"
+             "open(sys.argv[2], 'wb').write(data)",
+             fake, heard],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(server.stdout.readline().strip(), "up")
+            with self.assertRaisesRegex(cosched.UntrustedSocket, "served by uid 65534"):
+                cosched.Client(fake).run(["true"], env={"SECRET": "root's"})
+            server.wait(10)
+            self.assertEqual(open(heard, "rb").read(), b"")
+        finally:
+            server.kill()
+            server.wait()
+            server.stdout.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
