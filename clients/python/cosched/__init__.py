@@ -255,8 +255,11 @@ class Client:
         try:
             if output is not None:
                 opened.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+                # Never through a link (another user's, in /tmp, would get the output).
                 out = os.open(
-                    output, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+                    output,
+                    os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
+                    0o600,
                 )
                 opened += [out, out]
                 request["stdio"] = True

@@ -110,8 +110,22 @@ pub fn gantt(args: GanttArgs) -> Result<()> {
         origin: from,
         axis: "seconds since the chart's start; a row per job",
     };
-    std::fs::write(&args.out, gantt::svg(&bars, &frame))
-        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    // Not through a link: someone else's link in /tmp would have root overwrite its target.
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&args.out)
+        .and_then(|mut file| file.write_all(gantt::svg(&bars, &frame).as_bytes()))
+        .with_context(|| {
+            format!(
+                "cannot write {} (a symbolic link is not followed)",
+                args.out.display()
+            )
+        })?;
     Ok(())
 }
 

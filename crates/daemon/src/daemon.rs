@@ -1375,9 +1375,14 @@ fn state_of(status: JobStatus, launched: bool) -> StateView {
     }
 }
 
+/// A job's default name: its program's file name, printable (as a `--name` must be: a control
+/// character in a file name broke root's Gantt chart).
 fn program_name(argv0: &str) -> String {
     let base = argv0.rsplit('/').next().unwrap_or(argv0);
-    base.chars().take(crate::protocol::MAX_NAME_CHARS).collect()
+    base.chars()
+        .take(crate::protocol::MAX_NAME_CHARS)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// The user's name from the password database, or the number.
@@ -1413,6 +1418,9 @@ pub struct Shared {
     /// The state directory where this machine's agent logs its boundaries (one machine; a
     /// cluster's agents keep theirs on their nodes).
     boundary_log: Option<PathBuf>,
+    /// One reading of the boundary log at a time: each costs some 8 MiB of parsing, and
+    /// anyone may ask, so many at once would take every CPU from the other requests.
+    boundary_reads: Mutex<()>,
 }
 
 /// Most boundary records one answer carries (some 16 MB of JSON): the latest are kept.
@@ -1423,12 +1431,18 @@ impl Shared {
         Arc::new(Shared {
             inner: Mutex::new(inner),
             boundary_log,
+            boundary_reads: Mutex::new(()),
         })
     }
 
-    /// The boundaries logged from `since_us` on, read outside the lock (the log is up to
-    /// 8 MiB): anyone may look, as at `ps`.
-    pub fn boundaries(&self, since_us: i64) -> Result<Vec<BoundaryRecord>, ApiError> {
+    /// Hands `answer` the boundaries logged from `since_us` on, read outside the state's lock
+    /// (the log is up to 8 MiB) and one reader at a time, `answer` included: anyone may look,
+    /// as at `ps`, but not take every CPU or hold a reply each.
+    pub fn boundaries(
+        &self,
+        since_us: i64,
+        answer: impl FnOnce(Vec<BoundaryRecord>),
+    ) -> Result<(), ApiError> {
         let dir = self.boundary_log.as_ref().ok_or_else(|| {
             ApiError::Invalid(
                 "a cluster's agents keep their boundary logs on their nodes: run `cosched gantt \
@@ -1436,13 +1450,18 @@ impl Shared {
                     .into(),
             )
         })?;
+        let _one_at_a_time = self
+            .boundary_reads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let mut records: Vec<BoundaryRecord> = cosched_agent::boundaries::read_log(dir)
             .into_iter()
             .filter(|r| r.woke_us >= since_us)
             .collect();
         let surplus = records.len().saturating_sub(MOST_BOUNDARIES);
         records.drain(..surplus);
-        Ok(records)
+        answer(records);
+        Ok(())
     }
 
     /// Runs `f` on the state.
@@ -1524,5 +1543,16 @@ impl Shared {
             inner.waiters.clone()
         };
         waiters.flush();
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::program_name;
+
+    #[test]
+    fn a_default_name_is_printable() {
+        assert_eq!(program_name("/tmp/x/\u{1}<\"\u{1b}[31m"), "?<\"?[31m");
+        assert_eq!(program_name("/usr/bin/python3"), "python3");
     }
 }

@@ -4,9 +4,11 @@
 //!
 //! One thread, polling: it reads request heads from at most [`MOST_PENDING`] connections at
 //! once, each within [`DEADLINE`], and answers a whole head at once (a scrape takes the state's
-//! lock for a moment). A new connection past the limit pushes out the oldest one still
-//! sending its head: idle connections cannot keep a scrape out (a fixed pool of threads with a
-//! queue could be filled with them: a scrape behind 40 idle connections timed out).
+//! lock for a moment). A new connection is read at once; past the limit it pushes out the
+//! oldest connection that has sent nothing (else the oldest): idle connections cannot keep a
+//! scrape out. (A fixed pool of threads with a queue let 40 idle connections time a scrape
+//! out; pushing out the oldest whatever it had sent let a burst of empty connects close 41 of
+//! 100 scrapes unanswered.)
 
 use crate::daemon::Shared;
 use std::collections::VecDeque;
@@ -17,7 +19,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Connections whose request head is still coming.
-const MOST_PENDING: usize = 64;
+const MOST_PENDING: usize = 1024;
+/// Connections taken per round: the heads of those taken before are read between rounds, so
+/// a burst of empty connects cannot push out a scrape whose head is on its way.
+const ACCEPTS_PER_ROUND: usize = 64;
+/// The kernel's queue of connections not yet taken (std's default is 128: a burst filled it
+/// and a scrape's connect waited for a SYN retry, a second).
+const BACKLOG: libc::c_int = 4096;
 /// A head must arrive whole within this, and be no longer than this.
 const DEADLINE: Duration = Duration::from_secs(2);
 const MOST_HEAD_BYTES: usize = 8 << 10;
@@ -35,6 +43,10 @@ struct Pending {
 /// Serves `listener` on a thread of its own for the daemon's life.
 pub fn serve(listener: TcpListener, shared: Arc<Shared>) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
+    // SAFETY: listen(2) on our own listening socket only changes its backlog.
+    if unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     std::thread::Builder::new()
         .name("cosched-http".into())
         .spawn(move || run(&listener, &shared))?;
@@ -82,30 +94,43 @@ fn run(listener: &TcpListener, shared: &Shared) {
             }
         }
         for (slot, finished) in done.into_iter().rev() {
-            let Some(p) = pending.remove(slot) else {
-                continue;
-            };
-            match finished {
-                Ok(line) => answer(&p.stream, &line, shared),
-                Err(Some(why)) => respond(&p.stream, 400, "text/plain", &format!("{why}\n")),
-                Err(None) => {}
+            if let Some(p) = pending.remove(slot) {
+                finish(&p, finished, shared);
             }
         }
         if polled[0].revents != 0 {
-            while let Ok((stream, _)) = listener.accept() {
+            for _ in 0..ACCEPTS_PER_ROUND {
+                let Ok((stream, _)) = listener.accept() else {
+                    break;
+                };
                 if stream.set_nonblocking(true).is_err() {
                     continue;
                 }
-                if pending.len() == MOST_PENDING {
-                    pending.pop_front();
-                }
-                pending.push_back(Pending {
+                let mut p = Pending {
                     stream,
                     since: Instant::now(),
                     head: Vec::new(),
-                });
+                };
+                // A client that sent its request with its connect is answered now.
+                if let Some(finished) = read_more(&mut p) {
+                    finish(&p, finished, shared);
+                    continue;
+                }
+                if pending.len() >= MOST_PENDING {
+                    let silent = pending.iter().position(|q| q.head.is_empty()).unwrap_or(0);
+                    pending.remove(silent);
+                }
+                pending.push_back(p);
             }
         }
+    }
+}
+
+fn finish(p: &Pending, finished: Result<String, Option<String>>, shared: &Shared) {
+    match finished {
+        Ok(line) => answer(&p.stream, &line, shared),
+        Err(Some(why)) => respond(&p.stream, 400, "text/plain", &format!("{why}\n")),
+        Err(None) => {}
     }
 }
 
@@ -113,14 +138,18 @@ fn run(listener: &TcpListener, shared: &Shared) {
 /// `Err(None)` when the client left. `None`: more is to come.
 fn read_more(p: &mut Pending) -> Option<Result<String, Option<String>>> {
     let mut chunk = [0u8; 2048];
-    match (&p.stream).read(&mut chunk) {
+    let n = match (&p.stream).read(&mut chunk) {
         Ok(0) => return Some(Err(None)),
-        Ok(n) => p.head.extend_from_slice(&chunk[..n]),
+        Ok(n) => n,
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return None,
         Err(_) => return Some(Err(None)),
-    }
-    if p.head.windows(4).any(|w| w == b"\r\n\r\n") {
+    };
+    // Only what came now (and the three bytes before) can complete the head: a head
+    // trickled a byte at a time is not rescanned whole at every byte.
+    let fresh = p.head.len().saturating_sub(3);
+    p.head.extend_from_slice(&chunk[..n]);
+    if p.head[fresh..].windows(4).any(|w| w == b"\r\n\r\n") {
         let line = p.head.split(|&b| b == b'\n').next().unwrap_or_default();
         return Some(
             String::from_utf8(line.to_vec())

@@ -866,10 +866,28 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
     }
 }
 
+/// Writes a reply whole within REQUEST_DEADLINE: a client that reads a large reply a
+/// trickle at a time would otherwise keep its thread and the reply's memory for as long as it
+/// liked (a per-write timeout restarts at every write).
 pub(crate) fn send(stream: &UnixStream, reply: &Reply) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(reply).expect("replies serialize");
     line.push(b'\n');
-    (&*stream).write_all(&line)
+    let until = std::time::Instant::now() + REQUEST_DEADLINE;
+    let mut rest = &line[..];
+    while !rest.is_empty() {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        stream.set_write_timeout(Some(left))?;
+        match (&*stream).write(rest) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn serve_client(stream: UnixStream, who: &Credentials, shared: &Arc<Shared>) {
@@ -980,12 +998,17 @@ fn handle(
             nodes: shared.with(|inner, now| inner.nodes(now)),
         }),
         Request::Boundaries { since_us } => {
-            shared
-                .boundaries(since_us)
-                .map(|boundaries| Reply::Boundaries {
-                    ok: true,
-                    boundaries,
-                })
+            // Sent while the log's one reader is held: one such reply in memory at a time.
+            let sent = shared.boundaries(since_us, |boundaries| {
+                let _ = send(
+                    &stream,
+                    &Reply::Boundaries {
+                        ok: true,
+                        boundaries,
+                    },
+                );
+            });
+            return sent.map_err(|error| (stream, error));
         }
         Request::Cancel { job } => shared
             .with(|inner, now| inner.cancel(who, job, now))
@@ -1006,5 +1029,25 @@ fn handle(
             Ok(())
         }
         Err(error) => Err((stream, error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_is_written_whole_within_the_deadline_or_given_up() {
+        // A client that never reads a reply larger than the socket's buffer: given up after
+        // the deadline (it once kept its thread and the reply for as long as it liked).
+        let (ours, _theirs) = UnixStream::pair().unwrap();
+        let big = Reply::done("x".repeat(8 << 20));
+        let start = std::time::Instant::now();
+        let sent = send(&ours, &big);
+        assert_eq!(
+            sent.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::TimedOut)
+        );
+        assert!(start.elapsed() < REQUEST_DEADLINE + Duration::from_secs(2));
     }
 }

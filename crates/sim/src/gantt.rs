@@ -265,8 +265,13 @@ fn colour(job: u64) -> String {
     format!("hsl({hue},65%,{light}%)")
 }
 
+/// Text for XML: markup escaped, and control characters (which XML forbids: one in a job's
+/// name made a whole chart unreadable) replaced.
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
+    text.chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect::<String>()
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
@@ -337,6 +342,7 @@ mod tests {
         assert_eq!(text.matches("<title>job 1 ").count(), 2);
         assert!(text.contains("job 2 in slice 1: processors 0-7, 30 s to 90 s"));
         assert!(text.contains("a &lt;test&gt;"));
+        assert_eq!(escape("a\u{1}b\u{1b}[31m"), "a\u{fffd}b\u{fffd}[31m");
         assert!(text.contains(">60 s<"), "a tick a minute in");
     }
 
