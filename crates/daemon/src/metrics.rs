@@ -5,7 +5,7 @@
 use crate::protocol::{JobView, NodeView, StatsView};
 use cosched_proto::{Histogram, HISTOGRAM_BOUNDS_US};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -88,13 +88,32 @@ fn family<L: prometheus_client::encoding::EncodeLabelSet>(
 ) -> std::fmt::Result {
     let mut metric = encoder.encode_descriptor(name, help, None, kind)?;
     for (labels, value) in values {
-        let sample = metric.encode_family(&labels)?;
-        match kind {
-            MetricType::Counter => ConstCounter::new(value).encode(sample)?,
-            _ => ConstGauge::new(value as i64).encode(sample)?,
-        }
+        constant(kind, value, metric.encode_family(&labels)?)?;
     }
     Ok(())
+}
+
+/// One counter's or gauge's value.
+fn constant(kind: MetricType, value: u64, sample: MetricEncoder) -> std::fmt::Result {
+    match kind {
+        MetricType::Counter => ConstCounter::new(value).encode(sample),
+        _ => ConstGauge::new(value as i64).encode(sample),
+    }
+}
+
+/// One histogram: `counts` per bucket of `bounds` (seconds; +Inf is added after them).
+fn histogram(
+    mut sample: MetricEncoder,
+    bounds: impl Iterator<Item = f64>,
+    counts: &[u64],
+    sum: f64,
+    count: u64,
+) -> std::fmt::Result {
+    let buckets: Vec<(f64, u64)> = bounds
+        .chain(std::iter::once(f64::INFINITY))
+        .zip(counts.iter().copied())
+        .collect();
+    sample.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
 }
 
 /// A counter or gauge without labels.
@@ -105,11 +124,11 @@ fn single(
     kind: MetricType,
     value: u64,
 ) -> std::fmt::Result {
-    let metric = encoder.encode_descriptor(name, help, None, kind)?;
-    match kind {
-        MetricType::Counter => ConstCounter::new(value).encode(metric),
-        _ => ConstGauge::new(value as i64).encode(metric),
-    }
+    constant(
+        kind,
+        value,
+        encoder.encode_descriptor(name, help, None, kind)?,
+    )
 }
 
 /// A node's latency histogram, in seconds.
@@ -120,21 +139,15 @@ fn node_histograms<'a>(
     histograms: impl IntoIterator<Item = (&'a str, &'a Histogram)>,
 ) -> std::fmt::Result {
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-    for (node, histogram) in histograms {
-        let bounds = HISTOGRAM_BOUNDS_US
-            .iter()
-            .map(|&us| us as f64 / 1e6)
-            .chain(std::iter::once(f64::INFINITY));
-        let buckets: Vec<(f64, u64)> = bounds.zip(histogram.buckets.iter().copied()).collect();
+    for (node, samples) in histograms {
         let labels = [("node", node)];
-        metric
-            .encode_family(&labels)?
-            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                histogram.sum_us as f64 / 1e6,
-                histogram.count,
-                &buckets,
-                None,
-            )?;
+        histogram(
+            metric.encode_family(&labels)?,
+            HISTOGRAM_BOUNDS_US.iter().map(|&us| us as f64 / 1e6),
+            &samples.buckets,
+            samples.sum_us as f64 / 1e6,
+            samples.count,
+        )?;
     }
     Ok(())
 }
@@ -177,22 +190,18 @@ impl Collector for Scrape {
             }),
         )?;
         let wait = &self.counts.queue_wait;
-        let buckets: Vec<(f64, u64)> = WAIT_BOUNDS_S
-            .iter()
-            .copied()
-            .chain(std::iter::once(f64::INFINITY))
-            .zip(wait.buckets.iter().copied())
-            .collect();
-        encoder
-            .encode_descriptor(
+        histogram(
+            encoder.encode_descriptor(
                 "cosched_queue_wait_seconds",
                 "From submission to first start",
                 None,
                 MetricType::Histogram,
-            )?
-            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                wait.sum, wait.count, &buckets, None,
-            )?;
+            )?,
+            WAIT_BOUNDS_S.iter().copied(),
+            &wait.buckets,
+            wait.sum,
+            wait.count,
+        )?;
         let live: Vec<&NodeView> = self.nodes.iter().filter(|n| !n.left).collect();
         node_histograms(
             &mut encoder,

@@ -909,8 +909,6 @@ fn serve_client(stream: UnixStream, who: &Credentials, shared: &Arc<Shared>) {
             return;
         }
     };
-    // A reply that cannot be written in this long is the client's loss, not a held thread.
-    let _ = stream.set_write_timeout(Some(REQUEST_DEADLINE));
     let op = request.op();
     let handled = handle(stream, shared, who, request, fds);
     shared.with(|inner, _| inner.count_request(op, handled.is_ok()));
