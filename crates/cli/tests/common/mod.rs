@@ -74,6 +74,15 @@ impl Daemon {
         daemon
     }
 
+    /// Where the daemon keeps its state: `--state-dir` if the test gave one.
+    pub fn state_dir(&self) -> PathBuf {
+        self.args
+            .iter()
+            .position(|a| a == "--state-dir")
+            .and_then(|i| self.args.get(i + 1))
+            .map_or_else(|| self.dir.join("state"), PathBuf::from)
+    }
+
     pub fn socket(&self) -> PathBuf {
         self.dir.join("cosched.sock")
     }
@@ -87,7 +96,7 @@ impl Daemon {
         let mut command = Command::new(COSCHED);
         command.arg("daemon");
         if !self.args.iter().any(|a| a == "--state-dir") {
-            command.arg("--state-dir").arg(self.dir.join("state"));
+            command.arg("--state-dir").arg(self.state_dir());
         }
         command
             .arg("--socket")
@@ -247,12 +256,50 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.signal(libc::SIGKILL);
         self.wait_exit();
-        // Whatever a failed test left: kill its jobs, remove its cgroups.
+        // Whatever a test left: kill its jobs, remove its cgroups, and end the supervisors,
+        // which (by design) keep a job's exit status until a daemon takes it: none will.
         remove_cgroups(&self.parent);
+        for pid in listening_under(&self.state_dir().join("run")) {
+            // SAFETY: kill(2) on a supervisor of this test's daemon.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// The processes holding a Unix socket bound under `dir` (a test daemon's supervisors listen
+/// in its state directory's `run`): /proc/net/unix names each bound socket's inode and path.
+pub fn listening_under(dir: &Path) -> Vec<i32> {
+    let prefix = dir.to_string_lossy().to_string();
+    let inodes: Vec<String> = std::fs::read_to_string("/proc/net/unix")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let path = fields.get(7)?;
+            path.starts_with(&prefix)
+                .then(|| format!("socket:[{}]", fields[6]))
+        })
+        .collect();
+    let own = std::process::id() as i32;
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != own)
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .any(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+        })
+        .collect()
 }
 
 /// Looks every 50 ms, for at most `patience`, until `done`; whether it came true in time.
