@@ -18,6 +18,7 @@ __all__ = [
     "Client",
     "Job",
     "Ended",
+    "Registered",
     "MatrixEntry",
     "Matrix",
     "CoschedError",
@@ -126,6 +127,14 @@ class Ended:
 
 
 @dataclasses.dataclass(frozen=True)
+class Registered:
+    """A registered job that runs: its id and its processors (a cpuset list)."""
+
+    job: int
+    cpus: str
+
+
+@dataclasses.dataclass(frozen=True)
 class MatrixEntry:
     job: int
     cpus: str
@@ -199,24 +208,22 @@ class Client:
         return sock
 
     @staticmethod
-    def _read(sock: socket.socket, timeout: Optional[float]) -> Dict[str, Any]:
+    def _read(sock: socket.socket, replies: Any, timeout: Optional[float]) -> Dict[str, Any]:
+        """The next reply line from `replies` (`sock.makefile("rb")`)."""
         sock.settimeout(timeout)
-        data = bytearray()
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise DaemonUnreachable("the daemon closed the connection without a reply")
-            data += chunk
-            if len(data) > _REPLY_LIMIT:
+        line = replies.readline(_REPLY_LIMIT + 1)
+        if not line.endswith(b"\n"):
+            if len(line) > _REPLY_LIMIT:
                 raise CoschedError(f"a reply longer than {_REPLY_LIMIT} bytes")
-        reply = json.loads(data.decode())
+            raise DaemonUnreachable("the daemon closed the connection without a reply")
+        reply = json.loads(line.decode())
         if not reply.get("ok"):
             raise _refusal(reply.get("error", "the daemon refused without a reason"))
         return reply
 
     def _ask(self, request: Dict[str, Any]) -> Dict[str, Any]:
-        with self._send(request) as sock:
-            return self._read(sock, self.timeout)
+        with self._send(request) as sock, sock.makefile("rb") as replies:
+            return self._read(sock, replies, self.timeout)
 
     # -- the verbs --------------------------------------------------------------------------
 
@@ -233,8 +240,9 @@ class Client:
         output: Optional[str] = None,
     ) -> int:
         """Submits a job and returns its id at once (`wait` for its end). `output`: a file
-        for its stdout and stderr (appended to), else they are discarded. The job runs as the
-        caller, in `cwd` (default: here) with `env` (default: this environment)."""
+        for its stdout and stderr (appended to; on a cluster, opened by the job on its
+        nodes), else they are discarded. The job runs as the caller, in `cwd` (default:
+        here) with `env` (default: this environment)."""
         if isinstance(argv, str) or not argv:
             raise ValueError("argv must be a non-empty list of words (a command, not a string)")
         request: Dict[str, Any] = {
@@ -244,6 +252,9 @@ class Client:
             "cwd": os.path.abspath(cwd or os.getcwd()),
             "procs": procs,
             "detach": True,
+            # Where the descriptors sent cannot reach the job (a cluster's nodes), it opens
+            # this itself (without one: discarded).
+            "output": os.path.abspath(output) if output is not None else os.devnull,
         }
         if nodes is not None:
             request["node_count"] = nodes
@@ -263,16 +274,16 @@ class Client:
                 )
                 opened += [out, out]
                 request["stdio"] = True
-            with self._send(request, opened) as sock:
-                return self._read(sock, self.timeout)["job"]
+            with self._send(request, opened) as sock, sock.makefile("rb") as replies:
+                return self._read(sock, replies, self.timeout)["job"]
         finally:
             for fd in set(opened):
                 os.close(fd)
 
     def wait(self, job: int, timeout: Optional[float] = None) -> Ended:
         """Blocks until `job` ends (or `timeout` seconds pass: TimeoutError)."""
-        with self._send({"op": "wait", "job": job}) as sock:
-            reply = self._read(sock, timeout)
+        with self._send({"op": "wait", "job": job}) as sock, sock.makefile("rb") as replies:
+            reply = self._read(sock, replies, timeout)
         exit_info = reply.get("exit") or {}
         return Ended(
             job=reply["job"],
@@ -282,9 +293,13 @@ class Client:
             note=reply.get("note"),
         )
 
-    def ps(self, all: bool = False) -> List[Job]:  # noqa: A002 (the protocol's word)
-        """Unfinished jobs, or with `all` the ended ones the daemon keeps too."""
-        return [Job._from(v) for v in self._ask({"op": "ps", "all": all})["jobs"]]
+    def ps(self, all: bool = False, job: Optional[int] = None) -> List[Job]:  # noqa: A002
+        """Unfinished jobs, or with `all` the ended ones the daemon keeps too, or with `job`
+        that one (an empty list if the daemon does not keep it)."""
+        request: Dict[str, Any] = {"op": "ps", "all": all}
+        if job is not None:
+            request["job"] = job
+        return [Job._from(v) for v in self._ask(request)["jobs"]]
 
     def matrix(self) -> Matrix:
         m = self._ask({"op": "matrix"})["matrix"]
@@ -321,3 +336,43 @@ class Client:
 
     def set_class(self, job: int, job_class: str) -> str:
         return self._ask({"op": "class", "job": job, "class": job_class})["message"]
+
+    # -- registration: jobs of processes started elsewhere (one machine) ---------------------
+
+    def register(
+        self,
+        procs: int,
+        *,
+        name: Optional[str] = None,
+        job_class: Optional[str] = None,
+        join_within_s: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> Registered:
+        """Records a job whose processes are started elsewhere and blocks until it runs (it
+        may queue behind others; `timeout` seconds: TimeoutError). Its processes then join
+        with `proc_add`. It ends once every process that joined has exited, or (exit 3) when
+        none joined within `join_within_s` (default 60) of its start; `job_end` ends it
+        sooner."""
+        request: Dict[str, Any] = {"op": "register", "procs": procs}
+        if name is not None:
+            request["name"] = name
+        if job_class is not None:
+            request["class"] = job_class
+        if join_within_s is not None:
+            request["join_within_s"] = join_within_s
+        with self._send(request) as sock, sock.makefile("rb") as replies:
+            job = self._read(sock, replies, self.timeout)["job"]
+            started = self._read(sock, replies, timeout)
+        if "cpus" not in started:
+            raise CoschedError(f"job {job} ended before it started ({started.get('state')})")
+        return Registered(job=job, cpus=started["cpus"])
+
+    def proc_add(self, job: int, pid: int) -> str:
+        """Process `pid` (one of the job owner's) joins running registered job `job`: it runs
+        in the job's slots, on its processors, from now on."""
+        return self._ask({"op": "proc_add", "job": job, "pid": pid})["message"]
+
+    def job_end(self, job: int) -> str:
+        """The registered job is over: its processes run unscheduled, and it ends once they
+        have exited (nothing is killed)."""
+        return self._ask({"op": "job_end", "job": job})["message"]

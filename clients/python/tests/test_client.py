@@ -139,6 +139,47 @@ class AgainstADaemon(unittest.TestCase):
         self.assertIn("only its owner or root may cancel it", out.stdout, out.stderr)
         self.client.cancel(job)
 
+    def test_registered_processes_started_here_take_turns(self):
+        since = int(time.time() * 1e6)
+        jobs, workers = [], []
+        for name in ("py-one", "py-two"):
+            registered = self.client.register(2, name=name)
+            self.assertTrue(registered.cpus)
+            jobs.append(registered.job)
+            for _ in range(2):
+                worker = subprocess.Popen(["python3", "-c", SPIN.format(1.5)])
+                self.assertIn("joined", self.client.proc_add(registered.job, worker.pid))
+                workers.append(worker)
+        self.assertEqual({j.state for j in self.client.ps(job=jobs[0])}, {"running"})
+        for worker in workers:
+            self.assertEqual(worker.wait(60), 0)
+        for job in jobs:
+            ended = self.client.wait(job, timeout=30)
+            self.assertEqual((ended.state, ended.status), ("done", 0))
+        records = self.client.boundaries(since)
+        of_a, of_b = stretches(records, jobs[0]), stretches(records, jobs[1])
+        self.assertGreaterEqual(len(of_a), 3)
+        self.assertGreaterEqual(len(of_b), 3)
+        for start, stop in of_a:
+            for other_start, other_stop in of_b:
+                self.assertTrue(other_stop <= start or other_start >= stop,
+                                f"{jobs[0]} ran {start}-{stop} while {jobs[1]} ran")
+
+    def test_registration_refusals_name_what_was_wrong(self):
+        with self.assertRaisesRegex(cosched.RequestRefused, "4096 processors requested"):
+            self.client.register(4096)
+        with self.assertRaisesRegex(cosched.NoSuchJob, "no job 999999"):
+            self.client.proc_add(999999, os.getpid())
+        plain = self.client.run(["sleep", "30"])
+        with self.assertRaisesRegex(cosched.RequestRefused, "was not registered"):
+            self.client.proc_add(plain, os.getpid())
+        self.client.cancel(plain)
+        job = self.client.register(1, join_within_s=30).job
+        with self.assertRaisesRegex(cosched.RequestRefused, "init and the agent itself"):
+            self.client.proc_add(job, 1)
+        self.assertIn("no longer scheduled", self.client.job_end(job))
+        self.assertEqual(self.client.wait(job, timeout=30).state, "done")
+
     def test_a_socket_another_user_serves_gets_nothing(self):
         place = os.path.join(self.dir, "theirs")
         os.mkdir(place)

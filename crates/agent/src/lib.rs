@@ -13,6 +13,7 @@ pub mod chrony;
 pub mod clock;
 pub mod door;
 pub mod fault;
+pub mod holder;
 mod idle;
 mod logline;
 pub mod node;

@@ -13,6 +13,7 @@ use crate::clock::{self, now_micros, SlotWork, Tick};
 use crate::door::{Door, DOOR_ENV};
 use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
+use crate::unix;
 use crate::{fault, job_name, Applier, IdleTracker, Mode, Samples, SwitchRecord};
 use cosched_cgroups::{Actuator, CgroupError, Cgroups};
 use cosched_core::{JobId, Micros, Rotation};
@@ -101,7 +102,7 @@ impl PlanSource for Receiver<Order> {
 pub trait OrderSink: Send {
     fn deliver(&self, node: &str, order: Order);
     /// Whether a job's client descriptors reach its processes (only inside one process;
-    /// elsewhere a job writes to `output/job-N.out` on its first node).
+    /// elsewhere a job writes to its output file, `Launch::output_path`).
     fn carries_stdio(&self) -> bool;
     /// Drops what a node that left has not carried out: were it to come back, a start or a
     /// generation decided before it left must not be replayed.
@@ -155,8 +156,8 @@ pub struct NodeSettings {
     pub mode: Mode,
     /// A job using no CPU in its own slots this long leaves the rotation (gang, moderate).
     pub idle_after: Option<Micros>,
-    /// Where supervisors keep their files (`jobs/`, `run/`) and jobs without a client write
-    /// (`output/`): root's and writable by nobody else (the caller checked).
+    /// Where supervisors keep their files (`jobs/`, `run/`): root's and writable by nobody
+    /// else (the caller checked).
     pub state_dir: PathBuf,
     /// The program that runs `supervise` (this very binary).
     pub supervisor_exe: PathBuf,
@@ -165,13 +166,12 @@ pub struct NodeSettings {
     pub clock_shift_us: Micros,
 }
 
-/// Where in the state directory supervisors keep markers and exit statuses, listen for a
-/// restarted daemon, and jobs without a client write their output.
+/// Where in the state directory supervisors keep markers and exit statuses, and listen for a
+/// restarted daemon.
 const JOBS_DIR: &str = "jobs";
 const RUN_DIR: &str = "run";
-const OUTPUT_DIR: &str = "output";
 /// The subdirectories the agent's files live in (the daemon makes them, root's alone).
-pub const STATE_SUBDIRS: [&str; 3] = [JOBS_DIR, RUN_DIR, OUTPUT_DIR];
+pub const STATE_SUBDIRS: [&str; 2] = [JOBS_DIR, RUN_DIR];
 
 impl NodeSettings {
     fn file(&self, dir: &str, job: JobId, suffix: &str) -> PathBuf {
@@ -190,10 +190,6 @@ impl NodeSettings {
 
     pub fn socket_file(&self, job: JobId) -> PathBuf {
         self.file(RUN_DIR, job, ".sock")
-    }
-
-    pub fn output_file(&self, job: JobId) -> PathBuf {
-        self.file(OUTPUT_DIR, job, ".out")
     }
 
     /// The supervisor's files of a process added to a job (beside the job's own).
@@ -532,7 +528,71 @@ impl<A: Actuator> NodeAgent<A> {
                     door.answer(process.request, &ending);
                 }
             }
+            Command::Join {
+                job,
+                pid,
+                uid,
+                request,
+            } => {
+                let refusal = self.join(job, pid, uid).err();
+                self.events.report(Event::Joined {
+                    job,
+                    pid,
+                    request,
+                    refusal,
+                });
+            }
+            Command::Finish { job } => {
+                // Out of the rotation and never watched for work: the job ends once its
+                // processes have left, and they are not killed (`discard` would).
+                self.forget(job);
+                if let Err(error) = self.let_loose(job) {
+                    self.trouble(job, error);
+                }
+                let told = self
+                    .supervisors
+                    .get(&job)
+                    .map(|stream| (&*stream).write_all(&[supervisor::FINISH]));
+                if !matches!(told, Some(Ok(()))) {
+                    self.trouble(job, "cannot reach its supervisor to end it");
+                }
+            }
         }
+    }
+
+    /// Moves process `pid` (started elsewhere) into a registered job's cgroup: only a
+    /// process of the job's user (root's jobs: any but init and this agent), in no other job.
+    fn join(&mut self, job: JobId, pid: libc::pid_t, uid: u32) -> Result<(), String> {
+        if !self.placed.contains_key(&job) {
+            return Err(format!(
+                "job {job} is not running on node {}",
+                self.settings.node
+            ));
+        }
+        if pid <= 1 || pid == std::process::id() as libc::pid_t {
+            return Err("init and the agent itself may not join a job".into());
+        }
+        // Held from before the check to after the move: if it has not exited by then, the
+        // pid named the process checked all along (a pid is reused only after an exit).
+        let pidfd = unix::pidfd_open(pid).map_err(|e| e.to_string())?;
+        check_owner(pid, uid)?;
+        for other in self.placed.keys() {
+            let pids = self.applier.actuator().pids(&job_name(*other));
+            if pids.is_ok_and(|pids| pids.contains(&pid)) {
+                return match *other == job {
+                    true => Ok(()),
+                    false => Err(format!("it belongs to job {other}")),
+                };
+            }
+        }
+        for file in self.join_files(job)? {
+            std::fs::write(&file, pid.to_string())
+                .map_err(|e| format!("moving it into {}: {e}", file.display()))?;
+        }
+        if unix::has_exited(&pidfd) {
+            return Err("it exited while joining".into());
+        }
+        Ok(())
     }
 
     /// An order about `job` failed: the controller hears (and logs) it.
@@ -629,8 +689,8 @@ impl<A: Actuator> NodeAgent<A> {
             .cloned()
             .ok_or_else(|| format!("job {job} is not placed on node {}", self.settings.node))?;
         let files = self.settings.process_files(job, process);
-        let spec = self.spec(job, &cpus, launch, files)?;
-        let stdio = self.default_stdio(job, spec.launch.uid, spec.launch.gid)?;
+        let mut spec = self.spec(job, &cpus, launch, files)?;
+        let stdio = Self::output_to_file(&mut spec)?;
         let (child, stream) = self.spawn_supervisor(&spec, stdio)?;
         let reader = stream
             .try_clone()
@@ -679,6 +739,7 @@ impl<A: Actuator> NodeAgent<A> {
             exit_file,
             started_file,
             socket,
+            output_file: None,
         })
     }
 
@@ -709,10 +770,10 @@ impl<A: Actuator> NodeAgent<A> {
             self.settings.started_file(job),
             self.settings.socket_file(job),
         ];
-        let spec = self.spec(job, cpus, launch, files)?;
+        let mut spec = self.spec(job, cpus, launch, files)?;
         let stdio = match stdio {
             Some(stdio) => stdio,
-            None => self.default_stdio(job, spec.launch.uid, spec.launch.gid)?,
+            None => Self::output_to_file(&mut spec)?,
         };
         let (child, stream) = self.spawn_supervisor(&spec, stdio)?;
         fault::point("spawned", job);
@@ -720,24 +781,17 @@ impl<A: Actuator> NodeAgent<A> {
         Ok(())
     }
 
-    /// A job whose client is gone (recovered after a restart, or started on another node than
-    /// its client's): no input, output to a file in the state directory owned by the job's user.
-    fn default_stdio(&self, job: JobId, uid: u32, gid: u32) -> Result<[OwnedFd; 3], String> {
-        let out_path = self.settings.output_file(job);
-        let open = || {
-            use std::os::unix::fs::OpenOptionsExt;
-            let null = std::fs::File::open("/dev/null")?;
-            let out = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&out_path)?;
-            std::os::unix::fs::fchown(&out, Some(uid), Some(gid))?;
-            let err = out.try_clone()?;
-            Ok::<_, std::io::Error>([null.into(), out.into(), err.into()])
+    /// A job no client's descriptors reach (recovered after a restart, started on another
+    /// node than its client's, or a process added to it): no input; its output file is
+    /// opened by the job itself, as its user (root opening it could be steered by a link).
+    fn output_to_file(spec: &mut LaunchSpec) -> Result<[OwnedFd; 3], String> {
+        spec.output_file = Some(spec.launch.output_path(spec.job));
+        let null = || {
+            std::fs::File::open("/dev/null")
+                .map(OwnedFd::from)
+                .map_err(|e| format!("/dev/null: {e}"))
         };
-        open().map_err(|e| format!("{}: {e}", out_path.display()))
+        Ok([null()?, null()?, null()?])
     }
 
     /// Keeps the connection to a supervisor and waits, on a thread of its own, for its report
@@ -1151,4 +1205,33 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
             log(format_args!("ahead of slot {slot}: {error}"));
         }
     }
+}
+
+/// Whether process `pid` is a whole process (not a thread) whose every uid (real,
+/// effective, saved, filesystem) is `uid`; root's jobs take anyone's.
+fn check_owner(pid: libc::pid_t, uid: u32) -> Result<(), String> {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(|rest| {
+                rest.split_whitespace()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    if field("Tgid:") != [pid.to_string()] {
+        return Err("it is a thread, not a process (give its process id)".into());
+    }
+    let uids = field("Uid:");
+    if uid != 0 && (uids.len() != 4 || uids.iter().any(|u| *u != uid.to_string())) {
+        return Err(format!(
+            "it is not uid {uid}'s (its uids: {})",
+            uids.join(" ")
+        ));
+    }
+    Ok(())
 }

@@ -38,6 +38,10 @@ pub struct LaunchSpec {
     /// a supervisor nor an exit status knows from it whether the job may have run.
     pub started_file: PathBuf,
     pub socket: PathBuf,
+    /// The job opens this for its stdout and stderr (appending, as its user, in its working
+    /// directory) when no client's descriptors reach it.
+    #[serde(default)]
+    pub output_file: Option<String>,
 }
 
 /// The listening socket (`run/job-N.sock`) for a restarted daemon.
@@ -156,13 +160,14 @@ fn cstring(s: &str) -> CString {
 }
 
 /// Steps of the child's start, reported through the error pipe when one fails.
-const STEPS: [&str; 6] = [
+const STEPS: [&str; 7] = [
     "",
     "cannot join its cgroup",
     "cannot take the submitter's uid, gid and groups",
     "cannot enter the working directory",
     "cannot run the command",
     "cannot close the supervisor's descriptors",
+    "cannot open its output file",
 ];
 
 struct Prepared {
@@ -174,6 +179,7 @@ struct Prepared {
     uid: libc::uid_t,
     gid: libc::gid_t,
     groups: Vec<libc::gid_t>,
+    output: Option<CString>,
 }
 
 /// In the forked child: join, drop privileges, chdir, exec. Only async-signal-safe calls.
@@ -209,6 +215,17 @@ unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
     }
     if libc::chdir(p.cwd.as_ptr()) != 0 {
         fail(3);
+    }
+    if let Some(output) = &p.output {
+        let fd = libc::open(
+            output.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o600,
+        );
+        if fd < 0 || libc::dup2(fd, 1) < 0 || libc::dup2(fd, 2) < 0 {
+            fail(6);
+        }
+        libc::close(fd);
     }
     // The job gets its stdio and nothing else (the report pipe closes at exec as it should).
     if crate::unix::close_on_exec_from(3).is_err() {
@@ -336,6 +353,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
         uid: spec.launch.uid,
         gid: spec.launch.gid,
         groups: spec.launch.groups.clone(),
+        output: spec.output_file.as_deref().map(cstring),
     };
     mark_started(job, &spec.started_file)?;
     let mut pipe = [0; 2];
@@ -353,15 +371,11 @@ pub fn supervise() -> Result<(), SupervisorError> {
         libc::close(pipe[1]);
         OwnedFd::from_raw_fd(pipe[0])
     };
-    // SAFETY: pidfd_open takes a pid and flags; the descriptor returned is ours.
-    let pidfd = unsafe {
-        OwnedFd::from_raw_fd(
-            check(libc::syscall(libc::SYS_pidfd_open, child, 0) as libc::c_int)
-                .map_err(os_error(job, "pidfd_open (Linux 5.3 or later)"))?,
-        )
-    };
+    let pidfd =
+        crate::unix::pidfd_open(child).map_err(os_error(job, "pidfd_open (Linux 5.3 or later)"))?;
     let mut state = Watch {
         spec: &spec,
+        child,
         daemon: Some(daemon),
         released: false,
     };
@@ -405,10 +419,10 @@ pub fn supervise() -> Result<(), SupervisorError> {
             let exit = reap(child).map_err(os_error(job, "waitpid"))?;
             let note = failed_step.map(|(step, error)| {
                 let what = STEPS.get(usize::from(step)).copied().unwrap_or("failed");
-                let subject = if step == 3 {
-                    &spec.launch.cwd
-                } else {
-                    &spec.launch.argv[0]
+                let subject = match (step, &spec.output_file) {
+                    (3, _) => &spec.launch.cwd,
+                    (6, Some(output)) => output,
+                    _ => &spec.launch.argv[0],
                 };
                 let subject: String = subject.chars().take(200).collect();
                 format!("{what} ({subject}): {error}")
@@ -424,21 +438,34 @@ pub fn supervise() -> Result<(), SupervisorError> {
 
 struct Watch<'a> {
     spec: &'a LaunchSpec,
+    child: libc::pid_t,
     daemon: Option<UnixStream>,
     released: bool,
 }
 
+/// What the daemon writes to end a registered job: its holder (the supervisor's child) gets
+/// SIGTERM and exits once the job's processes have. Before the end, the daemon writes
+/// nothing else.
+pub const FINISH: u8 = b'F';
+
 impl Watch<'_> {
-    /// The daemon closed (or wrote, which it never does before the end): it is gone.
+    /// The daemon closed (it is gone), or asked for the job's end ([`FINISH`]).
     fn daemon_spoke(&mut self) {
         let mut byte = [0u8; 1];
-        let gone = match self.daemon.as_ref() {
-            Some(stream) => !matches!(io::Read::read(&mut &*stream, &mut byte), Ok(n) if n > 0),
-            None => false,
+        let read = match self.daemon.as_ref() {
+            Some(stream) => io::Read::read(&mut &*stream, &mut byte),
+            None => return,
         };
-        if gone {
-            self.daemon = None;
-            self.let_loose();
+        match read {
+            Ok(1) if byte[0] == FINISH => {
+                // SAFETY: kill(2) on our own child, not reaped yet (its pidfd is not ready).
+                unsafe { libc::kill(self.child, libc::SIGTERM) };
+            }
+            Ok(n) if n > 0 => {}
+            _ => {
+                self.daemon = None;
+                self.let_loose();
+            }
         }
     }
 

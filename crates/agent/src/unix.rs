@@ -93,6 +93,17 @@ pub fn peer_pidfd(stream: &UnixStream) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// A pidfd of process `pid` (Linux 5.3): it keeps naming that process, exited or not.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; the descriptor returned is ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel gave us this new descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Whether the process behind a pidfd has exited (a pidfd polls readable then).
 pub fn has_exited(pidfd: &OwnedFd) -> bool {
     let mut poll = libc::pollfd {

@@ -106,9 +106,9 @@ code is the job's (128 + the signal when it was killed). Ctrl-C cancels the job.
 restarts meanwhile, the job keeps running and this command waits for it. With --detach the job \
 reads nothing; its output goes to this terminal when standard output is one, else (in a script) \
 to --output or cosched-JOBID.out here, and only the id is printed, as sbatch does. In a \
-cluster the job's processes are on its nodes, not here: its output goes to output/job-JOBID.out \
-in the state directory of the agent on its first node, as this command says on standard error; \
-across nodes, mpirun finds the job's hosts in COSCHED_HOSTS (Open MPI reads them by itself).")]
+cluster the job's processes are on its nodes, not here: its output goes to --output or \
+cosched-JOBID.out in this directory as seen on those nodes (a shared file system, as for \
+sbatch), opened there as you, as this command says on standard error; across nodes, mpirun finds the job's hosts in COSCHED_HOSTS (Open MPI reads them by itself).")]
 pub struct RunArgs {
     /// Processors the job needs
     #[arg(short = 'n', long = "procs", value_name = "N")]
@@ -181,6 +181,11 @@ pub fn run(args: RunArgs) -> Result<i32> {
         Some(file) => (file.as_raw_fd(), file.as_raw_fd()),
         None => (1, 2),
     };
+    // Where the descriptors sent cannot go (a cluster's nodes), the job opens it there.
+    let output_path = match &args.output {
+        Some(path) => Some(absolute(&cwd, path)?),
+        None => None,
+    };
     let request = Request::Run(RunRequest {
         argv: args.command,
         env,
@@ -191,6 +196,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         name: args.name,
         detach: args.detach,
         stdio: true,
+        output: output_path,
     });
     let socket = args.socket.socket;
     let submitted = connect(&socket).and_then(|stream| {
@@ -229,6 +235,15 @@ pub fn run(args: RunArgs) -> Result<i32> {
     }
     catch_interrupts();
     wait_for(&socket, job, stream, true)
+}
+
+/// `path` as seen from `cwd`, as a string the daemon takes.
+fn absolute(cwd: &str, path: &std::path::Path) -> Result<String> {
+    let joined = std::path::Path::new(cwd).join(path);
+    joined
+        .to_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("--output {} is not UTF-8", path.display()))
 }
 
 /// The default output of a detached job: made in this directory before the job has an id,
@@ -390,7 +405,14 @@ fn elapsed(job: &JobView, now: i64) -> String {
 }
 
 pub fn ps(args: PsArgs) -> Result<()> {
-    let Reply::Jobs { jobs, .. } = ask(&args.socket.socket, &Request::Ps { all: args.all })? else {
+    let Reply::Jobs { jobs, .. } = ask(
+        &args.socket.socket,
+        &Request::Ps {
+            all: args.all,
+            job: None,
+        },
+    )?
+    else {
         bail!("unexpected reply to ps");
     };
     if args.json {

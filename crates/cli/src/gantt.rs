@@ -76,7 +76,13 @@ pub fn gantt(args: GanttArgs) -> Result<()> {
     };
     // Names, and where a job ended (no boundary logs an end), from the daemon when it answers
     // (on a cluster's node it may not be reachable: then rows are numbered, ends open).
-    let jobs: BTreeMap<u64, Known> = match ask(args.socket.path(), &Request::Ps { all: true }) {
+    let jobs: BTreeMap<u64, Known> = match ask(
+        args.socket.path(),
+        &Request::Ps {
+            all: true,
+            job: None,
+        },
+    ) {
         Ok(Reply::Jobs { jobs, .. }) => jobs
             .into_iter()
             .map(|j| {

@@ -56,6 +56,13 @@ enum Command {
     Generate(sim::GenerateArgs),
     #[command(hide = true)]
     Supervise,
+    /// A registered job's holder (the daemon runs it; see `register` in docs/protocol.md)
+    #[command(hide = true)]
+    Hold {
+        /// Exit 3 unless a process joins the job within this many seconds
+        #[arg(long, value_name = "S")]
+        join_within_s: u64,
+    },
 }
 
 /// `cosched launch-remote` under the name MPICH's Hydra runs as its launcher.
@@ -103,6 +110,10 @@ fn execute(command: Command) -> anyhow::Result<i32> {
         Command::Sim(args) => sim::run(args),
         Command::Generate(args) => sim::generate(args),
         Command::Supervise => daemon::supervise(),
+        Command::Hold { join_within_s } => {
+            let within = std::time::Duration::from_secs(join_within_s);
+            return Ok(cosched_agent::holder::hold(within)?);
+        }
     }?;
     Ok(0)
 }

@@ -8,6 +8,8 @@ mod common;
 use common::*;
 use cosched_etcd::testing::Etcd;
 use serde_json::Value;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::{Mutex, MutexGuard};
@@ -439,32 +441,74 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
 }
 
 #[test]
-fn a_detached_cluster_job_says_where_its_output_is_and_leaves_no_empty_file_here() {
+fn a_cluster_job_writes_its_output_where_it_was_submitted_opened_as_its_user() {
     let (_serial, _etcd, d, _a, _b) = cluster("output");
     let here = d.dir.join("submitter");
     std::fs::create_dir_all(&here).unwrap();
-    // Standard output is a pipe: a detached job's output would go to cosched-JOBID.out here.
-    let out = Command::new(COSCHED)
-        .args(["run", "--detach", "-n", "1", "--"])
-        .args(["sh", "-c", "echo written-on-its-node"])
-        .current_dir(&here)
-        .env("COSCHED_SOCKET", d.socket())
-        .output()
-        .unwrap();
+    // nobody's directory: the job, as nobody, may write there; root's agent is not asked to.
+    std::os::unix::fs::chown(&here, Some(NOBODY), Some(NOBODY)).unwrap();
+    let submit = |args: &[&str]| {
+        Command::new(COSCHED)
+            .args(["run", "--detach", "-n", "1"])
+            .args(args)
+            .current_dir(&here)
+            .env("COSCHED_SOCKET", d.socket())
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output()
+            .unwrap()
+    };
+    // Standard output is a pipe: a detached job's output goes to cosched-JOBID.out here.
+    let out = submit(&["--", "sh", "-c", "echo written-on-its-node; id -u"]);
     assert!(out.status.success(), "{out:?}");
     let job: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let file = here.join(format!("cosched-{job}.out"));
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(
-        said.contains(&format!("output/job-{job}.out")),
+        said.contains(&format!("{} on its nodes", file.display())),
         "the client says where the output goes: {said}"
     );
-    let left: Vec<_> = std::fs::read_dir(&here).unwrap().flatten().collect();
-    assert!(left.is_empty(), "files left here: {left:?}");
     assert_eq!(d.wait_end(job, Duration::from_secs(20))["exit"]["code"], 0);
-    let written = ["a", "b"].iter().find_map(|node| {
-        std::fs::read_to_string(d.dir.join(format!("node-{node}/output/job-{job}.out"))).ok()
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(written, format!("written-on-its-node\n{NOBODY}\n"));
+    let owner = std::fs::metadata(&file).unwrap();
+    assert_eq!((owner.uid(), owner.mode() & 0o777), (NOBODY, 0o600));
+    let left: Vec<_> = std::fs::read_dir(&here).unwrap().flatten().collect();
+    assert_eq!(left.len(), 1, "only the job's output here: {left:?}");
+    // A file the job's user may not open (root's, through nobody's link) fails the job with
+    // the reason, and root's file is untouched.
+    let roots = d.dir.join("roots-file");
+    std::fs::write(&roots, "root's").unwrap();
+    let link = here.join("link.out");
+    std::os::unix::fs::symlink(&roots, &link).unwrap();
+    // (`cosched run` would refuse to open the link itself: the request is sent as it would.)
+    let request = serde_json::json!({
+        "op": "run", "argv": ["echo", "overwritten"], "env": [], "procs": 1, "detach": true,
+        "cwd": here, "output": link,
     });
-    assert_eq!(written.as_deref(), Some("written-on-its-node\n"));
+    let send = "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); \
+         s.sendall(sys.argv[2].encode()+b'\\n'); print(s.makefile().readline())";
+    let out = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            send,
+            d.socket().to_str().unwrap(),
+            &request.to_string(),
+        ])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    let reply: Value = serde_json::from_slice(&out.stdout).expect("a reply");
+    let job = reply["job"].as_u64().unwrap_or_else(|| panic!("{out:?}"));
+    let end = d.wait_end(job, Duration::from_secs(20));
+    assert_ne!(end["exit"]["code"], 0, "{end}");
+    let note = end["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("cannot open its output file") && note.contains("link.out"),
+        "{end}"
+    );
+    assert_eq!(std::fs::read_to_string(&roots).unwrap(), "root's");
 }
 
 #[test]
@@ -483,9 +527,10 @@ fn minus_capital_n_spreads_a_job_over_distinct_nodes() {
     let hosts_of = |args: &[&str]| {
         let mut run = args.to_vec();
         run.extend(["--", "sh", "-c", "echo $COSCHED_HOSTS"]);
-        let job = d.submit(&run);
+        let output = d.dir.join(format!("hosts-{}.out", args.join("")));
+        let job = d.submit_to(&output, &run);
         assert_eq!(d.wait_end(job, Duration::from_secs(20))["exit"]["code"], 0);
-        let output = std::fs::read_to_string(d.dir.join(format!("node-a/output/job-{job}.out")));
+        let output = std::fs::read_to_string(output);
         (job, output.unwrap().trim().to_string())
     };
     // Two processors fit on node a alone; -N 2 puts one on each node.
@@ -651,20 +696,28 @@ fn a_node_that_left_starts_nothing_ordered_before_it_left_and_serves_again_when_
     assert!(running, "job {x} never ran on node a\n{}", d.log());
     a.kill();
     // Before node a's lease (1 s) expires, a job is placed there: its start waits in a's queue.
-    let y = d.submit(&[
-        "-n",
-        "2",
-        "--",
-        "sh",
-        "-c",
-        "echo started-after-all; sleep 30",
-    ]);
+    let y_output = d.dir.join("y.out");
+    let y = d.submit_to(
+        &y_output,
+        &[
+            "-n",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "echo started-after-all; sleep 30",
+        ],
+    );
     for job in [x, y] {
         let end = d.wait_end(job, Duration::from_secs(20));
         assert_eq!(end["state"], "lost", "{end}");
     }
     // Gone, node a's processor is withheld: a job that needs it waits instead of being lost.
-    let z = d.submit(&["-n", "2", "--", "sh", "-c", "echo ran-when-a-was-back"]);
+    let z_output = d.dir.join("z.out");
+    let z = d.submit_to(
+        &z_output,
+        &["-n", "2", "--", "sh", "-c", "echo ran-when-a-was-back"],
+    );
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(d.job(z)["state"], "queued", "{}", d.log());
     // Waiting for the node that left, z holds up no one who fits on node b.
@@ -679,11 +732,10 @@ fn a_node_that_left_starts_nothing_ordered_before_it_left_and_serves_again_when_
     });
     assert!(rejoined, "node a never came back\n{}", back.log());
     std::thread::sleep(Duration::from_secs(2));
-    let output = d.dir.join(format!("node-a/output/job-{y}.out"));
+    let y_wrote = std::fs::read_to_string(&y_output).unwrap_or_default();
     assert!(
-        !output.exists(),
-        "job {y} was started after it was given up:\n{}",
-        std::fs::read_to_string(&output).unwrap_or_default()
+        y_wrote.is_empty(),
+        "job {y} was started after it was given up:\n{y_wrote}"
     );
     let leftovers = wait_until(Duration::from_secs(10), || !d.cgroup(x).exists());
     assert!(
@@ -692,8 +744,10 @@ fn a_node_that_left_starts_nothing_ordered_before_it_left_and_serves_again_when_
         back.log()
     );
     assert_eq!(d.wait_end(z, Duration::from_secs(20))["exit"]["code"], 0);
-    let output = std::fs::read_to_string(d.dir.join(format!("node-a/output/job-{z}.out")));
-    assert_eq!(output.unwrap(), "ran-when-a-was-back\n");
+    assert_eq!(
+        std::fs::read_to_string(&z_output).unwrap(),
+        "ran-when-a-was-back\n"
+    );
 }
 
 #[test]

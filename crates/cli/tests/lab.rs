@@ -19,10 +19,6 @@ use std::time::Duration;
 /// One lab at a time: both would share the two CPUs.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 struct Lab {
     _serial: std::sync::MutexGuard<'static, ()>,
     name: String,
@@ -74,20 +70,15 @@ impl Lab {
     }
 
     /// Submits `sh -c SCRIPT` on two processors (one per node), detached; returns its id.
+    /// Its processes write `cosched-JOBID.out` in `submitted/`, on every node (one file
+    /// system here, as on a cluster with a shared one).
     fn submit(&self, script: &str) -> u64 {
+        let here = self.dir.join("submitted");
+        std::fs::create_dir_all(&here).unwrap();
         let out = Command::new(COSCHED)
-            // A cluster job's output is on its nodes: no client-side file in this directory.
-            .args([
-                "run",
-                "-N",
-                "2",
-                "-n",
-                "2",
-                "--detach",
-                "--output",
-                "/dev/null",
-            ])
+            .args(["run", "-N", "2", "-n", "2", "--detach"])
             .args(["--", "sh", "-c", script])
+            .current_dir(here)
             .env("COSCHED_SOCKET", self.dir.join("cosched.sock"))
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -195,8 +186,9 @@ impl Lab {
         std::fs::read_to_string(self.dir.join(format!("{what}.log"))).unwrap_or_default()
     }
 
-    fn output(&self, node: &str, job: u64) -> String {
-        std::fs::read_to_string(self.dir.join(format!("node-{node}/output/job-{job}.out")))
+    /// What job's processes wrote, on every node.
+    fn output(&self, job: u64) -> String {
+        std::fs::read_to_string(self.dir.join(format!("submitted/cosched-{job}.out")))
             .unwrap_or_default()
     }
 
@@ -229,16 +221,7 @@ fn pingpong() -> PathBuf {
 }
 
 fn workload(name: &str) -> PathBuf {
-    let workloads = repo().join("bench/workloads");
-    let target = format!("build/{name}");
-    let made = Command::new("make")
-        .args(["-s", "-C"])
-        .arg(&workloads)
-        .arg(&target)
-        .status()
-        .unwrap();
-    assert!(made.success(), "building {target}");
-    workloads.join(target).canonicalize().unwrap()
+    made("bench/workloads", &format!("build/{name}"))
 }
 
 /// A 2-rank ping-pong, one rank per node, then `exit CODE`.
@@ -262,10 +245,10 @@ fn two_mpi_jobs_across_two_nodes_take_turns_and_keep_their_exit_codes() {
     for (job, code) in [(first, 5), (second, 6)] {
         let ended = lab.wait_state(job, "done", Duration::from_secs(60));
         assert_eq!(ended["exit"]["code"], code, "{ended}");
-        let out = lab.output("a", job);
+        let out = lab.output(job);
         assert!(
             out.contains(r#""workload":"pingpong","ranks":2"#),
-            "job {job}'s output on node a: {out}"
+            "job {job}'s output: {out}"
         );
     }
     // The remote daemons ended with their jobs, and nothing is left of the jobs on any node.
@@ -332,7 +315,7 @@ fn only_a_jobs_own_processes_may_add_processes_and_only_on_its_nodes() {
             "try() {{ {COSCHED} launch-remote \"$@\"; echo \"rc=$?\"; }}; {script}"
         ));
         lab.wait_state(id, "done", Duration::from_secs(30));
-        (id, lab.output("a", id))
+        (id, lab.output(id))
     };
     let (_, out) = inside("try nowhere true");
     assert!(
@@ -341,10 +324,10 @@ fn only_a_jobs_own_processes_may_add_processes_and_only_on_its_nodes() {
     );
     let (id, out) = inside("try 10.77.0.12 'echo remote on $COSCHED_NODE; exit 3'");
     assert!(out.contains("rc=3"), "{out}");
-    let remote = lab.output("b", id);
+    let remote = lab.output(id);
     assert!(
         remote.contains("remote on b"),
-        "node b's output of job {id}: {remote}"
+        "job {id}'s output, with what ran on node b: {remote}"
     );
     // As nobody (the lab's directory and the door are open to all), naming root's job:
     // refused by the agent, before anything reaches the controller.
@@ -444,13 +427,8 @@ fn an_mpich_job_spans_two_nodes_through_hydra_with_no_launcher_option() {
         program.display()
     ));
     let ended = lab.wait_state(job, "done", Duration::from_secs(60));
-    assert_eq!(
-        ended["exit"]["code"],
-        7,
-        "{ended}\n{}",
-        lab.output("a", job)
-    );
-    let out = lab.output("a", job);
+    assert_eq!(ended["exit"]["code"], 7, "{ended}\n{}", lab.output(job));
+    let out = lab.output(job);
     assert!(
         out.contains(r#""workload":"pingpong","ranks":2"#),
         "job {job}'s output on node a: {out}"

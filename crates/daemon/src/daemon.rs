@@ -9,7 +9,7 @@ use crate::protocol::{
 };
 use crate::store::{JobRecord, JobStatus, Store};
 use crate::unix::Credentials;
-use crate::waiters::Waiters;
+use crate::waiters::{Until, Waiters};
 use cosched_agent::clock::now_micros;
 use cosched_agent::{fault, Mode, Order, OrderSink, CANCEL_GRACE};
 use cosched_cluster::{NodeChange, NodeInfo};
@@ -26,6 +26,8 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+mod registration;
 
 /// What a client did wrong or may not do; the message goes back to it as is.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +73,8 @@ pub struct Settings {
     pub keep_ended: usize,
     /// Open files this process may have (its soft limit).
     pub max_files: u64,
+    /// The program a registered job runs as its holder (this very binary's `hold`).
+    pub holder_exe: PathBuf,
 }
 
 /// Queued jobs one user (root aside) may have holding their client's stdio descriptors.
@@ -105,6 +109,9 @@ pub struct Inner {
     nodes: BTreeMap<String, HeardFrom>,
     /// What `/metrics` counts.
     counts: crate::metrics::Counts,
+    /// Clients whose process is joining a job, by join request, until the agent answers.
+    joining: BTreeMap<u64, UnixStream>,
+    next_join: u64,
 }
 
 /// A node's latest report as the controller received it.
@@ -145,6 +152,8 @@ impl Inner {
             idle_departures: 0,
             nodes: BTreeMap::new(),
             counts: Default::default(),
+            joining: BTreeMap::new(),
+            next_join: 0,
         }
     }
 
@@ -194,7 +203,8 @@ impl Inner {
     }
 
     /// Sends an order to the nodes it concerns: a generation or a stop to every node, an
-    /// adoption to the job's first node (where its supervisor is), the rest to the job's nodes.
+    /// adoption or a registered job's end to the job's first node (where its supervisor is),
+    /// the rest to the job's nodes.
     fn tell(&self, command: Command) {
         let nodes: Vec<String> = match (&command, command.job()) {
             (_, None) => self
@@ -204,7 +214,9 @@ impl Inner {
                 .iter()
                 .map(|n| n.name.clone())
                 .collect(),
-            (Command::Adopt { .. }, Some(job)) => self.nodes_of(job).into_iter().take(1).collect(),
+            (Command::Adopt { .. } | Command::Finish { .. }, Some(job)) => {
+                self.nodes_of(job).into_iter().take(1).collect()
+            }
             (_, Some(job)) => self.nodes_of(job),
         };
         for node in nodes {
@@ -241,7 +253,19 @@ impl Inner {
         stdio: Option<[OwnedFd; 3]>,
         now: Micros,
     ) -> Result<JobId, ApiError> {
-        let taken = self.take(who, run, stdio, now);
+        self.submit_job(who, run, stdio, false, now)
+    }
+
+    /// A new job, `registered` or not (the API's and `/metrics`' one way in).
+    fn submit_job(
+        &mut self,
+        who: &Credentials,
+        run: RunRequest,
+        stdio: Option<[OwnedFd; 3]>,
+        registered: bool,
+        now: Micros,
+    ) -> Result<JobId, ApiError> {
+        let taken = self.take(who, run, stdio, registered, now);
         match taken {
             Ok(_) => self.counts.submitted += 1,
             Err(_) => self.counts.refused += 1,
@@ -255,6 +279,7 @@ impl Inner {
         who: &Credentials,
         run: RunRequest,
         stdio: Option<[OwnedFd; 3]>,
+        registered: bool,
         now: Micros,
     ) -> Result<JobId, ApiError> {
         validate_run(&run).map_err(ApiError::Invalid)?;
@@ -307,6 +332,8 @@ impl Inner {
             argv: run.argv,
             env: run.env,
             cwd: run.cwd,
+            output: run.output,
+            registered,
             status: JobStatus::Queued,
             launched: false,
             cancel_requested: false,
@@ -336,11 +363,8 @@ impl Inner {
 
     /// Where a job's output goes when not to its client's descriptors (a cluster's jobs).
     pub fn output_elsewhere(&self, job: JobId) -> Option<String> {
-        (!self.stdio_reaches_jobs()).then(|| {
-            format!(
-                "output/job-{job}.out in the state directory of the agent on the job's first node"
-            )
-        })
+        (!self.stdio_reaches_jobs())
+            .then(|| format!("{} on its nodes", self.launch_of(job).output_path(job)))
     }
 
     /// Refuses a job whose client descriptors the daemon could not hold: past the open-file
@@ -542,6 +566,10 @@ impl Inner {
                 },
             );
         }
+        // Ordered after the start: the agent has the job placed before any process joins.
+        if let Some(reply) = self.started_reply(job).filter(|_| first_launch) {
+            self.waiters.started(job, &reply);
+        }
         Ok(())
     }
 
@@ -585,6 +613,7 @@ impl Inner {
             uid: record.owner.uid,
             gid: record.owner.gid,
             groups: record.owner.groups.clone(),
+            output: record.output.clone(),
         }
     }
 
@@ -722,7 +751,7 @@ impl Inner {
         if let (Some(stdio), false) = (stdio, record.launched) {
             self.stdio.entry(job).or_insert(stdio);
         }
-        self.waiters.park(job, client, who.uid)
+        self.waiters.park(job, client, who.uid, Until::End)
     }
 
     pub fn cancel(
@@ -874,11 +903,11 @@ impl Inner {
         }
     }
 
-    pub fn jobs(&self, all: bool) -> Vec<JobView> {
+    pub fn jobs(&self, all: bool, job: Option<JobId>) -> Vec<JobView> {
         let plan = self.generation.as_ref().map(|g| &g.plan);
         self.records
             .values()
-            .filter(|r| all || !r.status.ended())
+            .filter(|r| job.map_or(all || !r.status.ended(), |job| r.id == job))
             .map(|r| JobView {
                 id: r.id,
                 name: r.name.clone(),
@@ -975,7 +1004,7 @@ impl Inner {
     /// What `/metrics` shows now.
     pub fn scrape(&self, now: Micros) -> crate::metrics::Scrape {
         crate::metrics::Scrape {
-            jobs: self.jobs(false),
+            jobs: self.jobs(false, None),
             stats: self.stats(),
             nodes: self.nodes(now),
             counts: self.counts.clone(),
@@ -1510,6 +1539,12 @@ impl Shared {
                 process,
                 ending,
             } => inner.process_ended(job, process, ending),
+            Event::Joined {
+                job,
+                pid,
+                request,
+                refusal,
+            } => inner.joined(job, pid, request, refusal),
         });
     }
 

@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 /// Longest job name.
 pub const MAX_NAME_CHARS: usize = 64;
+/// Longest output path (Linux's PATH_MAX).
+pub const MAX_PATH_BYTES: usize = 4096;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
@@ -24,9 +26,12 @@ pub enum Request {
         #[serde(default)]
         stdio: bool,
     },
+    /// Unfinished jobs; with `all`, the ended ones kept in memory too; with `job`, that one.
     Ps {
         #[serde(default)]
         all: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job: Option<JobId>,
     },
     Matrix,
     Stats,
@@ -49,7 +54,39 @@ pub enum Request {
     Boundaries {
         since_us: i64,
     },
+    /// A job made of processes started elsewhere (LLNL's `GangJobRegister`): answered once
+    /// recorded, and again once it runs, when its processes may join.
+    Register(RegisterRequest),
+    /// Process `pid` joins registered job `job` (LLNL's `GangProcAdd`).
+    ProcAdd {
+        job: JobId,
+        pid: i32,
+    },
+    /// The registered job is over: out of the rotation now, ended once its processes exit.
+    JobEnd {
+        job: JobId,
+    },
 }
+
+/// A job whose processes are started by something else (an unmodified `mpirun`) and join it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    pub procs: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_count: Option<u32>,
+    #[serde(default)]
+    pub class: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Once it runs, the job ends if no process joined within this many seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_within_s: Option<u32>,
+}
+
+/// How long a registered job waits for its first process by default, and at most.
+pub const JOIN_WITHIN_S: u32 = 60;
+pub const MAX_JOIN_WITHIN_S: u32 = 3600;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -71,6 +108,10 @@ pub struct RunRequest {
     /// Three descriptors (stdin, stdout, stderr) come with the request.
     #[serde(default)]
     pub stdio: bool,
+    /// The file (absolute) the job appends its output to where the descriptors sent cannot
+    /// reach it (a cluster's nodes); by default `cosched-JOBID.out` in `cwd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
 
 pub use cosched_proto::{
@@ -92,6 +133,9 @@ impl Request {
             Request::Resume { .. } => "resume",
             Request::Class { .. } => "class",
             Request::Boundaries { .. } => "boundaries",
+            Request::Register(_) => "register",
+            Request::ProcAdd { .. } => "proc_add",
+            Request::JobEnd { .. } => "job_end",
         }
     }
 }
@@ -134,6 +178,13 @@ pub fn validate_run(run: &RunRequest) -> Result<(), String> {
             "working directory {:?} is not an absolute path",
             run.cwd
         ));
+    }
+    if let Some(output) = &run.output {
+        if !output.starts_with('/') || has_nul(output) || output.len() > MAX_PATH_BYTES {
+            return Err(format!(
+                "output file {output:?} is not an absolute path (of at most {MAX_PATH_BYTES} bytes)"
+            ));
+        }
     }
     if run.procs == 0 {
         return Err("a job needs at least one processor (-n 1 or more)".into());
@@ -253,6 +304,12 @@ pub enum Reply {
         ok: bool,
         error: String,
     },
+    /// A registered job runs on `cpus`: its processes may join.
+    Started {
+        ok: bool,
+        job: JobId,
+        cpus: String,
+    },
     Ended {
         ok: bool,
         job: JobId,
@@ -326,6 +383,7 @@ mod tests {
             name: None,
             detach: false,
             stdio: false,
+            output: None,
         }
     }
 
@@ -338,7 +396,10 @@ mod tests {
         assert!(serde_json::from_str::<Request>(r#"{"op":"launch"}"#).is_err());
         assert_eq!(
             serde_json::from_str::<Request>(r#"{"op":"ps"}"#).unwrap(),
-            Request::Ps { all: false }
+            Request::Ps {
+                all: false,
+                job: None
+            }
         );
     }
 

@@ -281,6 +281,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         nodes,
         keep_ended: config.keep_ended,
         max_files,
+        holder_exe: config.supervisor_exe.clone(),
     };
     let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
     // One machine: the agent below runs in this process and logs into the state directory.
@@ -979,9 +980,9 @@ fn handle(
                 .with(|inner, _| inner.wait(who, job, stdio, client))
                 .map_err(|error| (stream, error));
         }
-        Request::Ps { all } => Ok(Reply::Jobs {
+        Request::Ps { all, job } => Ok(Reply::Jobs {
             ok: true,
-            jobs: shared.with(|inner, _| inner.jobs(all)),
+            jobs: shared.with(|inner, _| inner.jobs(all, job)),
         }),
         Request::Matrix => Ok(Reply::Matrix {
             ok: true,
@@ -1008,6 +1009,36 @@ fn handle(
             });
             return sent.map_err(|error| (stream, error));
         }
+        Request::Register(register) => {
+            // Recording, answering and parking under one lock: the job cannot start unheard.
+            return shared.with(|inner, now| match inner.register(who, register, now) {
+                Ok(job) => {
+                    let submitted = Reply::Submitted {
+                        ok: true,
+                        job,
+                        output: None,
+                    };
+                    let _ = send(&stream, &submitted);
+                    if let Err(error) = inner.wait_start(who, job, stream) {
+                        log(format_args!("job {job}: {error}"));
+                    }
+                    Ok(())
+                }
+                Err(error) => Err((stream, error)),
+            });
+        }
+        Request::ProcAdd { job, pid } => {
+            let client = match stream.try_clone() {
+                Ok(client) => client,
+                Err(error) => return Err((stream, ApiError::Internal(error.to_string()))),
+            };
+            return shared
+                .with(|inner, _| inner.proc_add(who, job, pid, client))
+                .map_err(|error| (stream, error));
+        }
+        Request::JobEnd { job } => shared
+            .with(|inner, now| inner.job_end(who, job, now))
+            .map(Reply::done),
         Request::Cancel { job } => shared
             .with(|inner, now| inner.cancel(who, job, now))
             .map(Reply::done),

@@ -64,6 +64,12 @@ pub struct JobRecord {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: String,
+    /// Where its output goes when no client's descriptors reach it (`Launch::output`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// Its processes are started elsewhere and join it (`register`); its own is a holder.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub registered: bool,
     pub status: JobStatus,
     /// Its supervisor (and so its processes) exists.
     pub launched: bool,
@@ -323,6 +329,8 @@ pub(crate) mod tests {
             argv: vec!["sleep".into(), "1".into()],
             env: vec![("PATH".into(), "/usr/bin".into())],
             cwd: "/tmp".into(),
+            output: None,
+            registered: false,
             status: JobStatus::Queued,
             launched: false,
             cancel_requested: false,

@@ -1,4 +1,5 @@
-//! Clients waiting for jobs to end (`run` without `--detach`, `wait`), parked on one thread
+//! Clients waiting for jobs to end (`run` without `--detach`, `wait`) or to start (`register`),
+//! parked on one thread
 //! instead of holding a thread each. A waiter whose client hangs up is dropped at once, and one
 //! user may park only so many: nobody can fill the daemon with waiters that never go away.
 
@@ -15,15 +16,24 @@ use std::sync::{Arc, Mutex};
 /// Most clients one user (root aside) may have waiting at once.
 pub const MAX_WAITING_PER_UID: usize = 1024;
 
+/// What a parked client waits for: a job's end answers both kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Until {
+    Start,
+    End,
+}
+
 enum Message {
     Park {
         job: JobId,
         stream: UnixStream,
         uid: u32,
+        until: Until,
     },
-    Ended {
+    Answer {
         job: JobId,
         line: Vec<u8>,
+        ended: bool,
     },
     Flush(Sender<()>),
 }
@@ -69,8 +79,14 @@ impl Waiters {
         }
     }
 
-    /// Parks `stream` until `job` ends (or its client hangs up).
-    pub fn park(&self, job: JobId, stream: UnixStream, uid: u32) -> Result<(), ApiError> {
+    /// Parks `stream` until `job` ends, or starts (`until`), or its client hangs up.
+    pub fn park(
+        &self,
+        job: JobId,
+        stream: UnixStream,
+        uid: u32,
+        until: Until,
+    ) -> Result<(), ApiError> {
         {
             let mut counts = self.per_uid.lock().unwrap_or_else(|p| p.into_inner());
             let count = counts.entry(uid).or_default();
@@ -82,15 +98,29 @@ impl Waiters {
             }
             *count += 1;
         }
-        self.send(Message::Park { job, stream, uid });
+        self.send(Message::Park {
+            job,
+            stream,
+            uid,
+            until,
+        });
         Ok(())
     }
 
     /// Answers every client waiting for `job`.
     pub fn ended(&self, job: JobId, reply: &Reply) {
+        self.answer(job, reply, true);
+    }
+
+    /// Answers the clients waiting for `job` to start.
+    pub fn started(&self, job: JobId, reply: &Reply) {
+        self.answer(job, reply, false);
+    }
+
+    fn answer(&self, job: JobId, reply: &Reply, ended: bool) {
         let mut line = serde_json::to_vec(reply).expect("replies serialize");
         line.push(b'\n');
-        self.send(Message::Ended { job, line });
+        self.send(Message::Answer { job, line, ended });
     }
 
     /// Returns once every message sent before it has been handled (every answer written).
@@ -114,6 +144,7 @@ struct Parked {
     job: JobId,
     stream: UnixStream,
     uid: u32,
+    until: Until,
 }
 
 fn hold(wake: OwnedFd, inbox: Receiver<Message>, per_uid: Arc<Mutex<BTreeMap<u32, usize>>>) {
@@ -154,10 +185,21 @@ fn hold(wake: OwnedFd, inbox: Receiver<Message>, per_uid: Arc<Mutex<BTreeMap<u32
         while unsafe { libc::read(wake.as_raw_fd(), sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
         loop {
             match inbox.try_recv() {
-                Ok(Message::Park { job, stream, uid }) => parked.push(Parked { job, stream, uid }),
-                Ok(Message::Ended { job, line }) => {
+                Ok(Message::Park {
+                    job,
+                    stream,
+                    uid,
+                    until,
+                }) => parked.push(Parked {
+                    job,
+                    stream,
+                    uid,
+                    until,
+                }),
+                Ok(Message::Answer { job, line, ended }) => {
                     for index in (0..parked.len()).rev() {
-                        if parked[index].job == job {
+                        let waiter = &parked[index];
+                        if waiter.job == job && (ended || waiter.until == Until::Start) {
                             let waiter = parked.swap_remove(index);
                             // One short line into an empty buffer: never blocks for long.
                             let _ = waiter

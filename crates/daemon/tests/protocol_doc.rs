@@ -31,6 +31,7 @@ fn blocks(doc: &str, kind: &str) -> Vec<String> {
 fn kind(reply: &Reply) -> &'static str {
     match reply {
         Reply::Error { .. } => "error",
+        Reply::Started { .. } => "started",
         Reply::Ended { .. } => "ended",
         Reply::Jobs { .. } => "jobs",
         Reply::Matrix { .. } => "matrix",
@@ -81,6 +82,7 @@ fn every_reply_shown_reads_back_exactly_and_every_kind_is_shown() {
     }
     let all: BTreeSet<&str> = [
         "error",
+        "started",
         "ended",
         "jobs",
         "matrix",

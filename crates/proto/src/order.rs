@@ -51,6 +51,21 @@ pub struct Launch {
     pub uid: u32,
     pub gid: u32,
     pub groups: Vec<u32>,
+    /// The file (absolute) its stdout and stderr are appended to where no client's
+    /// descriptors reach it (a cluster's jobs, or one whose client left before it started):
+    /// opened as the job's user on its node. `None`: `cosched-JOBID.out` in `cwd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+}
+
+impl Launch {
+    /// Where the job's output goes when no client's descriptors reach it (see `output`).
+    pub fn output_path(&self, job: JobId) -> String {
+        match &self.output {
+            Some(path) => path.clone(),
+            None => format!("{}/cosched-{job}.out", self.cwd.trim_end_matches('/')),
+        }
+    }
 }
 
 /// An order for one node's agent, carried out in the order sent.
@@ -98,6 +113,19 @@ pub enum Command {
         process: ProcessRef,
         ending: Ending,
     },
+    /// A process started elsewhere joins a registered job (LLNL's `GangProcAdd`): moved into
+    /// the job's cgroup if it is a process of `uid`'s (checked here) and of no other job.
+    /// The agent answers with `Event::Joined` and the same `request`.
+    Join {
+        job: JobId,
+        pid: i32,
+        uid: u32,
+        request: u64,
+    },
+    /// The registrant ended the registered job: let loose (out of the rotation, never
+    /// watched for work), and its holder exits once the processes that joined have (the job
+    /// ends with it).
+    Finish { job: JobId },
 }
 
 /// A process added to a job at another node's request: the asking node and its request
@@ -159,6 +187,14 @@ pub enum Event {
         process: ProcessRef,
         ending: Ending,
     },
+    /// The answer to `Command::Join`: `refusal` says why the process did not join.
+    Joined {
+        job: JobId,
+        pid: i32,
+        request: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refusal: Option<String>,
+    },
 }
 
 impl Ending {
@@ -188,7 +224,9 @@ impl Command {
             | Command::Ended { job, .. }
             | Command::Stored { job }
             | Command::AddProcess { job, .. }
-            | Command::ProcessEnded { job, .. } => Some(*job),
+            | Command::ProcessEnded { job, .. }
+            | Command::Join { job, .. }
+            | Command::Finish { job } => Some(*job),
         }
     }
 }

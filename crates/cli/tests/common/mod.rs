@@ -20,6 +20,23 @@ pub fn spin_py() -> String {
     format!("{}/tests/workloads/spin.py", env!("CARGO_MANIFEST_DIR"))
 }
 
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `make`s `target` in the repository's directory `dir`; returns the file's path.
+pub fn made(dir: &str, target: &str) -> PathBuf {
+    let dir = repo().join(dir);
+    let status = Command::new("make")
+        .args(["-s", "-C"])
+        .arg(&dir)
+        .arg(target)
+        .status()
+        .unwrap();
+    assert!(status.success(), "building {target} in {}", dir.display());
+    dir.join(target).canonicalize().unwrap()
+}
+
 pub fn now_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -167,8 +184,12 @@ impl Daemon {
     /// Submits a detached job and returns its id. (Its output goes to a file: a job that
     /// kept this test's pipe would hold `output()` until it ends.)
     pub fn submit(&self, args: &[&str]) -> u64 {
-        let log = self.dir.join("jobs.out");
-        let mut all = vec!["run", "--detach", "--output", log.to_str().unwrap()];
+        self.submit_to(&self.dir.join("jobs.out"), args)
+    }
+
+    /// Submits a detached job whose output is appended to `output`; returns its id.
+    pub fn submit_to(&self, output: &std::path::Path, args: &[&str]) -> u64 {
+        let mut all = vec!["run", "--detach", "--output", output.to_str().unwrap()];
         all.extend_from_slice(args);
         let out = self.cosched(&all);
         assert!(

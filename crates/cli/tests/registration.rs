@@ -1,0 +1,300 @@
+//! The registration API (`register`, `proc_add`, `job_end`) through its clients: the C
+//! library (clients/c) registering processes it forked, and an unmodified MPI program started
+//! by plain `mpirun` with `libcosched-mpi.so` preloaded. Each pair of jobs must take turns,
+//! never running at once (from the agent's boundary log), and end on their own.
+
+mod common;
+
+use common::*;
+use cosched_agent::boundaries::read_log;
+use cosched_proto::BoundaryRecord;
+use serde_json::{json, Value};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// [start, stop) of each time `job` ran.
+fn ran(records: &[BoundaryRecord], job: u64) -> Vec<(i64, i64)> {
+    let (mut out, mut running) = (Vec::new(), None);
+    for record in records {
+        for stop in record.stopped.iter().filter(|m| m.job == job) {
+            if let Some(start) = running.take() {
+                out.push((start, stop.at_us));
+            }
+        }
+        if record.started.iter().any(|m| m.job == job) && running.is_none() {
+            running = record
+                .started
+                .iter()
+                .find(|m| m.job == job)
+                .map(|m| m.at_us);
+        }
+    }
+    out
+}
+
+/// Both jobs ran several times, and never at the same moment.
+fn assert_took_turns(d: &Daemon, a: u64, b: u64) {
+    let records = read_log(&d.state_dir());
+    let (of_a, of_b) = (ran(&records, a), ran(&records, b));
+    assert!(
+        of_a.len() >= 3 && of_b.len() >= 3,
+        "each job ran in several slots: {of_a:?} {of_b:?}\n{}",
+        d.log()
+    );
+    for &(from, to) in &of_a {
+        assert!(
+            of_b.iter().all(|&(f, t)| t <= from || f >= to),
+            "job {a} ran {from}-{to} while job {b} ran: {of_b:?}"
+        );
+    }
+}
+
+/// The ids of the jobs named `name`, in order.
+fn jobs_named(d: &Daemon, name: &str) -> Vec<u64> {
+    let jobs = d.json(&["ps", "--all", "--json"]);
+    jobs.as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["name"] == name)
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect()
+}
+
+fn spawn(command: &mut Command) -> Child {
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn c_clients_register_the_processes_they_fork_and_the_jobs_take_turns() {
+    let d = Daemon::start(&["--quantum-ms", "50"]);
+    let example = made("clients/c", "build/register");
+    let run = |name: &str| {
+        spawn(
+            Command::new(&example)
+                .args(["-n", "2", "-s", "2", "-N", name])
+                .env("COSCHED_SOCKET", d.socket()),
+        )
+    };
+    let (one, two) = (run("c-one"), run("c-two"));
+    for child in [one, two] {
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{out:?}\n{}", d.log());
+        // Two workers spinning 2 s each, given half of the time: about 1 s of CPU each.
+        let cpu: Vec<f64> = said
+            .lines()
+            .filter_map(|l| l.split("cpu ").nth(1)?.split(' ').next()?.parse().ok())
+            .collect();
+        assert_eq!(cpu.len(), 2, "{said}");
+        assert!(cpu.iter().all(|&c| c < 1.6), "workers took turns: {said}");
+    }
+    let (a, b) = (jobs_named(&d, "c-one")[0], jobs_named(&d, "c-two")[0]);
+    for job in [a, b] {
+        let end = d.wait_end(job, Duration::from_secs(20));
+        assert_eq!(
+            (end["state"].as_str(), end["exit"]["code"].as_i64()),
+            (Some("done"), Some(0)),
+            "{end}"
+        );
+    }
+    assert_took_turns(&d, a, b);
+    assert!(!d.cgroup(a).exists(), "an ended job's cgroup is removed");
+}
+
+#[test]
+fn an_unmodified_mpi_program_started_by_plain_mpirun_with_the_pmpi_library_is_gang_scheduled() {
+    let d = Daemon::start(&["--quantum-ms", "50"]);
+    let preload = made("clients/c", "build/libcosched-mpi.so");
+    let pingpong = made("bench/workloads", "build/pingpong");
+    let mpirun = |name: &str| {
+        spawn(
+            Command::new("mpirun")
+                .args([
+                    "-np",
+                    "2",
+                    "--bind-to",
+                    "none",
+                    "--mca",
+                    "btl",
+                    "self,vader",
+                ])
+                .args(["-x", &format!("LD_PRELOAD={}", preload.display())])
+                .args(["-x", "COSCHED_SOCKET", "-x", "COSCHED_MPI_NAME"])
+                .arg(&pingpong)
+                .args(["-n", "150000", "-w", "20"])
+                .env("COSCHED_SOCKET", d.socket())
+                .env("COSCHED_MPI_NAME", name)
+                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                .env("PMIX_MCA_psec", "native"),
+        )
+    };
+    let (one, two) = (mpirun("mpi-one"), mpirun("mpi-two"));
+    for child in [one, two] {
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && said.contains(r#""workload":"pingpong","ranks":2"#),
+            "{out:?}\n{}",
+            d.log()
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("cosched-mpi"), "{stderr}");
+    }
+    let (a, b) = (jobs_named(&d, "mpi-one"), jobs_named(&d, "mpi-two"));
+    assert_eq!((a.len(), b.len()), (1, 1), "one job per mpirun");
+    for job in [a[0], b[0]] {
+        let end = d.wait_end(job, Duration::from_secs(20));
+        assert_eq!(end["state"], "done", "{end}");
+        assert_eq!(end["procs"], 2, "as many processors as ranks: {end}");
+    }
+    assert_took_turns(&d, a[0], b[0]);
+    // Under `cosched run` the library stays out of the way: one job, not two.
+    let inside = d.cosched(&[
+        "run",
+        "-n",
+        "2",
+        "--",
+        "env",
+        &format!("LD_PRELOAD={}", preload.display()),
+        "OMPI_ALLOW_RUN_AS_ROOT=1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+        "PMIX_MCA_psec=native",
+        "mpirun",
+        "-np",
+        "2",
+        "--bind-to",
+        "none",
+        pingpong.to_str().unwrap(),
+        "-n",
+        "1000",
+    ]);
+    assert!(inside.status.success(), "{inside:?}");
+    assert!(!String::from_utf8_lossy(&inside.stderr).contains("cosched-mpi"));
+}
+
+/// Sends one request as `uid`; returns the reply lines (`lines` of them).
+fn ask_as(socket: &Path, uid: u32, request: Value, lines: usize) -> Vec<Value> {
+    let send = "import socket,sys\n\
+        s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n\
+        s.sendall(sys.argv[2].encode()+b'\\n'); f=s.makefile()\n\
+        for _ in range(int(sys.argv[3])): print(f.readline().strip())";
+    let mut python = Command::new("/usr/bin/python3");
+    python.args(["-c", send, socket.to_str().unwrap(), &request.to_string()]);
+    python.arg(lines.to_string());
+    if uid != 0 {
+        python.uid(uid).gid(uid);
+    }
+    let out = python.output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("{out:?}")))
+        .collect()
+}
+
+fn error_of(reply: Value) -> String {
+    assert_eq!(reply["ok"], false, "{reply}");
+    reply["error"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn registration_takes_only_the_callers_own_processes_and_jobs() {
+    let d = Daemon::start(&["--quantum-ms", "50"]);
+    let socket = d.socket();
+    let register =
+        |uid: u32, procs: u32| ask_as(&socket, uid, json!({"op": "register", "procs": procs}), 2);
+    let add = |uid: u32, job: u64, pid: u32| {
+        ask_as(
+            &socket,
+            uid,
+            json!({"op": "proc_add", "job": job, "pid": pid}),
+            1,
+        )
+        .remove(0)
+    };
+    // nobody's registered job, running (the second reply: its processors).
+    let replies = register(NOBODY, 1);
+    let job = replies[0]["job"].as_u64().unwrap();
+    assert_eq!(
+        replies[1]["cpus"].as_str().map(str::is_empty),
+        Some(false),
+        "{replies:?}"
+    );
+    let mut roots = Command::new("sleep").arg("60").spawn().unwrap();
+    let mut nobodys = Command::new("sleep")
+        .arg("60")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .spawn()
+        .unwrap();
+    // Root's process into nobody's job: it would be frozen at nobody's will.
+    let error = error_of(add(NOBODY, job, roots.id()));
+    assert!(error.contains("is not uid 65534's"), "{error}");
+    // nobody's own process joins; root may add to anyone's job; a second job may not take it.
+    assert_eq!(add(NOBODY, job, nobodys.id())["ok"], true);
+    let procs = std::fs::read_to_string(d.cgroup(job).join("cgroup.procs")).unwrap();
+    assert!(
+        procs.lines().any(|p| p == nobodys.id().to_string()),
+        "{procs}"
+    );
+    let other = register(NOBODY, 1)[0]["job"].as_u64().unwrap();
+    let error = error_of(add(NOBODY, other, nobodys.id()));
+    assert!(
+        error.contains(&format!("it belongs to job {job}")),
+        "{error}"
+    );
+    // Another user's job, a job that is not registered, init, a process that is no more.
+    let roots_job = register(0, 1)[0]["job"].as_u64().unwrap();
+    let error = error_of(add(NOBODY, roots_job, nobodys.id()));
+    assert!(
+        error.contains("only its owner or root may add processes to it"),
+        "{error}"
+    );
+    let plain = d.submit(&["-n", "1", "--", "sleep", "30"]);
+    let error = error_of(add(0, plain, roots.id()));
+    assert!(error.contains("was not registered"), "{error}");
+    assert!(error_of(add(0, roots_job, 1)).contains("init and the agent itself"));
+    assert!(error_of(add(0, roots_job, 999_999_999)).contains("No such process"));
+    // Bad input: more processors than the machine has, a bad class, a waiting time of zero.
+    let error = error_of(register(NOBODY, 1000).remove(0));
+    assert!(error.contains("1000 processors requested"), "{error}");
+    let bad = json!({"op": "register", "procs": 1, "class": "urgent"});
+    assert!(error_of(ask_as(&socket, NOBODY, bad, 1).remove(0)).contains("urgent"));
+    let bad = json!({"op": "register", "procs": 1, "join_within_s": 0});
+    assert!(error_of(ask_as(&socket, NOBODY, bad, 1).remove(0)).contains("join_within_s 0"));
+    // Ending: not another's job; nobody's ends once its process has gone, which is not killed.
+    let end = |uid: u32, job: u64| ask_as(&socket, uid, json!({"op": "job_end", "job": job}), 1);
+    assert!(error_of(end(NOBODY, roots_job).remove(0)).contains("only its owner or root"));
+    assert_eq!(end(NOBODY, job)[0]["ok"], true);
+    assert_eq!(
+        d.job(job)["state"],
+        "idle",
+        "unscheduled until its process exits"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(nobodys.try_wait().unwrap(), None, "job_end kills nothing");
+    nobodys.kill().unwrap();
+    nobodys.wait().unwrap();
+    let ended = d.wait_end(job, Duration::from_secs(10));
+    assert_eq!(
+        (ended["state"].as_str(), ended["exit"]["code"].as_i64()),
+        (Some("done"), Some(0))
+    );
+    roots.kill().unwrap();
+    roots.wait().unwrap();
+    // A registered job no process joins ends by itself (exit 3) after its waiting time.
+    let lonely = json!({"op": "register", "procs": 1, "join_within_s": 1, "name": "lonely"});
+    let lonely = ask_as(&socket, NOBODY, lonely, 2)[0]["job"]
+        .as_u64()
+        .unwrap();
+    let ended = d.wait_end(lonely, Duration::from_secs(20));
+    assert_eq!(ended["exit"]["code"], 3, "{ended}");
+    d.cosched(&["cancel", &plain.to_string()]);
+}
