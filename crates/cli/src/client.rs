@@ -571,6 +571,28 @@ fn render_matrix(m: &MatrixView) -> String {
     out
 }
 
+/// Print a token with which the web console acts as you (suspend, resume, cancel, class)
+#[derive(Args)]
+#[command(
+    after_help = "The daemon serves its console with `cosched daemon --http 9464`: open \
+http://127.0.0.1:9464/ and paste the token into the page's token field. Anyone who can reach \
+the port may look; the token lets the page act as you, with the powers you have on the socket \
+(your own jobs; root: all), until you ask for another one or the daemon restarts. Keep it as \
+you would a password."
+)]
+pub struct ConsoleTokenArgs {
+    #[command(flatten)]
+    socket: Socket,
+}
+
+pub fn console_token(args: ConsoleTokenArgs) -> Result<()> {
+    let Reply::Token { token, .. } = ask(&args.socket.socket, &Request::ConsoleToken)? else {
+        bail!("unexpected reply to console_token");
+    };
+    println!("{token}");
+    Ok(())
+}
+
 /// Show switch statistics: slot lateness, switch time and skew (p50/p99/max).
 #[derive(Args)]
 pub struct StatsArgs {

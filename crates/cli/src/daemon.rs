@@ -75,9 +75,11 @@ pub struct DaemonArgs {
     /// Ended jobs kept in memory for `ps --all` (every record stays in the store)
     #[arg(long, default_value_t = 1000, value_name = "N")]
     keep_ended: usize,
-    /// Serve Prometheus metrics at http://ADDR/metrics: a port alone is on loopback
-    /// (127.0.0.1:PORT); give an address (0.0.0.0:9464) to be scraped from elsewhere. Anyone
-    /// who can connect reads the same figures (no job id, user or command is in them)
+    /// Serve the web console at http://ADDR/ and Prometheus metrics at http://ADDR/metrics: a
+    /// port alone is on loopback (127.0.0.1:PORT; 0: any free port, logged); give an address
+    /// (0.0.0.0:9464) to be reached from elsewhere. Anyone who can connect may look (the
+    /// metrics hold no job id, user or command); the console acts only with a token from
+    /// `cosched console-token`
     #[arg(long, value_name = "[HOST:]PORT", value_parser = parse_http)]
     http: Option<std::net::SocketAddr>,
     #[command(flatten)]

@@ -44,6 +44,7 @@ enum Command {
     Stats(client::StatsArgs),
     Nodes(client::NodesArgs),
     Gantt(gantt::GanttArgs),
+    ConsoleToken(client::ConsoleTokenArgs),
     LaunchRemote(remote::LaunchRemoteArgs),
     /// Cancel a job: SIGTERM, then SIGKILL after a grace period
     Cancel(client::JobArgs),
@@ -103,6 +104,7 @@ fn execute(command: Command) -> anyhow::Result<i32> {
         Command::Stats(args) => client::stats(args),
         Command::Nodes(args) => client::nodes(args),
         Command::Gantt(args) => gantt::gantt(args),
+        Command::ConsoleToken(args) => client::console_token(args),
         Command::Cancel(args) => client::act(args, |job| Request::Cancel { job }),
         Command::Suspend(args) => client::act(args, |job| Request::Suspend { job }),
         Command::Resume(args) => client::act(args, |job| Request::Resume { job }),

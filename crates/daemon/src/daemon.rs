@@ -1450,6 +1450,8 @@ pub struct Shared {
     /// One reading of the boundary log at a time: each costs some 8 MiB of parsing, and
     /// anyone may ask, so many at once would take every CPU from the other requests.
     boundary_reads: Mutex<()>,
+    /// Who the web console's tokens speak for.
+    tokens: crate::console::Tokens,
 }
 
 /// Most boundary records one answer carries (some 16 MB of JSON): the latest are kept.
@@ -1461,7 +1463,12 @@ impl Shared {
             inner: Mutex::new(inner),
             boundary_log,
             boundary_reads: Mutex::new(()),
+            tokens: Default::default(),
         })
+    }
+
+    pub fn tokens(&self) -> &crate::console::Tokens {
+        &self.tokens
     }
 
     /// Hands `answer` the boundaries logged from `since_us` on, read outside the state's lock

@@ -1,6 +1,7 @@
-//! The daemon's HTTP side (`--http`): `/metrics` for Prometheus. Off unless asked for, on
-//! loopback unless told another address; read-only and the same for whoever connects (no job
-//! id, user or command is in it).
+//! The daemon's HTTP side (`--http`): `/metrics` for Prometheus and the web console
+//! ([`crate::console`]: `/`, its live part as server-sent events at `/events`, and actions
+//! posted with a token). Off unless asked for, on loopback unless told another address.
+//! `/metrics` is the same for whoever connects (no job id, user or command is in it).
 //!
 //! One thread, polling: it reads request heads from at most [`MOST_PENDING`] connections at
 //! once, each within [`DEADLINE`], and answers a whole head at once (a scrape takes the state's
@@ -8,9 +9,17 @@
 //! oldest connection that has sent nothing (else the oldest): idle connections cannot keep a
 //! scrape out. (A fixed pool of threads with a queue let 40 idle connections time a scrape
 //! out; pushing out the oldest whatever it had sent let a burst of empty connects close 41 of
-//! 100 scrapes unanswered.)
+//! 100 scrapes unanswered.) Console viewers are held by the same thread: every [`TICK`] the
+//! live part is made once and written to each without blocking; a viewer that does not take
+//! it is dropped (its browser reconnects), and past [`MOST_VIEWERS`] a new one pushes out the
+//! oldest.
+//!
+//! On loopback, a request must name a loopback host (`Host:`): a page elsewhere whose name
+//! was made to point at 127.0.0.1 (DNS rebinding) cannot read the console.
 
-use crate::daemon::Shared;
+use crate::console::{self, Snapshot};
+use crate::daemon::{ApiError, Shared};
+use crate::protocol::Reply;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -33,6 +42,14 @@ const MOST_HEAD_BYTES: usize = 8 << 10;
 const WRITE_DEADLINE: Duration = Duration::from_millis(500);
 
 const METRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// How often console viewers get the live part.
+const TICK: Duration = Duration::from_millis(250);
+/// Console viewers held at once.
+const MOST_VIEWERS: usize = 64;
+/// Ended jobs the console lists (the latest).
+const ENDED_SHOWN: usize = 20;
+/// What every page says about where its parts may come from: nothing but this server.
+const PAGE_POLICY: &str = "default-src 'self'; frame-ancestors 'none'";
 
 struct Pending {
     stream: TcpStream,
@@ -47,22 +64,66 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) -> std::io::Result<()> 
     if unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
+    let address = listener.local_addr()?;
+    let site = Site {
+        loopback: address.ip().is_loopback(),
+        port: address.port(),
+    };
     std::thread::Builder::new()
         .name("cosched-http".into())
-        .spawn(move || run(&listener, &shared))?;
+        .spawn(move || run(&listener, &shared, site))?;
     Ok(())
 }
 
-fn run(listener: &TcpListener, shared: &Shared) {
+/// Where the side listens: what a request's `Host:` must name.
+#[derive(Clone, Copy)]
+struct Site {
+    loopback: bool,
+    port: u16,
+}
+
+impl Site {
+    fn allows(&self, host: Option<&str>) -> bool {
+        if !self.loopback {
+            return true;
+        }
+        let Some(host) = host else {
+            return false;
+        };
+        // The name is what a rebinding page cannot choose; a port, if given, must be ours.
+        let (name, port) = match host.rsplit_once(':') {
+            Some((name, port)) if !port.contains(']') => (name, Some(port)),
+            _ => (host, None),
+        };
+        ["127.0.0.1", "localhost", "[::1]"]
+            .iter()
+            .any(|loopback| name.eq_ignore_ascii_case(loopback))
+            && port.is_none_or(|port| port == self.port.to_string())
+    }
+}
+
+fn run(listener: &TcpListener, shared: &Shared, site: Site) {
     let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut viewers: VecDeque<TcpStream> = VecDeque::new();
+    let mut next_tick = Instant::now();
     loop {
         let now = Instant::now();
+        if now >= next_tick {
+            if !viewers.is_empty() {
+                send_live(&mut viewers, shared);
+            }
+            next_tick = now + TICK;
+        }
         pending.retain(|p| now.duration_since(p.since) < DEADLINE);
-        let wait = pending.front().map_or(DEADLINE, |p| {
+        let mut wait = pending.front().map_or(DEADLINE, |p| {
             DEADLINE.saturating_sub(now.duration_since(p.since))
         });
+        if !viewers.is_empty() {
+            wait = wait.min(next_tick.saturating_duration_since(now));
+        }
         let mut polled: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
             .chain(pending.iter().map(|p| p.stream.as_raw_fd()))
+            .chain(viewers.iter().map(|v| v.as_raw_fd()))
             .map(|fd| libc::pollfd {
                 fd,
                 events: libc::POLLIN,
@@ -82,9 +143,16 @@ fn run(listener: &TcpListener, shared: &Shared) {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
-        // Heads first (indices shift once connections are added or removed).
+        // A viewer never speaks after its request: anything but silence means it left.
+        let viewers_at = 1 + pending.len();
+        for index in (0..viewers.len()).rev() {
+            if polled[viewers_at + index].revents != 0 {
+                viewers.remove(index);
+            }
+        }
+        // Heads next (indices shift once connections are added or removed).
         let mut done = Vec::new();
-        for (index, entry) in polled.iter().enumerate().skip(1) {
+        for (index, entry) in polled[..viewers_at].iter().enumerate().skip(1) {
             if entry.revents == 0 {
                 continue;
             }
@@ -95,7 +163,7 @@ fn run(listener: &TcpListener, shared: &Shared) {
         }
         for (slot, finished) in done.into_iter().rev() {
             if let Some(p) = pending.remove(slot) {
-                finish(&p, finished, shared);
+                finish(p.stream, finished, shared, site, &mut viewers);
             }
         }
         if polled[0].revents != 0 {
@@ -113,7 +181,7 @@ fn run(listener: &TcpListener, shared: &Shared) {
                 };
                 // A client that sent its request with its connect is answered now.
                 if let Some(finished) = read_more(&mut p) {
-                    finish(&p, finished, shared);
+                    finish(p.stream, finished, shared, site, &mut viewers);
                     continue;
                 }
                 if pending.len() >= MOST_PENDING {
@@ -126,16 +194,29 @@ fn run(listener: &TcpListener, shared: &Shared) {
     }
 }
 
-fn finish(p: &Pending, finished: Result<String, Option<String>>, shared: &Shared) {
+fn finish(
+    stream: TcpStream,
+    finished: Result<String, Option<String>>,
+    shared: &Shared,
+    site: Site,
+    viewers: &mut VecDeque<TcpStream>,
+) {
     match finished {
-        Ok(line) => answer(&p.stream, &line, shared),
-        Err(Some(why)) => respond(&p.stream, 400, "text/plain", &format!("{why}\n")),
+        Ok(head) => {
+            if let Some(viewer) = answer(stream, &head, shared, site) {
+                if viewers.len() >= MOST_VIEWERS {
+                    viewers.pop_front();
+                }
+                viewers.push_back(viewer);
+            }
+        }
+        Err(Some(why)) => respond(&stream, 400, "text/plain", &format!("{why}\n")),
         Err(None) => {}
     }
 }
 
-/// Reads what has come; the request line once the head is whole, an error to answer, or
-/// `Err(None)` when the client left. `None`: more is to come.
+/// Reads what has come; the head once it is whole, an error to answer, or `Err(None)` when
+/// the client left. `None`: more is to come.
 fn read_more(p: &mut Pending) -> Option<Result<String, Option<String>>> {
     let mut chunk = [0u8; 2048];
     let n = match (&p.stream).read(&mut chunk) {
@@ -149,11 +230,11 @@ fn read_more(p: &mut Pending) -> Option<Result<String, Option<String>>> {
     // trickled a byte at a time is not rescanned whole at every byte.
     let fresh = p.head.len().saturating_sub(3);
     p.head.extend_from_slice(&chunk[..n]);
-    if p.head[fresh..].windows(4).any(|w| w == b"\r\n\r\n") {
-        let line = p.head.split(|&b| b == b'\n').next().unwrap_or_default();
+    if let Some(end) = p.head[fresh..].windows(4).position(|w| w == b"\r\n\r\n") {
+        let head = &p.head[..fresh + end];
         return Some(
-            String::from_utf8(line.to_vec())
-                .map_err(|_| Some("the request line is not text".to_string())),
+            String::from_utf8(head.to_vec())
+                .map_err(|_| Some("the request head is not text".to_string())),
         );
     }
     (p.head.len() > MOST_HEAD_BYTES).then(|| {
@@ -163,22 +244,161 @@ fn read_more(p: &mut Pending) -> Option<Result<String, Option<String>>> {
     })
 }
 
-fn answer(stream: &TcpStream, line: &str, shared: &Shared) {
-    let mut words = line.split_whitespace();
+/// The value of header `name` in `head`, if present.
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().skip(1).find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.trim()
+            .eq_ignore_ascii_case(name)
+            .then_some(value.trim())
+    })
+}
+
+/// Answers a whole head; a console viewer's stream comes back to be held.
+fn answer(stream: TcpStream, head: &str, shared: &Shared, site: Site) -> Option<TcpStream> {
+    let mut words = head.lines().next().unwrap_or("").split_whitespace();
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    if !site.allows(header(head, "Host")) {
+        respond(
+            &stream,
+            421,
+            "text/plain",
+            "this server answers to 127.0.0.1, localhost or [::1] (with its port) only\n",
+        );
+        return None;
+    }
     match (method, path) {
         ("GET", "/metrics") => {
             let scrape = shared.with(|inner, now| inner.scrape(now));
-            respond(stream, 200, METRICS_TYPE, &crate::metrics::encode(scrape));
+            respond(&stream, 200, METRICS_TYPE, &crate::metrics::encode(scrape));
         }
         ("GET", "/") => respond(
-            stream,
+            &stream,
             200,
-            "text/plain",
-            "cosched: the figures are at /metrics\n",
+            "text/html; charset=utf-8",
+            &console::page(&snapshot(shared)),
         ),
-        ("GET", _) => respond(stream, 404, "text/plain", "no such page: try /metrics\n"),
-        _ => respond(stream, 405, "text/plain", "only GET is served\n"),
+        ("GET", "/console.js") => respond(
+            &stream,
+            200,
+            "text/javascript; charset=utf-8",
+            console::PAGE_SCRIPT,
+        ),
+        ("GET", "/console.css") => {
+            respond(&stream, 200, "text/css; charset=utf-8", console::PAGE_STYLE)
+        }
+        ("GET", "/events") => return start_events(stream),
+        ("GET", "/favicon.ico") => respond(&stream, 204, "image/x-icon", ""),
+        ("POST", path) if path.starts_with("/jobs/") => {
+            let (status, reply) = act(path, header(head, "Authorization"), shared);
+            let body = serde_json::to_string(&reply).expect("replies serialize") + "\n";
+            respond(&stream, status, "application/json", &body);
+        }
+        ("GET", _) => respond(
+            &stream,
+            404,
+            "text/plain",
+            "no such page: the console is at /, the figures at /metrics\n",
+        ),
+        _ => respond(
+            &stream,
+            405,
+            "text/plain",
+            "only GET (and POST /jobs/ID/ACTION with a token) is served\n",
+        ),
+    }
+    None
+}
+
+/// What the console shows now: unfinished jobs and the latest ended ones.
+fn snapshot(shared: &Shared) -> Snapshot {
+    shared.with(|inner, now| {
+        let mut jobs = inner.jobs(true, None);
+        let ended = jobs.iter().filter(|j| console::ended(j.state)).count();
+        let mut skip = ended.saturating_sub(ENDED_SHOWN);
+        jobs.retain(|j| {
+            let dropped = console::ended(j.state) && skip > 0;
+            skip -= usize::from(dropped);
+            !dropped
+        });
+        Snapshot {
+            now_us: now,
+            jobs,
+            matrix: inner.matrix(now),
+            nodes: inner.nodes(now),
+            stats: inner.stats(),
+        }
+    })
+}
+
+/// Opens a server-sent event stream; the viewer gets the live part at the next tick.
+fn start_events(stream: TcpStream) -> Option<TcpStream> {
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
+                X-Content-Type-Options: nosniff\r\n\r\nretry: 1000\n\n";
+    (&stream).write_all(head.as_bytes()).ok()?;
+    Some(stream)
+}
+
+/// Makes the live part once and writes it to every viewer without waiting: one that cannot
+/// take it whole now is dropped.
+fn send_live(viewers: &mut VecDeque<TcpStream>, shared: &Shared) {
+    let live = console::live(&snapshot(shared));
+    let mut event = String::with_capacity(live.len() + 64);
+    for line in live.lines() {
+        event.push_str("data: ");
+        event.push_str(line);
+        event.push('\n');
+    }
+    event.push('\n');
+    viewers
+        .retain(|viewer| matches!((&*viewer).write(event.as_bytes()), Ok(n) if n == event.len()));
+}
+
+/// An action from the console: `POST /jobs/ID/suspend|resume|cancel` or `/jobs/ID/class/C`,
+/// as the token's holder, with the socket's authorization. The status and the socket's reply.
+fn act(path: &str, authorization: Option<&str>, shared: &Shared) -> (u16, Reply) {
+    let Some(who) = authorization
+        .and_then(|a| a.strip_prefix("Bearer "))
+        .and_then(|token| shared.tokens().holder(token.trim()))
+    else {
+        return (
+            401,
+            Reply::error(
+                "acting needs a token: run `cosched console-token` and paste what it prints",
+            ),
+        );
+    };
+    let mut parts = path.trim_start_matches("/jobs/").split('/');
+    let job = parts.next().and_then(|id| id.parse().ok());
+    let (action, class, extra) = (parts.next(), parts.next(), parts.next());
+    let no_such = || (404, Reply::error(format!("no such action: {path}")));
+    let Some(job) = job.filter(|_| extra.is_none()) else {
+        return no_such();
+    };
+    let (op, done) = match (action, class) {
+        (Some("suspend"), None) => ("suspend", shared.with(|i, now| i.suspend(&who, job, now))),
+        (Some("resume"), None) => ("resume", shared.with(|i, now| i.resume(&who, job, now))),
+        (Some("cancel"), None) => ("cancel", shared.with(|i, now| i.cancel(&who, job, now))),
+        (Some("class"), Some(class)) => (
+            "class",
+            shared.with(|i, now| i.set_class(&who, job, class, now)),
+        ),
+        _ => return no_such(),
+    };
+    shared.with(|inner, _| inner.count_request(op, done.is_ok()));
+    match done {
+        Ok(message) => (200, Reply::done(message)),
+        Err(error) => {
+            let status = match error {
+                ApiError::NotOwner { .. } | ApiError::Forbidden(_) => 403,
+                ApiError::NoSuchJob(_) => 404,
+                ApiError::WrongState { .. } => 409,
+                ApiError::Busy(_) => 503,
+                ApiError::Internal(_) => 500,
+                ApiError::Invalid(_) => 400,
+            };
+            (status, Reply::error(error.to_string()))
+        }
     }
 }
 
@@ -187,17 +407,71 @@ fn respond(mut stream: &TcpStream, status: u16, kind: &str, body: &str) {
     let _ = stream.set_write_timeout(Some(WRITE_DEADLINE));
     let reason = match status {
         200 => "OK",
+        204 => "No Content",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
+        409 => "Conflict",
+        421 => "Misdirected Request",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
         _ => "Method Not Allowed",
     };
     let head = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n",
+         Content-Security-Policy: {PAGE_POLICY}\r\nX-Content-Type-Options: nosniff\r\n\
+         Cache-Control: no-store\r\nConnection: close\r\n\r\n",
         body.len()
     );
     // A client that left is its own loss (and not worth a log line an attacker could flood).
     let _ = stream
         .write_all(head.as_bytes())
         .and_then(|()| stream.write_all(body.as_bytes()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_loopback_only_loopback_names_with_the_port_are_answered() {
+        let site = Site {
+            loopback: true,
+            port: 9464,
+        };
+        for host in [
+            "127.0.0.1:9464",
+            "localhost:9464",
+            "LOCALHOST:9464",
+            "[::1]:9464",
+            "localhost",
+            "[::1]",
+        ] {
+            assert!(site.allows(Some(host)), "{host}");
+        }
+        for host in [
+            "evil.example:9464",
+            "evil.example",
+            "127.0.0.1:80",
+            "[::1]:80",
+            "",
+        ] {
+            assert!(!site.allows(Some(host)), "{host}");
+        }
+        assert!(!site.allows(None));
+        let anywhere = Site {
+            loopback: false,
+            port: 9464,
+        };
+        assert!(anywhere.allows(Some("node7.cluster:9464")));
+    }
+
+    #[test]
+    fn headers_are_found_by_name_in_any_case() {
+        let head = "POST /jobs/3/suspend HTTP/1.1\r\nHost: localhost:1\r\nauthorization: Bearer ab";
+        assert_eq!(header(head, "Authorization"), Some("Bearer ab"));
+        assert_eq!(header(head, "host"), Some("localhost:1"));
+        assert_eq!(header(head, "Cookie"), None);
+    }
 }

@@ -5,6 +5,7 @@
 //! keep running, keep their exit status and are never left frozen.
 
 pub mod check;
+pub mod console;
 pub mod daemon;
 pub mod etcd_store;
 mod http;

@@ -66,6 +66,8 @@ pub enum Request {
     JobEnd {
         job: JobId,
     },
+    /// A token with which the web console acts as the caller (a new one replaces the old).
+    ConsoleToken,
 }
 
 /// A job whose processes are started by something else (an unmodified `mpirun`) and join it.
@@ -136,6 +138,7 @@ impl Request {
             Request::Register(_) => "register",
             Request::ProcAdd { .. } => "proc_add",
             Request::JobEnd { .. } => "job_end",
+            Request::ConsoleToken => "console_token",
         }
     }
 }
@@ -309,6 +312,11 @@ pub enum Reply {
         ok: bool,
         job: JobId,
         cpus: String,
+    },
+    /// The web console's token for the caller.
+    Token {
+        ok: bool,
+        token: String,
     },
     Ended {
         ok: bool,

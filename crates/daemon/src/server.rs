@@ -56,7 +56,7 @@ pub struct DaemonConfig {
     pub keep_ended: usize,
     /// A cluster's controller (agents on their nodes, through etcd); `None`: one machine.
     pub cluster: Option<ClusterConfig>,
-    /// Serve `/metrics` over HTTP here (`--http`).
+    /// Serve the web console and `/metrics` over HTTP here (`--http`).
     pub http: Option<std::net::SocketAddr>,
 }
 
@@ -291,6 +291,11 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         boundary_log,
     );
     if let Some(http) = http {
+        if let Ok(address) = http.local_addr() {
+            log(format_args!(
+                "web console at http://{address}/, Prometheus metrics at http://{address}/metrics"
+            ));
+        }
         crate::http::serve(http, Arc::clone(&shared))
             .map_err(io_error(Path::new("http threads")))?;
     }
@@ -1036,6 +1041,11 @@ fn handle(
                 .with(|inner, _| inner.proc_add(who, job, pid, client))
                 .map_err(|error| (stream, error));
         }
+        Request::ConsoleToken => shared
+            .tokens()
+            .issue(who)
+            .map(|token| Reply::Token { ok: true, token })
+            .map_err(|e| ApiError::Internal(format!("no randomness for a token: {e}"))),
         Request::JobEnd { job } => shared
             .with(|inner, now| inner.job_end(who, job, now))
             .map(Reply::done),

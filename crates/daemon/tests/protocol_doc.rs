@@ -32,6 +32,7 @@ fn kind(reply: &Reply) -> &'static str {
     match reply {
         Reply::Error { .. } => "error",
         Reply::Started { .. } => "started",
+        Reply::Token { .. } => "token",
         Reply::Ended { .. } => "ended",
         Reply::Jobs { .. } => "jobs",
         Reply::Matrix { .. } => "matrix",
@@ -83,6 +84,7 @@ fn every_reply_shown_reads_back_exactly_and_every_kind_is_shown() {
     let all: BTreeSet<&str> = [
         "error",
         "started",
+        "token",
         "ended",
         "jobs",
         "matrix",

@@ -1,0 +1,342 @@
+//! The web console (`--http`, like `/metrics`): LLNL's `xgang` in a browser. The page and its
+//! live part are HTML made here from the same typed views the socket answers with; a small
+//! script of ours (`console.js`, no build step) swaps in the live part as the server sends it
+//! (server-sent events) and posts actions.
+//!
+//! Looking is for anyone who can connect, as `ps` is. Acting needs a token: `cosched
+//! console-token` asks the daemon for one over the Unix socket, whose peer credentials say who
+//! asks, and the console sends it as `Authorization: Bearer`; an action then has exactly the
+//! powers that user has on the socket. Tokens live in the daemon's memory only (one per user,
+//! a new one replacing the old; a restart forgets them all).
+
+use crate::protocol::{JobState, JobView, MatrixView, NodeView, StatsView, Summary};
+use crate::unix::Credentials;
+use cosched_core::Micros;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+pub const PAGE_SCRIPT: &str = include_str!("console/console.js");
+pub const PAGE_STYLE: &str = include_str!("console/console.css");
+
+/// Colours of jobs in the matrix (`.c0` to `.c11` in console.css; no inline style, which the
+/// page's policy forbids).
+const JOB_COLOURS: u64 = 12;
+
+/// Bytes of randomness in a token (printed as hex).
+const TOKEN_BYTES: usize = 16;
+
+/// The console's tokens: who each one speaks for.
+#[derive(Default)]
+pub struct Tokens {
+    by_token: Mutex<BTreeMap<String, Credentials>>,
+}
+
+impl Tokens {
+    /// A fresh token for `who` (their previous one stops working).
+    pub fn issue(&self, who: &Credentials) -> std::io::Result<String> {
+        let mut bytes = [0u8; TOKEN_BYTES];
+        // SAFETY: getrandom(2) writes at most `bytes.len()` bytes into the buffer.
+        let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+        if n != TOKEN_BYTES as isize {
+            return Err(std::io::Error::last_os_error());
+        }
+        let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let mut tokens = self.by_token.lock().unwrap_or_else(|p| p.into_inner());
+        tokens.retain(|_, held| held.uid != who.uid);
+        tokens.insert(token.clone(), who.clone());
+        Ok(token)
+    }
+
+    /// Who `token` speaks for, if anyone.
+    pub fn holder(&self, token: &str) -> Option<Credentials> {
+        let tokens = self.by_token.lock().unwrap_or_else(|p| p.into_inner());
+        tokens.get(token).cloned()
+    }
+}
+
+/// What the console shows, taken under the state's lock at once.
+pub struct Snapshot {
+    pub now_us: Micros,
+    pub jobs: Vec<JobView>,
+    pub matrix: MatrixView,
+    pub nodes: Vec<NodeView>,
+    pub stats: StatsView,
+}
+
+/// Whether a job in `state` is over.
+pub fn ended(state: JobState) -> bool {
+    matches!(state, JobState::Done | JobState::Cancelled | JobState::Lost)
+}
+
+/// Text made safe for HTML (a job's name and command are anyone's choosing).
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The whole page: the live part as it is now, and what updates it.
+pub fn page(snapshot: &Snapshot) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>cosched console</title><link rel=\"stylesheet\" href=\"/console.css\">\
+         <script src=\"/console.js\" defer></script></head><body>\
+         <header><h1>cosched</h1><form id=\"token-form\"><label>token \
+         <input id=\"token\" type=\"password\" autocomplete=\"off\" \
+         placeholder=\"from: cosched console-token\"></label> <button type=\"submit\">use</button>\
+         </form><p id=\"said\" role=\"status\">read-only: actions need a token \
+         (<code>cosched console-token</code>)</p></header>\
+         <main id=\"live\">{}</main></body></html>\n",
+        live(snapshot)
+    )
+}
+
+/// The part the server sends again as things change: clock, matrix, jobs, nodes, statistics.
+pub fn live(s: &Snapshot) -> String {
+    let mut out = String::new();
+    let m = &s.matrix;
+    let _ = write!(
+        out,
+        "<section id=\"clock\"><span>{} mode</span> <span>quantum {} ms</span> \
+         <span>generation {}</span> <span id=\"slot\">slot {}</span> <span id=\"running\">{}</span></section>",
+        m.mode.name(),
+        m.quantum_us / 1000,
+        m.generation,
+        m.slot,
+        match m.running_slice {
+            Some(slice) => format!("slice {slice} running"),
+            None => "nothing to run".into(),
+        }
+    );
+    out.push_str(&matrix(m));
+    out.push_str(&jobs(&s.jobs, s.now_us));
+    out.push_str(&nodes(&s.nodes));
+    out.push_str(&stats(&s.stats));
+    out
+}
+
+/// Slices down, processors across; each cell the job placed there, coloured by job.
+fn matrix(m: &MatrixView) -> String {
+    let mut out = String::from("<section><h2>Matrix</h2><table id=\"matrix\"><tr><th></th>");
+    for cpu in 0..m.procs {
+        let _ = write!(out, "<th>cpu {cpu}</th>");
+    }
+    out.push_str("</tr>");
+    for (index, slice) in m.slices.iter().enumerate() {
+        let running = m.running_slice == Some(index);
+        let mut cells: Vec<Option<(u64, String)>> = vec![None; m.procs as usize];
+        for entry in slice {
+            for cpu in cpu_list(&entry.cpus) {
+                if let Some(cell) = cells.get_mut(cpu) {
+                    *cell = Some((entry.job, entry.role.to_string()));
+                }
+            }
+        }
+        let _ = write!(
+            out,
+            "<tr class=\"{}\" data-slice=\"{index}\"><th>{}slice {index}</th>",
+            if running { "running" } else { "" },
+            if running { "&#9654; " } else { "" }
+        );
+        for cell in cells {
+            match cell {
+                Some((job, role)) => {
+                    let _ = write!(
+                        out,
+                        "<td class=\"job {role} c{}\" data-job=\"{job}\">{job}</td>",
+                        job % JOB_COLOURS
+                    );
+                }
+                None => out.push_str("<td></td>"),
+            }
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+    if !m.queued.is_empty() {
+        let queued: Vec<String> = m.queued.iter().map(u64::to_string).collect();
+        let _ = write!(out, "<p>queued: {}</p>", queued.join(", "));
+    }
+    out.push_str("</section>");
+    out
+}
+
+/// A cpuset list (`0-3,8`) as processor numbers; what does not parse is left out.
+fn cpu_list(text: &str) -> Vec<usize> {
+    text.split(',')
+        .filter_map(|part| match part.split_once('-') {
+            Some((a, b)) => Some((a.trim().parse().ok()?..=b.trim().parse().ok()?).collect()),
+            None => part.trim().parse().ok().map(|c| vec![c]),
+        })
+        .flatten()
+        .collect()
+}
+
+fn duration(us: i64) -> String {
+    let s = us.max(0) / 1_000_000;
+    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+fn jobs(jobs: &[JobView], now_us: Micros) -> String {
+    let mut out = String::from(
+        "<section><h2>Jobs</h2><table id=\"jobs\"><tr><th>id</th><th>name</th><th>user</th>\
+         <th>class</th><th>state</th><th>CPUs</th><th>nodes</th><th>slices</th>\
+         <th>elapsed</th><th>exit</th><th>reason</th><th>act</th></tr>",
+    );
+    for job in jobs.iter().rev() {
+        let elapsed = job
+            .started_us
+            .map(|start| duration(job.ended_us.unwrap_or(now_us) - start))
+            .unwrap_or_default();
+        let exit = match job.exit {
+            Some(e) => match (e.code, e.signal) {
+                (Some(code), _) => code.to_string(),
+                (_, Some(signal)) => format!("signal {signal}"),
+                _ => String::new(),
+            },
+            None => String::new(),
+        };
+        let slices: Vec<String> = job.slices.iter().map(usize::to_string).collect();
+        let class = job.class.to_string();
+        let state = job.state.name();
+        let _ = write!(
+            out,
+            "<tr data-job=\"{id}\" data-state=\"{state}\"><td>{id}</td><td>{name}</td>\
+             <td>{user}</td><td>{class}</td><td class=\"state\">{state}</td><td>{cpus}</td>\
+             <td>{nodes}</td><td>{slices}</td><td>{elapsed}</td><td>{exit}</td><td>{note}</td><td>",
+            id = job.id,
+            name = escape(&job.name),
+            user = escape(&job.user),
+            class = job.class,
+            cpus = escape(job.cpus.as_deref().unwrap_or("")),
+            nodes = job.node_count.map(|n| n.to_string()).unwrap_or_default(),
+            slices = slices.join(","),
+            note = escape(job.note.as_deref().unwrap_or("")),
+        );
+        if !ended(job.state) {
+            for act in ["suspend", "resume", "cancel"] {
+                let _ = write!(
+                    out,
+                    "<button data-act=\"{act}\" data-job=\"{}\">{act}</button>",
+                    job.id
+                );
+            }
+            let _ = write!(
+                out,
+                "<select data-class-of=\"{}\">{}</select><button data-act=\"class\" data-job=\"{}\">set class</button>",
+                job.id,
+                ["interactive", "batch", "standby", "express"]
+                    .iter()
+                    .map(|c| format!(
+                        "<option{}>{c}</option>",
+                        if *c == class { " selected" } else { "" }
+                    ))
+                    .collect::<String>(),
+                job.id
+            );
+        }
+        out.push_str("</td></tr>");
+    }
+    out.push_str("</table></section>");
+    out
+}
+
+fn summary(s: &Summary) -> String {
+    format!("{} / {} µs", s.p50, s.p99)
+}
+
+fn nodes(nodes: &[NodeView]) -> String {
+    let mut out = String::from(
+        "<section><h2>Nodes</h2><table id=\"nodes\"><tr><th>node</th><th>CPUs</th>\
+         <th>scheduling</th><th>generation</th><th>lateness p50/p99</th>\
+         <th>switch p50/p99</th><th>skew p50/p99</th><th>heard</th></tr>",
+    );
+    for node in nodes {
+        let status = &node.status;
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{} ms ago</td></tr>",
+            escape(&node.name),
+            status.cpus,
+            if node.left {
+                "left"
+            } else if status.scheduling {
+                "yes"
+            } else {
+                "no"
+            },
+            status.generation.map(|g| g.to_string()).unwrap_or_default(),
+            summary(&status.lateness_us),
+            summary(&status.switch_us),
+            summary(&status.skew_us),
+            node.heard_ms_ago
+        );
+    }
+    out.push_str("</table></section>");
+    out
+}
+
+fn stats(s: &StatsView) -> String {
+    format!(
+        "<section><h2>Switching</h2><p id=\"stats\">actuator: {}; lateness {}; switch {}; \
+         skew {}; missed slots {}; idle departures {}; jobs running {}, queued {}, ended {}</p></section>",
+        escape(&s.actuator),
+        summary(&s.lateness_us),
+        summary(&s.switch_us),
+        summary(&s.skew_us),
+        s.missed_slots,
+        s.idle_departures,
+        s.jobs_running,
+        s.jobs_queued,
+        s.jobs_ended
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_users_choose_cannot_become_markup() {
+        assert_eq!(
+            escape("<img src=x onerror='a()'>&\u{1b}"),
+            "&lt;img src=x onerror=&#39;a()&#39;&gt;&amp;\u{fffd}"
+        );
+    }
+
+    #[test]
+    fn cpuset_lists_read_as_processors() {
+        assert_eq!(cpu_list("0-2,5"), vec![0, 1, 2, 5]);
+        assert_eq!(cpu_list(""), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_token_speaks_for_its_user_until_replaced() {
+        let tokens = Tokens::default();
+        let ana = Credentials {
+            pid: 1,
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+        };
+        let first = tokens.issue(&ana).unwrap();
+        assert_eq!(first.len(), 2 * TOKEN_BYTES);
+        assert_eq!(tokens.holder(&first).map(|c| c.uid), Some(1000));
+        let second = tokens.issue(&ana).unwrap();
+        assert_ne!(first, second);
+        assert!(tokens.holder(&first).is_none());
+        assert!(tokens.holder("").is_none());
+    }
+}
