@@ -19,8 +19,9 @@ use cosched_cgroups::{Actuator, CgroupError, Cgroups};
 use cosched_core::{JobId, Micros, Rotation};
 use cosched_proto::{
     BoundaryRecord, Command, CpuSet, Ending, Event, Launch, NodeHistograms, NodeStatus, ProcessRef,
+    SlotStart, MAX_REPORTED_STARTS,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -238,6 +239,8 @@ pub struct NodeAgent<A: Actuator> {
     /// The control plane is lost: jobs run unscheduled, no switching.
     adrift: bool,
     boundaries: BoundaryLog,
+    /// Jobs started at boundaries since the last status report.
+    starts: VecDeque<SlotStart>,
     clock_offset: ClockOffset,
 }
 
@@ -280,6 +283,7 @@ impl<A: Actuator> NodeAgent<A> {
             closed: false,
             adrift: false,
             boundaries: BoundaryLog::new(&settings.state_dir, BOUNDARY_LOG_LIMIT),
+            starts: VecDeque::new(),
             clock_offset: ClockOffset::watch(),
             settings,
         }
@@ -404,6 +408,7 @@ impl<A: Actuator> NodeAgent<A> {
                 switch: stats.switch.histogram(),
                 skew: stats.skew.histogram(),
             },
+            starts: self.starts.drain(..).collect(),
         };
         self.events.report(Event::Status {
             status: Box::new(status),
@@ -976,6 +981,20 @@ impl<A: Actuator> NodeAgent<A> {
     fn log_boundary(&mut self, record: SwitchRecord, woke_us: Micros, lateness_us: Option<Micros>) {
         if !record.switched() {
             return;
+        }
+        // Starts on a boundary (not a generation applied within a slot) are the ones the
+        // nodes make at the same moment: the controller compares them across nodes.
+        if lateness_us.is_some() {
+            for start in &record.started {
+                if self.starts.len() == MAX_REPORTED_STARTS {
+                    self.starts.pop_front();
+                }
+                self.starts.push_back(SlotStart {
+                    slot: record.slot,
+                    job: start.job,
+                    at_us: start.at_us,
+                });
+            }
         }
         self.boundaries.record(&BoundaryRecord {
             node: self.settings.node.clone(),

@@ -8,7 +8,7 @@ use cosched_core::{Micros, Span, MICROS_PER_SEC};
 use cosched_daemon::protocol::{BoundaryRecord, Reply, Request};
 use cosched_sim::gantt::{self, Bar, Frame, Panel};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Draw what ran when: a Gantt chart (SVG) of the last seconds, a panel per node, a row per
 /// job, a bar for each stretch a job was let run
@@ -21,13 +21,13 @@ Bars begin when a job was thawed (or favoured) and end when its stop was confirm
 agent logged them, so the rotation, the alternates and an interactive job's preemption all \
 show. One machine: the daemon answers (anyone may look). A cluster's agents keep their logs \
 on their nodes: read them there with --state-dir. Open the SVG in a browser (hover a bar for \
-its times); for a PNG: rsvg-convert ran.svg -o ran.png.")]
+its times); --out ran.png draws a PNG instead (with rsvg-convert: apt-get install librsvg2-bin).")]
 pub struct GanttArgs {
     /// How many seconds back the chart begins (at most a day)
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     since: f64,
-    /// Where to write the chart (SVG)
-    #[arg(long, value_name = "FILE.svg")]
+    /// Where to write the chart: SVG, or PNG if the name ends in .png
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     out: PathBuf,
     /// Read the log in these agents' state directories instead of asking the daemon
     #[arg(long = "state-dir", value_name = "DIR")]
@@ -116,23 +116,65 @@ pub fn gantt(args: GanttArgs) -> Result<()> {
         origin: from,
         axis: "seconds since the chart's start; a row per job",
     };
-    // Not through a link: someone else's link in /tmp would have root overwrite its target.
+    write_chart(&args.out, &gantt::svg(&bars, &frame))
+}
+
+/// Writes a chart as SVG, or as PNG when `path` ends in `.png` (drawn by `rsvg-convert`,
+/// whose fonts are the system's). Never through a link: someone else's link in /tmp would
+/// have root overwrite its target.
+pub fn write_chart(path: &Path, svg: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    let png = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    let bytes = if png {
+        to_png(svg)?
+    } else {
+        svg.as_bytes().to_vec()
+    };
     std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
+        .mode(0o644)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(&args.out)
-        .and_then(|mut file| file.write_all(gantt::svg(&bars, &frame).as_bytes()))
+        .open(path)
+        .and_then(|mut file| file.write_all(&bytes))
         .with_context(|| {
             format!(
                 "cannot write {} (a symbolic link is not followed)",
-                args.out.display()
+                path.display()
             )
-        })?;
-    Ok(())
+        })
+}
+
+fn to_png(svg: &str) -> Result<Vec<u8>> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut convert = Command::new("rsvg-convert")
+        .args(["--format", "png", "--background-color", "white"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context(
+            "a PNG chart is drawn by rsvg-convert, which is not here (Debian: apt-get install \
+             librsvg2-bin); or write FILE.svg",
+        )?;
+    let mut input = convert.stdin.take().expect("piped");
+    let svg = svg.to_string();
+    // Fed from a thread: the PNG comes out while the SVG goes in.
+    let feeder = std::thread::spawn(move || input.write_all(svg.as_bytes()));
+    let out = convert.wait_with_output().context("rsvg-convert")?;
+    let fed = feeder.join().expect("the feeder does not panic");
+    if !out.status.success() || fed.is_err() {
+        bail!(
+            "rsvg-convert could not draw the chart: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out.stdout)
 }
 
 /// What the daemon says of a job.

@@ -80,9 +80,9 @@ pub struct SimArgs {
     /// Write every replayed job as SWF with its actual wait and run time ('-' for stdout)
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
-    /// Draw a Gantt chart (SVG): processors against time, a panel per slice, each job a bar
-    /// for as long as it is in that slice
-    #[arg(long, value_name = "FILE.svg")]
+    /// Draw a Gantt chart: processors against time, a panel per slice, each job a bar for as
+    /// long as it is in that slice (SVG, or PNG if the name ends in .png)
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     gantt: Option<PathBuf>,
     /// The chart's window, in seconds since the start of the log (SWF submit times) [default:
     /// 0:86400, the first day]
@@ -350,8 +350,7 @@ pub fn run(args: SimArgs) -> Result<()> {
                 ..bar.clone()
             })
             .collect();
-        std::fs::write(path, gantt::svg(&bars, &frame))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        crate::gantt::write_chart(path, &gantt::svg(&bars, &frame))?;
     }
     let quantum_s = config.quantum as f64 / MICROS_PER_SEC as f64;
     let report = Report {

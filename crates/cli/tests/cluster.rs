@@ -136,6 +136,8 @@ fn cluster_on(
     let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
     args.extend(["--cluster", &cluster]);
     args.extend(CONTROLLER);
+    let port = cosched_etcd::testing::free_port().to_string();
+    args.extend(["--http", &port]);
     let d = Daemon::start(&args);
     let a = Agent::start(&etcd, &cluster, &d, "a", nodes[0], &d.parent, deadline_ms);
     let b_parent = format!("{}-b", d.parent);
@@ -211,6 +213,24 @@ fn jobs_across_two_nodes_take_turns_and_run_loose_while_etcd_is_gone() {
         "{}\n{}",
         a.log(),
         b.log()
+    );
+    // The controller compared the nodes' starts of each boundary (their reports come about
+    // once a second, and a boundary is closed 5 s after it was first heard of).
+    let port: u16 = d.args[d.args.iter().position(|a| a == "--http").unwrap() + 1]
+        .parse()
+        .unwrap();
+    let mut scrape = String::new();
+    let count = "cosched_cross_node_start_spread_seconds_count";
+    let compared = wait_until(Duration::from_secs(15), || {
+        scrape = http_get(port, "/metrics").1;
+        sample(&scrape, count) > Some(10.0)
+    });
+    assert!(compared, "{scrape}");
+    let mean = sample(&scrape, "cosched_cross_node_start_spread_seconds_sum").unwrap()
+        / sample(&scrape, count).unwrap();
+    assert!(
+        mean < 0.05,
+        "two nodes on one clock start within ms: {mean} s\n{scrape}"
     );
     // The leader compacts etcd's history (it kept every order and event, and filled up):
     // the first revisions are gone, the state is not.

@@ -483,30 +483,6 @@ fn idle_jobs_leave_the_rotation_and_come_back_when_they_compute() {
     d.wait_end(busy, Duration::from_secs(60));
 }
 
-/// GETs `path` from the daemon's HTTP side; returns the status line and the body.
-fn http_get(port: u16, path: &str) -> (String, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    (
-        head.lines().next().unwrap_or("").to_string(),
-        body.to_string(),
-    )
-}
-
-/// The value of the sample `name` (with its labels, as printed) in a scrape.
-fn sample(scrape: &str, name: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
-
 #[test]
 fn prometheus_reads_the_rotations_figures_even_past_a_flood_of_idle_connections() {
     let port = cosched_etcd::testing::free_port();

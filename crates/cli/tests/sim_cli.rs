@@ -379,6 +379,18 @@ fn a_gantt_chart_shows_each_job_in_its_slices_over_its_processors() {
         "{svg}"
     );
     assert!(!svg.contains("job 11 "), "job 11 ended before the window");
+    // The same chart as a PNG, drawn from the SVG.
+    let png = temp("gantt.png");
+    let out = cosched(&[
+        "sim",
+        "--trace",
+        log.to_str().unwrap(),
+        "--gantt",
+        png.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let bytes = std::fs::read(&png.0).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 1000);
     let out = cosched(&[
         "sim",
         "--trace",

@@ -109,6 +109,8 @@ pub struct Inner {
     nodes: BTreeMap<String, HeardFrom>,
     /// What `/metrics` counts.
     counts: crate::metrics::Counts,
+    /// The nodes' boundary starts not yet compared (`counts.start_spread`).
+    start_spreads: crate::metrics::StartSpreads,
     /// Clients whose process is joining a job, by join request, until the agent answers.
     joining: BTreeMap<u64, UnixStream>,
     next_join: u64,
@@ -152,6 +154,7 @@ impl Inner {
             idle_departures: 0,
             nodes: BTreeMap::new(),
             counts: Default::default(),
+            start_spreads: Default::default(),
             joining: BTreeMap::new(),
             next_join: 0,
         }
@@ -970,7 +973,10 @@ impl Inner {
     }
 
     /// A node's report: the latest is kept.
-    pub fn heard_from(&mut self, status: NodeStatus, now: Micros) {
+    pub fn heard_from(&mut self, mut status: NodeStatus, now: Micros) {
+        let starts = std::mem::take(&mut status.starts);
+        self.start_spreads
+            .heard(&starts, now, &mut self.counts.start_spread);
         let joined_us = self.nodes.get(&status.node).map_or(now, |n| n.joined_us);
         self.nodes.insert(
             status.node.clone(),

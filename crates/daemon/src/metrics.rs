@@ -3,7 +3,8 @@
 //! the `cosched_` prefix and base units; no job id or user is a label.
 
 use crate::protocol::{JobView, NodeView, StatsView};
-use cosched_proto::{Histogram, HISTOGRAM_BOUNDS_US};
+use cosched_core::Micros;
+use cosched_proto::{Histogram, SlotStart, HISTOGRAM_BOUNDS_US};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -46,6 +47,43 @@ impl WaitHistogram {
     }
 }
 
+/// How long the controller waits for every node's report of a boundary before it takes the
+/// spread of the starts it has (nodes report about once a second).
+const SPREAD_PATIENCE_US: i64 = 5_000_000;
+
+/// Across nodes: for each (slot, job) that several nodes started, how far apart their starts
+/// were (true clock), gathered from the nodes' reports into a histogram.
+#[derive(Debug, Default)]
+pub struct StartSpreads {
+    /// Per (slot, job): the earliest and latest start heard, how many nodes, first heard.
+    open: BTreeMap<(i64, u64), (Micros, Micros, u32, Micros)>,
+}
+
+impl StartSpreads {
+    /// Takes a node's starts; boundaries heard from long enough ago are closed into `spreads`
+    /// (those only one node started are no spread).
+    pub fn heard(&mut self, starts: &[SlotStart], now: Micros, spreads: &mut Histogram) {
+        for start in starts {
+            let entry = self.open.entry((start.slot, start.job)).or_insert((
+                start.at_us,
+                start.at_us,
+                0,
+                now,
+            ));
+            entry.0 = entry.0.min(start.at_us);
+            entry.1 = entry.1.max(start.at_us);
+            entry.2 += 1;
+        }
+        self.open.retain(|_, &mut (first, last, nodes, heard)| {
+            let waiting = now - heard < SPREAD_PATIENCE_US;
+            if !waiting && nodes >= 2 {
+                spreads.record((last - first).max(0) as u64);
+            }
+            waiting
+        });
+    }
+}
+
 /// What the daemon counts since it started (Prometheus counters restart at zero with it).
 #[derive(Clone, Debug, Default)]
 pub struct Counts {
@@ -55,6 +93,8 @@ pub struct Counts {
     /// Ends by result: ok, failed, cancelled, lost.
     pub ended: BTreeMap<&'static str, u64>,
     pub queue_wait: WaitHistogram,
+    /// Across nodes, the spread of a job's starts at one boundary (µs).
+    pub start_spread: Histogram,
     /// API requests by operation and result (ok, error).
     pub requests: BTreeMap<(&'static str, &'static str), u64>,
 }
@@ -202,6 +242,20 @@ impl Collector for Scrape {
             wait.sum,
             wait.count,
         )?;
+        let spread = &self.counts.start_spread;
+        histogram(
+            encoder.encode_descriptor(
+                "cosched_cross_node_start_spread_seconds",
+                "Across nodes: from the first to the last node starting a job at one slot \
+                 boundary (true clock; no clock correction)",
+                None,
+                MetricType::Histogram,
+            )?,
+            HISTOGRAM_BOUNDS_US.iter().map(|&us| us as f64 / 1e6),
+            &spread.buckets,
+            spread.sum_us as f64 / 1e6,
+            spread.count,
+        )?;
         let live: Vec<&NodeView> = self.nodes.iter().filter(|n| !n.left).collect();
         node_histograms(
             &mut encoder,
@@ -282,6 +336,28 @@ impl Collector for Scrape {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_boundary_two_nodes_started_gives_their_spread_once_both_have_reported() {
+        let start = |slot, at_us| SlotStart {
+            slot,
+            job: 7,
+            at_us,
+        };
+        let mut spreads = StartSpreads::default();
+        let mut histogram = Histogram::default();
+        spreads.heard(
+            &[start(1, 1_000_000), start(2, 2_000_000)],
+            0,
+            &mut histogram,
+        );
+        spreads.heard(&[start(1, 1_000_300)], 900_000, &mut histogram);
+        assert_eq!(histogram.count, 0, "still waiting for late reports");
+        // Slot 2 only one node started (a job on one node): no spread.
+        spreads.heard(&[], SPREAD_PATIENCE_US + 1, &mut histogram);
+        assert_eq!((histogram.count, histogram.sum_us), (1, 300));
+        assert!(spreads.open.is_empty());
+    }
 
     #[test]
     fn queue_waits_fall_in_their_buckets() {

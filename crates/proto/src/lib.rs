@@ -16,7 +16,8 @@ pub use generation::{
 pub use names::{Class, JobState, Mode, UnknownMode};
 pub use order::{Command, Ending, Event, ExitInfo, Launch, ProcessRef, ProcessRequest};
 pub use status::{
-    BoundaryRecord, Histogram, JobMoment, NodeHistograms, NodeStatus, Summary, HISTOGRAM_BOUNDS_US,
+    BoundaryRecord, Histogram, JobMoment, NodeHistograms, NodeStatus, SlotStart, Summary,
+    HISTOGRAM_BOUNDS_US, MAX_REPORTED_STARTS,
 };
 
 /// Bumped whenever a wire type changes meaning; a reader refuses another version.

@@ -112,6 +112,22 @@ pub struct NodeStatus {
     /// Lateness, switch and skew since the agent started, bucketed (absent from older agents).
     #[serde(default)]
     pub histograms: NodeHistograms,
+    /// The jobs it started at slot boundaries since its last report (the latest
+    /// [`MAX_REPORTED_STARTS`]), on the true clock: the controller compares nodes with them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub starts: Vec<SlotStart>,
+}
+
+/// Most boundary starts one status carries (a second of 20 ms slots with ten jobs).
+pub const MAX_REPORTED_STARTS: usize = 512;
+
+/// A job started at the boundary into `slot`, at `at_us` (true clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlotStart {
+    pub slot: i64,
+    pub job: JobId,
+    pub at_us: Micros,
 }
 
 /// One slot boundary at which a node stopped or started jobs, as its agent logs it (one JSON
