@@ -81,6 +81,7 @@ class Job:
     argv: List[str]
     note: Optional[str]
     node_count: Optional[int] = None
+    suspended_us: int = 0
 
     @classmethod
     def _from(cls, v: Dict[str, Any]) -> "Job":
@@ -103,6 +104,7 @@ class Job:
             argv=list(v.get("argv", [])),
             note=v.get("note"),
             node_count=v.get("node_count"),
+            suspended_us=v.get("suspended_us", 0),
         )
 
 

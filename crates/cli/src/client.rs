@@ -486,17 +486,6 @@ pub struct MatrixArgs {
     socket: Socket,
 }
 
-/// Expands a cpuset list (`0-2,5`) into processor numbers.
-fn cpus_of(list: &str) -> Vec<usize> {
-    list.split(',')
-        .filter_map(|part| match part.split_once('-') {
-            Some((a, b)) => Some((a.parse().ok()?..=b.parse().ok()?).collect::<Vec<usize>>()),
-            None => Some(vec![part.parse().ok()?]),
-        })
-        .flatten()
-        .collect()
-}
-
 /// Prints a view as JSON for scripts, or rendered for people.
 fn show<V: serde::Serialize + ?Sized>(
     json: bool,
@@ -543,7 +532,7 @@ fn render_matrix(m: &MatrixView) -> String {
     for (index, slice) in m.slices.iter().enumerate() {
         let mut cells = vec![".".to_string(); procs];
         for entry in slice {
-            for cpu in cpus_of(&entry.cpus) {
+            for cpu in entry.processors() {
                 if cpu < procs {
                     cells[cpu] = entry.job.to_string();
                 }
@@ -562,6 +551,12 @@ fn render_matrix(m: &MatrixView) -> String {
     }
     if m.slices.is_empty() {
         out += "  (no job placed)\n";
+    }
+    if !m.processors.is_empty() {
+        let names: Vec<String> = (m.processors.iter().enumerate())
+            .map(|(cpu, name)| format!("{cpu}={name}"))
+            .collect();
+        out += &format!("cpu = node/cpu: {}\n", names.join(" "));
     }
     if !m.queued.is_empty() {
         let queued: Vec<String> = m.queued.iter().map(|j| j.to_string()).collect();
@@ -760,6 +755,7 @@ mod tests {
         };
         let m = MatrixView {
             procs: 4,
+            processors: Vec::new(),
             mode: Mode::Gang,
             epoch_us: 0,
             quantum_us: 100_000,
@@ -776,6 +772,5 @@ mod tests {
         assert!(text.contains("  slice 0  1 1 2 2"), "{text}");
         assert!(text.contains("* slice 1  3 3 3 3"), "{text}");
         assert!(text.contains("queued: 4"), "{text}");
-        assert_eq!(cpus_of("0-2,5"), vec![0, 1, 2, 5]);
     }
 }

@@ -551,3 +551,21 @@ fn prometheus_reads_the_rotations_figures_even_past_a_flood_of_idle_connections(
         assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
     }
 }
+
+#[test]
+fn time_suspended_adds_up_over_suspensions_and_stops_at_resume() {
+    let d = Daemon::start(&["--quantum-ms", "50"]);
+    let job = d.submit(&["-n", "1", "--", "sleep", "30"]);
+    let suspended = |job: u64| d.job(job)["suspended_us"].as_i64().unwrap();
+    assert_eq!(suspended(job), 0);
+    for _ in 0..2 {
+        assert!(d.cosched(&["suspend", &job.to_string()]).status.success());
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(d.cosched(&["resume", &job.to_string()]).status.success());
+    }
+    let total = suspended(job);
+    assert!(total >= 600_000, "two suspensions of 0.3 s: {total} µs");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(suspended(job), total, "not counted while it runs");
+    assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+}

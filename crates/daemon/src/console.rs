@@ -129,15 +129,22 @@ pub fn live(s: &Snapshot) -> String {
 /// Slices down, processors across; each cell the job placed there, coloured by job.
 fn matrix(m: &MatrixView) -> String {
     let mut out = String::from("<section><h2>Matrix</h2><table id=\"matrix\"><tr><th></th>");
-    for cpu in 0..m.procs {
-        let _ = write!(out, "<th>cpu {cpu}</th>");
+    for cpu in 0..m.procs as usize {
+        match m.processors.get(cpu) {
+            Some(name) => {
+                let _ = write!(out, "<th>{}</th>", escape(name));
+            }
+            None => {
+                let _ = write!(out, "<th>cpu {cpu}</th>");
+            }
+        }
     }
     out.push_str("</tr>");
     for (index, slice) in m.slices.iter().enumerate() {
         let running = m.running_slice == Some(index);
         let mut cells: Vec<Option<(u64, String)>> = vec![None; m.procs as usize];
         for entry in slice {
-            for cpu in cpu_list(&entry.cpus) {
+            for cpu in entry.processors() {
                 if let Some(cell) = cells.get_mut(cpu) {
                     *cell = Some((entry.job, entry.role.to_string()));
                 }
@@ -172,17 +179,6 @@ fn matrix(m: &MatrixView) -> String {
     out
 }
 
-/// A cpuset list (`0-3,8`) as processor numbers; what does not parse is left out.
-fn cpu_list(text: &str) -> Vec<usize> {
-    text.split(',')
-        .filter_map(|part| match part.split_once('-') {
-            Some((a, b)) => Some((a.trim().parse().ok()?..=b.trim().parse().ok()?).collect()),
-            None => part.trim().parse().ok().map(|c| vec![c]),
-        })
-        .flatten()
-        .collect()
-}
-
 fn duration(us: i64) -> String {
     let s = us.max(0) / 1_000_000;
     format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
@@ -192,7 +188,7 @@ fn jobs(jobs: &[JobView], now_us: Micros) -> String {
     let mut out = String::from(
         "<section><h2>Jobs</h2><table id=\"jobs\"><tr><th>id</th><th>name</th><th>user</th>\
          <th>class</th><th>state</th><th>CPUs</th><th>nodes</th><th>slices</th>\
-         <th>elapsed</th><th>exit</th><th>reason</th><th>act</th></tr>",
+         <th>elapsed</th><th>suspended</th><th>exit</th><th>reason</th><th>act</th></tr>",
     );
     for job in jobs.iter().rev() {
         let elapsed = job
@@ -214,7 +210,8 @@ fn jobs(jobs: &[JobView], now_us: Micros) -> String {
             out,
             "<tr data-job=\"{id}\" data-state=\"{state}\"><td>{id}</td><td>{name}</td>\
              <td>{user}</td><td>{class}</td><td class=\"state\">{state}</td><td>{cpus}</td>\
-             <td>{nodes}</td><td>{slices}</td><td>{elapsed}</td><td>{exit}</td><td>{note}</td><td>",
+             <td>{nodes}</td><td>{slices}</td><td>{elapsed}</td><td>{suspended}</td><td>{exit}</td>\
+             <td>{note}</td><td>",
             id = job.id,
             name = escape(&job.name),
             user = escape(&job.user),
@@ -222,6 +219,11 @@ fn jobs(jobs: &[JobView], now_us: Micros) -> String {
             cpus = escape(job.cpus.as_deref().unwrap_or("")),
             nodes = job.node_count.map(|n| n.to_string()).unwrap_or_default(),
             slices = slices.join(","),
+            suspended = if job.suspended_us > 0 {
+                duration(job.suspended_us)
+            } else {
+                String::new()
+            },
             note = escape(job.note.as_deref().unwrap_or("")),
         );
         if !ended(job.state) {
@@ -314,12 +316,6 @@ mod tests {
             escape("<img src=x onerror='a()'>&\u{1b}"),
             "&lt;img src=x onerror=&#39;a()&#39;&gt;&amp;\u{fffd}"
         );
-    }
-
-    #[test]
-    fn cpuset_lists_read_as_processors() {
-        assert_eq!(cpu_list("0-2,5"), vec![0, 1, 2, 5]);
-        assert_eq!(cpu_list(""), Vec::<usize>::new());
     }
 
     #[test]

@@ -345,6 +345,8 @@ impl Inner {
             ended_us: None,
             exit: None,
             note: None,
+            suspended_us: 0,
+            suspended_since_us: None,
             nodes: Vec::new(),
             cpus_on_nodes: Vec::new(),
         };
@@ -667,6 +669,8 @@ impl Inner {
         record.note = ending.note.or(record.note.take());
         let started = record.started_us.unwrap_or(record.submitted_us);
         record.ended_us = Some(ending.at_us.map_or(now, |at| at.clamp(started, now)));
+        record.suspended_us += suspended_for(record, record.ended_us.unwrap_or(now));
+        record.suspended_since_us = None;
         let result = match record.status {
             JobStatus::Done if record.exit.is_some_and(|e| e.code == Some(0)) => "ok",
             JobStatus::Cancelled => "cancelled",
@@ -802,7 +806,10 @@ impl Inner {
                 })
             }
         }
-        self.update(job, |record| record.status = JobStatus::Suspended)?;
+        self.update(job, |record| {
+            record.status = JobStatus::Suspended;
+            record.suspended_since_us = Some(now);
+        })?;
         self.unschedule(job, now);
         self.tell(Command::Suspend { job });
         Ok(format!("job {job} suspended"))
@@ -822,7 +829,11 @@ impl Inner {
                 action: "resume",
             });
         }
-        self.update(job, |record| record.status = JobStatus::Queued)?;
+        self.update(job, |record| {
+            record.status = JobStatus::Queued;
+            record.suspended_us += suspended_for(record, now);
+            record.suspended_since_us = None;
+        })?;
         if let Err(error) = self.enqueue(job, now) {
             // Not left "queued" with nothing to run it.
             self.fail(job, &error.to_string(), now);
@@ -906,7 +917,7 @@ impl Inner {
         }
     }
 
-    pub fn jobs(&self, all: bool, job: Option<JobId>) -> Vec<JobView> {
+    pub fn jobs(&self, all: bool, job: Option<JobId>, now: Micros) -> Vec<JobView> {
         let plan = self.generation.as_ref().map(|g| &g.plan);
         self.records
             .values()
@@ -931,6 +942,7 @@ impl Inner {
                 exit: r.exit,
                 argv: r.argv.clone(),
                 note: r.note.clone(),
+                suspended_us: r.suspended_us + suspended_for(r, now),
             })
             .collect()
     }
@@ -959,8 +971,14 @@ impl Inner {
             ),
             None => (Vec::new(), None, 0),
         };
+        let nodes = &self.settings.nodes;
         MatrixView {
             procs: self.scheduler.machine().procs(),
+            processors: if nodes.nodes().len() > 1 {
+                nodes.processor_names()
+            } else {
+                Vec::new()
+            },
             mode: self.settings.mode,
             epoch_us: rotation.epoch,
             quantum_us: rotation.quantum,
@@ -1010,7 +1028,7 @@ impl Inner {
     /// What `/metrics` shows now.
     pub fn scrape(&self, now: Micros) -> crate::metrics::Scrape {
         crate::metrics::Scrape {
-            jobs: self.jobs(false, None),
+            jobs: self.jobs(false, None, now),
             stats: self.stats(),
             nodes: self.nodes(now),
             counts: self.counts.clone(),
@@ -1387,6 +1405,13 @@ impl Inner {
 }
 
 /// The second reply of `run` and `wait`.
+/// How long the job's current suspension has lasted by `now` (0 if it is not suspended).
+fn suspended_for(record: &JobRecord, now: Micros) -> i64 {
+    record
+        .suspended_since_us
+        .map_or(0, |since| (now - since).max(0))
+}
+
 fn ended_reply(record: &JobRecord) -> Reply {
     Reply::Ended {
         ok: true,

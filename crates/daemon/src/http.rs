@@ -313,7 +313,7 @@ fn answer(stream: TcpStream, head: &str, shared: &Shared, site: Site) -> Option<
 /// What the console shows now: unfinished jobs and the latest ended ones.
 fn snapshot(shared: &Shared) -> Snapshot {
     shared.with(|inner, now| {
-        let mut jobs = inner.jobs(true, None);
+        let mut jobs = inner.jobs(true, None, now);
         let ended = jobs.iter().filter(|j| console::ended(j.state)).count();
         let mut skip = ended.saturating_sub(ENDED_SHOWN);
         jobs.retain(|j| {

@@ -239,6 +239,9 @@ pub struct JobView {
     pub argv: Vec<String>,
     /// Why it ended without an exit status, if it did.
     pub note: Option<String>,
+    /// How long it has been suspended in all (µs).
+    #[serde(default)]
+    pub suspended_us: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -248,9 +251,19 @@ pub struct MatrixEntryView {
     pub role: Role,
 }
 
+impl MatrixEntryView {
+    /// Its processors, from the cpuset list (`0-2,5`; none if it does not parse).
+    pub fn processors(&self) -> Vec<usize> {
+        cosched_cgroups::affinity::parse_cpu_list(&self.cpus).unwrap_or_default()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MatrixView {
     pub procs: u32,
+    /// On a machine of several nodes, each processor as `node/cpu` (its node's CPU number).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processors: Vec<String>,
     pub mode: Mode,
     pub epoch_us: i64,
     pub quantum_us: i64,

@@ -987,7 +987,7 @@ fn handle(
         }
         Request::Ps { all, job } => Ok(Reply::Jobs {
             ok: true,
-            jobs: shared.with(|inner, _| inner.jobs(all, job)),
+            jobs: shared.with(|inner, now| inner.jobs(all, job, now)),
         }),
         Request::Matrix => Ok(Reply::Matrix {
             ok: true,

@@ -81,6 +81,11 @@ pub struct JobRecord {
     /// Why it ended without an exit status, if it did.
     #[serde(default)]
     pub note: Option<String>,
+    /// How long it was suspended (µs), stretches that ended; and since when it is, if it is.
+    #[serde(default)]
+    pub suspended_us: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_since_us: Option<i64>,
     /// The nodes it was started on, the one running its launcher first.
     #[serde(default)]
     pub nodes: Vec<String>,
@@ -339,6 +344,8 @@ pub(crate) mod tests {
             ended_us: None,
             exit: None,
             note: None,
+            suspended_us: 0,
+            suspended_since_us: None,
             nodes: Vec::new(),
             cpus_on_nodes: Vec::new(),
         }

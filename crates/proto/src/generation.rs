@@ -152,6 +152,15 @@ impl NodeMap {
         Machine::line(self.per_node * self.nodes.len() as u32)?.with_nodes(self.per_node)
     }
 
+    /// Each processor of the core's machine as `node/cpu`, in order.
+    pub fn processor_names(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .zip(&self.cpus)
+            .flat_map(|(node, cpus)| cpus.iter().map(move |cpu| format!("{}/{cpu}", node.name)))
+            .collect()
+    }
+
     /// A partition's processors, node by node (nodes it does not touch left out).
     pub fn place(&self, partition: &Partition) -> Vec<NodeCpus> {
         let mut per_node: Vec<Vec<u32>> = vec![Vec::new(); self.nodes.len()];
