@@ -75,6 +75,16 @@ class AgainstADaemon(unittest.TestCase):
             root.rmdir()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
+    def assert_took_turns(self, records, a, b):
+        """Both jobs ran several times, never at the same moment (the agent's own log)."""
+        of_a, of_b = stretches(records, a), stretches(records, b)
+        self.assertGreaterEqual(len(of_a), 3)
+        self.assertGreaterEqual(len(of_b), 3)
+        for start, stop in of_a:
+            for other_start, other_stop in of_b:
+                self.assertTrue(other_stop <= start or other_start >= stop,
+                                f"{a} ran {start}-{stop} while {b} ran {other_start}-{other_stop}")
+
     def test_a_job_runs_as_asked_and_its_end_is_typed(self):
         out = os.path.join(self.dir, "hello.out")
         job = self.client.run(["sh", "-c", "echo hello $COSCHED_JOB_ID; exit 3"],
@@ -97,14 +107,7 @@ class AgainstADaemon(unittest.TestCase):
         self.assertTrue({a, b} <= placed, matrix)
         self.assertEqual(self.client.wait(a, timeout=60).status, 0)
         self.assertEqual(self.client.wait(b, timeout=60).status, 0)
-        records = self.client.boundaries(since)
-        of_a, of_b = stretches(records, a), stretches(records, b)
-        self.assertGreaterEqual(len(of_a), 3)
-        self.assertGreaterEqual(len(of_b), 3)
-        for start, stop in of_a:
-            for other_start, other_stop in of_b:
-                self.assertTrue(other_stop <= start or other_start >= stop,
-                                f"{a} ran {start}-{stop} while {b} ran {other_start}-{other_stop}")
+        self.assert_took_turns(self.client.boundaries(since), a, b)
 
     def test_acting_on_a_job_and_refusals_name_what_was_wrong(self):
         job = self.client.run(["sleep", "30"])
@@ -156,14 +159,7 @@ class AgainstADaemon(unittest.TestCase):
         for job in jobs:
             ended = self.client.wait(job, timeout=30)
             self.assertEqual((ended.state, ended.status), ("done", 0))
-        records = self.client.boundaries(since)
-        of_a, of_b = stretches(records, jobs[0]), stretches(records, jobs[1])
-        self.assertGreaterEqual(len(of_a), 3)
-        self.assertGreaterEqual(len(of_b), 3)
-        for start, stop in of_a:
-            for other_start, other_stop in of_b:
-                self.assertTrue(other_stop <= start or other_start >= stop,
-                                f"{jobs[0]} ran {start}-{stop} while {jobs[1]} ran")
+        self.assert_took_turns(self.client.boundaries(since), *jobs)
 
     def test_registration_refusals_name_what_was_wrong(self):
         with self.assertRaisesRegex(cosched.RequestRefused, "4096 processors requested"):
