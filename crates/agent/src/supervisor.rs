@@ -493,6 +493,14 @@ impl Watch<'_> {
             if !kept {
                 match keep_exit(&self.spec.exit_file, &ending) {
                     Ok(()) => kept = true,
+                    // Its directory is gone (the state directory was removed): no daemon can
+                    // ever read the status or reach this supervisor's socket there.
+                    Err(error)
+                        if error.kind() == io::ErrorKind::NotFound && self.daemon.is_none() =>
+                    {
+                        eprintln!("cosched: job {job}: its state directory is gone; the exit status is lost");
+                        break;
+                    }
                     Err(error) => {
                         eprintln!("cosched: job {job}: keeping the exit status: {error} (retrying)")
                     }

@@ -174,7 +174,11 @@ fn jobs_across_two_nodes_take_turns_and_run_loose_while_etcd_is_gone() {
     assert_gang(&per_slot_cpu(&d, x, y, 10), 2, "scheduled");
     // The matrix names each processor by its node and CPU there.
     let matrix = d.json(&["matrix", "--json"]);
-    assert_eq!(matrix["processors"], serde_json::json!(["a/0", "b/1"]), "{matrix}");
+    assert_eq!(
+        matrix["processors"],
+        serde_json::json!(["a/0", "b/1"]),
+        "{matrix}"
+    );
 
     // A silent cut: both agents let their jobs loose by the deadline.
     etcd.pause(true);
