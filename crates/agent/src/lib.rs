@@ -15,6 +15,7 @@ pub mod door;
 pub mod fault;
 pub mod holder;
 mod idle;
+mod join;
 mod logline;
 pub mod node;
 pub mod skew;

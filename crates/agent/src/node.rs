@@ -11,6 +11,7 @@ use crate::boundaries::{BoundaryLog, BOUNDARY_LOG_LIMIT};
 use crate::chrony::ClockOffset;
 use crate::clock::{self, now_micros, SlotWork, Tick};
 use crate::door::{Door, DOOR_ENV};
+use crate::join;
 use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
 use crate::unix;
@@ -537,9 +538,10 @@ impl<A: Actuator> NodeAgent<A> {
                 job,
                 pid,
                 uid,
+                asker,
                 request,
             } => {
-                let refusal = self.join(job, pid, uid).err();
+                let refusal = self.join(job, pid, uid, asker).err();
                 self.events.report(Event::Joined {
                     job,
                     pid,
@@ -565,9 +567,16 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    /// Moves process `pid` (started elsewhere) into a registered job's cgroup: only a
-    /// process of the job's user (root's jobs: any but init and this agent), in no other job.
-    fn join(&mut self, job: JobId, pid: libc::pid_t, uid: u32) -> Result<(), String> {
+    /// Moves process `pid` (started elsewhere) into a registered job's cgroup, at `asker`'s
+    /// request: only a process of the job's user (root's jobs: any but init and this agent),
+    /// from the asker's own cgroup (root asking: any), in no other job (see [`join`]).
+    fn join(
+        &mut self,
+        job: JobId,
+        pid: libc::pid_t,
+        uid: u32,
+        asker: Option<libc::pid_t>,
+    ) -> Result<(), String> {
         if !self.placed.contains_key(&job) {
             return Err(format!(
                 "job {job} is not running on node {}",
@@ -577,10 +586,9 @@ impl<A: Actuator> NodeAgent<A> {
         if pid <= 1 || pid == std::process::id() as libc::pid_t {
             return Err("init and the agent itself may not join a job".into());
         }
-        // Held from before the check to after the move: if it has not exited by then, the
-        // pid named the process checked all along (a pid is reused only after an exit).
         let pidfd = unix::pidfd_open(pid).map_err(|e| e.to_string())?;
-        check_owner(pid, uid)?;
+        let born = join::start_time(pid)?;
+        join::check_owner(pid, uid)?;
         for other in self.placed.keys() {
             let pids = self.applier.actuator().pids(&job_name(*other));
             if pids.is_ok_and(|pids| pids.contains(&pid)) {
@@ -590,14 +598,26 @@ impl<A: Actuator> NodeAgent<A> {
                 };
             }
         }
-        for file in self.join_files(job)? {
-            std::fs::write(&file, pid.to_string())
-                .map_err(|e| format!("moving it into {}: {e}", file.display()))?;
+        if let Some(asker) = asker {
+            join::check_same_cgroup(pid, asker)?;
         }
+        // Still the process checked (alive, so its pid was not reused): then it is the one
+        // moved, unless it exits during the move, which the check after it sees.
         if unix::has_exited(&pidfd) {
             return Err("it exited while joining".into());
         }
-        Ok(())
+        let files = self.join_files(job)?;
+        let moved = files.iter().try_for_each(|file| {
+            std::fs::write(file, pid.to_string())
+                .map_err(|e| format!("moving it into {}: {e}", file.display()))
+        });
+        if unix::has_exited(&pidfd) || join::start_time(pid).ok() != Some(born) {
+            if let Err(error) = join::put_back(pid, &files) {
+                log(format_args!("job {job}: process {pid}: {error}"));
+            }
+            return Err("it exited while joining".into());
+        }
+        moved
     }
 
     /// An order about `job` failed: the controller hears (and logs) it.
@@ -1224,33 +1244,4 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
             log(format_args!("ahead of slot {slot}: {error}"));
         }
     }
-}
-
-/// Whether process `pid` is a whole process (not a thread) whose every uid (real,
-/// effective, saved, filesystem) is `uid`; root's jobs take anyone's.
-fn check_owner(pid: libc::pid_t, uid: u32) -> Result<(), String> {
-    let status =
-        std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .map(|rest| {
-                rest.split_whitespace()
-                    .map(str::to_string)
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default()
-    };
-    if field("Tgid:") != [pid.to_string()] {
-        return Err("it is a thread, not a process (give its process id)".into());
-    }
-    let uids = field("Uid:");
-    if uid != 0 && (uids.len() != 4 || uids.iter().any(|u| *u != uid.to_string())) {
-        return Err(format!(
-            "it is not uid {uid}'s (its uids: {})",
-            uids.join(" ")
-        ));
-    }
-    Ok(())
 }

@@ -160,7 +160,7 @@ fn cstring(s: &str) -> CString {
 }
 
 /// Steps of the child's start, reported through the error pipe when one fails.
-const STEPS: [&str; 7] = [
+const STEPS: [&str; 8] = [
     "",
     "cannot join its cgroup",
     "cannot take the submitter's uid, gid and groups",
@@ -168,6 +168,7 @@ const STEPS: [&str; 7] = [
     "cannot run the command",
     "cannot close the supervisor's descriptors",
     "cannot open its output file",
+    "its output file is neither a regular file of its user's nor a device",
 ];
 
 struct Prepared {
@@ -217,12 +218,36 @@ unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
         fail(3);
     }
     if let Some(output) = &p.output {
+        // Not a link, and not a file or FIFO someone else left in a shared directory (their
+        // file would get the job's output; their FIFO would hold the job at its open).
         let fd = libc::open(
             output.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            libc::O_WRONLY
+                | libc::O_CREAT
+                | libc::O_APPEND
+                | libc::O_NOFOLLOW
+                | libc::O_NONBLOCK
+                | libc::O_CLOEXEC,
             0o600,
         );
-        if fd < 0 || libc::dup2(fd, 1) < 0 || libc::dup2(fd, 2) < 0 {
+        if fd < 0 {
+            fail(6);
+        }
+        // A device (/dev/null) cannot be left by a user; a file must be the job user's own.
+        let mut stat: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut stat) != 0
+            || !((stat.st_mode & libc::S_IFMT == libc::S_IFREG && stat.st_uid == p.uid)
+                || stat.st_mode & libc::S_IFMT == libc::S_IFCHR)
+        {
+            *libc::__errno_location() = libc::EPERM;
+            fail(7);
+        }
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0
+            || libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0
+            || libc::dup2(fd, 1) < 0
+            || libc::dup2(fd, 2) < 0
+        {
             fail(6);
         }
         libc::close(fd);
@@ -421,7 +446,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
                 let what = STEPS.get(usize::from(step)).copied().unwrap_or("failed");
                 let subject = match (step, &spec.output_file) {
                     (3, _) => &spec.launch.cwd,
-                    (6, Some(output)) => output,
+                    (6 | 7, Some(output)) => output,
                     _ => &spec.launch.argv[0],
                 };
                 let subject: String = subject.chars().take(200).collect();

@@ -536,6 +536,27 @@ fn a_cluster_job_writes_its_output_where_it_was_submitted_opened_as_its_user() {
         "{end}"
     );
     assert_eq!(std::fs::read_to_string(&roots).unwrap(), "root's");
+    // nobody's file waiting in a shared directory does not get root's job's output.
+    let trap = here.join("trap.out");
+    std::fs::write(&trap, "").unwrap();
+    std::os::unix::fs::chown(&trap, Some(NOBODY), Some(NOBODY)).unwrap();
+    let out = Command::new(COSCHED)
+        .args(["run", "--detach", "-n", "1", "--output", "trap.out", "--"])
+        .args(["echo", "root's secret"])
+        .current_dir(&here)
+        .env("COSCHED_SOCKET", d.socket())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let job: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let end = d.wait_end(job, Duration::from_secs(20));
+    assert!(
+        end["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("neither a regular file of its user's")),
+        "{end}"
+    );
+    assert_eq!(std::fs::read_to_string(&trap).unwrap(), "");
 }
 
 #[test]

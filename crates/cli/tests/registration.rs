@@ -250,6 +250,22 @@ fn registration_takes_only_the_callers_own_processes_and_jobs() {
         error.contains(&format!("it belongs to job {job}")),
         "{error}"
     );
+    // A process of nobody's that root confined to a cgroup of its own stays there: a process
+    // joins only from its adder's cgroup.
+    let jail = v2_root().join(format!("cosched-jail-{}", std::process::id()));
+    std::fs::create_dir_all(&jail).unwrap();
+    let mut jailed = Command::new("sleep")
+        .arg("60")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .spawn()
+        .unwrap();
+    std::fs::write(jail.join("cgroup.procs"), jailed.id().to_string()).unwrap();
+    let error = error_of(add(NOBODY, job, jailed.id()));
+    assert!(error.contains("not in its adder's"), "{error}");
+    jailed.kill().unwrap();
+    jailed.wait().unwrap();
+    std::fs::remove_dir(&jail).unwrap();
     // Another user's job, a job that is not registered, init, a process that is no more.
     let roots_job = register(0, 1)[0]["job"].as_u64().unwrap();
     let error = error_of(add(NOBODY, roots_job, nobodys.id()));

@@ -79,7 +79,7 @@ fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            c if c.is_control() => out.push('\u{fffd}'),
+            c if crate::protocol::unprintable(c) => out.push('\u{fffd}'),
             c => out.push(c),
         }
     }

@@ -111,8 +111,9 @@ pub struct Inner {
     counts: crate::metrics::Counts,
     /// The nodes' boundary starts not yet compared (`counts.start_spread`).
     start_spreads: crate::metrics::StartSpreads,
-    /// Clients whose process is joining a job, by join request, until the agent answers.
-    joining: BTreeMap<u64, UnixStream>,
+    /// Clients (and their uid) whose process is joining a job, by join request, until the
+    /// agent answers.
+    joining: BTreeMap<u64, (u32, UnixStream)>,
     next_join: u64,
 }
 
@@ -1441,7 +1442,13 @@ fn program_name(argv0: &str) -> String {
     let base = argv0.rsplit('/').next().unwrap_or(argv0);
     base.chars()
         .take(crate::protocol::MAX_NAME_CHARS)
-        .map(|c| if c.is_control() { '?' } else { c })
+        .map(|c| {
+            if crate::protocol::unprintable(c) {
+                '?'
+            } else {
+                c
+            }
+        })
         .collect()
 }
 

@@ -12,6 +12,13 @@ use serde::{Deserialize, Serialize};
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 /// Longest job name.
 pub const MAX_NAME_CHARS: usize = 64;
+/// Characters a job's name may not hold: control characters, and the ones that reorder text
+/// around them (a name could show as another's in `ps` and the console).
+pub fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// Longest output path (Linux's PATH_MAX).
 pub const MAX_PATH_BYTES: usize = 4096;
 
@@ -203,9 +210,7 @@ pub fn validate_run(run: &RunRequest) -> Result<(), String> {
         _ => {}
     }
     if let Some(name) = &run.name {
-        if name.chars().count() > MAX_NAME_CHARS
-            || name.is_empty()
-            || name.chars().any(|c| c.is_control())
+        if name.chars().count() > MAX_NAME_CHARS || name.is_empty() || name.chars().any(unprintable)
         {
             return Err(format!(
                 "job name {name:?} must be 1 to {MAX_NAME_CHARS} printable characters"

@@ -114,12 +114,14 @@ pub enum Command {
         ending: Ending,
     },
     /// A process started elsewhere joins a registered job (LLNL's `GangProcAdd`): moved into
-    /// the job's cgroup if it is a process of `uid`'s (checked here) and of no other job.
-    /// The agent answers with `Event::Joined` and the same `request`.
+    /// the job's cgroup if it is a process of `uid`'s, of no other job, and in the cgroup of
+    /// process `asker` (the one that asked; none: root asked), all checked here. The agent
+    /// answers with `Event::Joined` and the same `request`.
     Join {
         job: JobId,
         pid: i32,
         uid: u32,
+        asker: Option<i32>,
         request: u64,
     },
     /// The registrant ended the registered job: let loose (out of the rotation, never

@@ -4,7 +4,7 @@
 //! the end are any job's. `proc_add` has the job's node agent move a process into the job's
 //! cgroup; the holder exits when every process that joined has left, or on `job_end`.
 
-use super::{log, ApiError, Inner};
+use super::{ApiError, Inner};
 use crate::protocol::{RegisterRequest, Reply, RunRequest, JOIN_WITHIN_S, MAX_JOIN_WITHIN_S};
 use crate::store::JobStatus;
 use crate::unix::Credentials;
@@ -13,8 +13,9 @@ use cosched_core::{JobId, JobState, Micros};
 use cosched_proto::Command;
 use std::os::unix::net::UnixStream;
 
-/// Joins in flight at once: each holds its client until the agent answers.
-const MAX_JOINING: usize = 1024;
+/// Joins one user (root aside) may have in flight: each holds its client until the agent
+/// answers.
+const MAX_JOINING_PER_UID: usize = 64;
 
 impl Inner {
     /// Records a registered job (queued like any other); returns its id.
@@ -119,19 +120,27 @@ impl Inner {
                  hears when)"
             )));
         }
-        if self.joining.len() >= MAX_JOINING {
+        let joining = self
+            .joining
+            .values()
+            .filter(|(uid, _)| *uid == who.uid)
+            .count();
+        if !who.is_root() && joining >= MAX_JOINING_PER_UID {
             return Err(ApiError::Busy(format!(
-                "{MAX_JOINING} processes are joining jobs already; try again"
+                "uid {} has {MAX_JOINING_PER_UID} processes joining jobs already; wait for \
+                 their answers",
+                who.uid
             )));
         }
         let uid = record.owner.uid;
         self.next_join += 1;
         let request = self.next_join;
-        self.joining.insert(request, client);
+        self.joining.insert(request, (who.uid, client));
         self.tell(Command::Join {
             job,
             pid,
             uid,
+            asker: (!who.is_root()).then_some(who.pid),
             request,
         });
         Ok(())
@@ -139,15 +148,13 @@ impl Inner {
 
     /// The agent's answer to a join: the waiting client hears it.
     pub fn joined(&mut self, job: JobId, pid: i32, request: u64, refusal: Option<String>) {
-        let Some(client) = self.joining.remove(&request) else {
+        let Some((_, client)) = self.joining.remove(&request) else {
             return;
         };
+        // Not logged: the asker hears why, and anyone may ask thousands of times a second.
         let reply = match refusal {
             None => Reply::done(format!("process {pid} joined job {job}")),
-            Some(why) => {
-                log(format_args!("job {job}: process {pid} did not join: {why}"));
-                Reply::error(format!("process {pid} cannot join job {job}: {why}"))
-            }
+            Some(why) => Reply::error(format!("process {pid} cannot join job {job}: {why}")),
         };
         // A short line into an empty socket buffer: never blocks for long.
         let _ = crate::server::send(&client, &reply);
