@@ -58,7 +58,9 @@ impl Tokens {
 /// What the console shows, taken under the state's lock at once.
 pub struct Snapshot {
     pub now_us: Micros,
+    /// The jobs listed, newest first, and how many unfinished ones are not.
     pub jobs: Vec<JobView>,
+    pub hidden: usize,
     pub matrix: MatrixView,
     pub nodes: Vec<NodeView>,
     pub stats: StatsView,
@@ -120,7 +122,7 @@ pub fn live(s: &Snapshot) -> String {
         }
     );
     out.push_str(&matrix(m));
-    out.push_str(&jobs(&s.jobs, s.now_us));
+    out.push_str(&jobs(&s.jobs, s.hidden, s.now_us));
     out.push_str(&nodes(&s.nodes));
     out.push_str(&stats(&s.stats));
     out
@@ -184,13 +186,13 @@ fn duration(us: i64) -> String {
     format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
 
-fn jobs(jobs: &[JobView], now_us: Micros) -> String {
+fn jobs(jobs: &[JobView], hidden: usize, now_us: Micros) -> String {
     let mut out = String::from(
         "<section><h2>Jobs</h2><table id=\"jobs\"><tr><th>id</th><th>name</th><th>user</th>\
          <th>class</th><th>state</th><th>CPUs</th><th>nodes</th><th>slices</th>\
          <th>elapsed</th><th>suspended</th><th>exit</th><th>reason</th><th>act</th></tr>",
     );
-    for job in jobs.iter().rev() {
+    for job in jobs {
         let elapsed = job
             .started_us
             .map(|start| duration(job.ended_us.unwrap_or(now_us) - start))
@@ -250,7 +252,15 @@ fn jobs(jobs: &[JobView], now_us: Micros) -> String {
         }
         out.push_str("</td></tr>");
     }
-    out.push_str("</table></section>");
+    out.push_str("</table>");
+    if hidden > 0 {
+        let _ = write!(
+            out,
+            "<p>{hidden} older unfinished jobs are not listed (<code>cosched ps</code> lists \
+             them all)</p>"
+        );
+    }
+    out.push_str("</section>");
     out
 }
 

@@ -19,7 +19,7 @@
 
 use crate::console::{self, Snapshot};
 use crate::daemon::{ApiError, Shared};
-use crate::protocol::Reply;
+use crate::protocol::{JobView, Reply};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -38,15 +38,18 @@ const BACKLOG: libc::c_int = 4096;
 /// A head must arrive whole within this, and be no longer than this.
 const DEADLINE: Duration = Duration::from_secs(2);
 const MOST_HEAD_BYTES: usize = 8 << 10;
-/// An answer the client does not take within this is dropped.
-const WRITE_DEADLINE: Duration = Duration::from_millis(500);
+/// An answer the client has not taken whole within this is dropped.
+const SEND_DEADLINE: Duration = Duration::from_secs(5);
+/// Answers being written at once (past it, the oldest is dropped): a few MB at most held.
+const MOST_SENDING: usize = 64;
 
 const METRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// How often console viewers get the live part.
 const TICK: Duration = Duration::from_millis(250);
 /// Console viewers held at once.
 const MOST_VIEWERS: usize = 64;
-/// Ended jobs the console lists (the latest).
+/// Unfinished and ended jobs the console lists (the latest of each).
+const UNFINISHED_SHOWN: usize = 200;
 const ENDED_SHOWN: usize = 20;
 /// What every page says about where its parts may come from: nothing but this server.
 const PAGE_POLICY: &str = "default-src 'self'; frame-ancestors 'none'";
@@ -105,6 +108,7 @@ impl Site {
 fn run(listener: &TcpListener, shared: &Shared, site: Site) {
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut viewers: VecDeque<TcpStream> = VecDeque::new();
+    let mut sending: VecDeque<Sending> = VecDeque::new();
     let mut next_tick = Instant::now();
     loop {
         let now = Instant::now();
@@ -115,20 +119,25 @@ fn run(listener: &TcpListener, shared: &Shared, site: Site) {
             next_tick = now + TICK;
         }
         pending.retain(|p| now.duration_since(p.since) < DEADLINE);
+        sending.retain(|s| now.duration_since(s.since) < SEND_DEADLINE);
         let mut wait = pending.front().map_or(DEADLINE, |p| {
             DEADLINE.saturating_sub(now.duration_since(p.since))
         });
+        if let Some(s) = sending.front() {
+            wait = wait.min(SEND_DEADLINE.saturating_sub(now.duration_since(s.since)));
+        }
         if !viewers.is_empty() {
             wait = wait.min(next_tick.saturating_duration_since(now));
         }
-        let mut polled: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
-            .chain(pending.iter().map(|p| p.stream.as_raw_fd()))
-            .chain(viewers.iter().map(|v| v.as_raw_fd()))
-            .map(|fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
+        let watch = |fd: &dyn AsRawFd, events| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        let mut polled: Vec<libc::pollfd> = std::iter::once(watch(listener, libc::POLLIN))
+            .chain(pending.iter().map(|p| watch(&p.stream, libc::POLLIN)))
+            .chain(viewers.iter().map(|v| watch(v, libc::POLLIN)))
+            .chain(sending.iter().map(|s| watch(&s.stream, libc::POLLOUT)))
             .collect();
         // SAFETY: `polled` is a valid array of pollfd for the call.
         let ready = unsafe {
@@ -143,8 +152,15 @@ fn run(listener: &TcpListener, shared: &Shared, site: Site) {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
-        // A viewer never speaks after its request: anything but silence means it left.
         let viewers_at = 1 + pending.len();
+        let sending_at = viewers_at + viewers.len();
+        // Answers on their way: as much as each socket takes now; done or broken ones go.
+        for index in (0..sending.len()).rev() {
+            if polled[sending_at + index].revents != 0 && !sending[index].more() {
+                sending.remove(index);
+            }
+        }
+        // A viewer never speaks after its request: anything but silence means it left.
         for index in (0..viewers.len()).rev() {
             if polled[viewers_at + index].revents != 0 {
                 viewers.remove(index);
@@ -161,9 +177,13 @@ fn run(listener: &TcpListener, shared: &Shared, site: Site) {
                 done.push((slot, finished));
             }
         }
+        let mut out = Outbox {
+            viewers: &mut viewers,
+            sending: &mut sending,
+        };
         for (slot, finished) in done.into_iter().rev() {
             if let Some(p) = pending.remove(slot) {
-                finish(p.stream, finished, shared, site, &mut viewers);
+                finish(p.stream, finished, shared, site, &mut out);
             }
         }
         if polled[0].revents != 0 {
@@ -181,7 +201,7 @@ fn run(listener: &TcpListener, shared: &Shared, site: Site) {
                 };
                 // A client that sent its request with its connect is answered now.
                 if let Some(finished) = read_more(&mut p) {
-                    finish(p.stream, finished, shared, site, &mut viewers);
+                    finish(p.stream, finished, shared, site, &mut out);
                     continue;
                 }
                 if pending.len() >= MOST_PENDING {
@@ -194,23 +214,82 @@ fn run(listener: &TcpListener, shared: &Shared, site: Site) {
     }
 }
 
+/// An answer being written without blocking: the one thread never waits on a client.
+struct Sending {
+    stream: TcpStream,
+    bytes: Vec<u8>,
+    sent: usize,
+    since: Instant,
+}
+
+impl Sending {
+    /// Writes what the socket takes now; whether more is to come.
+    fn more(&mut self) -> bool {
+        loop {
+            match (&self.stream).write(&self.bytes[self.sent..]) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.sent += n;
+                    if self.sent == self.bytes.len() {
+                        return false;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return e.kind() == std::io::ErrorKind::WouldBlock,
+            }
+        }
+    }
+}
+
+/// Where finished heads' connections go: console viewers, or answers to write.
+struct Outbox<'a> {
+    viewers: &'a mut VecDeque<TcpStream>,
+    sending: &'a mut VecDeque<Sending>,
+}
+
+impl Outbox<'_> {
+    fn send(&mut self, stream: TcpStream, bytes: Vec<u8>) {
+        let mut answer = Sending {
+            stream,
+            bytes,
+            sent: 0,
+            since: Instant::now(),
+        };
+        if answer.more() {
+            if self.sending.len() >= MOST_SENDING {
+                self.sending.pop_front();
+            }
+            self.sending.push_back(answer);
+        }
+    }
+
+    fn view(&mut self, stream: TcpStream) {
+        let head =
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
+                    X-Content-Type-Options: nosniff\r\n\r\nretry: 1000\n\n";
+        if !matches!((&stream).write(head.as_bytes()), Ok(n) if n == head.len()) {
+            return;
+        }
+        if self.viewers.len() >= MOST_VIEWERS {
+            self.viewers.pop_front();
+        }
+        self.viewers.push_back(stream);
+    }
+}
+
 fn finish(
     stream: TcpStream,
     finished: Result<String, Option<String>>,
     shared: &Shared,
     site: Site,
-    viewers: &mut VecDeque<TcpStream>,
+    out: &mut Outbox,
 ) {
     match finished {
-        Ok(head) => {
-            if let Some(viewer) = answer(stream, &head, shared, site) {
-                if viewers.len() >= MOST_VIEWERS {
-                    viewers.pop_front();
-                }
-                viewers.push_back(viewer);
-            }
-        }
-        Err(Some(why)) => respond(&stream, 400, "text/plain", &format!("{why}\n")),
+        Ok(head) => match answer(&head, shared, site) {
+            Answer::Bytes(bytes) => out.send(stream, bytes),
+            Answer::Events => out.view(stream),
+        },
+        Err(Some(why)) => out.send(stream, response(400, "text/plain", &format!("{why}\n"))),
         Err(None) => {}
     }
 }
@@ -254,89 +333,81 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-/// Answers a whole head; a console viewer's stream comes back to be held.
-fn answer(stream: TcpStream, head: &str, shared: &Shared, site: Site) -> Option<TcpStream> {
+/// What a request gets: bytes to write, or the live stream of the console.
+enum Answer {
+    Bytes(Vec<u8>),
+    Events,
+}
+
+/// Answers a whole head.
+fn answer(head: &str, shared: &Shared, site: Site) -> Answer {
     let mut words = head.lines().next().unwrap_or("").split_whitespace();
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
     if !site.allows(header(head, "Host")) {
-        respond(
-            &stream,
+        return Answer::Bytes(response(
             421,
             "text/plain",
             "this server answers to 127.0.0.1, localhost or [::1] (with its port) only\n",
-        );
-        return None;
+        ));
     }
-    match (method, path) {
+    Answer::Bytes(match (method, path) {
         ("GET", "/metrics") => {
             let scrape = shared.with(|inner, now| inner.scrape(now));
-            respond(&stream, 200, METRICS_TYPE, &crate::metrics::encode(scrape));
+            response(200, METRICS_TYPE, &crate::metrics::encode(scrape))
         }
-        ("GET", "/") => respond(
-            &stream,
+        ("GET", "/") => response(
             200,
             "text/html; charset=utf-8",
             &console::page(&snapshot(shared)),
         ),
-        ("GET", "/console.js") => respond(
-            &stream,
-            200,
-            "text/javascript; charset=utf-8",
-            console::PAGE_SCRIPT,
-        ),
-        ("GET", "/console.css") => {
-            respond(&stream, 200, "text/css; charset=utf-8", console::PAGE_STYLE)
+        ("GET", "/console.js") => {
+            response(200, "text/javascript; charset=utf-8", console::PAGE_SCRIPT)
         }
-        ("GET", "/events") => return start_events(stream),
-        ("GET", "/favicon.ico") => respond(&stream, 204, "image/x-icon", ""),
+        ("GET", "/console.css") => response(200, "text/css; charset=utf-8", console::PAGE_STYLE),
+        ("GET", "/events") => return Answer::Events,
+        ("GET", "/favicon.ico") => response(204, "image/x-icon", ""),
         ("POST", path) if path.starts_with("/jobs/") => {
             let (status, reply) = act(path, header(head, "Authorization"), shared);
             let body = serde_json::to_string(&reply).expect("replies serialize") + "\n";
-            respond(&stream, status, "application/json", &body);
+            response(status, "application/json", &body)
         }
-        ("GET", _) => respond(
-            &stream,
+        ("GET", _) => response(
             404,
             "text/plain",
             "no such page: the console is at /, the figures at /metrics\n",
         ),
-        _ => respond(
-            &stream,
+        _ => response(
             405,
             "text/plain",
             "only GET (and POST /jobs/ID/ACTION with a token) is served\n",
         ),
-    }
-    None
+    })
 }
 
 /// What the console shows now: unfinished jobs and the latest ended ones.
 fn snapshot(shared: &Shared) -> Snapshot {
     shared.with(|inner, now| {
-        let mut jobs = inner.jobs(true, None, now);
-        let ended = jobs.iter().filter(|j| console::ended(j.state)).count();
-        let mut skip = ended.saturating_sub(ENDED_SHOWN);
-        jobs.retain(|j| {
-            let dropped = console::ended(j.state) && skip > 0;
-            skip -= usize::from(dropped);
-            !dropped
-        });
+        // The latest of each, newest first: a page stays small whatever the queue holds.
+        let (ended, unfinished): (Vec<JobView>, Vec<JobView>) = inner
+            .jobs(true, None, now)
+            .into_iter()
+            .rev()
+            .partition(|j| console::ended(j.state));
+        let hidden = unfinished.len().saturating_sub(UNFINISHED_SHOWN);
+        let jobs = unfinished
+            .into_iter()
+            .take(UNFINISHED_SHOWN)
+            .chain(ended.into_iter().take(ENDED_SHOWN))
+            .collect();
         Snapshot {
             now_us: now,
             jobs,
+            hidden,
             matrix: inner.matrix(now),
             nodes: inner.nodes(now),
             stats: inner.stats(),
         }
     })
-}
-
-/// Opens a server-sent event stream; the viewer gets the live part at the next tick.
-fn start_events(stream: TcpStream) -> Option<TcpStream> {
-    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
-                X-Content-Type-Options: nosniff\r\n\r\nretry: 1000\n\n";
-    (&stream).write_all(head.as_bytes()).ok()?;
-    Some(stream)
 }
 
 /// Makes the live part once and writes it to every viewer without waiting: one that cannot
@@ -402,9 +473,8 @@ fn act(path: &str, authorization: Option<&str>, shared: &Shared) -> (u16, Reply)
     }
 }
 
-fn respond(mut stream: &TcpStream, status: u16, kind: &str, body: &str) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_write_timeout(Some(WRITE_DEADLINE));
+/// A whole answer: head and body (the connection closes after it).
+fn response(status: u16, kind: &str, body: &str) -> Vec<u8> {
     let reason = match status {
         200 => "OK",
         204 => "No Content",
@@ -418,16 +488,15 @@ fn respond(mut stream: &TcpStream, status: u16, kind: &str, body: &str) {
         503 => "Service Unavailable",
         _ => "Method Not Allowed",
     };
-    let head = format!(
+    let mut bytes = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
          Content-Security-Policy: {PAGE_POLICY}\r\nX-Content-Type-Options: nosniff\r\n\
          Cache-Control: no-store\r\nConnection: close\r\n\r\n",
         body.len()
-    );
-    // A client that left is its own loss (and not worth a log line an attacker could flood).
-    let _ = stream
-        .write_all(head.as_bytes())
-        .and_then(|()| stream.write_all(body.as_bytes()));
+    )
+    .into_bytes();
+    bytes.extend_from_slice(body.as_bytes());
+    bytes
 }
 
 #[cfg(test)]
