@@ -54,7 +54,7 @@ class AgainstADaemon(unittest.TestCase):
         cls.daemon = subprocess.Popen(
             [binary(), "daemon", "--state-dir", os.path.join(cls.dir, "state"),
              "--socket", cls.socket, "--cgroup-parent", cls.parent,
-             "--quantum-ms", "50", "--on-stop", "cancel"],
+             "--quantum-ms", "50", "--on-stop", "cancel", "--allow-registration"],
             stderr=cls.log,
         )
         deadline = time.time() + 20

@@ -1,9 +1,9 @@
 //! Moving a process started elsewhere into a registered job's cgroup (`Command::Join`), by
-//! pid: the only way cgroups take a process, and a pid names another process once the first
-//! has exited and been reaped. So the process is checked before the move (its owner, its
-//! cgroup, its start time) and again after it: if by then the pid names another process, that
-//! one was moved by mistake and goes back to its parent's cgroups (where it was born, a
-//! moment before), never staying in the job.
+//! pid: the only way cgroups take a process, and a pid (or a thread id: the write moves the
+//! thread's whole process) names another task once the first has exited and been reaped. So
+//! the process is checked before the move (its owner, its cgroups, its start time) and again
+//! after it: if by then the pid may name another task, every process in the job that is not
+//! the job user's goes to the root cgroups, never staying within the user's reach.
 
 use cosched_cgroups::Layout;
 use std::path::{Path, PathBuf};
@@ -47,92 +47,68 @@ pub fn check_owner(pid: libc::pid_t, uid: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// The cgroup a process is in, as the unified (v2) hierarchy says, else the v1 freezer's.
-fn cgroup_of(pid: libc::pid_t) -> Result<String, String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).map_err(|e| e.to_string())?;
-    let line = |wanted: &dyn Fn(&str) -> bool| {
-        text.lines().find_map(|line| {
-            let mut fields = line.splitn(3, ':');
-            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-            wanted(controllers).then(|| path.to_string())
-        })
-    };
-    line(&|c| c.is_empty())
-        .or_else(|| line(&|c| c.split(',').any(|c| c == "freezer")))
-        .ok_or_else(|| format!("process {pid} is in no cgroup hierarchy this agent knows"))
+/// Every cgroup a process is in (`/proc/PID/cgroup`, one line per hierarchy).
+fn cgroups_of(pid: libc::pid_t) -> Result<String, String> {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).map_err(|e| e.to_string())
 }
 
-/// A process joins only from the cgroup of the process that asks: no one moves a process out
-/// of a cgroup its user did not choose (one root froze or limited, or another job).
+/// A process joins only from the cgroups of the process that asks, in every hierarchy: no
+/// one moves a process out of a cgroup its user did not choose (one root froze or limited,
+/// or another job).
 pub fn check_same_cgroup(pid: libc::pid_t, asker: libc::pid_t) -> Result<(), String> {
-    let (theirs, mine) = (cgroup_of(pid)?, cgroup_of(asker)?);
+    let (theirs, mine) = (cgroups_of(pid)?, cgroups_of(asker)?);
     if theirs != mine {
+        let first = |text: &str| text.lines().next().unwrap_or("").to_string();
         return Err(format!(
-            "it is in cgroup {theirs}, not in its adder's ({mine}): a process joins from the \
-             cgroup of the process that adds it"
+            "it is not in its adder's cgroups (it: {}, adder: {}, ...): a process joins from \
+             the cgroups of the process that adds it",
+            first(&theirs),
+            first(&mine)
         ));
     }
     Ok(())
 }
 
-/// After a move that may have taken another process than the one checked (the pid reused):
-/// whatever process now has `pid`, if it is in one of `join_files`' cgroups, goes back to its
-/// parent's cgroup in that hierarchy. Returns what could not be undone, if anything.
-pub fn put_back(pid: libc::pid_t, join_files: &[PathBuf]) -> Result<(), String> {
+/// After a move that may have taken another process than the one checked (its pid, or a
+/// thread id, reused in the meantime): every process in the job's cgroups (`join_files`, one
+/// per hierarchy) that is not all `uid`'s goes to the root cgroup of that hierarchy, out of
+/// the user's reach. (Where it came from cannot be known for sure: a thread's whole process
+/// moves, and a new one was born where its parent was.) Returns the processes moved out.
+pub fn evict_strangers(uid: u32, join_files: &[PathBuf]) -> Result<Vec<libc::pid_t>, String> {
     let layout = Layout::detect().map_err(|e| e.to_string())?;
-    let parent = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("PPid:"))
-                .and_then(|p| p.trim().parse::<libc::pid_t>().ok())
-        });
-    let Some(parent) = parent else {
-        // Gone as well: nothing is left in the job.
-        return Ok(());
-    };
-    let lines = std::fs::read_to_string(format!("/proc/{parent}/cgroup")).unwrap_or_default();
+    let mut evicted = Vec::new();
     for file in join_files {
         let listed = std::fs::read_to_string(file).unwrap_or_default();
-        if !listed.lines().any(|p| p.trim() == pid.to_string()) {
-            continue;
+        let root = root_of(file, &layout)
+            .ok_or_else(|| format!("no cgroup hierarchy holds {}", file.display()))?;
+        for pid in listed
+            .lines()
+            .filter_map(|p| p.trim().parse::<libc::pid_t>().ok())
+        {
+            if check_owner(pid, uid).is_ok() {
+                continue;
+            }
+            std::fs::write(root.join("cgroup.procs"), pid.to_string())
+                .map_err(|e| format!("moving process {pid} out of {}: {e}", file.display()))?;
+            evicted.push(pid);
         }
-        let home = home_of(file, &layout, &lines)
-            .ok_or_else(|| format!("no cgroup of process {parent} for {}", file.display()))?;
-        std::fs::write(&home, pid.to_string())
-            .map_err(|e| format!("moving process {pid} back to {}: {e}", home.display()))?;
     }
-    Ok(())
+    Ok(evicted)
 }
 
-/// The `cgroup.procs` of the parent's cgroup (`lines`: its `/proc/PID/cgroup`) in the
-/// hierarchy `join_file` is in.
-fn home_of(join_file: &Path, layout: &Layout, lines: &str) -> Option<PathBuf> {
-    let hierarchies = [
-        (layout.v2.as_ref(), ""),
-        (layout.v1_freezer.as_ref(), "freezer"),
-        (layout.v1_cpuset.as_ref(), "cpuset"),
-        (layout.v1_cpu.as_ref(), "cpu"),
-    ];
-    let (mount, controller) = hierarchies
-        .into_iter()
-        .filter_map(|(mount, controller)| Some((mount?, controller)))
-        .find(|(mount, _)| join_file.starts_with(mount))?;
-    let path = lines.lines().find_map(|line| {
-        let mut fields = line.splitn(3, ':');
-        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-        let matches = match controller {
-            "" => controllers.is_empty(),
-            wanted => controllers.split(',').any(|c| c == wanted),
-        };
-        matches.then_some(path)
-    })?;
-    Some(
-        mount
-            .join(path.trim_start_matches('/'))
-            .join("cgroup.procs"),
-    )
+/// The root cgroup of the hierarchy `join_file` is in.
+fn root_of(join_file: &Path, layout: &Layout) -> Option<PathBuf> {
+    [
+        layout.v2.as_ref(),
+        layout.v1_freezer.as_ref(),
+        layout.v1_cpuset.as_ref(),
+        layout.v1_cpu.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|mount| join_file.starts_with(mount))
+    .max_by_key(|mount| mount.components().count())
+    .cloned()
 }
 
 #[cfg(test)]
@@ -149,27 +125,33 @@ mod tests {
     }
 
     #[test]
-    fn a_parents_cgroup_is_found_in_the_hierarchy_of_the_join_file() {
+    fn a_join_files_hierarchy_root_is_its_deepest_mount() {
         let layout = Layout {
             v2: Some("/sys/fs/cgroup/unified".into()),
             v1_freezer: None,
             v1_cpuset: Some("/sys/fs/cgroup/cpuset".into()),
             v1_cpu: Some("/sys/fs/cgroup/cpu,cpuacct".into()),
         };
-        let lines = "3:cpuset:/system.slice/svc\n1:cpu,cpuacct:/system.slice\n0::/system.slice/svc.service\n";
-        let home = |file: &str| home_of(Path::new(file), &layout, lines);
+        let root = |file: &str| root_of(Path::new(file), &layout);
         assert_eq!(
-            home("/sys/fs/cgroup/unified/cosched/job-4/cgroup.procs"),
-            Some("/sys/fs/cgroup/unified/system.slice/svc.service/cgroup.procs".into())
+            root("/sys/fs/cgroup/unified/cosched/job-4/cgroup.procs"),
+            Some("/sys/fs/cgroup/unified".into())
         );
         assert_eq!(
-            home("/sys/fs/cgroup/cpuset/cosched/job-4/cgroup.procs"),
-            Some("/sys/fs/cgroup/cpuset/system.slice/svc/cgroup.procs".into())
+            root("/sys/fs/cgroup/cpu,cpuacct/cosched/job-4/cgroup.procs"),
+            Some("/sys/fs/cgroup/cpu,cpuacct".into())
         );
+        assert_eq!(root("/elsewhere/cgroup.procs"), None);
+        let pure_v2 = Layout {
+            v2: Some("/sys/fs/cgroup".into()),
+            ..Layout::default()
+        };
         assert_eq!(
-            home("/sys/fs/cgroup/cpu,cpuacct/cosched/job-4/cgroup.procs"),
-            Some("/sys/fs/cgroup/cpu,cpuacct/system.slice/cgroup.procs".into())
+            root_of(
+                Path::new("/sys/fs/cgroup/cosched/job-1/cgroup.procs"),
+                &pure_v2
+            ),
+            Some("/sys/fs/cgroup".into())
         );
-        assert_eq!(home("/elsewhere/cgroup.procs"), None);
     }
 }

@@ -612,8 +612,13 @@ impl<A: Actuator> NodeAgent<A> {
                 .map_err(|e| format!("moving it into {}: {e}", file.display()))
         });
         if unix::has_exited(&pidfd) || join::start_time(pid).ok() != Some(born) {
-            if let Err(error) = join::put_back(pid, &files) {
-                log(format_args!("job {job}: process {pid}: {error}"));
+            match join::evict_strangers(uid, &files) {
+                Ok(evicted) if evicted.is_empty() => {}
+                Ok(evicted) => log(format_args!(
+                    "job {job}: process(es) {evicted:?} of another user came in with pid {pid}, \
+                     reused during its join; moved to the root cgroups"
+                )),
+                Err(error) => log(format_args!("job {job}: after pid {pid}'s join: {error}")),
             }
             return Err("it exited while joining".into());
         }

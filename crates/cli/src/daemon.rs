@@ -82,6 +82,11 @@ pub struct DaemonArgs {
     /// `cosched console-token`
     #[arg(long, value_name = "[HOST:]PORT", value_parser = parse_http)]
     http: Option<std::net::SocketAddr>,
+    /// Let users register processes started elsewhere into jobs (the registration API, the C
+    /// and MPI libraries; one machine only). A registered process leaves its cgroup for the
+    /// job's: limits set on users' cgroups (memory, pids, CPU quota) stop applying to it
+    #[arg(long)]
+    allow_registration: bool,
     #[command(flatten)]
     cluster: ClusterArgs,
     /// With --etcd: nodes to wait for before scheduling; nodes that join later (same CPU count
@@ -226,6 +231,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
         supervisor_exe: std::env::current_exe().context("finding this program for supervisors")?,
         keep_ended: args.keep_ended,
         http: args.http,
+        allow_registration: args.allow_registration,
         cluster: (!args.cluster.etcd.is_empty()).then_some(ClusterConfig {
             etcd_credentials: args.cluster.credentials()?,
             etcd: args.cluster.etcd,

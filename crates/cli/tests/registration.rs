@@ -72,7 +72,7 @@ fn spawn(command: &mut Command) -> Child {
 
 #[test]
 fn c_clients_register_the_processes_they_fork_and_the_jobs_take_turns() {
-    let d = Daemon::start(&["--quantum-ms", "50"]);
+    let d = Daemon::start(&["--quantum-ms", "50", "--allow-registration"]);
     let example = made("clients/c", "build/register");
     let run = |name: &str| {
         spawn(
@@ -109,7 +109,7 @@ fn c_clients_register_the_processes_they_fork_and_the_jobs_take_turns() {
 
 #[test]
 fn an_unmodified_mpi_program_started_by_plain_mpirun_with_the_pmpi_library_is_gang_scheduled() {
-    let d = Daemon::start(&["--quantum-ms", "50"]);
+    let d = Daemon::start(&["--quantum-ms", "50", "--allow-registration"]);
     let preload = made("clients/c", "build/libcosched-mpi.so");
     let pingpong = made("bench/workloads", "build/pingpong");
     let mpirun = |name: &str| {
@@ -205,8 +205,21 @@ fn error_of(reply: Value) -> String {
 }
 
 #[test]
-fn registration_takes_only_the_callers_own_processes_and_jobs() {
+fn registration_is_off_unless_the_daemon_allows_it() {
     let d = Daemon::start(&["--quantum-ms", "50"]);
+    let reply = ask_as(
+        &d.socket(),
+        NOBODY,
+        json!({"op": "register", "procs": 1}),
+        1,
+    )
+    .remove(0);
+    assert!(error_of(reply).contains("--allow-registration"));
+}
+
+#[test]
+fn registration_takes_only_the_callers_own_processes_and_jobs() {
+    let d = Daemon::start(&["--quantum-ms", "50", "--allow-registration"]);
     let socket = d.socket();
     let register =
         |uid: u32, procs: u32| ask_as(&socket, uid, json!({"op": "register", "procs": procs}), 2);
@@ -262,7 +275,7 @@ fn registration_takes_only_the_callers_own_processes_and_jobs() {
         .unwrap();
     std::fs::write(jail.join("cgroup.procs"), jailed.id().to_string()).unwrap();
     let error = error_of(add(NOBODY, job, jailed.id()));
-    assert!(error.contains("not in its adder's"), "{error}");
+    assert!(error.contains("not in its adder's cgroups"), "{error}");
     jailed.kill().unwrap();
     jailed.wait().unwrap();
     std::fs::remove_dir(&jail).unwrap();

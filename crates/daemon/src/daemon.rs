@@ -73,8 +73,9 @@ pub struct Settings {
     pub keep_ended: usize,
     /// Open files this process may have (its soft limit).
     pub max_files: u64,
-    /// The program a registered job runs as its holder (this very binary's `hold`).
-    pub holder_exe: PathBuf,
+    /// With registration allowed (`--allow-registration`), the program a registered job runs
+    /// as its holder (this very binary's `hold`); `None`: `register` is refused.
+    pub registration: Option<PathBuf>,
 }
 
 /// Queued jobs one user (root aside) may have holding their client's stdio descriptors.

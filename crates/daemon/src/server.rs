@@ -58,6 +58,8 @@ pub struct DaemonConfig {
     pub cluster: Option<ClusterConfig>,
     /// Serve the web console and `/metrics` over HTTP here (`--http`).
     pub http: Option<std::net::SocketAddr>,
+    /// Let users register processes started elsewhere (`--allow-registration`).
+    pub allow_registration: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -281,7 +283,9 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         nodes,
         keep_ended: config.keep_ended,
         max_files,
-        holder_exe: config.supervisor_exe.clone(),
+        registration: config
+            .allow_registration
+            .then(|| config.supervisor_exe.clone()),
     };
     let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
     // One machine: the agent below runs in this process and logs into the state directory.

@@ -25,6 +25,15 @@ impl Inner {
         request: RegisterRequest,
         now: Micros,
     ) -> Result<JobId, ApiError> {
+        let Some(holder) = &self.settings.registration else {
+            return Err(ApiError::Forbidden(
+                "registering processes is off on this daemon (its administrator starts it with \
+                 --allow-registration; a registered process leaves its cgroup, and the limits \
+                 set there, for the job's)"
+                    .into(),
+            ));
+        };
+        let holder = holder.to_string_lossy().into_owned();
         if !self.stdio_reaches_jobs() {
             return Err(ApiError::Invalid(
                 "registering processes works on one machine only for now: on a cluster, \
@@ -39,7 +48,6 @@ impl Inner {
                 "join_within_s {within} is not 1 to {MAX_JOIN_WITHIN_S} seconds"
             )));
         }
-        let holder = self.settings.holder_exe.to_string_lossy().into_owned();
         let run = RunRequest {
             argv: vec![
                 holder,
