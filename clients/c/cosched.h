@@ -5,7 +5,8 @@
  *
  * Every call returns 0 on success and -1 on failure; cosched_last_error() then says why
  * (one line, per thread). The socket is $COSCHED_SOCKET, else /run/cosched/cosched.sock.
- * Registration works on one machine (a cluster's daemon refuses it). */
+ * Registration works on one machine whose daemon runs with --allow-registration (a cluster's
+ * daemon refuses it). */
 #ifndef COSCHED_H
 #define COSCHED_H
 
