@@ -76,14 +76,10 @@ fn own_procs_file(job: JobId) -> Result<PathBuf, HoldError> {
             if !path.ends_with(&suffix) {
                 return None;
             }
-            let has = |name: &str| controllers.split(',').any(|c| c == name);
-            let mount = match controllers {
-                "" => layout.v2.as_ref(),
-                _ if has("freezer") => layout.v1_freezer.as_ref(),
-                _ if has("cpuset") => layout.v1_cpuset.as_ref(),
-                _ if has("cpu") => layout.v1_cpu.as_ref(),
-                _ => None,
-            }?;
+            let (mount, _) = layout.hierarchies().find(|(_, name)| match *name {
+                "" => controllers.is_empty(),
+                name => controllers.split(',').any(|c| c == name),
+            })?;
             let file = mount
                 .join(path.trim_start_matches('/'))
                 .join("cgroup.procs");

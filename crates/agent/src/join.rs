@@ -98,17 +98,12 @@ pub fn evict_strangers(uid: u32, join_files: &[PathBuf]) -> Result<Vec<libc::pid
 
 /// The root cgroup of the hierarchy `join_file` is in.
 fn root_of(join_file: &Path, layout: &Layout) -> Option<PathBuf> {
-    [
-        layout.v2.as_ref(),
-        layout.v1_freezer.as_ref(),
-        layout.v1_cpuset.as_ref(),
-        layout.v1_cpu.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .filter(|mount| join_file.starts_with(mount))
-    .max_by_key(|mount| mount.components().count())
-    .cloned()
+    layout
+        .hierarchies()
+        .map(|(mount, _)| mount)
+        .filter(|mount| join_file.starts_with(mount))
+        .max_by_key(|mount| mount.components().count())
+        .map(Path::to_path_buf)
 }
 
 #[cfg(test)]

@@ -59,6 +59,19 @@ impl Layout {
         )?))
     }
 
+    /// Each hierarchy cosched uses that is mounted, with the controller that names it in
+    /// `/proc/PID/cgroup` ("" for the unified one).
+    pub fn hierarchies(&self) -> impl Iterator<Item = (&Path, &'static str)> {
+        [
+            (self.v2.as_deref(), ""),
+            (self.v1_freezer.as_deref(), "freezer"),
+            (self.v1_cpuset.as_deref(), "cpuset"),
+            (self.v1_cpu.as_deref(), "cpu"),
+        ]
+        .into_iter()
+        .filter_map(|(mount, controller)| Some((mount?, controller)))
+    }
+
     /// The controllers the v2 root offers (`cgroup.controllers`), empty without v2.
     pub fn v2_controllers(&self) -> Vec<String> {
         self.v2

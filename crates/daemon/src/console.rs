@@ -9,7 +9,7 @@
 //! powers that user has on the socket. Tokens live in the daemon's memory only (one per user,
 //! a new one replacing the old; a restart forgets them all).
 
-use crate::protocol::{JobState, JobView, MatrixView, NodeView, StatsView, Summary};
+use crate::protocol::{JobView, MatrixView, NodeView, StatsView, Summary};
 use crate::unix::Credentials;
 use cosched_core::Micros;
 use std::collections::BTreeMap;
@@ -64,11 +64,6 @@ pub struct Snapshot {
     pub matrix: MatrixView,
     pub nodes: Vec<NodeView>,
     pub stats: StatsView,
-}
-
-/// Whether a job in `state` is over.
-pub fn ended(state: JobState) -> bool {
-    matches!(state, JobState::Done | JobState::Cancelled | JobState::Lost)
 }
 
 /// Text made safe for HTML (a job's name and command are anyone's choosing).
@@ -228,7 +223,7 @@ fn jobs(jobs: &[JobView], hidden: usize, now_us: Micros) -> String {
             },
             note = escape(job.note.as_deref().unwrap_or("")),
         );
-        if !ended(job.state) {
+        if !job.state.ended() {
             for act in ["suspend", "resume", "cancel"] {
                 let _ = write!(
                     out,

@@ -574,8 +574,10 @@ impl Inner {
             );
         }
         // Ordered after the start: the agent has the job placed before any process joins.
-        if let Some(reply) = self.started_reply(job).filter(|_| first_launch) {
-            self.waiters.started(job, &reply);
+        if first_launch && self.records[&job].registered {
+            if let Some(reply) = self.started_reply(job) {
+                self.waiters.started(job, &reply);
+            }
         }
         Ok(())
     }

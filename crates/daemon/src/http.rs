@@ -392,7 +392,7 @@ fn snapshot(shared: &Shared) -> Snapshot {
             .jobs(true, None, now)
             .into_iter()
             .rev()
-            .partition(|j| console::ended(j.state));
+            .partition(|j| j.state.ended());
         let hidden = unfinished.len().saturating_sub(UNFINISHED_SHOWN);
         let jobs = unfinished
             .into_iter()

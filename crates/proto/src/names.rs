@@ -75,6 +75,11 @@ impl JobState {
             JobState::Lost => "lost",
         }
     }
+
+    /// Whether a job in this state is over.
+    pub fn ended(self) -> bool {
+        matches!(self, JobState::Done | JobState::Cancelled | JobState::Lost)
+    }
 }
 
 impl fmt::Display for JobState {
