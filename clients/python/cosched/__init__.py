@@ -82,6 +82,8 @@ class Job:
     note: Optional[str]
     node_count: Optional[int] = None
     suspended_us: int = 0
+    # The listing carries only the start of the command; ps(job=...) has it whole.
+    argv_cut: bool = False
 
     @classmethod
     def _from(cls, v: Dict[str, Any]) -> "Job":
@@ -105,6 +107,7 @@ class Job:
             note=v.get("note"),
             node_count=v.get("node_count"),
             suspended_us=v.get("suspended_us", 0),
+            argv_cut=v.get("argv_cut", False),
         )
 
 

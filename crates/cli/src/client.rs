@@ -76,6 +76,10 @@ fn receive(stream: &UnixStream) -> Result<Option<Reply>> {
         )),
         Ok(None) => Ok(None),
         Err(unix::LineError::Io(e)) => Err(e.into()),
+        Err(unix::LineError::TooLong(limit)) => Err(anyhow!(
+            "the daemon's reply is longer than the {} MiB this client reads",
+            limit >> 20
+        )),
         Err(e) => Err(e.into()),
     }
 }
@@ -380,6 +384,9 @@ are the scheduler's processor numbers, not a node's own CPU numbers (in a cluste
 agent reports what it runs: `cosched nodes`)."
 )]
 pub struct PsArgs {
+    /// Only this job, with its whole command (a listing shows the start of each)
+    #[arg(value_name = "JOB")]
+    job: Option<u64>,
     /// Include jobs that ended
     #[arg(long)]
     all: bool,
@@ -409,12 +416,15 @@ pub fn ps(args: PsArgs) -> Result<()> {
         &args.socket.socket,
         &Request::Ps {
             all: args.all,
-            job: None,
+            job: args.job,
         },
     )?
     else {
         bail!("unexpected reply to ps");
     };
+    if let (Some(job), true) = (args.job, jobs.is_empty()) {
+        bail!("no job {job}");
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&jobs)?);
         return Ok(());
@@ -460,7 +470,11 @@ pub fn ps(args: PsArgs) -> Result<()> {
             },
             elapsed(job, now),
             exit,
-            truncate(&job.argv.join(" "), 40)
+            if args.job.is_some() {
+                truncate(&job.argv.join(" "), usize::MAX)
+            } else {
+                truncate(&job.argv.join(" "), 40)
+            }
         )?;
     }
     Ok(())

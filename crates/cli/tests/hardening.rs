@@ -947,3 +947,102 @@ fn raw_all(socket: &Path, bytes: &[u8]) -> String {
     std::io::Read::read_to_string(&mut stream, &mut text).unwrap();
     text
 }
+
+#[test]
+fn one_users_long_commands_neither_deny_ps_nor_fill_the_daemon() {
+    let d = Daemon::start(&["--quantum-ms", "100", "--keep-ended", "1000"]);
+    // The longest argument the kernel execs, seven times: 896 KiB of command a job, as the
+    // attack used (about 70 such jobs pushed root's `ps` past the client's 64 MiB).
+    let long = "a".repeat(131_071);
+    let submit = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--detach",
+            "--output",
+            "/dev/null",
+            "-n",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "sleep 600",
+        ];
+        args.extend_from_slice(extra);
+        d.cosched_as(NOBODY, &args)
+    };
+    // One the kernel would refuse (no client could even be started with it: sent raw).
+    let request = serde_json::json!({
+        "op": "run", "argv": ["sh", "-c", "sleep 600", "b".repeat(131_072)],
+        "env": [], "cwd": "/", "procs": 1, "detach": true, "output": "/dev/null",
+    });
+    let reply = raw(&d.socket(), format!("{request}\n").as_bytes());
+    assert!(reply.contains("argument 3 is 131072 bytes"), "{reply}");
+    let mut jobs = Vec::new();
+    let refusal = loop {
+        let out = submit(&[long.as_str(); 7]);
+        if !out.status.success() {
+            break String::from_utf8_lossy(&out.stderr).into_owned();
+        }
+        jobs.push(String::from_utf8(out.stdout).unwrap().trim().to_string());
+        assert!(jobs.len() <= 80, "nobody's jobs were never refused");
+    };
+    assert!(refusal.contains("too many queued bytes"), "{refusal}");
+    assert!(refusal.contains("64 MiB"), "{refusal}");
+    assert!(
+        jobs.len() >= 60,
+        "refused after {} jobs: {refusal}",
+        jobs.len()
+    );
+
+    // Root's listings carry the start of each command; one job's carries it whole.
+    let listed_bytes = |listing: &serde_json::Value| {
+        for job in listing.as_array().unwrap() {
+            let argv = job["argv"].as_array().unwrap();
+            let bytes: usize = argv.iter().map(|a| a.as_str().unwrap().len()).sum();
+            if job["uid"] == NOBODY {
+                assert!(bytes <= 1024, "{bytes} bytes listed");
+                assert_eq!(job["argv_cut"], true);
+            }
+        }
+        serde_json::to_string(listing).unwrap().len()
+    };
+    let size = listed_bytes(&d.json(&["ps", "--json"]));
+    assert!(size < 200 << 10, "ps is {size} bytes");
+    let one = d.json(&["ps", &jobs[0], "--json"]);
+    let argv = one[0]["argv"].as_array().unwrap();
+    assert_eq!(argv.len(), 10);
+    assert!(argv[3..].iter().all(|a| a.as_str() == Some(long.as_str())));
+    assert!(one[0].get("argv_cut").is_none());
+    let table = d.cosched(&["ps"]);
+    assert!(table.status.success());
+
+    // Ended, they free the user's budget and keep a bounded start of their command.
+    for job in &jobs {
+        assert!(d.cosched_as(NOBODY, &["cancel", job]).status.success());
+    }
+    for job in &jobs {
+        d.wait_end(job.parse().unwrap(), Duration::from_secs(30));
+    }
+    let size = listed_bytes(&d.json(&["ps", "--all", "--json"]));
+    assert!(size < 200 << 10, "ps --all is {size} bytes");
+    let ended = d.json(&["ps", &jobs[0], "--json"]);
+    let kept: usize = ended[0]["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().len())
+        .sum();
+    assert!(kept <= 4096, "an ended job keeps {kept} bytes of command");
+    assert_eq!(ended[0]["argv_cut"], true);
+    let again = submit(&[long.as_str(); 7]);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let again = String::from_utf8(again.stdout).unwrap();
+    assert!(d
+        .cosched_as(NOBODY, &["cancel", again.trim()])
+        .status
+        .success());
+}

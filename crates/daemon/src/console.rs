@@ -26,10 +26,10 @@ const JOB_COLOURS: u64 = 12;
 /// Bytes of randomness in a token (printed as hex).
 const TOKEN_BYTES: usize = 16;
 
-/// The console's tokens: who each one speaks for.
+/// The console's tokens: who each one speaks for, by uid (one token a user).
 #[derive(Default)]
 pub struct Tokens {
-    by_token: Mutex<BTreeMap<String, Credentials>>,
+    by_uid: Mutex<BTreeMap<u32, (String, Credentials)>>,
 }
 
 impl Tokens {
@@ -42,17 +42,36 @@ impl Tokens {
             return Err(std::io::Error::last_os_error());
         }
         let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let mut tokens = self.by_token.lock().unwrap_or_else(|p| p.into_inner());
-        tokens.retain(|_, held| held.uid != who.uid);
-        tokens.insert(token.clone(), who.clone());
+        let mut tokens = self.by_uid.lock().unwrap_or_else(|p| p.into_inner());
+        tokens.insert(who.uid, (token.clone(), who.clone()));
         Ok(token)
     }
 
-    /// Who `token` speaks for, if anyone.
+    /// Who `token` speaks for, if anyone. Every held token is compared in full, in constant
+    /// time: a map keyed by token stops at the first differing byte, and how long a guess took
+    /// would tell a caller how much of it was right.
     pub fn holder(&self, token: &str) -> Option<Credentials> {
-        let tokens = self.by_token.lock().unwrap_or_else(|p| p.into_inner());
-        tokens.get(token).cloned()
+        let tokens = self.by_uid.lock().unwrap_or_else(|p| p.into_inner());
+        tokens
+            .values()
+            .fold(None, |found, (held, who)| {
+                if equal_in_constant_time(held.as_bytes(), token.as_bytes()) {
+                    Some(who)
+                } else {
+                    found
+                }
+            })
+            .cloned()
     }
+}
+
+/// Whether `a` and `b` are equal, in a time that depends on their lengths only.
+fn equal_in_constant_time(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let difference = a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y));
+    std::hint::black_box(difference) == 0
 }
 
 /// What the console shows, taken under the state's lock at once.
@@ -339,5 +358,20 @@ mod tests {
         assert_ne!(first, second);
         assert!(tokens.holder(&first).is_none());
         assert!(tokens.holder("").is_none());
+        let mut one_off = second.clone().into_bytes();
+        one_off[2 * TOKEN_BYTES - 1] ^= 1;
+        assert!(tokens
+            .holder(std::str::from_utf8(&one_off).unwrap())
+            .is_none());
+        assert!(tokens.holder(&second[..2 * TOKEN_BYTES - 1]).is_none());
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(equal_in_constant_time(b"abc", b"abc"));
+        assert!(equal_in_constant_time(b"", b""));
+        assert!(!equal_in_constant_time(b"abc", b"abd"));
+        assert!(!equal_in_constant_time(b"xbc", b"abc"));
+        assert!(!equal_in_constant_time(b"abc", b"abcd"));
     }
 }

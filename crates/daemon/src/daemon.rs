@@ -4,10 +4,10 @@
 //! agent, and nothing here touches a process.
 
 use crate::protocol::{
-    job_shape, validate_run, ExitInfo, JobView, MatrixEntryView, MatrixView, NodeView, Reply,
-    RunRequest, StatsView,
+    command_prefix, job_shape, validate_run, ExitInfo, JobView, MatrixEntryView, MatrixView,
+    NodeView, Reply, RunRequest, StatsView, LISTED_COMMAND_BYTES,
 };
-use crate::store::{JobRecord, JobStatus, Store};
+use crate::store::{submitted_bytes, JobRecord, JobStatus, Store};
 use crate::unix::Credentials;
 use crate::waiters::{Until, Waiters};
 use cosched_agent::clock::now_micros;
@@ -82,6 +82,11 @@ pub struct Settings {
 pub const MAX_HELD_STDIO_PER_UID: usize = 1000;
 /// Unfinished jobs one user (root aside) may have: each is a record in memory.
 pub const MAX_UNFINISHED_PER_UID: usize = 10_000;
+/// Bytes of arguments, environment and working directory one user's (root aside) unfinished
+/// jobs may hold in all, in memory and in the store: 10,000 jobs of a usual 5 KiB
+/// environment fit, 64 jobs of a megabyte of arguments do. Without it the count above let
+/// one user take about 11 GB of the daemon's memory.
+pub const MAX_SUBMITTED_BYTES_PER_UID: usize = 64 << 20;
 /// Descriptors kept free for clients, supervisors and the store (a quarter of a low limit).
 const SPARE_FILES: u64 = 512;
 
@@ -300,15 +305,27 @@ impl Inner {
             ));
         }
         self.check_descriptors(who)?;
-        let unfinished = self
+        let (unfinished, held_bytes) = self
             .records
             .values()
             .filter(|r| r.owner.uid == who.uid && !r.status.ended())
-            .count();
+            .fold((0, 0), |(jobs, bytes), r| {
+                (jobs + 1, bytes + r.submitted_bytes())
+            });
         if !who.is_root() && unfinished >= MAX_UNFINISHED_PER_UID {
             return Err(ApiError::Busy(format!(
                 "too many queued jobs: uid {} has {MAX_UNFINISHED_PER_UID} unfinished",
                 who.uid
+            )));
+        }
+        let bytes = submitted_bytes(&run.argv, &run.env, &run.cwd);
+        if !who.is_root() && held_bytes + bytes > MAX_SUBMITTED_BYTES_PER_UID {
+            return Err(ApiError::Busy(format!(
+                "too many queued bytes: uid {}'s unfinished jobs hold {} KiB of arguments and environment, and this job's {} KiB would pass the {} MiB a user may hold; wait for some to end",
+                who.uid,
+                held_bytes >> 10,
+                bytes >> 10,
+                MAX_SUBMITTED_BYTES_PER_UID >> 20
             )));
         }
         let probe = JobRequest::new(JobId::MAX, job_shape(run.procs, run.node_count));
@@ -335,6 +352,7 @@ impl Inner {
             procs: run.procs,
             node_count: run.node_count,
             argv: run.argv,
+            argv_cut: false,
             env: run.env,
             cwd: run.cwd,
             output: run.output,
@@ -675,6 +693,7 @@ impl Inner {
         record.ended_us = Some(ending.at_us.map_or(now, |at| at.clamp(started, now)));
         record.suspended_us += suspended_for(record, record.ended_us.unwrap_or(now));
         record.suspended_since_us = None;
+        record.shed_for_history();
         let result = match record.status {
             JobStatus::Done if record.exit.is_some_and(|e| e.code == Some(0)) => "ok",
             JobStatus::Cancelled => "cancelled",
@@ -921,34 +940,58 @@ impl Inner {
         }
     }
 
+    /// Jobs as `ps` shows them: a listing with a bounded start of each command, or one job
+    /// whole (from the store if it ended long ago).
     pub fn jobs(&self, all: bool, job: Option<JobId>, now: Micros) -> Vec<JobView> {
-        let plan = self.generation.as_ref().map(|g| &g.plan);
+        if let Some(job) = job {
+            let stored;
+            let record = match self.records.get(&job) {
+                Some(record) => record,
+                None => match self.store.get(job) {
+                    Ok(Some(record)) => {
+                        stored = record;
+                        &stored
+                    }
+                    _ => return Vec::new(),
+                },
+            };
+            return vec![self.job_view(record, record.argv.clone(), record.argv_cut, now)];
+        }
         self.records
             .values()
-            .filter(|r| job.map_or(all || !r.status.ended(), |job| r.id == job))
-            .map(|r| JobView {
-                id: r.id,
-                name: r.name.clone(),
-                uid: r.owner.uid,
-                user: user_name(r.owner.uid),
-                class: class_of(r).into(),
-                procs: r.procs,
-                node_count: r.node_count,
-                state: state_of(r.status, r.launched),
-                cpus: match self.scheduler.state(r.id) {
-                    Some(JobState::Placed { partition, .. }) => Some(partition.to_string()),
-                    _ => None,
-                },
-                slices: plan.map(|p| p.slices_of(r.id)).unwrap_or_default(),
-                submitted_us: r.submitted_us,
-                started_us: r.started_us,
-                ended_us: r.ended_us,
-                exit: r.exit,
-                argv: r.argv.clone(),
-                note: r.note.clone(),
-                suspended_us: r.suspended_us + suspended_for(r, now),
+            .filter(|r| all || !r.status.ended())
+            .map(|r| {
+                let (argv, cut) = command_prefix(&r.argv, LISTED_COMMAND_BYTES);
+                self.job_view(r, argv, cut || r.argv_cut, now)
             })
             .collect()
+    }
+
+    fn job_view(&self, r: &JobRecord, argv: Vec<String>, argv_cut: bool, now: Micros) -> JobView {
+        let plan = self.generation.as_ref().map(|g| &g.plan);
+        JobView {
+            id: r.id,
+            name: r.name.clone(),
+            uid: r.owner.uid,
+            user: user_name(r.owner.uid),
+            class: class_of(r).into(),
+            procs: r.procs,
+            node_count: r.node_count,
+            state: state_of(r.status, r.launched),
+            cpus: match self.scheduler.state(r.id) {
+                Some(JobState::Placed { partition, .. }) => Some(partition.to_string()),
+                _ => None,
+            },
+            slices: plan.map(|p| p.slices_of(r.id)).unwrap_or_default(),
+            submitted_us: r.submitted_us,
+            started_us: r.started_us,
+            ended_us: r.ended_us,
+            exit: r.exit,
+            argv,
+            argv_cut,
+            note: r.note.clone(),
+            suspended_us: r.suspended_us + suspended_for(r, now),
+        }
     }
 
     pub fn matrix(&self, now: Micros) -> MatrixView {
@@ -1072,9 +1115,13 @@ impl Inner {
 
     /// After a restart: every unfinished job is taken back, in submission order.
     pub fn recover(&mut self, records: Vec<JobRecord>, now: Micros) {
-        for record in records {
+        for mut record in records {
             let job = record.id;
             let ended = record.status.ended();
+            if ended {
+                // A store written before ended jobs shed their environment.
+                record.shed_for_history();
+            }
             self.records.insert(job, record);
             if ended {
                 self.ended.push_back(job);

@@ -22,6 +22,44 @@ pub fn unprintable(c: char) -> bool {
 /// Longest output path (Linux's PATH_MAX).
 pub const MAX_PATH_BYTES: usize = 4096;
 
+/// Longest argument or `NAME=value` environment string a job may have: the kernel's
+/// MAX_ARG_STRLEN (32 pages, with the terminating NUL) refuses any longer one at exec, so
+/// such a job could never start and would only hold memory and disk until it failed.
+pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
+
+/// Bytes of a job's command a listing carries: whatever users submit, `ps` of every job stays
+/// small (one job's whole command comes with `ps JOB`).
+pub const LISTED_COMMAND_BYTES: usize = 1024;
+
+/// The first arguments of `argv` holding at most `limit` bytes (the last one cut at a
+/// character boundary), and whether anything was left out.
+pub fn command_prefix(argv: &[String], limit: usize) -> (Vec<String>, bool) {
+    let mut room = limit;
+    let mut kept = Vec::new();
+    for arg in argv {
+        if arg.len() <= room {
+            room -= arg.len();
+            kept.push(arg.clone());
+            continue;
+        }
+        let cut = clip(arg, room);
+        if !cut.is_empty() {
+            kept.push(cut.to_string());
+        }
+        return (kept, true);
+    }
+    (kept, false)
+}
+
+/// The longest start of `text` of at most `limit` bytes that ends at a character boundary.
+pub fn clip(text: &str, limit: usize) -> &str {
+    let mut end = limit.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
@@ -173,13 +211,29 @@ pub fn validate_run(run: &RunRequest) -> Result<(), String> {
     if run.argv.is_empty() || run.argv[0].is_empty() {
         return Err("no command given (argv is empty)".into());
     }
-    if let Some(arg) = run.argv.iter().find(|a| has_nul(a)) {
-        return Err(format!("argument {arg:?} holds a NUL byte"));
+    for (index, arg) in run.argv.iter().enumerate() {
+        if has_nul(arg) {
+            return Err(format!("argument {index} holds a NUL byte"));
+        }
+        if arg.len() > MAX_ARG_BYTES {
+            return Err(format!(
+                "argument {index} is {} bytes: the kernel starts no program with an argument over {MAX_ARG_BYTES} bytes (MAX_ARG_STRLEN)",
+                arg.len()
+            ));
+        }
     }
     for (key, value) in &run.env {
         if key.is_empty() || key.contains('=') || has_nul(key) || has_nul(value) {
             return Err(format!(
-                "environment variable name {key:?} is not usable (empty, '=' or NUL)"
+                "environment variable name {:?} is not usable (empty, '=' or NUL)",
+                clip(key, 64)
+            ));
+        }
+        if key.len() + 1 + value.len() > MAX_ARG_BYTES {
+            return Err(format!(
+                "environment variable {:?} is {} bytes: the kernel starts no program with an environment string over {MAX_ARG_BYTES} bytes (MAX_ARG_STRLEN)",
+                clip(key, 64),
+                key.len() + 1 + value.len()
             ));
         }
     }
@@ -241,7 +295,12 @@ pub struct JobView {
     pub started_us: Option<i64>,
     pub ended_us: Option<i64>,
     pub exit: Option<ExitInfo>,
+    /// Its command; in a listing, only its first [`LISTED_COMMAND_BYTES`] bytes.
     pub argv: Vec<String>,
+    /// `argv` is a prefix of the command: `ps JOB` has it whole (as far as it is kept: an
+    /// ended job's is cut to [`crate::store::KEPT_COMMAND_BYTES`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub argv_cut: bool,
     /// Why it ended without an exit status, if it did.
     pub note: Option<String>,
     /// How long it has been suspended in all (µs).
@@ -442,6 +501,14 @@ mod tests {
             (|r| r.cwd = "relative".into(), "absolute"),
             (|r| r.procs = 0, "at least one processor"),
             (|r| r.name = Some("x".repeat(65)), "printable"),
+            (
+                |r| r.argv.push("a".repeat(MAX_ARG_BYTES + 1)),
+                "argument 1 is 131072 bytes",
+            ),
+            (
+                |r| r.env.push(("BIG".into(), "v".repeat(MAX_ARG_BYTES - 3))),
+                "environment variable \"BIG\" is 131072 bytes",
+            ),
         ];
         for (spoil, expected) in cases {
             let mut r = run();
@@ -450,6 +517,30 @@ mod tests {
             assert!(error.contains(expected), "{error}");
         }
         assert_eq!(validate_run(&run()), Ok(()));
+        let mut longest = run();
+        longest.argv.push("a".repeat(MAX_ARG_BYTES));
+        longest
+            .env
+            .push(("BIG".into(), "v".repeat(MAX_ARG_BYTES - 4)));
+        assert_eq!(validate_run(&longest), Ok(()));
+    }
+
+    #[test]
+    fn a_listing_carries_a_bounded_start_of_the_command() {
+        let argv: Vec<String> = ["prog", "--flag", "ééé"].map(String::from).into();
+        assert_eq!(command_prefix(&argv, 100), (argv.clone(), false));
+        assert_eq!(command_prefix(&argv, 16), (argv.clone(), false));
+        // "é" is two bytes: a cut never splits one.
+        assert_eq!(
+            command_prefix(&argv, 15),
+            (["prog", "--flag", "éé"].map(String::from).into(), true)
+        );
+        assert_eq!(
+            command_prefix(&argv, 5),
+            (["prog", "-"].map(String::from).into(), true)
+        );
+        assert_eq!(command_prefix(&argv, 4), (vec!["prog".into()], true));
+        assert_eq!(clip("aé", 2), "a");
     }
 
     #[test]

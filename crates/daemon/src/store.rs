@@ -62,6 +62,9 @@ pub struct JobRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_count: Option<u32>,
     pub argv: Vec<String>,
+    /// `argv` was cut to [`KEPT_COMMAND_BYTES`] when the job ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub argv_cut: bool,
     pub env: Vec<(String, String)>,
     pub cwd: String,
     /// Where its output goes when no client's descriptors reach it (`Launch::output`).
@@ -92,6 +95,35 @@ pub struct JobRecord {
     /// How many of its processors are on each of `nodes`, in the same order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpus_on_nodes: Vec<u32>,
+}
+
+/// Bytes of its command an ended job keeps, in memory and in the store: what a job was is
+/// history, and a user's arguments and environment count against them only while it can run.
+pub const KEPT_COMMAND_BYTES: usize = 4096;
+
+/// Bytes a job's submission holds: arguments, environment, working directory.
+pub fn submitted_bytes(argv: &[String], env: &[(String, String)], cwd: &str) -> usize {
+    let argv: usize = argv.iter().map(String::len).sum();
+    let env: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
+    argv + env + cwd.len()
+}
+
+impl JobRecord {
+    /// Bytes of its own that the daemon holds for the job: arguments, environment, directory.
+    pub fn submitted_bytes(&self) -> usize {
+        submitted_bytes(&self.argv, &self.env, &self.cwd)
+    }
+
+    /// An ended job sheds what only a run needs: its environment, and its command past
+    /// [`KEPT_COMMAND_BYTES`].
+    pub fn shed_for_history(&mut self) {
+        self.env = Vec::new();
+        let (kept, cut) = crate::protocol::command_prefix(&self.argv, KEPT_COMMAND_BYTES);
+        if cut {
+            self.argv = kept;
+            self.argv_cut = true;
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -332,6 +364,7 @@ pub(crate) mod tests {
             procs: 2,
             node_count: None,
             argv: vec!["sleep".into(), "1".into()],
+            argv_cut: false,
             env: vec![("PATH".into(), "/usr/bin".into())],
             cwd: "/tmp".into(),
             output: None,
