@@ -80,26 +80,31 @@ pub trait SlotWork {
     fn between(&mut self, until: Micros) -> bool;
     /// The boundary into `tick.slot`; returns false to stop the clock.
     fn boundary(&mut self, tick: Tick) -> bool;
-    /// How long before the next boundary `ahead_of` wants to be called (at most the margin).
-    fn lead(&self) -> Micros {
+    /// How long before the boundary into `slot` `ahead_of` wants to be called (at most a
+    /// tenth of the quantum).
+    fn lead(&self, _slot: i64) -> Micros {
         0
     }
     /// `lead` before the boundary into `slot`: what must be done by the boundary.
     fn ahead_of(&mut self, _slot: i64) {}
 }
 
-/// The clock loop (the only one): from the next boundary on, `between` until `margin` before
-/// each boundary, `ahead_of` it by its `lead`, then sleep to the boundary and call
-/// `boundary`, until either says stop.
+/// The clock loop (the only one): from the next boundary on, `between` until `margin` (or the
+/// `lead`, if longer) before each boundary, `ahead_of` it by its `lead`, then sleep to the
+/// boundary and call `boundary`, until either says stop.
 pub fn drive(rotation: Rotation, margin: Micros, work: &mut impl SlotWork) {
+    // A job leaving gives up at most this much of its slot to be stopped by the boundary.
+    let most_lead = rotation.quantum / 10;
     let mut slot = rotation.next_boundary(now_micros());
     let mut missed = 0;
     loop {
         let deadline = rotation.slot_start(slot);
-        if !work.between(deadline - margin) {
+        let expected_lead = work.lead(slot).min(most_lead);
+        if !work.between(deadline - margin.max(expected_lead)) {
             return;
         }
-        let lead = work.lead().min(margin);
+        // Orders taken since may have changed who leaves.
+        let lead = work.lead(slot).min(most_lead);
         if lead > 0 {
             sleep_until(deadline - lead);
             work.ahead_of(slot);
@@ -178,6 +183,48 @@ mod tests {
                 sleep_until(tick.deadline + 2 * self.rotation.quantum + self.rotation.quantum / 2);
             }
             self.ticks.len() < 6
+        }
+    }
+
+    /// Wants a lead of `lead` before each boundary; records when it was called.
+    struct Leader {
+        lead: Micros,
+        untils: Vec<Micros>,
+        aheads: Vec<(i64, Micros)>,
+    }
+
+    impl SlotWork for Leader {
+        fn between(&mut self, until: Micros) -> bool {
+            self.untils.push(until);
+            true
+        }
+        fn boundary(&mut self, _tick: Tick) -> bool {
+            self.aheads.len() < 4
+        }
+        fn lead(&self, _slot: i64) -> Micros {
+            self.lead
+        }
+        fn ahead_of(&mut self, slot: i64) {
+            self.aheads.push((slot, now_micros()));
+        }
+    }
+
+    #[test]
+    fn a_lead_longer_than_the_margin_ends_the_work_before_it_and_is_capped() {
+        let quantum = 50_000;
+        for (lead, expected) in [(3_000, 3_000), (9_000, 5_000)] {
+            let rotation = Rotation::new(now_micros() / quantum * quantum, quantum);
+            let mut leader = Leader {
+                lead,
+                untils: Vec::new(),
+                aheads: Vec::new(),
+            };
+            drive(rotation, 500, &mut leader);
+            for (until, (slot, at)) in leader.untils.iter().zip(&leader.aheads) {
+                let deadline = rotation.slot_start(*slot);
+                assert_eq!(*until, deadline - expected, "lead {lead}");
+                assert!(*at >= deadline - expected, "lead {lead}: called early");
+            }
         }
     }
 

@@ -88,13 +88,33 @@ pub struct Applier<A: Actuator> {
     /// took: both go into that boundary's record.
     leaving: Vec<JobMoment>,
     leaving_took: Duration,
-    /// How long the last freezes took to be confirmed (µs), newest last.
-    freezes: VecDeque<Micros>,
+    /// How long the last freezes took to be confirmed (µs), newest last: any job's, and each
+    /// job's own.
+    freezes: RecentTimes,
+    freezes_of: BTreeMap<JobId, RecentTimes>,
 }
 
-/// How many recent freezes `Applier::lead` looks at.
-const FREEZES_KEPT: usize = 16;
-/// What `Applier::lead` adds to the slowest of them.
+/// The latest times something took (µs), newest last: what the clock plans by.
+#[derive(Default)]
+pub(crate) struct RecentTimes(VecDeque<Micros>);
+
+impl RecentTimes {
+    /// How many it looks at.
+    const KEPT: usize = 16;
+
+    pub(crate) fn record(&mut self, took: Micros) {
+        if self.0.len() == Self::KEPT {
+            self.0.pop_front();
+        }
+        self.0.push_back(took);
+    }
+
+    pub(crate) fn slowest(&self) -> Option<Micros> {
+        self.0.iter().max().copied()
+    }
+}
+
+/// What `Applier::lead` adds to the slowest freeze.
 const LEAD_SLACK: Micros = 100;
 /// The lead before any freeze was measured.
 const FIRST_LEAD: Micros = 1_000;
@@ -110,7 +130,8 @@ impl<A: Actuator> Applier<A> {
             running: BTreeSet::new(),
             leaving: Vec::new(),
             leaving_took: Duration::ZERO,
-            freezes: VecDeque::with_capacity(FREEZES_KEPT),
+            freezes: RecentTimes::default(),
+            freezes_of: BTreeMap::new(),
         }
     }
 
@@ -194,6 +215,7 @@ impl<A: Actuator> Applier<A> {
         if !self.actuator.pids(&name).map_err(fail)?.is_empty() {
             self.actuator.kill(&name).map_err(fail)?;
         }
+        self.freezes_of.remove(&job);
         self.actuator.remove(&name).map_err(fail)
     }
 
@@ -219,17 +241,27 @@ impl<A: Actuator> Applier<A> {
             .or(self.current.as_ref())
     }
 
-    /// How long before a boundary to call `leave_slot`: in gang mode the slowest of the last
-    /// freezes plus some slack, so the jobs that leave are frozen by the boundary and those
-    /// that enter are thawed on it; nothing in the other modes (nothing to wait for).
-    pub fn lead(&self) -> Micros {
+    /// How long before the boundary into `slot` to call `leave_slot`, in gang mode: for each
+    /// job that leaves there, the slowest of its own last freezes (any job's for one never
+    /// frozen yet), plus some slack, so the jobs that leave are frozen by the boundary and
+    /// those that enter are thawed on it. A big job's slow freeze starts its own leaving
+    /// early, not every job's. Nothing when no job leaves, and in the other modes.
+    pub fn lead(&self, slot: i64) -> Micros {
         if self.mode != Mode::Gang {
             return 0;
         }
-        self.freezes
-            .iter()
+        let wanted = self.wanted(self.in_force(slot), slot);
+        self.running
+            .difference(&wanted)
+            .map(|job| {
+                self.freezes_of
+                    .get(job)
+                    .and_then(RecentTimes::slowest)
+                    .or(self.freezes.slowest())
+                    .map_or(FIRST_LEAD, |slowest| slowest + LEAD_SLACK)
+            })
             .max()
-            .map_or(FIRST_LEAD, |slowest| slowest + LEAD_SLACK)
+            .unwrap_or(0)
     }
 
     /// Holds back, ahead of the boundary into `slot`, the jobs that do not run in it (gang
@@ -257,10 +289,11 @@ impl<A: Actuator> Applier<A> {
         let at_us = self.steer(job, false)?;
         self.running.remove(&job);
         if self.mode == Mode::Gang {
-            if self.freezes.len() == FREEZES_KEPT {
-                self.freezes.pop_front();
-            }
-            self.freezes.push_back(at_us - asked);
+            self.freezes.record(at_us - asked);
+            self.freezes_of
+                .entry(job)
+                .or_default()
+                .record(at_us - asked);
         }
         Ok(JobMoment { job, at_us })
     }

@@ -15,7 +15,7 @@ use crate::join;
 use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
 use crate::unix;
-use crate::{fault, job_name, Applier, IdleTracker, Mode, Samples, SwitchRecord};
+use crate::{fault, job_name, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
 use cosched_cgroups::{Actuator, CgroupError, Cgroups};
 use cosched_core::{JobId, Micros, Rotation};
 use cosched_proto::{
@@ -212,6 +212,8 @@ pub struct NodeAgent<A: Actuator> {
     rotation: Option<Rotation>,
     stats: Stats,
     last_status: Micros,
+    /// How long the latest orders took to carry out on the clock thread.
+    order_times: RecentTimes,
     events: Arc<dyn EventSink>,
     idle: Option<IdleTracker>,
     /// Idle jobs let loose, with their CPU usage when last looked at.
@@ -264,6 +266,7 @@ impl<A: Actuator> NodeAgent<A> {
                 realtime: false,
             },
             last_status: 0,
+            order_times: RecentTimes::default(),
             idle: settings
                 .idle_after
                 .filter(|_| slotted)
@@ -1199,13 +1202,26 @@ struct OnClock<'a, A: Actuator, S: PlanSource> {
 
 impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
     fn between(&mut self, until: Micros) -> bool {
+        // An order taken too close to `until` ran past it, and past the boundary: a job's
+        // start (its cgroups, its supervisor) takes milliseconds. Orders that come later wait
+        // for the boundary, at most as long as the slowest recent one took (a quarter of the
+        // slot at most).
+        let quiet = self
+            .agent
+            .order_times
+            .slowest()
+            .unwrap_or(0)
+            .min(self.rotation.quantum / 4);
+        let until = until - quiet;
         loop {
             if now_micros() >= until {
                 return true;
             }
             match self.source.next_order(until) {
                 Received::Order(order) => {
+                    let began = now_micros();
                     self.agent.handle(order);
+                    self.agent.order_times.record(now_micros() - began);
                     if self.agent.rotation != Some(self.rotation) {
                         return false;
                     }
@@ -1233,9 +1249,9 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
         true
     }
 
-    fn lead(&self) -> Micros {
+    fn lead(&self, slot: i64) -> Micros {
         if self.agent.switching() {
-            self.agent.applier.lead()
+            self.agent.applier.lead(slot)
         } else {
             0
         }

@@ -86,8 +86,9 @@ fn gang_freezes_the_leavers_before_thawing_the_entrants() {
 #[test]
 fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it() {
     let mut a = applier(Mode::Gang);
-    assert_eq!(a.lead(), 1_000, "before any freeze was measured");
+    assert_eq!(a.lead(10), 0, "nothing runs, so nothing leaves");
     a.enter_slot(10).unwrap();
+    assert_eq!(a.lead(11), 1_000, "before any freeze was measured");
     a.leave_slot(11).unwrap();
     // Job 1 is frozen and no longer runs; job 2 waits for the boundary.
     assert_eq!(a.actuator().frozen(), vec!["job-1", "job-2"]);
@@ -105,7 +106,7 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
     );
     assert_eq!(a.leaving().count(), 0);
     // The lead follows the freezes measured (the fake's are instant): slack alone.
-    assert!(a.lead() < 1_000, "{}", a.lead());
+    assert!(a.lead(12) < 1_000, "{}", a.lead(12));
     // A job let loose after it was held back is stopped again on the boundary, and reported
     // once.
     a.leave_slot(12).unwrap();
@@ -113,6 +114,24 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
     let r = a.enter_slot(12).unwrap();
     assert_eq!((jobs(&r.stopped), jobs(&r.started)), (vec![2], vec![]));
     assert_eq!(a.actuator().frozen(), vec!["job-2"]);
+}
+
+#[test]
+fn a_job_slow_to_freeze_leaves_early_by_its_own_history_only() {
+    let mut a = applier(Mode::Gang);
+    a.actuator_mut().jobs.get_mut("job-1").unwrap().freeze_takes = Duration::from_millis(3);
+    a.enter_slot(10).unwrap();
+    a.leave_slot(11).unwrap();
+    a.enter_slot(11).unwrap();
+    // Job 2 was never frozen: it goes by the slowest freeze of any job.
+    assert!(a.lead(12) >= 3_000, "{}", a.lead(12));
+    a.leave_slot(12).unwrap();
+    a.enter_slot(12).unwrap();
+    assert!(a.lead(13) >= 3_000, "job 1 by its own: {}", a.lead(13));
+    a.leave_slot(13).unwrap();
+    a.enter_slot(13).unwrap();
+    // Job 2's own freezes were quick: its leaving does not pay for job 1's.
+    assert!(a.lead(14) < 1_000, "job 2 by its own: {}", a.lead(14));
 }
 
 #[test]
@@ -136,8 +155,8 @@ fn a_running_job_placed_again_runs_again_at_its_next_slot() {
 fn other_modes_hold_nothing_ahead() {
     for mode in [Mode::Moderate, Mode::Implicit, Mode::Local] {
         let mut a = applier(mode);
-        assert_eq!(a.lead(), 0, "{mode:?}");
         a.enter_slot(10).unwrap();
+        assert_eq!(a.lead(11), 0, "{mode:?}");
         let calls_before = a.actuator().calls.len();
         a.leave_slot(11).unwrap();
         assert_eq!(a.actuator().calls.len(), calls_before, "{mode:?}");
@@ -299,8 +318,8 @@ impl clock::SlotWork for Gangs {
         true
     }
 
-    fn lead(&self) -> i64 {
-        self.applier.lock().unwrap().lead()
+    fn lead(&self, slot: i64) -> i64 {
+        self.applier.lock().unwrap().lead(slot)
     }
 
     fn ahead_of(&mut self, slot: i64) {

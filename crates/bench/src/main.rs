@@ -2,6 +2,7 @@
 //! print figures and ratios (never pass/fail on speed). Needs root, as the daemon does.
 //! Thin scripts in `bench/` build and call it.
 
+mod churn;
 mod cluster;
 mod compare;
 mod daemon;
@@ -25,6 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The slot clock while short jobs start and end beside two gangs, against the same gangs alone
+    Churn(churn::ChurnArgs),
     /// Skew after a thaw (first to last working process running), per freezer
     Skew(skew::SkewArgs),
     /// Total time of compute-bound jobs gang-scheduled at several quanta vs back to back
@@ -38,6 +41,7 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Churn(args) => churn::run(args),
         Command::Skew(args) => skew::run(args),
         Command::Overhead(args) => overhead::run(args),
         Command::Compare(args) => compare::run(args),

@@ -30,6 +30,8 @@ pub struct FakeJob {
     pub cpu: Duration,
     /// Whether the threads are pinned one per processor (`spread`, until `unpin`).
     pub spread: bool,
+    /// How long a freeze takes to be confirmed (a real one waits for every task to stop).
+    pub freeze_takes: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -98,9 +100,12 @@ impl Actuator for Fake {
     }
 
     fn freeze(&mut self, job: &str) -> Result<Duration> {
-        self.job(job)?.frozen = true;
+        let entry = self.job(job)?;
+        entry.frozen = true;
+        let takes = entry.freeze_takes;
+        std::thread::sleep(takes);
         self.calls.push(FakeCall::Freeze(job.to_string()));
-        Ok(Duration::ZERO)
+        Ok(takes)
     }
 
     fn thaw(&mut self, job: &str) -> Result<Duration> {
