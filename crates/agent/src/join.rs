@@ -126,6 +126,7 @@ mod tests {
             v1_freezer: None,
             v1_cpuset: Some("/sys/fs/cgroup/cpuset".into()),
             v1_cpu: Some("/sys/fs/cgroup/cpu,cpuacct".into()),
+            v1_pids: None,
         };
         let root = |file: &str| root_of(Path::new(file), &layout);
         assert_eq!(

@@ -166,6 +166,9 @@ pub struct NodeSettings {
     /// Test-only: the agent's clock reads true time plus this (`--clock-offset-us`), so that
     /// what clock error does to a cluster can be shown on one machine.
     pub clock_shift_us: Micros,
+    /// Each job may have this many tasks (processes and threads) per processor it has here
+    /// (`--tasks-per-cpu`); none: no cap.
+    pub tasks_per_cpu: Option<u64>,
 }
 
 /// Where in the state directory supervisors keep markers and exit statuses, and listen for a
@@ -651,6 +654,19 @@ impl<A: Actuator> NodeAgent<A> {
         self.applier
             .admit(job, Some(&cpus.to_partition()))
             .map_err(|e| e.to_string())?;
+        if let Some(per_cpu) = self.settings.tasks_per_cpu {
+            // Before any process starts: a job of thousands of tasks makes its every switch
+            // long. A machine with no pids controller runs jobs uncapped (`daemon --check`).
+            let most = per_cpu.saturating_mul(u64::from(cpus.len()));
+            match self
+                .applier
+                .actuator_mut()
+                .limit_tasks(&job_name(job), most)
+            {
+                Ok(()) | Err(CgroupError::Unsupported(_)) => {}
+                Err(error) => return Err(error.to_string()),
+            }
+        }
         self.sizes.insert(job, cpus.len() as usize);
         self.placed.insert(job, cpus.clone());
         if let Some(door) = &self.door {

@@ -44,6 +44,7 @@ fn settings(state: &StateDir, clock_shift_us: i64) -> NodeSettings {
         state_dir: state.0.clone(),
         supervisor_exe: "/nonexistent".into(),
         clock_shift_us,
+        tasks_per_cpu: Some(64),
     }
 }
 
@@ -148,6 +149,14 @@ fn orders_switch_gangs_and_a_controller_that_lets_go_leaves_nothing_frozen() {
 
     let (most, ever) = replay(&fake.calls);
     assert_eq!(most, 1, "both gangs ran at once: {:?}", fake.calls);
+    // One processor each: 64 tasks (`tasks_per_cpu`), set before anything could start.
+    assert_eq!(fake.jobs["job-1"].most_tasks, Some(64));
+    let limited = |job: &str| {
+        fake.calls
+            .iter()
+            .position(|c| *c == FakeCall::LimitTasks(job.into(), 64))
+    };
+    assert!(limited("job-1").is_some() && limited("job-2").is_some());
     assert!(ever.contains("job-1") && ever.contains("job-2"), "{ever:?}");
     assert!(fake.frozen().is_empty(), "left frozen: {:?}", fake.frozen());
     let (statuses, events): (Vec<Event>, Vec<Event>) = events

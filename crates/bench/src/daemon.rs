@@ -226,13 +226,7 @@ impl Daemon {
         // The jobs' cgroups are gone (cancelled on stop); an empty parent is left in each
         // hierarchy. rmdir fails harmlessly if anything is still inside.
         if let Ok(layout) = cosched_cgroups::Layout::detect() {
-            let roots = [
-                layout.v2,
-                layout.v1_freezer,
-                layout.v1_cpuset,
-                layout.v1_cpu,
-            ];
-            for root in roots.into_iter().flatten() {
+            for (root, _) in layout.hierarchies() {
                 let _ = std::fs::remove_dir(root.join(&self.parent));
             }
         }

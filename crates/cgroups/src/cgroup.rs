@@ -112,8 +112,11 @@ pub struct Cgroups {
     v1_freezer: Option<PathBuf>,
     v1_cpuset: Option<PathBuf>,
     v1_cpu: Option<PathBuf>,
+    v1_pids: Option<PathBuf>,
     cpuset: Option<Tree>,
     weight: Option<Tree>,
+    /// Where a job's task limit is set, if any tree has the pids controller.
+    tasks: Option<Tree>,
     jobs: BTreeSet<String>,
     /// Per job, what `spread` last saw: when it may look again, the wait after that, and the
     /// job's processes (a new one means a look at once).
@@ -248,9 +251,14 @@ impl Cgroups {
         } else {
             layout.v1_cpu.as_ref().map(|_| Tree::V1)
         };
+        let tasks = if has("pids") {
+            Some(Tree::V2)
+        } else {
+            layout.v1_pids.as_ref().map(|_| Tree::V1)
+        };
         if let Some(dir) = &v2 {
             // Pass the v2 controllers we use down to the jobs (root, then our parent).
-            let wanted: Vec<&str> = [(cpuset, "cpuset"), (weight, "cpu")]
+            let wanted: Vec<&str> = [(cpuset, "cpuset"), (weight, "cpu"), (tasks, "pids")]
                 .into_iter()
                 .filter(|(tree, _)| *tree == Some(Tree::V2))
                 .map(|(_, name)| name)
@@ -275,11 +283,17 @@ impl Cgroups {
         let v1_freezer = v1_dir(&layout.v1_freezer, freezer == Freezer::V1)?;
         let v1_cpuset = v1_dir(&layout.v1_cpuset, cpuset == Some(Tree::V1))?;
         let v1_cpu = v1_dir(&layout.v1_cpu, weight == Some(Tree::V1))?;
+        let v1_pids = v1_dir(&layout.v1_pids, tasks == Some(Tree::V1))?;
         if let Some(dir) = &v1_cpuset {
             // A v1 cpuset takes no task until it has processors and memory nodes.
             inherit_cpuset(dir)?;
         }
-        if v2.is_none() && v1_freezer.is_none() && v1_cpuset.is_none() && v1_cpu.is_none() {
+        if v2.is_none()
+            && v1_freezer.is_none()
+            && v1_cpuset.is_none()
+            && v1_cpu.is_none()
+            && v1_pids.is_none()
+        {
             return Err(CgroupError::Unsupported(
                 "no cgroup hierarchy is mounted to hold a job's processes".into(),
             ));
@@ -290,8 +304,10 @@ impl Cgroups {
             v1_freezer,
             v1_cpuset,
             v1_cpu,
+            v1_pids,
             cpuset,
             weight,
+            tasks,
             jobs: BTreeSet::new(),
             spread_due: BTreeMap::new(),
             v1_keepalive: None,
@@ -309,10 +325,22 @@ impl Cgroups {
         self.freezer
     }
 
+    /// The cosched parent in each hierarchy used, v2 first.
+    fn parents(&self) -> [&Option<PathBuf>; 5] {
+        [
+            &self.v2,
+            &self.v1_freezer,
+            &self.v1_cpuset,
+            &self.v1_cpu,
+            &self.v1_pids,
+        ]
+    }
+
     /// The job groups already under the parent (an earlier daemon's), each with the number of
     /// processes it holds, in name order.
     pub fn existing_jobs(&self) -> Result<Vec<(String, usize)>> {
-        let parent = [&self.v2, &self.v1_freezer, &self.v1_cpuset, &self.v1_cpu]
+        let parent = self
+            .parents()
             .into_iter()
             .flatten()
             .next()
@@ -337,7 +365,7 @@ impl Cgroups {
     /// The job's directory in every hierarchy in use, v2 first.
     fn dirs(&self, job: &str) -> impl Iterator<Item = PathBuf> + '_ {
         let job = job.to_string();
-        [&self.v2, &self.v1_freezer, &self.v1_cpuset, &self.v1_cpu]
+        self.parents()
             .into_iter()
             .flatten()
             .map(move |parent| parent.join(&job))
@@ -491,10 +519,7 @@ impl Cgroups {
     /// Removes the parent cgroups (which must hold no job) and the v1 keep-alive group.
     pub fn close(mut self) -> Result<()> {
         self.release_keepalive()?;
-        for parent in [&self.v2, &self.v1_freezer, &self.v1_cpuset, &self.v1_cpu]
-            .into_iter()
-            .flatten()
-        {
+        for parent in self.parents().into_iter().flatten() {
             match fs::remove_dir(parent) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     return Err(io_err(parent)(e))
@@ -540,11 +565,23 @@ impl Actuator for Cgroups {
             None => "unavailable",
         };
         format!(
-            "stop: {}; processors: {} cpuset; weight: {} cpu",
+            "stop: {}; processors: {} cpuset; weight: {} cpu; tasks: {} pids",
             self.freezer,
             tree(self.cpuset),
-            tree(self.weight)
+            tree(self.weight),
+            tree(self.tasks)
         )
+    }
+
+    fn limit_tasks(&mut self, job: &str, most: u64) -> Result<()> {
+        self.known(job)?;
+        let parent = match self.tasks {
+            Some(Tree::V2) => self.v2.as_ref(),
+            Some(Tree::V1) => self.v1_pids.as_ref(),
+            None => None,
+        }
+        .ok_or_else(|| CgroupError::Unsupported("no pids controller on this machine".into()))?;
+        write(&parent.join(job).join("pids.max"), &most.to_string())
     }
 
     fn create(&mut self, job: &str) -> Result<()> {

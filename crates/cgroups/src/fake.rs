@@ -12,6 +12,7 @@ pub enum FakeCall {
     Add(String, Pid),
     SetCpus(String, String),
     SetWeight(String, u32),
+    LimitTasks(String, u64),
     Freeze(String),
     Thaw(String),
     Kill(String),
@@ -32,6 +33,7 @@ pub struct FakeJob {
     pub spread: bool,
     /// How long a freeze takes to be confirmed (a real one waits for every task to stop).
     pub freeze_takes: Duration,
+    pub most_tasks: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -96,6 +98,12 @@ impl Actuator for Fake {
         self.job(job)?.weight = weight.clamp(1, 10_000);
         self.calls
             .push(FakeCall::SetWeight(job.to_string(), weight));
+        Ok(())
+    }
+
+    fn limit_tasks(&mut self, job: &str, most: u64) -> Result<()> {
+        self.job(job)?.most_tasks = Some(most);
+        self.calls.push(FakeCall::LimitTasks(job.to_string(), most));
         Ok(())
     }
 

@@ -15,6 +15,7 @@ pub struct Layout {
     pub v1_freezer: Option<PathBuf>,
     pub v1_cpuset: Option<PathBuf>,
     pub v1_cpu: Option<PathBuf>,
+    pub v1_pids: Option<PathBuf>,
 }
 
 impl Layout {
@@ -42,6 +43,7 @@ impl Layout {
                             "freezer" => &mut layout.v1_freezer,
                             "cpuset" => &mut layout.v1_cpuset,
                             "cpu" => &mut layout.v1_cpu,
+                            "pids" => &mut layout.v1_pids,
                             _ => continue,
                         };
                         slot.get_or_insert_with(|| path.clone());
@@ -67,6 +69,7 @@ impl Layout {
             (self.v1_freezer.as_deref(), "freezer"),
             (self.v1_cpuset.as_deref(), "cpuset"),
             (self.v1_cpu.as_deref(), "cpu"),
+            (self.v1_pids.as_deref(), "pids"),
         ]
         .into_iter()
         .filter_map(|(mount, controller)| Some((mount?, controller)))
@@ -113,11 +116,12 @@ impl fmt::Display for Layout {
         };
         write!(
             f,
-            "cgroup2 {}, v1 freezer {}, v1 cpuset {}, v1 cpu {}",
+            "cgroup2 {}, v1 freezer {}, v1 cpuset {}, v1 cpu {}, v1 pids {}",
             show(&self.v2),
             show(&self.v1_freezer),
             show(&self.v1_cpuset),
-            show(&self.v1_cpu)
+            show(&self.v1_cpu),
+            show(&self.v1_pids)
         )
     }
 }
@@ -132,6 +136,7 @@ mod tests {
 33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
 34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
 37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+38 31 0:35 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
 
@@ -153,6 +158,10 @@ mod tests {
         assert_eq!(
             layout.v1_cpu.as_deref(),
             Some(Path::new("/sys/fs/cgroup/cpu"))
+        );
+        assert_eq!(
+            layout.v1_pids.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/pids"))
         );
     }
 

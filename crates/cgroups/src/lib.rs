@@ -79,6 +79,9 @@ pub trait Actuator {
     fn set_cpus(&mut self, job: &str, cpus: &str) -> Result<()>;
     /// Sets the job's CPU weight on the cgroup v2 scale, 1 to 10,000 (100 is the default).
     fn set_weight(&mut self, job: &str, weight: u32) -> Result<()>;
+    /// Caps the job's tasks (processes and threads) at `most`: a fork or thread past it fails.
+    /// Thousands of a job's tasks would make its every freeze and thaw long.
+    fn limit_tasks(&mut self, job: &str, most: u64) -> Result<()>;
     /// Stops every process of the job; returns once the kernel confirms it, with the wait.
     fn freeze(&mut self, job: &str) -> Result<Duration>;
     /// Lets every process run again; returns once the kernel confirms it, with the wait.

@@ -58,6 +58,11 @@ pub struct DaemonArgs {
     /// computes again (0: never)
     #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
     idle_after: f64,
+    /// Each job may have this many tasks (processes and threads) per processor it has, through
+    /// the pids controller: a job of thousands of tasks makes its every freeze and thaw long,
+    /// and one beyond it cannot fork (0: no cap)
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    tasks_per_cpu: u64,
     /// An interactive job runs in every slot, ahead of batch jobs on its processors, for its
     /// first SECONDS (a quick answer), then time-shares in a slice of its own (0: at once)
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
@@ -219,6 +224,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
         mpl: args.mpl,
         procs: args.procs,
         idle_after: (args.idle_after > 0.0).then_some((args.idle_after * 1e6) as i64),
+        tasks_per_cpu: (args.tasks_per_cpu > 0).then_some(args.tasks_per_cpu),
         interactive_preempt: (args.interactive_preempt > 0.0)
             .then_some((args.interactive_preempt * 1e6) as i64),
         on_stop: if args.on_stop == "cancel" {
@@ -288,6 +294,11 @@ pub struct AgentArgs {
     /// A job using no CPU in its own slots this long leaves the rotation (0: never)
     #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
     idle_after: f64,
+    /// Each job may have this many tasks (processes and threads) per processor it has, through
+    /// the pids controller: a job of thousands of tasks makes its every freeze and thaw long,
+    /// and one beyond it cannot fork (0: no cap)
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    tasks_per_cpu: u64,
     /// Let every job loose after losing etcd or the controller for this long. Longer than an
     /// etcd leader election (writes were back 2.1 s after a three-member etcd lost its leader
     /// here; 3 s was not always enough under load), so that one does not let jobs loose
@@ -352,6 +363,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         freezer: args.freezer.as_deref().map(freezer),
         supervisor_exe: std::env::current_exe().context("finding this program for supervisors")?,
         idle_after: (args.idle_after > 0.0).then_some((args.idle_after * 1e6) as i64),
+        tasks_per_cpu: (args.tasks_per_cpu > 0).then_some(args.tasks_per_cpu),
         deadline: args.deadline_ms as i64 * 1_000,
         lease_ttl: args.lease_ttl,
         address: args.address,

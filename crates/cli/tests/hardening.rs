@@ -1046,3 +1046,57 @@ fn one_users_long_commands_neither_deny_ps_nor_fill_the_daemon() {
         .status
         .success());
 }
+
+#[test]
+fn a_jobs_tasks_are_capped_per_processor() {
+    let d = Daemon::start(&["--quantum-ms", "100", "--tasks-per-cpu", "8"]);
+    let scratch = Scratch::new("tasks");
+    chown(&scratch.0, NOBODY);
+    let log = scratch.0.join("forks.out");
+    // nobody's job tries to hold 40 sleeping processes on its one processor.
+    let forker = r#"
+import os, time
+n = 0
+try:
+    while n < 40:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        n += 1
+except OSError:
+    print("fork refused after", n, flush=True)
+time.sleep(30)
+"#;
+    let out = d.cosched_as(
+        NOBODY,
+        &[
+            "run",
+            "--detach",
+            "--output",
+            log.to_str().unwrap(),
+            "-n",
+            "1",
+            "--",
+            "python3",
+            "-c",
+            forker,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job: u64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || {
+        std::fs::read_to_string(&log).is_ok_and(|text| text.contains("fork refused after"))
+    }));
+    let tasks = job_pids(&d, job).len();
+    assert!((1..=8).contains(&tasks), "{tasks} tasks in job {job}");
+    assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+    d.wait_end(job, Duration::from_secs(30));
+}

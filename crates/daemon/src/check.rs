@@ -106,6 +106,21 @@ pub fn check() -> Report {
             "no cpu controller: moderate mode cannot work",
         )
     });
+    features.push(if v2_has("pids") {
+        feature("task limit", true, "cgroup v2 pids.max")
+    } else if let Some(dir) = &layout.v1_pids {
+        feature(
+            "task limit",
+            true,
+            format!("cgroup v1 pids at {}", dir.display()),
+        )
+    } else {
+        feature(
+            "task limit",
+            false,
+            "no pids controller: --tasks-per-cpu cannot be enforced",
+        )
+    });
     features.push(match realtime_thread() {
         Ok(()) => feature(
             "real-time priority",

@@ -32,6 +32,8 @@ pub struct NodeConfig {
     pub freezer: Option<Freezer>,
     pub supervisor_exe: PathBuf,
     pub idle_after: Option<Micros>,
+    /// A job's tasks per processor on this node (none: uncapped).
+    pub tasks_per_cpu: Option<u64>,
     /// How long the control plane may be out of reach before the jobs are let loose.
     pub deadline: Micros,
     /// Seconds the node's key outlives an agent that stopped renewing its lease.
@@ -140,6 +142,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
             state_dir,
             supervisor_exe: config.supervisor_exe.clone(),
             clock_shift_us: config.clock_shift_us,
+            tasks_per_cpu: config.tasks_per_cpu,
         },
         unclaimed.0.take().expect("claimed once"),
         events,

@@ -44,6 +44,8 @@ pub struct DaemonConfig {
     pub procs: Option<u32>,
     /// Leave the rotation after this long without CPU use in one's own slots.
     pub idle_after: Option<Micros>,
+    /// A job's tasks (processes and threads) per processor it has (none: uncapped).
+    pub tasks_per_cpu: Option<u64>,
     /// An interactive job runs in every slot (preempting batch) for this long, then takes a
     /// slice of its own; `None`: interactive jobs take a slice at once.
     pub interactive_preempt: Option<Micros>,
@@ -463,6 +465,7 @@ fn local_agent(
             state_dir: config.state_dir.clone(),
             supervisor_exe: config.supervisor_exe.clone(),
             clock_shift_us: 0,
+            tasks_per_cpu: config.tasks_per_cpu,
         },
         actuator,
         Arc::new(event_tx),

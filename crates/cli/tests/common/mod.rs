@@ -408,6 +408,7 @@ pub fn remove_cgroups(name: &str) {
         PathBuf::from("/sys/fs/cgroup/cpuset"),
         PathBuf::from("/sys/fs/cgroup/cpu"),
         PathBuf::from("/sys/fs/cgroup/freezer"),
+        PathBuf::from("/sys/fs/cgroup/pids"),
     ] {
         let parent = root.join(name);
         if let Ok(entries) = std::fs::read_dir(&parent) {
