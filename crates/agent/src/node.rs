@@ -20,7 +20,7 @@ use cosched_cgroups::{Actuator, CgroupError, Cgroups};
 use cosched_core::{JobId, Micros, Rotation};
 use cosched_proto::{
     BoundaryRecord, Command, CpuSet, Ending, Event, Launch, NodeHistograms, NodeStatus, ProcessRef,
-    SlotStart, MAX_REPORTED_STARTS,
+    SlotStart, MAX_REPORTED_STARTS, STATUS_PERIOD_US,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
@@ -40,7 +40,6 @@ const IDLE_WATCH_PERIOD: Micros = 1_000_000;
 /// summarised in well under a millisecond for each status report.
 const SAMPLES_KEPT: usize = 10_000;
 /// How often the agent reports its figures.
-const STATUS_PERIOD: Micros = 1_000_000;
 /// The longest report a supervisor sends (an exit status and a note).
 const REPORT_LIMIT: usize = 64 << 10;
 
@@ -340,7 +339,7 @@ impl<A: Actuator> NodeAgent<A> {
     /// Before any generation there is no clock to keep: orders are carried out as they come.
     fn await_rotation(&mut self, source: &mut impl PlanSource) {
         while self.rotation.is_none() && !self.closed {
-            match source.next_order(now_micros() + STATUS_PERIOD) {
+            match source.next_order(now_micros() + STATUS_PERIOD_US) {
                 Received::Order(order) => self.handle(order),
                 Received::Timeout => self.report_status(now_micros()),
                 Received::Closed => self.close(),
@@ -376,7 +375,7 @@ impl<A: Actuator> NodeAgent<A> {
     fn quiet_tick(&mut self, now: Micros) {
         self.enforce_cancels(now);
         self.retry_discards();
-        if now - self.last_status >= STATUS_PERIOD {
+        if now - self.last_status >= STATUS_PERIOD_US {
             self.report_status(now);
         }
     }

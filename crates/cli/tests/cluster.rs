@@ -867,3 +867,66 @@ fn a_cluster_without_etcd_auth_is_refused_unless_asked_for_and_a_loose_password_
         "that no one else may read or write (chown root, chmod 600)",
     );
 }
+
+#[test]
+fn a_node_whose_agent_stopped_is_gone_even_while_something_keeps_its_lease() {
+    let (_serial, etcd, d, _a, mut b) = cluster("silent");
+    let cluster = d.args[d.args.iter().position(|a| a == "--cluster").unwrap() + 1].clone();
+    let key = format!("/cosched/{cluster}/nodes/b");
+    let client = etcd.client();
+    // etcd out for longer than the silence allowed (3 s): the nodes' silence is etcd's.
+    etcd.pause(true);
+    std::thread::sleep(Duration::from_secs(5));
+    etcd.pause(false);
+    std::thread::sleep(Duration::from_secs(3));
+    let nodes = d.json(&["nodes", "--json"]);
+    assert_eq!(node(&nodes, "a")["left"], false, "{nodes}\n{}", d.log());
+    assert_eq!(node(&nodes, "b")["left"], false, "{nodes}\n{}", d.log());
+    assert!(!d.log().contains("sent no status"), "{}", d.log());
+    // Its lease now (an agent whose lease ended in the outage took a new one).
+    let lease = client.get(&key).unwrap().expect("node b's key").lease;
+    assert_ne!(lease, 0);
+    // A job on b's processor, to be given up with the node.
+    let spin = spin_py();
+    let x = d.submit(&["-n", "1", "--", "python3", &spin, "1", "60", "7"]);
+    let y = d.submit(&["-n", "1", "--", "python3", &spin, "1", "60", "8"]);
+    let agent_b = b.child.as_ref().unwrap().id() as i32;
+    // Agent b hangs (SIGSTOP) while something else renews its lease: what a job that reached
+    // etcd did in the audit.
+    unsafe { libc::kill(agent_b, libc::SIGSTOP) };
+    let stopped = Instant::now();
+    let mut left = false;
+    while stopped.elapsed() < Duration::from_secs(15) {
+        client.keep_alive(lease).unwrap();
+        if node(&d.json(&["nodes", "--json"]), "b")["left"] == true {
+            left = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        client.get(&key).unwrap().is_some(),
+        "node b's key expired: the test proves nothing"
+    );
+    unsafe { libc::kill(agent_b, libc::SIGCONT) };
+    assert!(left, "node b stayed a member while silent\n{}", d.log());
+    assert!(d.log().contains("node b sent no status"), "{}", d.log());
+    // Whichever of the two jobs had processes on b is lost with the reason, as on a lease's end.
+    let lost: Vec<Value> = [x, y]
+        .into_iter()
+        .map(|job| d.job(job))
+        .filter(|job| job["state"] == "lost")
+        .collect();
+    assert!(
+        lost.iter()
+            .all(|job| job["note"].as_str().unwrap_or("").contains("node b left")),
+        "{lost:?}"
+    );
+    // Reporting again, it is back.
+    let back = wait_until(Duration::from_secs(20), || {
+        node(&d.json(&["nodes", "--json"]), "b")["left"] == false
+    });
+    assert!(back, "node b never came back\n{}\n{}", d.log(), b.log());
+    assert!(d.log().contains("node b reports again"), "{}", d.log());
+    b.kill();
+}

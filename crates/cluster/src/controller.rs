@@ -7,6 +7,7 @@ use cosched_agent::clock::now_micros;
 use cosched_agent::{Order, OrderSink};
 use cosched_etcd::{Client, Compare};
 use cosched_proto::{Event, NodeStatus};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -264,6 +265,19 @@ impl EventFeed {
                 Change::Delete(_) => true,
             },
         );
+    }
+
+    /// The revision at which each node last wrote its status, as etcd answers now; `None` when
+    /// etcd does not answer (then nobody's silence can be told from etcd's).
+    pub fn status_revisions(&self) -> Option<BTreeMap<String, i64>> {
+        let prefix = self.keys.statuses();
+        let (statuses, _) = self.client.get_prefix(&prefix).ok()?;
+        Some(
+            statuses
+                .into_iter()
+                .filter_map(|kv| Some((kv.key.strip_prefix(&prefix)?.to_string(), kv.mod_revision)))
+                .collect(),
+        )
     }
 
     /// Hands each node joining or leaving to `handle` (the nodes present first).

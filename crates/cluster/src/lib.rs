@@ -137,6 +137,10 @@ pub struct NodeInfo {
     /// Where its jobs' MPI daemons are reached, when not at the node's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
+    /// Seconds its key outlives its agent (`--lease-ttl`): the controller gives a node that
+    /// sends no status this long up as gone, even if something else keeps its lease alive.
+    #[serde(default)]
+    pub lease_ttl_s: i64,
 }
 
 impl NodeInfo {

@@ -19,7 +19,7 @@ use cosched_core::{
 };
 use cosched_proto::{
     BoundaryRecord, Command, Ending, Event, JobState as StateView, Launch, NodeCpus, NodeMap,
-    NodeStatus, ProcessRef, Summary,
+    NodeStatus, ProcessRef, Summary, STATUS_PERIOD_US,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
@@ -107,8 +107,15 @@ pub struct Inner {
     generation: Option<Generation>,
     /// Orders to the nodes' agents; `None` once the controller let go of them (a clean stop).
     agents: Option<Box<dyn OrderSink>>,
-    /// Nodes of the machine whose agent left (their lease expired).
+    /// Nodes of the machine whose agent left (their lease expired, or their reports stopped).
     absent: BTreeSet<String>,
+    /// Of those, the ones given up for silence while their lease lived: back when they report.
+    silent: BTreeSet<String>,
+    /// Each node as it registered.
+    members: BTreeMap<String, NodeInfo>,
+    /// Each node's status revision last seen in etcd, and for how long it has not changed
+    /// while etcd answered.
+    quiet: BTreeMap<String, (i64, Micros)>,
     /// Jobs that left the rotation for idleness.
     idle_departures: u64,
     /// Each node's latest report, when it came, and when the node was first heard of.
@@ -158,6 +165,9 @@ impl Inner {
             generation: None,
             agents: Some(agents),
             absent: BTreeSet::new(),
+            silent: BTreeSet::new(),
+            members: BTreeMap::new(),
+            quiet: BTreeMap::new(),
             idle_departures: 0,
             nodes: BTreeMap::new(),
             counts: Default::default(),
@@ -1043,14 +1053,65 @@ impl Inner {
         self.start_spreads
             .heard(&starts, now, &mut self.counts.start_spread);
         let joined_us = self.nodes.get(&status.node).map_or(now, |n| n.joined_us);
+        let node = status.node.clone();
         self.nodes.insert(
-            status.node.clone(),
+            node.clone(),
             HeardFrom {
                 status,
                 received_us: now,
                 joined_us,
             },
         );
+        if self.silent.remove(&node) {
+            if let Some(info) = self.members.get(&node).cloned() {
+                log(format_args!("node {node} reports again"));
+                self.node_changed(NodeChange::Joined(info), now);
+            }
+        }
+    }
+
+    /// Gives up as gone every node whose status etcd has not seen change for longer than its
+    /// lease (three report periods at least) although its key lives on: its agent stopped,
+    /// and whatever renews its lease (a job on the node can reach etcd) is not the agent. Its
+    /// processors are withheld and its jobs lost, as when the lease expires; it is back when
+    /// it reports. `revisions` (each node's status, as etcd answered just now) come every
+    /// `period`; `None`, etcd did not answer: silence while etcd is out is etcd's, not the
+    /// nodes', so it counts for nobody.
+    pub fn check_silence(
+        &mut self,
+        revisions: Option<&BTreeMap<String, i64>>,
+        period: Micros,
+        now: Micros,
+    ) {
+        let Some(revisions) = revisions else {
+            self.quiet.clear();
+            return;
+        };
+        let mut gone = Vec::new();
+        for (name, info) in &self.members {
+            if self.absent.contains(name) {
+                continue;
+            }
+            let revision = revisions.get(name).copied().unwrap_or(0);
+            let quiet = self.quiet.entry(name.clone()).or_insert((revision, 0));
+            if quiet.0 == revision {
+                quiet.1 += period;
+            } else {
+                *quiet = (revision, 0);
+            }
+            if quiet.1 > (info.lease_ttl_s * 1_000_000).max(3 * STATUS_PERIOD_US) {
+                gone.push((name.clone(), quiet.1));
+            }
+        }
+        for (node, silent_for) in gone {
+            log(format_args!(
+                "node {node} sent no status for {:.1} s though its key lives: its agent stopped; treated as gone until it reports again",
+                silent_for as f64 / 1e6
+            ));
+            self.quiet.remove(&node);
+            self.node_changed(NodeChange::Left(node.clone()), now);
+            self.silent.insert(node);
+        }
     }
 
     pub fn nodes(&self, now: Micros) -> Vec<NodeView> {
@@ -1233,6 +1294,17 @@ impl Inner {
     /// A node's agent joined or left the cluster.
     pub fn node_changed(&mut self, change: NodeChange, now: Micros) {
         let known = |name: &str| self.settings.nodes.nodes().iter().any(|n| n.name == name);
+        match &change {
+            NodeChange::Joined(info) => {
+                self.members.insert(info.node.clone(), info.clone());
+            }
+            // Gone already (for silence, its lease now ended too): nothing more to give up.
+            NodeChange::Left(node) if self.absent.contains(node) => {
+                self.silent.remove(node);
+                return;
+            }
+            NodeChange::Left(_) => {}
+        }
         match change {
             NodeChange::Joined(info) if known(&info.node) => {
                 let number = self.node_number(&info.node).expect("known");

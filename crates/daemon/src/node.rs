@@ -114,6 +114,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         agent: whoami(),
         joined_us: now_micros(),
         address: config.address.clone(),
+        lease_ttl_s: config.lease_ttl,
     };
     // Renewed a few times per lease, and often enough to notice a loss well within the deadline.
     let check = Duration::from_micros(

@@ -426,7 +426,7 @@ fn listen_to_agents(shared: &Arc<Shared>, agents: Agents) -> Result<Listening, S
                     })
                 }),
             )?;
-            let (f, s) = (feed, Arc::clone(shared));
+            let (f, s) = (Arc::clone(&feed), Arc::clone(shared));
             spawn(
                 "cosched-nodes",
                 Box::new(move || {
@@ -434,6 +434,17 @@ fn listen_to_agents(shared: &Arc<Shared>, agents: Agents) -> Result<Listening, S
                         s.with(|inner, now| inner.node_changed(change, now));
                         true
                     })
+                }),
+            )?;
+            let (f, s) = (Arc::clone(&feed), Arc::clone(shared));
+            spawn(
+                "cosched-silence",
+                Box::new(move || loop {
+                    let period = cosched_proto::STATUS_PERIOD_US;
+                    std::thread::sleep(std::time::Duration::from_micros(period as u64));
+                    // Asked outside the lock: etcd may take its timeout to answer.
+                    let revisions = f.status_revisions();
+                    s.with(|inner, now| inner.check_silence(revisions.as_ref(), period, now));
                 }),
             )?;
             Ok(Listening {

@@ -17,7 +17,7 @@ pub use names::{Class, JobState, Mode, UnknownMode};
 pub use order::{Command, Ending, Event, ExitInfo, Launch, ProcessRef, ProcessRequest};
 pub use status::{
     BoundaryRecord, Histogram, JobMoment, NodeHistograms, NodeStatus, SlotStart, Summary,
-    HISTOGRAM_BOUNDS_US, MAX_REPORTED_STARTS,
+    HISTOGRAM_BOUNDS_US, MAX_REPORTED_STARTS, STATUS_PERIOD_US,
 };
 
 /// Bumped whenever a wire type changes meaning; a reader refuses another version.

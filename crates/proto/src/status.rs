@@ -118,6 +118,10 @@ pub struct NodeStatus {
     pub starts: Vec<SlotStart>,
 }
 
+/// How often an agent reports its status (µs): a controller that hears nothing from a node
+/// for several periods knows its agent stopped, whatever its lease says.
+pub const STATUS_PERIOD_US: i64 = 1_000_000;
+
 /// Most boundary starts one status carries (a second of 20 ms slots with ten jobs).
 pub const MAX_REPORTED_STARTS: usize = 512;
 
