@@ -4,6 +4,7 @@
 //! same two jobs alone, runs in the same invocation: the figures are compared side by side.
 
 use crate::daemon::{Daemon, DaemonSpec};
+use crate::figures::{command_line, Provenance};
 use crate::workloads;
 use anyhow::{Context, Result};
 use cosched_daemon::protocol::{NodeView, StatsView};
@@ -97,7 +98,9 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         "targets: lateness p99 < 100 µs and no boundary later than 1 ms under churn; skew p99 < 200 µs"
     );
     if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_string_pretty(&rows)? + "\n")?;
+        let taken = Provenance::now(command_line("bench/slot-lateness --churn"));
+        let report = serde_json::json!({ "provenance": taken, "rows": rows });
+        std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
         println!("wrote {}", path.display());
     }
     Ok(())

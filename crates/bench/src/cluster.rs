@@ -12,7 +12,7 @@
 //!   reports), agent CPU time per switch (every thread of the agent), etcd traffic per second.
 
 use crate::daemon::{cosched_binary, succeeded};
-use crate::figures::median;
+use crate::figures::{command_line, median, Provenance};
 use crate::workloads;
 use anyhow::{bail, Context, Result};
 use cosched_agent::boundaries::{read_log, spreads, start_delays};
@@ -64,7 +64,11 @@ pub fn run(args: ClusterArgs) -> Result<()> {
         bail!("the cluster lab needs root (namespaces, cgroups, agents)");
     }
     workloads::build()?;
-    let mut report = Report::default();
+    let mut report = Report {
+        provenance: Provenance::now(command_line("bench/cluster")),
+        skew: Vec::new(),
+        mpi: Vec::new(),
+    };
     println!(
         "cross-node skew: two 2-rank MPI ping-pong jobs across nodes a and b, gang at {} ms, {} s \
          per offset; spread of each job's start (thaw) and stop (freeze confirmed) between the \
@@ -189,8 +193,9 @@ pub fn run(args: ClusterArgs) -> Result<()> {
     Ok(())
 }
 
-#[derive(Default, Serialize)]
+#[derive(Serialize)]
 struct Report {
+    provenance: Provenance,
     skew: Vec<SkewRow>,
     mpi: Vec<MpiRow>,
 }

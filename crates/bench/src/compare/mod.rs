@@ -116,11 +116,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
         }
     }
     let _ = std::fs::remove_dir_all(&work_dir);
-    report::write(
-        &results,
-        &args.json,
-        &report::Header::now(args.quick, repeat),
-    )?;
+    report::write(&results, &args.json, &report::header(args.quick, repeat))?;
     if !failed.is_empty() {
         bail!("{} case(s) failed: {}", failed.len(), failed.join(", "));
     }

@@ -3,7 +3,7 @@
 
 use super::jobs::{JobOutcome, JobSpec};
 use super::runners::Scheduler;
-use crate::figures::median;
+use crate::figures::{median, Provenance};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -136,42 +136,11 @@ pub struct Results {
 }
 
 /// Where and how the figures were taken.
-pub struct Header {
-    pub machine: String,
-    pub command: String,
-    pub date: String,
-}
-
-impl Header {
-    pub fn now(quick: bool, repeat: usize) -> Header {
-        let model = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("model name"))
-                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
-            })
-            .unwrap_or_else(|| "unknown CPU".into());
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let date = std::process::Command::new("date")
-            .arg("-u")
-            .arg("+%Y-%m-%d %H:%M UTC")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default();
-        Header {
-            machine: format!(
-                "{} CPUs, {model}, Linux {}",
-                cosched_daemon::usable_cpus(),
-                kernel.trim()
-            ),
-            command: format!(
-                "bench/compare{} (repetitions: {repeat})",
-                if quick { " --quick" } else { "" }
-            ),
-            date,
-        }
-    }
+pub fn header(quick: bool, repeat: usize) -> Provenance {
+    Provenance::now(format!(
+        "bench/compare{} (repetitions: {repeat})",
+        if quick { " --quick" } else { "" }
+    ))
 }
 
 /// `120-510` (the least and most of the rounds' probes), or `-`.
@@ -189,7 +158,7 @@ fn seconds(value: Option<f64>) -> String {
 }
 
 /// The Markdown report: the rows per workload, ratios against the ideal and plain Linux.
-pub fn markdown(results: &Results, header: &Header) -> String {
+pub fn markdown(results: &Results, header: &Provenance) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -313,7 +282,7 @@ pub fn svg(results: &Results) -> String {
 }
 
 /// Prints the Markdown and writes the JSON rows, the Markdown and the SVG beside `json`.
-pub fn write(results: &Results, json: &Path, header: &Header) -> Result<()> {
+pub fn write(results: &Results, json: &Path, header: &Provenance) -> Result<()> {
     if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
