@@ -930,3 +930,59 @@ fn a_node_whose_agent_stopped_is_gone_even_while_something_keeps_its_lease() {
     assert!(d.log().contains("node b reports again"), "{}", d.log());
     b.kill();
 }
+
+#[test]
+fn a_standby_takes_over_from_a_stopped_leader_whose_lease_something_else_keeps() {
+    let (_serial, etcd, mut d, _a, _b) = cluster("stuck");
+    let x = d.submit(&["-n", "1", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(d.wait_end(x, Duration::from_secs(20))["exit"]["code"], 3);
+    let cluster = d.args[d.args.iter().position(|a| a == "--cluster").unwrap() + 1].clone();
+    let dir = d.dir.join("standby");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("daemon.log");
+    let standby = Controller {
+        child: Command::new(COSCHED)
+            .arg("daemon")
+            .args(etcd.flags())
+            .args(["--cluster", &cluster])
+            .args(CONTROLLER)
+            .arg("--socket")
+            .arg(dir.join("cosched.sock"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+        socket: dir.join("cosched.sock"),
+        log,
+    };
+    let standing_by = wait_until(Duration::from_secs(10), || {
+        standby.log().contains("standing by")
+    });
+    assert!(standing_by, "{}", standby.log());
+    // The leader hangs (SIGSTOP) while something else renews its lease, as a job that reached
+    // etcd could.
+    let client = etcd.client();
+    let key = format!("/cosched/{cluster}/leader");
+    let lease = client.get(&key).unwrap().expect("the leader key").lease;
+    d.signal(libc::SIGSTOP);
+    let stopped = Instant::now();
+    let mut took_over = false;
+    while stopped.elapsed() < Duration::from_secs(20) {
+        let _ = client.keep_alive(lease);
+        if std::os::unix::net::UnixStream::connect(&standby.socket).is_ok() {
+            took_over = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    d.signal(libc::SIGKILL);
+    d.wait_exit();
+    assert!(took_over, "the standby never took over:\n{}", standby.log());
+    assert!(
+        standby.log().contains("the leader wrote nothing"),
+        "{}",
+        standby.log()
+    );
+    assert_eq!(standby.job(x)["exit"]["code"], 3, "{}", standby.log());
+}

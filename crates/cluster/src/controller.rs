@@ -45,12 +45,25 @@ pub fn become_leader(
     };
     let session = format!("{:x}", me.since_us);
     let mut told = false;
+    let mut leader_writes = WriteWatch::default();
     let lease = loop {
         let lease = client.grant(ttl)?;
         if client.create(&keys.leader(), &encode(&me), Some(lease.id))? {
             break lease;
         }
         let _ = client.revoke(lease.id);
+        // The leader rewrites its key every renewal: a key unchanged for a whole lease,
+        // while etcd answers, is held alive by something that is not a controller.
+        if let Some(held) = client.get(&keys.leader())? {
+            if let Some(silent) = leader_writes.unchanged_for(held.mod_revision, ttl) {
+                log(format_args!(
+                    "the leader wrote nothing for {:.1} s though its key lives: revoking its lease",
+                    silent as f64 / 1e6
+                ));
+                let _ = client.revoke(held.lease);
+                continue;
+            }
+        }
         if !told {
             let holder = client
                 .get(&keys.leader())?
@@ -78,6 +91,13 @@ pub fn become_leader(
                 let lapsed = match renewer.keep_alive(held.load(Ordering::Relaxed)) {
                     Ok(renewed) if renewed.ttl > 0 => {
                         last_renewal = now_micros();
+                        // Rewritten while ours: what tells a standby this controller lives
+                        // (a lease alone anyone can keep alive).
+                        let id = held.load(Ordering::Relaxed);
+                        let _ = renewer.txn(
+                            &[Compare::Leased(&leader_key, id)],
+                            &[(&leader_key, &encode(&me), Some(id))],
+                        );
                         continue;
                     }
                     Ok(_) => "the leader lease lapsed".to_string(),
@@ -116,6 +136,28 @@ pub fn become_leader(
         key: keys.leader(),
         session,
     })
+}
+
+/// How long a key has stayed at one revision, as seen by whoever asks again and again.
+#[derive(Default)]
+struct WriteWatch {
+    seen: Option<(i64, i64)>,
+}
+
+impl WriteWatch {
+    /// `Some(how long, µs)` once the key has been at `revision` for more than `ttl` seconds.
+    fn unchanged_for(&mut self, revision: i64, ttl: i64) -> Option<i64> {
+        let now = now_micros();
+        match self.seen {
+            Some((seen, since)) if seen == revision => {
+                (now - since > ttl * 1_000_000).then_some(now - since)
+            }
+            _ => {
+                self.seen = Some((revision, now));
+                None
+            }
+        }
+    }
 }
 
 /// How long etcd keeps the history of the cluster's keys: a watcher further behind (an agent
