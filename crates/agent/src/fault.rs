@@ -34,3 +34,20 @@ pub fn point(name: &str, job: JobId) {
         }
     }
 }
+
+/// Waits here if the environment says so: `COSCHED_DELAY=POINT:MS` (tests widen a race's
+/// window with it, as a loaded machine might).
+pub fn delay(name: &str, job: JobId) {
+    static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    let armed = ARMED.get_or_init(|| {
+        let value = std::env::var("COSCHED_DELAY").ok()?;
+        let (point, ms) = value.split_once(':')?;
+        Some((point.to_string(), ms.parse().ok()?))
+    });
+    if let Some((point, ms)) = armed {
+        if point == name {
+            eprintln!("cosched daemon: COSCHED_DELAY: {ms} ms at '{name}' (job {job})");
+            std::thread::sleep(std::time::Duration::from_millis(*ms));
+        }
+    }
+}

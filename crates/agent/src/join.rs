@@ -1,12 +1,14 @@
 //! Moving a process started elsewhere into a registered job's cgroup (`Command::Join`), by
-//! pid: the only way cgroups take a process, and a pid (or a thread id: the write moves the
-//! thread's whole process) names another task once the first has exited and been reaped. So
-//! the process is checked before the move (its owner, its cgroups, its start time) and again
-//! after it: if by then the pid may name another task, every process in the job that is not
-//! the job user's goes to the root cgroups, never staying within the user's reach.
+//! pid: the only way cgroups take a process, and a pid names another task once the first has
+//! exited and been reaped. Checking before and after the move cannot close that: a process
+//! born with the reused pid in between is moved, and one forked from it meanwhile is born in
+//! the job (an audit kept root's tasks in nobody's job that way). So the process is held
+//! with ptrace for the move ([`move_held`]): a traced process that exits stays a zombie that
+//! only its tracer sees, so nobody can reap it and its pid names it until it is let go.
 
-use cosched_cgroups::Layout;
-use std::path::{Path, PathBuf};
+use crate::unix;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 
 /// The process's start time (clock ticks since boot, `/proc/PID/stat` field 22): with the pid,
 /// it names one process for good.
@@ -69,41 +71,96 @@ pub fn check_same_cgroup(pid: libc::pid_t, asker: libc::pid_t) -> Result<(), Str
     Ok(())
 }
 
-/// After a move that may have taken another process than the one checked (its pid, or a
-/// thread id, reused in the meantime): every process in the job's cgroups (`join_files`, one
-/// per hierarchy) that is not all `uid`'s goes to the root cgroup of that hierarchy, out of
-/// the user's reach. (Where it came from cannot be known for sure: a thread's whole process
-/// moves, and a new one was born where its parent was.) Returns the processes moved out.
-pub fn evict_strangers(uid: u32, join_files: &[PathBuf]) -> Result<Vec<libc::pid_t>, String> {
-    let layout = Layout::detect().map_err(|e| e.to_string())?;
-    let mut evicted = Vec::new();
-    for file in join_files {
-        let listed = std::fs::read_to_string(file).unwrap_or_default();
-        let root = root_of(file, &layout)
-            .ok_or_else(|| format!("no cgroup hierarchy holds {}", file.display()))?;
-        for pid in listed
-            .lines()
-            .filter_map(|p| p.trim().parse::<libc::pid_t>().ok())
-        {
-            if check_owner(pid, uid).is_ok() {
-                continue;
+/// Writes `pid` into each of `files` (`cgroup.procs`, one per hierarchy) while holding it:
+/// a thread of its own seizes it with ptrace (which neither stops nor signals it), checks it
+/// is still the process `pidfd` names and `born` dates, runs `before_move` (tests widen the
+/// window there), writes, and exits, which lets the process go whatever state it is in (a
+/// tracer's exit detaches its tracees, and hands a zombie to its parent).
+pub fn move_held(
+    pid: libc::pid_t,
+    pidfd: &OwnedFd,
+    born: u64,
+    files: &[PathBuf],
+    before_move: impl FnOnce() + Send,
+) -> Result<(), String> {
+    let exited = || "it exited while joining".to_string();
+    std::thread::scope(|scope| {
+        let holder = scope.spawn(move || {
+            let none = std::ptr::null_mut::<libc::c_void>();
+            // SAFETY: PTRACE_SEIZE takes a pid, and null address and options.
+            let seized = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, none, none) };
+            if seized != 0 {
+                let error = std::io::Error::last_os_error();
+                return Err(match error.raw_os_error() {
+                    Some(libc::ESRCH) => exited(),
+                    Some(libc::EPERM) => {
+                        "it cannot be held for the move (is a debugger tracing it?)".into()
+                    }
+                    _ => format!("holding it for the move: {error}"),
+                });
             }
-            std::fs::write(root.join("cgroup.procs"), pid.to_string())
-                .map_err(|e| format!("moving process {pid} out of {}: {e}", file.display()))?;
-            evicted.push(pid);
-        }
-    }
-    Ok(evicted)
+            // Held. Alive now, it is the process checked, and stays that pid's until let go.
+            let moved = if unix::has_exited(pidfd) || start_time(pid).ok() != Some(born) {
+                Err(exited())
+            } else {
+                before_move();
+                files.iter().try_for_each(|file| {
+                    std::fs::write(file, pid.to_string())
+                        .map_err(|e| format!("moving it into {}: {e}", file.display()))
+                })
+            };
+            let gone = unix::has_exited(pidfd);
+            release(pid);
+            // A zombie's pid is taken but not moved: say so rather than "joined".
+            match moved {
+                Ok(()) if gone => Err(exited()),
+                other => other,
+            }
+        });
+        holder
+            .join()
+            .unwrap_or_else(|_| Err("the move failed (a panic)".into()))
+    })
 }
 
-/// The root cgroup of the hierarchy `join_file` is in.
-fn root_of(join_file: &Path, layout: &Layout) -> Option<PathBuf> {
-    layout
-        .hierarchies()
-        .map(|(mount, _)| mount)
-        .filter(|mount| join_file.starts_with(mount))
-        .max_by_key(|mount| mount.components().count())
-        .map(Path::to_path_buf)
+/// Lets a held process go at once: stops it (PTRACE_INTERRUPT), then detaches, handing back
+/// a signal that stopped it meanwhile (a tracer's exit alone may lose that signal). Bounded:
+/// a process that cannot stop now (its thread-group leader exited first) is let go by the
+/// holding thread's exit instead.
+fn release(pid: libc::pid_t) {
+    let none = std::ptr::null_mut::<libc::c_void>();
+    // SAFETY: PTRACE_INTERRUPT takes a pid, and null address and data.
+    unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, pid, none, none) };
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(50);
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes one int.
+        let got = unsafe { libc::waitpid(pid, &mut status, libc::__WALL | libc::WNOHANG) };
+        if got == pid {
+            if libc::WIFSTOPPED(status) {
+                // A signal-delivery stop (no event) carries a signal to deliver after all.
+                let signal = if status >> 16 == 0 {
+                    libc::WSTOPSIG(status)
+                } else {
+                    0
+                };
+                // SAFETY: PTRACE_DETACH takes a pid, a null address and the signal as data.
+                unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_DETACH,
+                        pid,
+                        none,
+                        signal as usize as *mut libc::c_void,
+                    )
+                };
+            }
+            return;
+        }
+        if got < 0 || std::time::Instant::now() > until {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    }
 }
 
 #[cfg(test)]
@@ -117,37 +174,5 @@ mod tests {
         let uid = unsafe { libc::geteuid() };
         assert_eq!(check_owner(me, uid), Ok(()));
         assert_eq!(check_same_cgroup(me, me), Ok(()));
-    }
-
-    #[test]
-    fn a_join_files_hierarchy_root_is_its_deepest_mount() {
-        let layout = Layout {
-            v2: Some("/sys/fs/cgroup/unified".into()),
-            v1_freezer: None,
-            v1_cpuset: Some("/sys/fs/cgroup/cpuset".into()),
-            v1_cpu: Some("/sys/fs/cgroup/cpu,cpuacct".into()),
-            v1_pids: None,
-        };
-        let root = |file: &str| root_of(Path::new(file), &layout);
-        assert_eq!(
-            root("/sys/fs/cgroup/unified/cosched/job-4/cgroup.procs"),
-            Some("/sys/fs/cgroup/unified".into())
-        );
-        assert_eq!(
-            root("/sys/fs/cgroup/cpu,cpuacct/cosched/job-4/cgroup.procs"),
-            Some("/sys/fs/cgroup/cpu,cpuacct".into())
-        );
-        assert_eq!(root("/elsewhere/cgroup.procs"), None);
-        let pure_v2 = Layout {
-            v2: Some("/sys/fs/cgroup".into()),
-            ..Layout::default()
-        };
-        assert_eq!(
-            root_of(
-                Path::new("/sys/fs/cgroup/cosched/job-1/cgroup.procs"),
-                &pure_v2
-            ),
-            Some("/sys/fs/cgroup".into())
-        );
     }
 }

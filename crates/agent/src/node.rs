@@ -606,28 +606,8 @@ impl<A: Actuator> NodeAgent<A> {
         if let Some(asker) = asker {
             join::check_same_cgroup(pid, asker)?;
         }
-        // Still the process checked (alive, so its pid was not reused): then it is the one
-        // moved, unless it exits during the move, which the check after it sees.
-        if unix::has_exited(&pidfd) {
-            return Err("it exited while joining".into());
-        }
         let files = self.join_files(job)?;
-        let moved = files.iter().try_for_each(|file| {
-            std::fs::write(file, pid.to_string())
-                .map_err(|e| format!("moving it into {}: {e}", file.display()))
-        });
-        if unix::has_exited(&pidfd) || join::start_time(pid).ok() != Some(born) {
-            match join::evict_strangers(uid, &files) {
-                Ok(evicted) if evicted.is_empty() => {}
-                Ok(evicted) => log(format_args!(
-                    "job {job}: process(es) {evicted:?} of another user came in with pid {pid}, \
-                     reused during its join; moved to the root cgroups"
-                )),
-                Err(error) => log(format_args!("job {job}: after pid {pid}'s join: {error}")),
-            }
-            return Err("it exited while joining".into());
-        }
-        moved
+        join::move_held(pid, &pidfd, born, &files, || fault::delay("joining", job))
     }
 
     /// An order about `job` failed: the controller hears (and logs) it.
