@@ -352,6 +352,39 @@ except urllib.error.HTTPError as e:
         out.contains("etcd said 400") && out.contains("user name is empty"),
         "{out}"
     );
+    // And only root's processes on a node reach etcd at all: its lease calls need no
+    // credentials (a nobody job kept any node's lease alive through them).
+    let list_leases = |uid: u32| {
+        let mut command = Command::new("nsenter");
+        command.arg(format!("--net=/run/netns/cl-{}-a", lab.name));
+        let uid = uid.to_string();
+        if uid != "0" {
+            command.args([
+                "setpriv",
+                "--reuid",
+                &uid,
+                "--regid",
+                &uid,
+                "--clear-groups",
+            ]);
+        }
+        let script = "import urllib.request\ntry:\n    urllib.request.urlopen('http://10.77.0.1:2379/v3/lease/leases', b'{}', timeout=5)\n    print('etcd answered')\nexcept Exception as error:\n    print('not reached:', error)\n";
+        // Debian's python3: a nobody cannot reach one under /root.
+        let out = command
+            .args(["/usr/bin/python3", "-c", script])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let nobodys = list_leases(NOBODY);
+    assert!(
+        nobodys.contains("not reached") && nobodys.contains("refused"),
+        "{nobodys}"
+    );
+    assert!(
+        list_leases(0).contains("etcd answered"),
+        "root's agent must reach etcd"
+    );
     let _ = lab.cosched(&["cancel", &job.to_string()]);
 }
 
