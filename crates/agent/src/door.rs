@@ -376,7 +376,10 @@ mod tests {
 
         fn ask(&self, line: &str) -> UnixStream {
             let stream = self.connect();
-            (&stream).write_all(line.as_bytes()).unwrap();
+            // A door that refuses at once (its places taken) may have answered and closed
+            // before this is written (EPIPE, seen under load): its answer is still there to
+            // read, as `launch-remote` reads it.
+            let _ = (&stream).write_all(line.as_bytes());
             stream
         }
     }
