@@ -217,6 +217,8 @@ struct Report {
     repack: Option<bool>,
     backfill: Option<bool>,
     switch_overhead_s: Option<f64>,
+    /// Values outside the SWF range kept as read (fields the replay does not use).
+    out_of_range: swf::OutOfRangeTally,
     #[serde(flatten)]
     metrics: Metrics,
     generations: u64,
@@ -254,6 +256,9 @@ pub fn run(args: SimArgs) -> Result<()> {
         }
         (None, None) => unreachable!("clap requires --trace or --generate"),
     };
+    if !trace.out_of_range.is_empty() {
+        eprintln!("{workload}: {}", trace.out_of_range);
+    }
     let procs = match args.procs {
         Some(0) => bail!("--procs must be at least 1"),
         Some(n) => n,
@@ -366,6 +371,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         repack: gang.then_some(config.repack),
         backfill: gang.then_some(config.backfill),
         switch_overhead_s: gang.then_some(config.switch_overhead as f64 / MICROS_PER_SEC as f64),
+        out_of_range: trace.out_of_range.clone(),
         metrics: metrics(&outcome.results, procs),
         generations: outcome.generations,
         wall_seconds,

@@ -219,7 +219,11 @@ pub fn generate(jobs: usize, procs: u32, seed: u64, load_scale: f64) -> Trace {
             format!("; MaxProcs: {procs}"),
         ],
     };
-    Trace { header, records }
+    Trace {
+        header,
+        records,
+        ..Trace::default()
+    }
 }
 
 #[cfg(test)]
