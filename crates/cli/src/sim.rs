@@ -227,7 +227,9 @@ struct Report {
     repack: Option<bool>,
     backfill: Option<bool>,
     switch_overhead_s: Option<f64>,
-    /// Values outside the SWF range kept as read (fields the replay does not use).
+    /// Values outside the SWF range kept as read (fields the replay does not use); only
+    /// when there are some, so a clean log's row keeps the keys it always had.
+    #[serde(skip_serializing_if = "swf::OutOfRangeTally::is_empty")]
     out_of_range: swf::OutOfRangeTally,
     #[serde(flatten)]
     metrics: Metrics,

@@ -111,7 +111,7 @@ fn a_clean_log_gets_no_note() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["out_of_range"]["records"], 0);
+    assert!(v.get("out_of_range").is_none(), "{v}");
 }
 
 #[test]
