@@ -3,8 +3,9 @@
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Args};
 use cosched_core::{Machine, Micros, PartitionerKind, MICROS_PER_SEC};
+use cosched_sim::generate::{generate as generate_trace, generate_shaped, Shape, ShapeStats};
 use cosched_sim::swf::{self, Trace};
-use cosched_sim::{generate::generate as generate_trace, *};
+use cosched_sim::*;
 use serde::Serialize;
 use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal, Write};
@@ -133,6 +134,15 @@ pub struct GenerateArgs {
     /// Multiply the arrival rate (2 doubles the offered load)
     #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
     load_scale: f64,
+    /// published: the model as published (sizes grow with the machine); curie: shaped like
+    /// CEA-Curie-2011 on 93,312 processors (median job 32 processors, bursts of submissions,
+    /// offered load about 0.6 with --jobs 312826 --procs 93312)
+    #[arg(long, default_value = "published", value_parser = ["published", "curie"])]
+    shape: String,
+    /// Print the workload's shape on stderr (median size, share of jobs of at most 32
+    /// processors, busiest hour, offered load)
+    #[arg(long)]
+    stats: bool,
     /// Output file [default: stdout]
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
@@ -217,6 +227,10 @@ struct Report {
     repack: Option<bool>,
     backfill: Option<bool>,
     switch_overhead_s: Option<f64>,
+    /// Values outside the SWF range kept as read (fields the replay does not use); only
+    /// when there are some, so a clean log's row keeps the keys it always had.
+    #[serde(skip_serializing_if = "swf::OutOfRangeTally::is_empty")]
+    out_of_range: swf::OutOfRangeTally,
     #[serde(flatten)]
     metrics: Metrics,
     generations: u64,
@@ -254,6 +268,9 @@ pub fn run(args: SimArgs) -> Result<()> {
         }
         (None, None) => unreachable!("clap requires --trace or --generate"),
     };
+    if !trace.out_of_range.is_empty() {
+        eprintln!("{workload}: {}", trace.out_of_range);
+    }
     let procs = match args.procs {
         Some(0) => bail!("--procs must be at least 1"),
         Some(n) => n,
@@ -366,6 +383,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         repack: gang.then_some(config.repack),
         backfill: gang.then_some(config.backfill),
         switch_overhead_s: gang.then_some(config.switch_overhead as f64 / MICROS_PER_SEC as f64),
+        out_of_range: trace.out_of_range.clone(),
         metrics: metrics(&outcome.results, procs),
         generations: outcome.generations,
         wall_seconds,
@@ -471,7 +489,15 @@ impl Progress {
 
 pub fn generate(args: GenerateArgs) -> Result<()> {
     check_generation(args.jobs, "--jobs", args.procs, args.load_scale)?;
-    let trace = generate_trace(args.jobs, args.procs, args.seed, args.load_scale);
+    let mut shape = match args.shape.as_str() {
+        "curie" => Shape::curie(),
+        _ => Shape::published(1.0),
+    };
+    shape.load_scale *= args.load_scale;
+    let trace = generate_shaped(args.jobs, args.procs, args.seed, &shape);
+    if args.stats {
+        eprintln!("{}", ShapeStats::of(&trace, args.procs));
+    }
     let path = args.out.unwrap_or_else(|| PathBuf::from("-"));
     let mut out = open_out(&path)?;
     swf::write(&trace, &mut out).with_context(|| format!("cannot write {}", path.display()))

@@ -407,3 +407,35 @@ fn a_gantt_chart_shows_each_job_in_its_slices_over_its_processors() {
         stderr(&out)
     );
 }
+
+#[test]
+fn generate_curie_shape_prints_its_statistics() {
+    let log = temp("curie.swf");
+    let out = cosched(&[
+        "generate",
+        "--jobs",
+        "3000",
+        "--procs",
+        "93312",
+        "--seed",
+        "3",
+        "--shape",
+        "curie",
+        "--stats",
+        "--out",
+        log.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("3000 jobs, median 32 processors, ") && err.contains("offered load"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&log.0).unwrap();
+    assert!(
+        text.contains("sizes as for 14000 processors"),
+        "header: {text:.600}"
+    );
+    let published = cosched(&["generate", "--jobs", "10", "--stats"]);
+    assert!(stderr(&published).starts_with("10 jobs, median "));
+}

@@ -3,6 +3,8 @@
 
 use crate::rng::Rng;
 use crate::swf::{Header, Record, Trace};
+use serde::Serialize;
+use std::fmt::Write as _;
 
 /// The model's parameters for one job population.
 #[derive(Clone, Debug)]
@@ -58,47 +60,125 @@ const CYCLIC_DAY_START: usize = 11;
 const TOO_MUCH_TIME: f64 = 12.0;
 const TOO_MUCH_ARRIVAL: f64 = 13.0;
 
+/// How a generated workload departs from the model as published (`Shape::published` keeps
+/// it, and draws exactly the numbers it always drew).
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub model: Model,
+    /// Arrival rate multiplier: 2 halves every gap between arrivals, doubling the load.
+    pub load_scale: f64,
+    /// Size jobs as the model does for a machine of this many processors. The model scales
+    /// sizes with the machine, so on 93,312 processors its median job asks thousands; the
+    /// archive's wide machines run mostly small jobs (CEA-Curie: median 32).
+    pub size_procs: Option<u32>,
+    /// The chance that an arrival starts a burst: copies of its job (same size and run time)
+    /// one second apart, as job arrays and parameter sweeps arrive in real logs.
+    pub burst_prob: f64,
+    /// Bursts hold 2 to this many jobs, log-uniformly (most are short, a few fill an hour).
+    pub burst_most: u32,
+    /// Only jobs of at most this many processors start bursts (arrays of small jobs).
+    pub burst_largest: u32,
+}
+
+impl Shape {
+    pub fn published(load_scale: f64) -> Shape {
+        Shape {
+            model: Model::all_jobs(),
+            load_scale,
+            size_procs: None,
+            burst_prob: 0.0,
+            burst_most: 1,
+            burst_largest: 0,
+        }
+    }
+
+    /// Shaped like CEA-Curie-2011 on its 93,312 processors (for 312,826 jobs): median job 32
+    /// processors with about 54 % asking at most 32, a busiest hour of about 1,600
+    /// submissions, an offered load near 0.6, hundreds of jobs running at once. The numbers
+    /// below were fitted to those figures, which `curie_shape_has_the_logs_statistics` checks.
+    pub fn curie() -> Shape {
+        Shape {
+            model: Model {
+                // Whole nodes and powers of two, fewer serial jobs: the median asks 32.
+                pow2_prob: 0.9,
+                serial_prob: 0.2,
+                // The model's short-run chance falls with size (large jobs run hours): the
+                // work is then the large jobs', and at a load of 0.6 only tens of jobs run
+                // at once. Rising with size instead (small jobs run hours, large ones
+                // minutes) keeps hundreds running, thousands at the peaks.
+                pa: 0.0054,
+                pb: 0.22,
+                ..Model::all_jobs()
+            },
+            load_scale: 47.0,
+            size_procs: Some(14_000),
+            burst_prob: 0.001,
+            burst_most: 1_250,
+            burst_largest: 32,
+        }
+    }
+}
+
 pub struct Generator {
     model: Model,
     procs: u32,
+    /// The machine the sizes are drawn for (`Shape::size_procs`, else `procs`).
+    size_procs: u32,
+    burst_prob: f64,
+    burst_most: u32,
+    burst_largest: u32,
+    /// Copies of the last job still to submit, one second apart.
+    burst_left: u32,
+    /// Processors and run time of the job a burst copies.
+    last_job: (u32, i64),
     rng: Rng,
     /// Cost in points of one second in each half hour of the day; mean 1.
     weights: [f64; BUCKETS],
-    /// Arrival rate multiplier: 2 halves every gap between arrivals, doubling the load.
     load_scale: f64,
     now: f64,
 }
 
 impl Generator {
-    pub fn new(model: Model, procs: u32, seed: u64, load_scale: f64) -> Generator {
+    pub fn new(procs: u32, seed: u64, shape: &Shape) -> Generator {
         assert!(
             procs > 0,
             "a workload needs a machine of at least one processor"
         );
         assert!(
-            load_scale.is_finite() && load_scale > 0.0,
+            shape.load_scale.is_finite() && shape.load_scale > 0.0,
             "the load scale must be positive"
         );
+        assert!(
+            (0.0..1.0).contains(&shape.burst_prob) && shape.burst_most >= 1,
+            "a burst chance in [0, 1) and bursts of at least one job"
+        );
+        let model = shape.model.clone();
         let weights = day_weights(model.anum, model.bnum);
         Generator {
             model,
             procs,
+            size_procs: shape.size_procs.unwrap_or(procs).max(1),
+            burst_prob: shape.burst_prob,
+            burst_most: shape.burst_most,
+            burst_largest: shape.burst_largest,
+            burst_left: 0,
+            last_job: (1, 1),
             rng: Rng::new(seed),
             weights,
-            load_scale,
+            load_scale: shape.load_scale,
             now: 0.0,
         }
     }
 
-    /// Log2 of the machine size and the middle of the two-stage uniform, scaled to the machine.
+    /// Log2 of the sizing machine and the middle of the two-stage uniform, scaled to it.
     fn size_bounds(&self) -> (f64, f64) {
-        let high = f64::from(self.procs).log2();
+        let high = f64::from(self.size_procs).log2();
         (high - 2.5, high)
     }
 
     fn size(&mut self) -> u32 {
         let m = &self.model;
-        if self.procs == 1 || self.rng.uniform() < m.serial_prob {
+        if self.size_procs == 1 || self.rng.uniform() < m.serial_prob {
             return 1;
         }
         let (med, high) = self.size_bounds();
@@ -151,11 +231,30 @@ impl Generator {
         }
     }
 
+    /// Whether this arrival starts a burst, and how many copies follow it. No number is
+    /// drawn without bursts, so the published shape keeps its workloads.
+    fn burst(&mut self, size: u32) -> u32 {
+        if size > self.burst_largest || self.rng.uniform() >= self.burst_prob {
+            return 0;
+        }
+        let most = f64::from(self.burst_most.max(2));
+        let jobs = (2f64.ln() + self.rng.uniform() * (most / 2.0).ln()).exp();
+        (jobs.round() as u32).clamp(2, self.burst_most.max(2)) - 1
+    }
+
     /// The next job as an SWF record numbered `number`.
     pub fn job(&mut self, number: u64) -> Record {
-        let submit = self.arrive();
-        let size = self.size();
-        let run = self.run_time(size);
+        let (submit, (size, run)) = if self.burst_left > 0 {
+            self.burst_left -= 1;
+            self.now += 1.0;
+            (self.now, self.last_job)
+        } else {
+            let submit = self.arrive();
+            let size = self.size();
+            self.burst_left = self.burst(size);
+            self.last_job = (size, self.run_time(size));
+            (submit, self.last_job)
+        };
         let mut record = Record::unknown();
         record.fields[0] = number as f64;
         record.fields[1] = submit.floor();
@@ -206,25 +305,154 @@ fn day_weights(shape: f64, scale: f64) -> [f64; BUCKETS] {
 /// A whole synthetic trace of `jobs` jobs for a machine of `procs` processors; `load_scale`
 /// multiplies the arrival rate (1 is the model as published).
 pub fn generate(jobs: usize, procs: u32, seed: u64, load_scale: f64) -> Trace {
-    let mut generator = Generator::new(Model::all_jobs(), procs, seed, load_scale);
+    generate_shaped(jobs, procs, seed, &Shape::published(load_scale))
+}
+
+/// A whole synthetic trace of `jobs` jobs in the given shape.
+pub fn generate_shaped(jobs: usize, procs: u32, seed: u64, shape: &Shape) -> Trace {
+    let mut generator = Generator::new(procs, seed, shape);
     let records = (1..=jobs as u64).map(|n| generator.job(n)).collect();
+    let mut note = format!(
+        "; Note: generated by cosched with seed {seed}, load scale {}",
+        shape.load_scale
+    );
+    if let Some(size_procs) = shape.size_procs {
+        let _ = write!(note, ", sizes as for {size_procs} processors");
+    }
+    if shape.burst_prob > 0.0 {
+        let _ = write!(
+            note,
+            ", bursts of up to {} jobs from {} of arrivals",
+            shape.burst_most, shape.burst_prob
+        );
+    }
     let header = Header {
         lines: vec![
             "; Version: 2.2".to_string(),
             "; Computer: synthetic (Lublin-Feitelson model, all-jobs parameters)".to_string(),
-            format!("; Note: generated by cosched with seed {seed}, load scale {load_scale}"),
+            note,
             format!("; MaxJobs: {jobs}"),
             format!("; MaxRecords: {jobs}"),
             format!("; MaxNodes: {procs}"),
             format!("; MaxProcs: {procs}"),
         ],
     };
-    Trace { header, records }
+    Trace {
+        header,
+        records,
+        ..Trace::default()
+    }
+}
+
+/// What a workload looks like from the figures that set a replay's cost: how large its jobs
+/// are, how busy its busiest hour is, and how much work it offers the machine.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ShapeStats {
+    pub jobs: usize,
+    pub median_procs: i64,
+    /// Share of jobs asking at most 32 processors.
+    pub share_at_most_32: f64,
+    pub busiest_hour_submissions: usize,
+    /// Work (processors x run time) over the machine's capacity from the first submission to
+    /// the last: the utilization a scheduler that never lets a job wait would reach.
+    pub offered_load: f64,
+    /// Jobs running at once if none waited: on average (run time over span), and at most.
+    pub mean_running: f64,
+    pub most_running: usize,
+}
+
+impl ShapeStats {
+    /// Of the records the replay keeps (run time and processors positive).
+    pub fn of(trace: &Trace, procs: u32) -> ShapeStats {
+        let kept: Vec<&Record> = trace
+            .records
+            .iter()
+            .filter(|r| r.run_time() > 0 && r.procs() > 0 && r.submit() >= 0)
+            .collect();
+        let mut sizes: Vec<i64> = kept.iter().map(|r| r.procs()).collect();
+        sizes.sort_unstable();
+        let mut submits: Vec<i64> = kept.iter().map(|r| r.submit()).collect();
+        submits.sort_unstable();
+        let span = match (submits.first(), submits.last()) {
+            (Some(first), Some(last)) if last > first => (last - first) as f64,
+            _ => 1.0,
+        };
+        let mut busiest = 0;
+        let mut from = 0;
+        for (to, &t) in submits.iter().enumerate() {
+            while t - submits[from] >= 3600 {
+                from += 1;
+            }
+            busiest = busiest.max(to + 1 - from);
+        }
+        let work: f64 = kept
+            .iter()
+            .map(|r| r.run_time() as f64 * r.procs() as f64)
+            .sum();
+        let runs: f64 = kept.iter().map(|r| r.run_time() as f64).sum();
+        let mut changes: Vec<(i64, i32)> = kept
+            .iter()
+            .flat_map(|r| [(r.submit(), 1), (r.submit() + r.run_time(), -1)])
+            .collect();
+        // Ends before starts at the same second: a job ending frees its place at once.
+        changes.sort_unstable();
+        let mut running = 0i64;
+        let mut most_running = 0;
+        for (_, change) in changes {
+            running += i64::from(change);
+            most_running = most_running.max(running as usize);
+        }
+        let n = sizes.len().max(1) as f64;
+        ShapeStats {
+            jobs: sizes.len(),
+            median_procs: sizes.get(sizes.len() / 2).copied().unwrap_or(0),
+            share_at_most_32: sizes.iter().filter(|&&s| s <= 32).count() as f64 / n,
+            busiest_hour_submissions: busiest,
+            offered_load: work / (f64::from(procs) * span),
+            mean_running: runs / span,
+            most_running,
+        }
+    }
+}
+
+impl std::fmt::Display for ShapeStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} jobs, median {} processors, {:.1} % ask at most 32, busiest hour {} submissions, offered load {:.3}; if none waited, {:.0} jobs running at once on average, {} at most",
+            self.jobs,
+            self.median_procs,
+            100.0 * self.share_at_most_32,
+            self.busiest_hour_submissions,
+            self.offered_load,
+            self.mean_running,
+            self.most_running
+        )
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The figures of CEA-Curie-2011-2.1-cln that set a gang replay's cost, within stated
+    /// tolerances, for the seed `bench/sim-scale` uses.
+    #[test]
+    fn curie_shape_has_the_logs_statistics() {
+        let trace = generate_shaped(312_826, 93_312, 3, &Shape::curie());
+        let stats = ShapeStats::of(&trace, 93_312);
+        assert_eq!(stats.jobs, 312_826);
+        assert_eq!(stats.median_procs, 32, "{stats}");
+        assert!((0.50..=0.58).contains(&stats.share_at_most_32), "{stats}");
+        assert!((0.55..=0.70).contains(&stats.offered_load), "{stats}");
+        assert!(
+            (1_300..=2_000).contains(&stats.busiest_hour_submissions),
+            "{stats}"
+        );
+        assert!(stats.mean_running >= 200.0, "{stats}");
+        assert!(stats.most_running >= 1_500, "{stats}");
+        assert!(trace.records.iter().all(|r| r.procs() <= 93_312));
+    }
 
     #[test]
     fn same_seed_same_workload() {

@@ -40,8 +40,10 @@ pub fn results_as_swf(trace: &Trace, results: &[JobResult], note: &str) -> Trace
         .collect();
     let mut lines = trace.header.lines.clone();
     lines.push(format!("; Note: {note}"));
+    // The tally describes what was read; this trace is written, not read.
     Trace {
         header: Header { lines },
         records,
+        ..Trace::default()
     }
 }

@@ -5,6 +5,7 @@
 //! read alike (detected by the gzip magic bytes, not the name).
 
 use cosched_core::Machine;
+use serde::Serialize;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -42,7 +43,8 @@ pub const MAX_SECONDS: f64 = 4_294_967_296.0;
 /// numbers): 2^53, the largest integer a double holds exactly.
 pub const MAX_COUNT: f64 = 9_007_199_254_740_992.0;
 
-/// The largest value field `index` (0-based) may hold; the smallest is always -1 (unknown).
+/// The largest value field `index` (0-based) may hold by the format; the smallest is always -1
+/// (unknown).
 fn field_limit(index: usize) -> f64 {
     match index {
         // submit, wait, run, average CPU time, requested time, think time
@@ -51,6 +53,17 @@ fn field_limit(index: usize) -> f64 {
         4 | 7 => f64::from(Machine::MAX_PROCS),
         _ => MAX_COUNT,
     }
+}
+
+/// Whether a value outside the format's range in field `index` (0-based) refuses the log. The
+/// replay reads submit, run time, allocated and requested processors and requested time: a
+/// wrong value there changes the schedule, so it stays an error. Archive logs hold values the
+/// format's text does not allow in other fields (Sandia-Ross: status -4; user ids -2): those are
+/// kept as read and tallied. Requested memory (field 10) is lenient too: nothing reads it yet,
+/// and memory-fit admission, when it comes, must judge a value at its use (treat an odd one as
+/// unknown or refuse the job) rather than have the reader refuse every log holding one.
+fn replay_reads(index: usize) -> bool {
+    matches!(index, 1 | 3 | 4 | 7 | 8)
 }
 
 /// One job line. Values are kept as read (fractional CPU times exist in some logs).
@@ -131,6 +144,81 @@ impl Header {
 pub struct Trace {
     pub header: Header,
     pub records: Vec<Record>,
+    /// Values outside the format's range that were kept as read (fields the replay ignores).
+    pub out_of_range: OutOfRangeTally,
+}
+
+/// The records holding values outside the format's range in fields the replay does not read,
+/// by field. Such values are kept as read, so the writer gives them back unchanged.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OutOfRangeTally {
+    /// Records with at least one such value.
+    pub records: u64,
+    /// One entry per field concerned, in field order.
+    pub fields: Vec<FieldTally>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FieldTally {
+    /// 1-based, as the SWF definition numbers fields.
+    pub field: usize,
+    pub name: &'static str,
+    pub records: u64,
+    pub first_line: usize,
+}
+
+impl OutOfRangeTally {
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// Counts one record's out-of-range fields (0-based indices, in order).
+    fn add(&mut self, line: usize, indices: &[usize]) {
+        if indices.is_empty() {
+            return;
+        }
+        self.records += 1;
+        for &index in indices {
+            let field = index + 1;
+            match self.fields.binary_search_by_key(&field, |t| t.field) {
+                Ok(at) => self.fields[at].records += 1,
+                Err(at) => self.fields.insert(
+                    at,
+                    FieldTally {
+                        field,
+                        name: FIELD_NAMES[index],
+                        records: 1,
+                        first_line: line,
+                    },
+                ),
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for OutOfRangeTally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plural = |n: u64| if n == 1 { "" } else { "s" };
+        write!(
+            f,
+            "{} record{} hold values outside the SWF range in fields the replay does not use, kept as read:",
+            self.records,
+            plural(self.records)
+        )?;
+        for (i, t) in self.fields.iter().enumerate() {
+            write!(
+                f,
+                "{} field {} ({}) in {} record{}, first at line {}",
+                if i == 0 { "" } else { ";" },
+                t.field,
+                t.name,
+                t.records,
+                plural(t.records),
+                t.first_line
+            )?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -168,6 +256,14 @@ pub enum SwfError {
         name: &'static str,
         text: String,
         limit: f64,
+    },
+    #[error("{path}:{line}: field {field} ({name}): {text} is too large to keep exactly (beyond ±{MAX_COUNT})")]
+    Overflow {
+        path: PathBuf,
+        line: usize,
+        field: usize,
+        name: &'static str,
+        text: String,
     },
     #[error("{path}: no job records")]
     Empty { path: PathBuf },
@@ -220,7 +316,9 @@ pub fn read(mut reader: impl BufRead, path: &Path) -> Result<Trace, SwfError> {
             trace.header.lines.push(text.to_string());
             continue;
         }
-        trace.records.push(parse_record(text, path, number)?);
+        let (record, odd) = parse_record(text, path, number)?;
+        trace.out_of_range.add(number, &odd);
+        trace.records.push(record);
     }
     if trace.records.is_empty() {
         return Err(SwfError::Empty {
@@ -230,7 +328,8 @@ pub fn read(mut reader: impl BufRead, path: &Path) -> Result<Trace, SwfError> {
     Ok(trace)
 }
 
-fn parse_record(text: &str, path: &Path, line: usize) -> Result<Record, SwfError> {
+/// A record and the (0-based) fields whose out-of-range values were kept as read.
+fn parse_record(text: &str, path: &Path, line: usize) -> Result<(Record, Vec<usize>), SwfError> {
     // A wrong field count is the error to report, even when a bad field comes first.
     let found = || text.split_whitespace().count();
     let field_count = || SwfError::FieldCount {
@@ -246,6 +345,7 @@ fn parse_record(text: &str, path: &Path, line: usize) -> Result<Record, SwfError
         }
     };
     let mut record = Record::unknown();
+    let mut odd = Vec::new();
     let mut words = text.split_whitespace();
     for (i, slot) in record.fields.iter_mut().enumerate() {
         let word = words.next().ok_or_else(field_count)?;
@@ -262,21 +362,34 @@ fn parse_record(text: &str, path: &Path, line: usize) -> Result<Record, SwfError
             })?;
         let limit = field_limit(i);
         if value != -1.0 && !(0.0..=limit).contains(&value) {
-            return Err(or_field_count(SwfError::OutOfRange {
-                path: path.to_path_buf(),
-                line,
-                field: i + 1,
-                name: FIELD_NAMES[i],
-                text: word.to_string(),
-                limit,
-            }));
+            if replay_reads(i) {
+                return Err(or_field_count(SwfError::OutOfRange {
+                    path: path.to_path_buf(),
+                    line,
+                    field: i + 1,
+                    name: FIELD_NAMES[i],
+                    text: word.to_string(),
+                    limit,
+                }));
+            }
+            // Past 2^53 a value is not the one written, and the writer could not give it back.
+            if value.abs() > MAX_COUNT {
+                return Err(or_field_count(SwfError::Overflow {
+                    path: path.to_path_buf(),
+                    line,
+                    field: i + 1,
+                    name: FIELD_NAMES[i],
+                    text: word.to_string(),
+                }));
+            }
+            odd.push(i);
         }
         *slot = value;
     }
     if words.next().is_some() {
         return Err(field_count());
     }
-    Ok(record)
+    Ok((record, odd))
 }
 
 /// A field's value. Nearly every field of an archive log is a whole number: those are read
@@ -458,5 +571,78 @@ mod tests {
         for (field, value) in [(2, "-1"), (4, "4294967296"), (8, "16777216"), (6, "0.5")] {
             assert!(read_bytes(line(field, value).as_bytes(), "ok.swf").is_ok());
         }
+        // What the replay reads stays strict, however the value is out of range.
+        for (field, value) in [(2, "-2"), (4, "-4"), (5, "-2"), (8, "-3"), (9, "-4")] {
+            assert!(
+                err(field, value).contains(&format!("field {field} (")),
+                "{field} {value}"
+            );
+        }
+        assert!(err(9, "5e9").contains("field 9 (requested time): 5e9 is out of range"));
+        assert!(err(8, "16777217").contains("field 8 (requested processors)"));
+    }
+
+    /// Records shaped like the archive's (Sandia-Ross: status -4; negative user and group ids,
+    /// job numbers past the 2^32 of a time): read, kept as they are, tallied once per field.
+    #[test]
+    fn unused_fields_out_of_range_are_kept_and_tallied() {
+        let text = "; MaxProcs: 64\n\
+            1 0 5 100 4 -1 -1 4 200 -1 1 3 1 -1 1 -1 -1 -1\n\
+            2 10 -1 50 4 -1 -1 4 200 -1 -4 -2 -2 -1 1 -1 -1 -1\n\
+            3 20 -7 50 4 -1 -3 4 200 -5 -4 3 1 -1 1 -1 -1 -1\n\
+            9000000000000 30 -1 50 4 -1 -1 4 200 -1 1 3 1 -1 1 -1 -1 7e15\n";
+        let trace = read_bytes(text.as_bytes(), "archive.swf").unwrap();
+        assert_eq!(trace.records.len(), 4);
+        assert_eq!(trace.records[1].fields[10], -4.0);
+        assert_eq!(trace.records[1].fields[11], -2.0);
+        assert_eq!(trace.records[3].job_number(), 9_000_000_000_000);
+        let tally = &trace.out_of_range;
+        assert_eq!(tally.records, 3);
+        let found: Vec<(usize, u64, usize)> = tally
+            .fields
+            .iter()
+            .map(|t| (t.field, t.records, t.first_line))
+            .collect();
+        // Job number 9e12 is within the 2^53 of a count; think time 7e15 is past 2^32 s.
+        assert_eq!(
+            found,
+            [
+                (3, 1, 4),
+                (7, 1, 4),
+                (10, 1, 4),
+                (11, 2, 3),
+                (12, 1, 3),
+                (13, 1, 3),
+                (18, 1, 5)
+            ]
+        );
+        assert_eq!(tally.fields[3].name, "status");
+        assert!(tally.to_string().starts_with(
+            "3 records hold values outside the SWF range in fields the replay does not use, kept as read: \
+             field 3 (wait time) in 1 record, first at line 4; "
+        ));
+        assert!(tally
+            .to_string()
+            .contains("field 11 (status) in 2 records, first at line 3;"));
+
+        let mut out = Vec::new();
+        write(&trace, &mut out).unwrap();
+        let written = String::from_utf8(out.clone()).unwrap();
+        assert!(written.contains("\n2 10 -1 50 4 -1 -1 4 200 -1 -4 -2 -2 -1 1 -1 -1 -1\n"));
+        assert!(written.contains(
+            "\n9000000000000 30 -1 50 4 -1 -1 4 200 -1 1 3 1 -1 1 -1 -1 7000000000000000\n"
+        ));
+        assert_eq!(read_bytes(out.as_slice(), "again.swf").unwrap(), trace);
+
+        // Past 2^53 a value cannot be held exactly: still refused, in any field.
+        let huge = "1 0 5 100 4 -1 -1 4 200 -1 1 -1e300 1 -1 1 -1 -1 -1\n";
+        assert_eq!(
+            read_bytes(huge.as_bytes(), "h.swf").unwrap_err().to_string(),
+            "h.swf:1: field 12 (user id): -1e300 is too large to keep exactly (beyond ±9007199254740992)"
+        );
+        assert!(read_bytes(SAMPLE.as_bytes(), "s.swf")
+            .unwrap()
+            .out_of_range
+            .is_empty());
     }
 }
