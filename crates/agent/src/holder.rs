@@ -89,7 +89,9 @@ fn own_procs_file(job: JobId) -> Result<PathBuf, HoldError> {
         .ok_or(HoldError::NotInCgroup(job))
 }
 
-/// SIGTERM blocked, to be taken by [`sigterm_within`] (no handler runs in this process).
+/// SIGTERM blocked, to be taken by [`sigterm_within`] (no handler runs in this process). The
+/// supervisor starts the holder with it blocked already (`Launch::holder`): a registrant
+/// that ends its job at once would otherwise kill a holder that has not reached this line.
 fn block_sigterm() -> libc::sigset_t {
     // SAFETY: a zeroed sigset_t is filled by sigemptyset before use; sigprocmask takes
     // valid pointers.
