@@ -37,18 +37,21 @@ pub fn hold(join_within: Duration) -> Result<i32, HoldError> {
         .ok()
         .and_then(|id| id.parse().ok())
         .ok_or(HoldError::NotInJob)?;
-    let procs = own_procs_file(job)?;
+    let files = own_procs_files(job)?;
     let me = std::process::id().to_string();
     let terminate = block_sigterm();
     let started = Instant::now();
     let mut joined = false;
     let mut ending = false;
     loop {
-        let pids = std::fs::read_to_string(&procs).map_err(|source| HoldError::Read {
-            path: procs.clone(),
-            source,
-        })?;
-        let others = pids.lines().any(|pid| pid.trim() != me);
+        let mut others = false;
+        for file in &files {
+            let pids = std::fs::read_to_string(file).map_err(|source| HoldError::Read {
+                path: file.clone(),
+                source,
+            })?;
+            others |= pids.lines().any(|pid| pid.trim() != me);
+        }
         if others {
             joined = true;
         } else if joined || ending {
@@ -64,12 +67,16 @@ pub fn hold(join_within: Duration) -> Result<i32, HoldError> {
     }
 }
 
-/// The `cgroup.procs` of the job's cgroup this process is in (any hierarchy that has it).
-fn own_procs_file(job: JobId) -> Result<PathBuf, HoldError> {
+/// The `cgroup.procs` of the job's cgroup this process is in, in every hierarchy that has it:
+/// a process joins them one at a time (the v2 one first, whose list the agent reads to kill
+/// what an ended job leaves), so a holder that watched one could end the job between two of
+/// those moves and have the newcomer killed.
+fn own_procs_files(job: JobId) -> Result<Vec<PathBuf>, HoldError> {
     let layout = Layout::detect().map_err(HoldError::Cgroup)?;
     let mine = std::fs::read_to_string("/proc/self/cgroup").map_err(HoldError::Cgroup)?;
     let suffix = format!("/{}", job_name(job));
-    mine.lines()
+    let files: Vec<PathBuf> = mine
+        .lines()
         .filter_map(|line| {
             let mut fields = line.splitn(3, ':');
             let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
@@ -85,8 +92,11 @@ fn own_procs_file(job: JobId) -> Result<PathBuf, HoldError> {
                 .join("cgroup.procs");
             file.exists().then_some(file)
         })
-        .next()
-        .ok_or(HoldError::NotInCgroup(job))
+        .collect();
+    if files.is_empty() {
+        return Err(HoldError::NotInCgroup(job));
+    }
+    Ok(files)
 }
 
 /// SIGTERM blocked, to be taken by [`sigterm_within`] (no handler runs in this process). The
