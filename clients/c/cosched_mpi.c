@@ -9,7 +9,7 @@
  * Fortran programs (mpif.h, the mpi and mpi_f08 modules) join too: Open MPI's Fortran
  * bindings, and MPICH's mpi_f08, reach PMPI_Init and PMPI_Finalize past the C wrappers, so
  * their entry points are wrapped here as well. The library is built for one MPI (libcosched-mpi.so with mpicc,
- * libcosched-mpi-mpich.so with MPICH's): it must be the program's.
+ * libcosched-mpi-mpich.so with MPICH's); a program of the other runs without it, saying so.
  *
  * Environment: COSCHED_MPI_NAME (the job's name; default the program's), COSCHED_MPI_CLASS
  * (its class; default batch), COSCHED_SOCKET (the daemon's socket). */
@@ -24,7 +24,27 @@
 #include <unistd.h>
 
 static cosched_job_id gang;
-static int gang_rank = -1;
+static int gang_rank;
+static int tried;
+
+#ifdef OPEN_MPI
+#define BUILT_FOR_OPEN_MPI 1
+#define OTHER_BUILD "libcosched-mpi-mpich.so"
+#else
+#define BUILT_FOR_OPEN_MPI 0
+#define OTHER_BUILD "libcosched-mpi.so"
+#endif
+
+/* Whether the program runs the MPI this library was built for: handles (MPI_COMM_WORLD...)
+ * differ between Open MPI and the MPICH family, and the other's would crash it. */
+static int program_mpi_is_ours(void) {
+    /* Larger than any MPI's MPI_MAX_LIBRARY_VERSION_STRING (MPICH's is 8192, this build's
+     * may be Open MPI's 256), as the program's MPI writes it. */
+    static char version[16384];
+    int len = 0;
+    if (PMPI_Get_library_version(version, &len) != MPI_SUCCESS) return 1;
+    return (strstr(version, "Open MPI") != NULL) == BUILT_FOR_OPEN_MPI;
+}
 
 /* Rank 0's job id, or 0 when the ranks run without cosched. */
 static cosched_job_id register_world(int size) {
@@ -55,7 +75,14 @@ static cosched_job_id register_world(int size) {
 
 static void join_gang(void) {
     /* Once, whichever binding comes first (MPICH's mpif.h binding calls the C MPI_Init). */
-    if (gang_rank >= 0) return;
+    if (tried) return;
+    tried = 1;
+    if (!program_mpi_is_ours()) {
+        fprintf(stderr, "cosched-mpi: not gang-scheduled: this library was built for %s, the "
+                        "program runs another MPI (preload " OTHER_BUILD ")\n",
+                BUILT_FOR_OPEN_MPI ? "Open MPI" : "MPICH");
+        return;
+    }
     int size;
     PMPI_Comm_rank(MPI_COMM_WORLD, &gang_rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &size);

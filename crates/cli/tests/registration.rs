@@ -307,6 +307,22 @@ fn short_mpi_programs_in_c_and_fortran_end_cleanly_and_take_turns_with_another_j
         failures.len(),
         d.log()
     );
+    // The library built for the other MPI steps aside, saying so, rather than crash: hello.c
+    // under Open MPI with MPICH's build, and back.
+    for (ours, theirs) in [(0, 3), (3, 0)] {
+        let (mpi, _, program) = &programs[ours];
+        let out = launch_2_ranks(mpi, &programs[theirs].1, program)
+            .env("COSCHED_SOCKET", d.socket())
+            .env("COSCHED_MPI_NAME", "mismatched")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.contains("the program runs another MPI"),
+            "{out:?}"
+        );
+    }
+    assert_eq!(jobs_named(&d, "mismatched"), Vec::<u64>::new());
     d.cosched(&["cancel", &other.to_string()]);
 }
 
