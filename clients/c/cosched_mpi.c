@@ -8,8 +8,9 @@
  *
  * Fortran programs (mpif.h, the mpi and mpi_f08 modules) join too: Open MPI's Fortran
  * bindings, and MPICH's mpi_f08, reach PMPI_Init and PMPI_Finalize past the C wrappers, so
- * their entry points are wrapped here as well. The library is built for one MPI (libcosched-mpi.so with mpicc,
- * libcosched-mpi-mpich.so with MPICH's); a program of the other runs without it, saying so.
+ * their entry points are wrapped here as well. The library is built for one MPI
+ * (libcosched-mpi.so with mpicc, libcosched-mpi-mpich.so with MPICH's); a program of the
+ * other runs without it, saying so.
  *
  * Environment: COSCHED_MPI_NAME (the job's name; default the program's), COSCHED_MPI_CLASS
  * (its class; default batch), COSCHED_SOCKET (the daemon's socket). */

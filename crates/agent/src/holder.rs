@@ -103,15 +103,10 @@ fn own_procs_files(job: JobId) -> Result<Vec<PathBuf>, HoldError> {
 /// supervisor starts the holder with it blocked already (`Launch::holder`): a registrant
 /// that ends its job at once would otherwise kill a holder that has not reached this line.
 fn block_sigterm() -> libc::sigset_t {
-    // SAFETY: a zeroed sigset_t is filled by sigemptyset before use; sigprocmask takes
-    // valid pointers.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
+    let set = crate::unix::signal_set(&[libc::SIGTERM]);
+    // SAFETY: sigprocmask takes a valid set and no old one.
+    unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    set
 }
 
 /// Waits up to `wait` for SIGTERM; whether it came.

@@ -379,7 +379,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
         gid: spec.launch.gid,
         groups: spec.launch.groups.clone(),
         output: spec.output_file.as_deref().map(cstring),
-        mask: signal_set(if spec.launch.holder {
+        mask: crate::unix::signal_set(if spec.launch.holder {
             &[libc::SIGTERM]
         } else {
             &[]
@@ -392,11 +392,12 @@ pub fn supervise() -> Result<(), SupervisorError> {
         .map_err(os_error(job, "pipe"))?;
     // The child is born with SIGTERM blocked, until it sets its own mask: a FINISH read
     // right after the fork must not kill a holder that has not taken its mask yet.
-    let mut before = signal_set(&[]);
+    let mut before = crate::unix::signal_set(&[]);
     // SAFETY: valid sigset pointers; this process has one thread, so the child may run any
     // code until exec (it only makes async-signal-safe calls anyway).
     let child = unsafe {
-        libc::sigprocmask(libc::SIG_BLOCK, &signal_set(&[libc::SIGTERM]), &mut before);
+        let sigterm = crate::unix::signal_set(&[libc::SIGTERM]);
+        libc::sigprocmask(libc::SIG_BLOCK, &sigterm, &mut before);
         let child = libc::fork();
         if child == 0 {
             exec_child(&prepared, pipe[1])
@@ -566,18 +567,6 @@ impl Watch<'_> {
         }
         let _ = std::fs::remove_file(&self.spec.socket);
         Ok(())
-    }
-}
-
-fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
-    // SAFETY: a zeroed sigset_t is filled by sigemptyset before use.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for &signal in signals {
-            libc::sigaddset(&mut set, signal);
-        }
-        set
     }
 }
 
