@@ -6,11 +6,18 @@
  * as `cosched run` does) or one that cannot register runs as it would without the library,
  * with one line on standard error saying why.
  *
+ * Fortran programs (mpif.h, the mpi and mpi_f08 modules) join too: Open MPI's Fortran
+ * bindings, and MPICH's mpi_f08, reach PMPI_Init and PMPI_Finalize past the C wrappers, so
+ * their entry points are wrapped here as well. The library is built for one MPI
+ * (libcosched-mpi.so with mpicc, libcosched-mpi-mpich.so with MPICH's); a program of the
+ * other runs without it, saying so.
+ *
  * Environment: COSCHED_MPI_NAME (the job's name; default the program's), COSCHED_MPI_CLASS
  * (its class; default batch), COSCHED_SOCKET (the daemon's socket). */
 #define _GNU_SOURCE
 #include "cosched.h"
 
+#include <dlfcn.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +25,27 @@
 #include <unistd.h>
 
 static cosched_job_id gang;
-static int gang_rank = -1;
+static int gang_rank;
+static int tried;
+
+#ifdef OPEN_MPI
+#define BUILT_FOR_OPEN_MPI 1
+#define OTHER_BUILD "libcosched-mpi-mpich.so"
+#else
+#define BUILT_FOR_OPEN_MPI 0
+#define OTHER_BUILD "libcosched-mpi.so"
+#endif
+
+/* Whether the program runs the MPI this library was built for: handles (MPI_COMM_WORLD...)
+ * differ between Open MPI and the MPICH family, and the other's would crash it. */
+static int program_mpi_is_ours(void) {
+    /* Larger than any MPI's MPI_MAX_LIBRARY_VERSION_STRING (MPICH's is 8192, this build's
+     * may be Open MPI's 256), as the program's MPI writes it. */
+    static char version[16384];
+    int len = 0;
+    if (PMPI_Get_library_version(version, &len) != MPI_SUCCESS) return 1;
+    return (strstr(version, "Open MPI") != NULL) == BUILT_FOR_OPEN_MPI;
+}
 
 /* Rank 0's job id, or 0 when the ranks run without cosched. */
 static cosched_job_id register_world(int size) {
@@ -48,6 +75,15 @@ static cosched_job_id register_world(int size) {
 }
 
 static void join_gang(void) {
+    /* Once, whichever binding comes first (MPICH's mpif.h binding calls the C MPI_Init). */
+    if (tried) return;
+    tried = 1;
+    if (!program_mpi_is_ours()) {
+        fprintf(stderr, "cosched-mpi: not gang-scheduled: this library was built for %s, the "
+                        "program runs another MPI (preload " OTHER_BUILD ")\n",
+                BUILT_FOR_OPEN_MPI ? "Open MPI" : "MPICH");
+        return;
+    }
     int size;
     PMPI_Comm_rank(MPI_COMM_WORLD, &gang_rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -71,7 +107,7 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
     return rc;
 }
 
-int MPI_Finalize(void) {
+static void leave_gang(void) {
     if (gang) {
         /* Every rank is past its work before the job ends and they run unscheduled. */
         PMPI_Barrier(MPI_COMM_WORLD);
@@ -80,5 +116,65 @@ int MPI_Finalize(void) {
                     cosched_last_error());
         gang = 0;
     }
+}
+
+int MPI_Finalize(void) {
+    leave_gang();
     return PMPI_Finalize();
 }
+
+/* The MPI library's own definition of the Fortran entry point `name`, which the wrapper
+ * below hides; NULL (said on stderr) if there is none. */
+static void *fortran_next(const char *name) {
+    void *next = dlsym(RTLD_NEXT, name);
+    if (!next) fprintf(stderr, "cosched-mpi: cannot call the MPI library's %s\n", name);
+    return next;
+}
+
+static void join_if_initialized(void) {
+    int initialized = 0;
+    if (PMPI_Initialized(&initialized) == MPI_SUCCESS && initialized) join_gang();
+}
+
+/* Each Fortran entry point by its symbol: the arguments (all by reference) pass through. */
+#define FORTRAN_INIT(symbol)                                                                  \
+    void symbol(MPI_Fint *ierr);                                                              \
+    void symbol(MPI_Fint *ierr) {                                                             \
+        void (*next)(MPI_Fint *) = (void (*)(MPI_Fint *))fortran_next(#symbol);               \
+        if (!next) {                                                                          \
+            if (ierr) *ierr = MPI_ERR_OTHER;                                                  \
+            return;                                                                           \
+        }                                                                                     \
+        next(ierr);                                                                           \
+        join_if_initialized();                                                                \
+    }
+#define FORTRAN_INIT_THREAD(symbol)                                                           \
+    void symbol(MPI_Fint *required, MPI_Fint *provided, MPI_Fint *ierr);                      \
+    void symbol(MPI_Fint *required, MPI_Fint *provided, MPI_Fint *ierr) {                     \
+        void (*next)(MPI_Fint *, MPI_Fint *, MPI_Fint *) =                                    \
+            (void (*)(MPI_Fint *, MPI_Fint *, MPI_Fint *))fortran_next(#symbol);              \
+        if (!next) {                                                                          \
+            if (ierr) *ierr = MPI_ERR_OTHER;                                                  \
+            return;                                                                           \
+        }                                                                                     \
+        next(required, provided, ierr);                                                       \
+        join_if_initialized();                                                                \
+    }
+#define FORTRAN_FINALIZE(symbol)                                                              \
+    void symbol(MPI_Fint *ierr);                                                              \
+    void symbol(MPI_Fint *ierr) {                                                             \
+        void (*next)(MPI_Fint *) = (void (*)(MPI_Fint *))fortran_next(#symbol);               \
+        leave_gang();                                                                         \
+        if (next)                                                                             \
+            next(ierr);                                                                       \
+        else if (ierr)                                                                        \
+            *ierr = MPI_ERR_OTHER;                                                            \
+    }
+/* mpif.h and the mpi module, as gfortran and other compilers name them; then mpi_f08. */
+#define FORTRAN_NAMES(macro, lower, upper) macro(lower##_) macro(lower) macro(lower##__) macro(upper)
+FORTRAN_NAMES(FORTRAN_INIT, mpi_init, MPI_INIT)
+FORTRAN_NAMES(FORTRAN_INIT_THREAD, mpi_init_thread, MPI_INIT_THREAD)
+FORTRAN_NAMES(FORTRAN_FINALIZE, mpi_finalize, MPI_FINALIZE)
+FORTRAN_INIT(mpi_init_f08_)
+FORTRAN_INIT_THREAD(mpi_init_thread_f08_)
+FORTRAN_FINALIZE(mpi_finalize_f08_)

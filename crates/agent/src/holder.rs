@@ -37,18 +37,21 @@ pub fn hold(join_within: Duration) -> Result<i32, HoldError> {
         .ok()
         .and_then(|id| id.parse().ok())
         .ok_or(HoldError::NotInJob)?;
-    let procs = own_procs_file(job)?;
+    let files = own_procs_files(job)?;
     let me = std::process::id().to_string();
     let terminate = block_sigterm();
     let started = Instant::now();
     let mut joined = false;
     let mut ending = false;
     loop {
-        let pids = std::fs::read_to_string(&procs).map_err(|source| HoldError::Read {
-            path: procs.clone(),
-            source,
-        })?;
-        let others = pids.lines().any(|pid| pid.trim() != me);
+        let mut others = false;
+        for file in &files {
+            let pids = std::fs::read_to_string(file).map_err(|source| HoldError::Read {
+                path: file.clone(),
+                source,
+            })?;
+            others |= pids.lines().any(|pid| pid.trim() != me);
+        }
         if others {
             joined = true;
         } else if joined || ending {
@@ -64,12 +67,16 @@ pub fn hold(join_within: Duration) -> Result<i32, HoldError> {
     }
 }
 
-/// The `cgroup.procs` of the job's cgroup this process is in (any hierarchy that has it).
-fn own_procs_file(job: JobId) -> Result<PathBuf, HoldError> {
+/// The `cgroup.procs` of the job's cgroup this process is in, in every hierarchy that has it:
+/// a process joins them one at a time (the v2 one first, whose list the agent reads to kill
+/// what an ended job leaves), so a holder that watched one could end the job between two of
+/// those moves and have the newcomer killed.
+fn own_procs_files(job: JobId) -> Result<Vec<PathBuf>, HoldError> {
     let layout = Layout::detect().map_err(HoldError::Cgroup)?;
     let mine = std::fs::read_to_string("/proc/self/cgroup").map_err(HoldError::Cgroup)?;
     let suffix = format!("/{}", job_name(job));
-    mine.lines()
+    let files: Vec<PathBuf> = mine
+        .lines()
         .filter_map(|line| {
             let mut fields = line.splitn(3, ':');
             let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
@@ -85,21 +92,21 @@ fn own_procs_file(job: JobId) -> Result<PathBuf, HoldError> {
                 .join("cgroup.procs");
             file.exists().then_some(file)
         })
-        .next()
-        .ok_or(HoldError::NotInCgroup(job))
+        .collect();
+    if files.is_empty() {
+        return Err(HoldError::NotInCgroup(job));
+    }
+    Ok(files)
 }
 
-/// SIGTERM blocked, to be taken by [`sigterm_within`] (no handler runs in this process).
+/// SIGTERM blocked, to be taken by [`sigterm_within`] (no handler runs in this process). The
+/// supervisor starts the holder with it blocked already (`Launch::holder`): a registrant
+/// that ends its job at once would otherwise kill a holder that has not reached this line.
 fn block_sigterm() -> libc::sigset_t {
-    // SAFETY: a zeroed sigset_t is filled by sigemptyset before use; sigprocmask takes
-    // valid pointers.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
+    let set = crate::unix::signal_set(&[libc::SIGTERM]);
+    // SAFETY: sigprocmask takes a valid set and no old one.
+    unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    set
 }
 
 /// Waits up to `wait` for SIGTERM; whether it came.

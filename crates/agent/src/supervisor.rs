@@ -181,6 +181,8 @@ struct Prepared {
     gid: libc::gid_t,
     groups: Vec<libc::gid_t>,
     output: Option<CString>,
+    /// The job's signal mask: SIGTERM for a holder (see `Launch::holder`), else none.
+    mask: libc::sigset_t,
 }
 
 /// In the forked child: join, drop privileges, chdir, exec. Only async-signal-safe calls.
@@ -205,9 +207,7 @@ unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
     for signal in 1..libc::SIGRTMAX() {
         libc::signal(signal, libc::SIG_DFL);
     }
-    let mut empty: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut empty);
-    libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    libc::sigprocmask(libc::SIG_SETMASK, &p.mask, std::ptr::null_mut());
     if libc::setgroups(p.groups.len(), p.groups.as_ptr()) != 0
         || libc::setgid(p.gid) != 0
         || libc::setuid(p.uid) != 0
@@ -379,18 +379,32 @@ pub fn supervise() -> Result<(), SupervisorError> {
         gid: spec.launch.gid,
         groups: spec.launch.groups.clone(),
         output: spec.output_file.as_deref().map(cstring),
+        mask: crate::unix::signal_set(if spec.launch.holder {
+            &[libc::SIGTERM]
+        } else {
+            &[]
+        }),
     };
     mark_started(job, &spec.started_file)?;
     let mut pipe = [0; 2];
     // SAFETY: `pipe` has room for two descriptors.
     check(unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) })
         .map_err(os_error(job, "pipe"))?;
-    // SAFETY: this process has one thread, so the child may run any code until exec; it
-    // only makes async-signal-safe calls anyway.
-    let child = check(unsafe { libc::fork() }).map_err(os_error(job, "fork"))?;
-    if child == 0 {
-        unsafe { exec_child(&prepared, pipe[1]) }
-    }
+    // The child is born with SIGTERM blocked, until it sets its own mask: a FINISH read
+    // right after the fork must not kill a holder that has not taken its mask yet.
+    let mut before = crate::unix::signal_set(&[]);
+    // SAFETY: valid sigset pointers; this process has one thread, so the child may run any
+    // code until exec (it only makes async-signal-safe calls anyway).
+    let child = unsafe {
+        let sigterm = crate::unix::signal_set(&[libc::SIGTERM]);
+        libc::sigprocmask(libc::SIG_BLOCK, &sigterm, &mut before);
+        let child = libc::fork();
+        if child == 0 {
+            exec_child(&prepared, pipe[1])
+        }
+        libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+        check(child).map_err(os_error(job, "fork"))?
+    };
     // SAFETY: both ends are ours; the write end is closed so EOF means exec succeeded.
     let report = unsafe {
         libc::close(pipe[1]);
@@ -469,8 +483,8 @@ struct Watch<'a> {
 }
 
 /// What the daemon writes to end a registered job: its holder (the supervisor's child) gets
-/// SIGTERM and exits once the job's processes have. Before the end, the daemon writes
-/// nothing else.
+/// SIGTERM, which it keeps blocked from its fork on, and exits once the job's processes have.
+/// Before the end, the daemon writes nothing else.
 pub const FINISH: u8 = b'F';
 
 impl Watch<'_> {

@@ -337,6 +337,19 @@ pub fn close_on_exec_from(first: RawFd) -> io::Result<()> {
     }
 }
 
+/// The signal set of `signals`.
+pub fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
+    // SAFETY: a zeroed sigset_t is filled by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &signal in signals {
+            libc::sigaddset(&mut set, signal);
+        }
+        set
+    }
+}
+
 /// Drains and drops whatever a misbehaving peer sent, so closing does not reset the
 /// connection before it reads our error reply.
 pub fn drain(stream: &UnixStream) {

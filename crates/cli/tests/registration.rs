@@ -34,6 +34,26 @@ fn ran(records: &[BoundaryRecord], job: u64) -> Vec<(i64, i64)> {
     out
 }
 
+/// The stretches a registered job was scheduled: [`ran`]'s, and a last one that `job_end` cut
+/// short within its slot. That one has no stop in the log (the job was let loose, not
+/// stopped); it lasted until the next boundary at the latest.
+fn turns(records: &[BoundaryRecord], job: u64) -> Vec<(i64, i64)> {
+    let mut out = ran(records, job);
+    let last_start = records
+        .iter()
+        .rposition(|r| r.started.iter().any(|m| m.job == job));
+    if let Some(at) = last_start {
+        let stopped = records[at + 1..]
+            .iter()
+            .any(|r| r.stopped.iter().any(|m| m.job == job));
+        let start = records[at].started.iter().find(|m| m.job == job);
+        if let (false, Some(start), Some(next)) = (stopped, start, records.get(at + 1)) {
+            out.push((start.at_us, next.woke_us));
+        }
+    }
+    out
+}
+
 /// Both jobs ran several times, and never at the same moment.
 fn assert_took_turns(d: &Daemon, a: u64, b: u64) {
     let records = read_log(&d.state_dir());
@@ -177,6 +197,169 @@ fn an_unmodified_mpi_program_started_by_plain_mpirun_with_the_pmpi_library_is_ga
     ]);
     assert!(inside.status.success(), "{inside:?}");
     assert!(!String::from_utf8_lossy(&inside.stderr).contains("cosched-mpi"));
+}
+
+/// A 2-rank run of `program` with `preload` (built for the same MPI), by that MPI's launcher.
+fn launch_2_ranks(mpi: &str, preload: &Path, program: &Path) -> Command {
+    let mut command;
+    if mpi == "openmpi" {
+        command = Command::new("mpirun.openmpi");
+        command
+            .args([
+                "-np",
+                "2",
+                "--bind-to",
+                "none",
+                "--mca",
+                "btl",
+                "self,vader",
+            ])
+            .args(["-x", &format!("LD_PRELOAD={}", preload.display())])
+            .args(["-x", "COSCHED_SOCKET", "-x", "COSCHED_MPI_NAME"])
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("PMIX_MCA_psec", "native");
+    } else {
+        // Hydra passes its environment on; -genv keeps the library out of Hydra itself.
+        command = Command::new("mpiexec.mpich");
+        command
+            .args(["-n", "2", "-launcher", "fork", "-genv", "LD_PRELOAD"])
+            .arg(preload);
+    }
+    command.arg(program);
+    command
+}
+
+/// Programs that end their job milliseconds after it starts, every MPI entry point the
+/// library wraps: each must exit 0 (no signal for finalizing), register one job (Fortran
+/// too) that ends with exit 0, and run only in slots of its own beside a job that wants the
+/// whole machine.
+#[test]
+fn short_mpi_programs_in_c_and_fortran_end_cleanly_and_take_turns_with_another_job() {
+    let d = Daemon::start(&["--quantum-ms", "50", "--allow-registration"]);
+    let sources = repo().join("crates/cli/tests/workloads");
+    let mut programs = Vec::new();
+    for (mpi, library) in [
+        ("openmpi", "build/libcosched-mpi.so"),
+        ("mpich", "build/libcosched-mpi-mpich.so"),
+    ] {
+        let preload = made("clients/c", library);
+        for (source, compiler) in [
+            ("hello.c", "mpicc"),
+            ("hello.f90", "mpif90"),
+            ("hello_f08.f90", "mpif90"),
+        ] {
+            let program = d.dir.join(format!("{}-{mpi}", source.replace('.', "-")));
+            let out = Command::new(format!("{compiler}.{mpi}"))
+                .arg("-o")
+                .arg(&program)
+                .arg(sources.join(source))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{compiler}.{mpi} {source}: {out:?}");
+            programs.push((mpi, preload.clone(), program));
+        }
+    }
+    // Both processors, in a slice of its own: each short program's job runs in another.
+    let spin = spin_py();
+    let other = d.submit(&["-n", "2", "--", "python3", &spin, "2", "1000", "0"]);
+    const RUNS: usize = 50;
+    let mut failures = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for run in 0..RUNS {
+        let (mpi, preload, program) = &programs[run % programs.len()];
+        let name = format!("short-{run}");
+        let out = launch_2_ranks(mpi, preload, program)
+            .env("COSCHED_SOCKET", d.socket())
+            .env("COSCHED_MPI_NAME", &name)
+            .output()
+            .unwrap();
+        let (said, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        if !out.status.success() || said.matches("hello from rank").count() != 2 {
+            let tail: String = stderr.lines().rev().take(4).collect::<Vec<_>>().join(" | ");
+            failures.entry(name.clone()).or_default().push(format!(
+                "{} exited {}: {tail}",
+                program.display(),
+                out.status
+            ));
+        } else if stderr.contains("cosched-mpi") {
+            failures
+                .entry(name.clone())
+                .or_default()
+                .push(stderr.into());
+        }
+    }
+    let mut ended = Vec::new();
+    for run in 0..RUNS {
+        let name = format!("short-{run}");
+        let jobs = jobs_named(&d, &name);
+        let [job] = jobs[..] else {
+            failures
+                .entry(name)
+                .or_default()
+                .push(format!("one job per program, not {jobs:?}"));
+            continue;
+        };
+        let end = d.wait_end(job, Duration::from_secs(20));
+        if (end["state"].as_str(), end["exit"]["code"].as_i64()) != (Some("done"), Some(0)) {
+            failures
+                .entry(name.clone())
+                .or_default()
+                .push(format!("job {job} ended {end}"));
+        }
+        ended.push((name, job));
+    }
+    // The boundary that closes the last job's stretch may come after the job's end.
+    let mut records = Vec::new();
+    wait_until(Duration::from_secs(10), || {
+        records = read_log(&d.state_dir());
+        ended
+            .iter()
+            .all(|&(_, job)| !turns(&records, job).is_empty())
+    });
+    let others_turns = ran(&records, other);
+    for (name, job) in ended {
+        let turns = turns(&records, job);
+        if turns.is_empty() {
+            failures
+                .entry(name.clone())
+                .or_default()
+                .push(format!("job {job} never ran in a slot of its own"));
+        }
+        for (from, to) in turns {
+            if others_turns.iter().any(|&(f, t)| t > from && f < to) {
+                failures
+                    .entry(name.clone())
+                    .or_default()
+                    .push(format!("job {job} ran {from}-{to} with job {other}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {RUNS} short programs failed:\n{failures:#?}\n{}",
+        failures.len(),
+        d.log()
+    );
+    // The library built for the other MPI steps aside, saying so, rather than crash: hello.c
+    // under Open MPI with MPICH's build, and back.
+    for (ours, theirs) in [(0, 3), (3, 0)] {
+        let (mpi, _, program) = &programs[ours];
+        let out = launch_2_ranks(mpi, &programs[theirs].1, program)
+            .env("COSCHED_SOCKET", d.socket())
+            .env("COSCHED_MPI_NAME", "mismatched")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.contains("the program runs another MPI"),
+            "{out:?}"
+        );
+    }
+    assert_eq!(jobs_named(&d, "mismatched"), Vec::<u64>::new());
+    d.cosched(&["cancel", &other.to_string()]);
 }
 
 /// Sends one request as `uid`; returns the reply lines (`lines` of them).

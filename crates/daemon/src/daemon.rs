@@ -651,6 +651,7 @@ impl Inner {
             gid: record.owner.gid,
             groups: record.owner.groups.clone(),
             output: record.output.clone(),
+            holder: record.registered,
         }
     }
 

@@ -56,6 +56,10 @@ pub struct Launch {
     /// opened as the job's user on its node. `None`: `cosched-JOBID.out` in `cwd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// A registered job's holder (`cosched hold`): it starts with SIGTERM blocked, so that
+    /// the SIGTERM asking for the job's end waits for it, however early that comes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub holder: bool,
 }
 
 impl Launch {
