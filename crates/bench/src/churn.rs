@@ -130,10 +130,10 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, churn: bool) -> Result<Row> {
     let short: Vec<String> = ["sh", "-c", "exit 7"].map(String::from).into();
     let every = Duration::from_millis(args.every_ms.max(1));
     let began = Instant::now();
-    let mut short_jobs = 0;
+    let (mut ticks, mut short_jobs) = (0, 0);
     while began.elapsed() < Duration::from_secs(args.seconds) {
-        let next = began + every * (short_jobs as u32 + 1);
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        ticks += 1;
+        std::thread::sleep((began + every * ticks).saturating_duration_since(Instant::now()));
         if churn {
             daemon.submit(1, &output, &short)?;
             short_jobs += 1;
