@@ -17,7 +17,12 @@ pub struct ProcSet {
     members: u32,
     /// The free runs of each block of [`BLOCK_WORDS`] words, kept current by every change:
     /// "where is the first free run of n?" skips every block whose runs are all shorter.
+    /// Empty in a set made with [`ProcSet::members_only`].
     blocks: Vec<BlockRuns>,
+    /// Whether `blocks` is kept: a set never searched for runs (a slice's lent processors,
+    /// marked and unmarked for every alternate at every refill) skips the re-measuring that
+    /// was most of a wide gang replay's time.
+    measured: bool,
     /// No free run is longer than this (`u32::MAX`: unknown), learnt by a search that
     /// failed: backfilling asks the same full slice for smaller and smaller runs, and each
     /// ask after the first is then answered without a walk. Adding members keeps it true;
@@ -110,7 +115,11 @@ impl ProcSet {
     /// gained a node. Rare, so rebuilt rather than patched.
     pub fn grow(&mut self, len: u32) {
         debug_assert!(len >= self.len);
-        let mut grown = ProcSet::new(len);
+        let mut grown = if self.measured {
+            ProcSet::new(len)
+        } else {
+            ProcSet::members_only(len)
+        };
         for run in self.runs(true) {
             grown.insert_span(run);
         }
@@ -125,6 +134,7 @@ impl ProcSet {
             len,
             members: 0,
             blocks: vec![BlockRuns::FREE; words.div_ceil(BLOCK_WORDS)],
+            measured: true,
             longest_free: Cell::new(u32::MAX),
         };
         if let Some(last) = set.blocks.len().checked_sub(1) {
@@ -133,9 +143,23 @@ impl ProcSet {
         set
     }
 
+    /// An empty set over processors `0..len` that keeps its members and their count only:
+    /// membership and counts answer as in any set; searching it for free runs is a bug.
+    pub fn members_only(len: u32) -> Self {
+        ProcSet {
+            words: vec![0; (len as usize).div_ceil(64)],
+            len,
+            members: 0,
+            blocks: Vec::new(),
+            measured: false,
+            longest_free: Cell::new(u32::MAX),
+        }
+    }
+
     /// Copies `other` (same capacity) into this set without allocating.
     pub fn copy_from(&mut self, other: &ProcSet) {
         debug_assert_eq!(self.len, other.len);
+        debug_assert_eq!(self.measured, other.measured);
         self.words.copy_from_slice(&other.words);
         self.blocks.copy_from_slice(&other.blocks);
         self.members = other.members;
@@ -163,6 +187,9 @@ impl ProcSet {
     /// Brings the block runs of the words `first..=last` up to date after a change that set
     /// (`now_member`) or cleared every bit of the words strictly between them.
     fn remeasure(&mut self, first: usize, last: usize, now_member: bool) {
+        if !self.measured {
+            return;
+        }
         let (first_block, last_block) = (first / BLOCK_WORDS, last / BLOCK_WORDS);
         self.measure_block(first_block);
         if last_block > first_block {
@@ -279,6 +306,7 @@ impl ProcSet {
     /// runs, looking at words only in a block that holds such a run wholly.
     pub fn first_free_run(&self, n: u32) -> Option<u32> {
         debug_assert!(n > 0);
+        debug_assert!(self.measured, "a members-only set has no runs to search");
         if self.free() < n || self.longest_free.get() < n {
             return None;
         }
@@ -297,6 +325,7 @@ impl ProcSet {
     /// from below counts from `from`).
     pub fn first_free_run_from(&self, from: u32, n: u32) -> Option<u32> {
         debug_assert!(n > 0);
+        debug_assert!(self.measured, "a members-only set has no runs to search");
         if self.free() < n {
             return None;
         }

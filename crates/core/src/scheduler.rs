@@ -1023,7 +1023,7 @@ impl Scheduler {
                         ends: BTreeMap::new(),
                         taken: self.preempting_procs.clone(),
                         alternates: Vec::new(),
-                        lent: ProcSet::new(self.machine.procs()),
+                        lent: ProcSet::members_only(self.machine.procs()),
                         standby: Vec::new(),
                     });
                 }
@@ -1194,7 +1194,7 @@ impl Scheduler {
         // From nothing, not from the alternates kept: those are what is checked.
         for slice in &mut fresh.slices {
             slice.alternates.clear();
-            slice.lent = ProcSet::new(self.machine.procs());
+            slice.lent = ProcSet::members_only(self.machine.procs());
         }
         fresh.refresh_all();
         for (kept, recomputed) in self.slices.iter().zip(&fresh.slices) {
@@ -1274,7 +1274,7 @@ impl Scheduler {
         // With one slice every placed job is its own: there is no other slice to borrow from.
         let borrows = self.config.alternates && self.slices.len() > 1;
         let slice = &mut self.slices[index];
-        let mut lent = std::mem::replace(&mut slice.lent, ProcSet::new(0));
+        let mut lent = std::mem::replace(&mut slice.lent, ProcSet::members_only(0));
         for &id in &slice.alternates {
             job_partition(&self.jobs, id).unmark(&mut lent);
         }
