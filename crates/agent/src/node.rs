@@ -39,7 +39,6 @@ const IDLE_WATCH_PERIOD: Micros = 1_000_000;
 /// Samples kept per measure (older ones are dropped in halves): minutes of recent switches,
 /// summarised in well under a millisecond for each status report.
 const SAMPLES_KEPT: usize = 10_000;
-/// How often the agent reports its figures.
 /// The longest report a supervisor sends (an exit status and a note).
 const REPORT_LIMIT: usize = 64 << 10;
 
