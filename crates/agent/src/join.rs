@@ -124,14 +124,15 @@ pub fn move_held(
 }
 
 /// Lets a held process go at once: stops it (PTRACE_INTERRUPT), then detaches, handing back
-/// a signal that stopped it meanwhile (a tracer's exit alone may lose that signal). Bounded:
-/// a process that cannot stop now (its thread-group leader exited first) is let go by the
-/// holding thread's exit instead.
+/// a signal that stopped it meanwhile (a tracer's exit alone may lose that signal). Bounded
+/// by 2 ms, since this runs on the clock thread: a process that cannot stop now (its
+/// thread-group leader exited first, or it sleeps in the kernel unkillably, which its user may
+/// arrange) is let go by the holding thread's exit instead.
 fn release(pid: libc::pid_t) {
     let none = std::ptr::null_mut::<libc::c_void>();
     // SAFETY: PTRACE_INTERRUPT takes a pid, and null address and data.
     unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, pid, none, none) };
-    let until = std::time::Instant::now() + std::time::Duration::from_millis(50);
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(2);
     loop {
         let mut status = 0;
         // SAFETY: waitpid writes one int.
