@@ -340,6 +340,35 @@ struct Controller {
 }
 
 impl Controller {
+    /// A second controller of `d`'s cluster, started once it says it stands by.
+    fn standing_by(etcd: &Etcd, d: &Daemon) -> Controller {
+        let dir = d.dir.join("standby");
+        std::fs::create_dir_all(&dir).unwrap();
+        let cluster = &d.args[d.args.iter().position(|a| a == "--cluster").unwrap() + 1];
+        let log = dir.join("daemon.log");
+        let standby = Controller {
+            child: Command::new(COSCHED)
+                .arg("daemon")
+                .args(etcd.flags())
+                .args(["--cluster", cluster])
+                .args(CONTROLLER)
+                .arg("--socket")
+                .arg(dir.join("cosched.sock"))
+                .arg("--state-dir")
+                .arg(dir.join("state"))
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap(),
+            socket: dir.join("cosched.sock"),
+            log,
+        };
+        let standing_by = wait_until(Duration::from_secs(10), || {
+            standby.log().contains("standing by")
+        });
+        assert!(standing_by, "{}", standby.log());
+        standby
+    }
+
     fn json(&self, args: &[&str]) -> Value {
         let out = Command::new(COSCHED)
             .args(args)
@@ -382,30 +411,7 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
     let y = d.submit(&["-n", "2", "--", "python3", &spin, "1", "8", "6"]);
     assert_gang(&per_slot_cpu(&d, x, y, 4), 1, "under the first leader");
 
-    let dir = d.dir.join("standby");
-    std::fs::create_dir_all(&dir).unwrap();
-    let cluster = d.args[d.args.iter().position(|a| a == "--cluster").unwrap() + 1].clone();
-    let log = dir.join("daemon.log");
-    let standby = Controller {
-        child: Command::new(COSCHED)
-            .arg("daemon")
-            .args(etcd.flags())
-            .args(["--cluster", &cluster])
-            .args(CONTROLLER)
-            .arg("--socket")
-            .arg(dir.join("cosched.sock"))
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-        socket: dir.join("cosched.sock"),
-        log,
-    };
-    let standing_by = wait_until(Duration::from_secs(10), || {
-        standby.log().contains("standing by")
-    });
-    assert!(standing_by, "{}", standby.log());
+    let standby = Controller::standing_by(&etcd, &d);
     d.signal(libc::SIGKILL);
     d.wait_exit();
     // The leader's lease (3 s) lapses; the standby takes the key, the records and the socket.
@@ -937,29 +943,7 @@ fn a_standby_takes_over_from_a_stopped_leader_whose_lease_something_else_keeps()
     let x = d.submit(&["-n", "1", "--", "sh", "-c", "exit 3"]);
     assert_eq!(d.wait_end(x, Duration::from_secs(20))["exit"]["code"], 3);
     let cluster = d.args[d.args.iter().position(|a| a == "--cluster").unwrap() + 1].clone();
-    let dir = d.dir.join("standby");
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("daemon.log");
-    let standby = Controller {
-        child: Command::new(COSCHED)
-            .arg("daemon")
-            .args(etcd.flags())
-            .args(["--cluster", &cluster])
-            .args(CONTROLLER)
-            .arg("--socket")
-            .arg(dir.join("cosched.sock"))
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-        socket: dir.join("cosched.sock"),
-        log,
-    };
-    let standing_by = wait_until(Duration::from_secs(10), || {
-        standby.log().contains("standing by")
-    });
-    assert!(standing_by, "{}", standby.log());
+    let standby = Controller::standing_by(&etcd, &d);
     // The leader hangs (SIGSTOP) while something else renews its lease, as a job that reached
     // etcd could.
     let client = etcd.client();
