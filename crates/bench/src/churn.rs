@@ -119,14 +119,7 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, churn: bool) -> Result<Row> {
         freezer: None,
     })?;
     let output = daemon.dir().join("jobs.out");
-    // Far longer than the measurement: the daemon cancels them when it stops.
-    let burn: Vec<String> = [&workloads::program("burn"), "-t", "2", "-n", "100000000"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    for _ in 0..2 {
-        daemon.submit(2, &output, &burn)?;
-    }
+    workloads::submit_two_endless_gangs(&daemon, &output)?;
     let short: Vec<String> = ["sh", "-c", "exit 7"].map(String::from).into();
     let every = Duration::from_millis(args.every_ms.max(1));
     let began = Instant::now();

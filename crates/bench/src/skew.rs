@@ -86,14 +86,7 @@ pub fn run(args: SkewArgs) -> Result<()> {
 /// Runs two long compute jobs for `seconds` and returns the daemon's statistics.
 fn measure(daemon: &Daemon, seconds: u64) -> Result<StatsView> {
     let output = daemon.dir().join("jobs.out");
-    // Far longer than the measurement: the daemon cancels them when it stops.
-    let argv: Vec<String> = [&workloads::program("burn"), "-t", "2", "-n", "100000000"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    for _ in 0..2 {
-        daemon.submit(2, &output, &argv)?;
-    }
+    workloads::submit_two_endless_gangs(daemon, &output)?;
     std::thread::sleep(Duration::from_secs(seconds));
     daemon.stats()
 }

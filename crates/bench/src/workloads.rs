@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// `bench/workloads` of this checkout.
@@ -52,4 +52,17 @@ pub fn program(name: &str) -> String {
         dir().join("build").join(name)
     };
     path.to_string_lossy().into_owned()
+}
+
+/// Submits two 2-process `burn` jobs that compute far longer than any measurement (the
+/// daemon cancels them when it stops): two gangs taking turns.
+pub fn submit_two_endless_gangs(daemon: &crate::daemon::Daemon, output: &Path) -> Result<()> {
+    let argv: Vec<String> = [&program("burn"), "-t", "2", "-n", "100000000"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for _ in 0..2 {
+        daemon.submit(2, output, &argv)?;
+    }
+    Ok(())
 }
