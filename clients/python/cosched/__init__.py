@@ -299,8 +299,10 @@ class Client:
         )
 
     def ps(self, all: bool = False, job: Optional[int] = None) -> List[Job]:  # noqa: A002
-        """Unfinished jobs, or with `all` the ended ones the daemon keeps too, or with `job`
-        that one (an empty list if the daemon does not keep it)."""
+        """Unfinished jobs, or with `all` the ended ones the daemon keeps in memory too, or with
+        `job` that one, whole (from the daemon's store if it left memory; an empty list if there
+        is no such job). A listing carries the first 1 KiB of each command (`argv_cut` says when
+        that is not all of it); an ended job keeps the first 4 KiB of its command."""
         request: Dict[str, Any] = {"op": "ps", "all": all}
         if job is not None:
             request["job"] = job
