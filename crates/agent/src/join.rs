@@ -93,9 +93,9 @@ pub fn move_held(
                 let error = std::io::Error::last_os_error();
                 return Err(match error.raw_os_error() {
                     Some(libc::ESRCH) => exited(),
-                    Some(libc::EPERM) => {
-                        "it cannot be held for the move (is a debugger tracing it?)".into()
-                    }
+                    Some(libc::EPERM) => "it cannot be held for the move (ptrace refused: \
+                                          a debugger traces it, or this system forbids ptrace)"
+                        .into(),
                     _ => format!("holding it for the move: {error}"),
                 });
             }
