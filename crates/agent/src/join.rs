@@ -9,6 +9,8 @@
 use crate::unix;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// The process's start time (clock ticks since boot, `/proc/PID/stat` field 22): with the pid,
 /// it names one process for good.
@@ -71,61 +73,136 @@ pub fn check_same_cgroup(pid: libc::pid_t, asker: libc::pid_t) -> Result<(), Str
     Ok(())
 }
 
+/// How long the clock thread waits for a hold: PTRACE_SEIZE waits for an exec of the process
+/// to finish, and its user can keep an exec from finishing for good (an audit did, with a
+/// thread of it traced by its own tracer): the clock must not wait with it.
+const HOLD_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Holds given up on that are still waiting to seize their process, at most this many at once
+/// (each is a thread): past it joins are refused until some finish.
+const MOST_STUCK_HOLDS: usize = 16;
+static STUCK_HOLDS: AtomicUsize = AtomicUsize::new(0);
+
+/// Where a hold is: the clock thread and the holding thread agree once, by compare-and-swap,
+/// whether the move happens (the holder starts writing) or not (the clock gave up waiting).
+const HOLDING: u8 = 0;
+const MOVING: u8 = 1;
+const GIVEN_UP: u8 = 2;
+
 /// Writes `pid` into each of `files` (`cgroup.procs`, one per hierarchy) while holding it:
 /// a thread of its own seizes it with ptrace (which neither stops nor signals it), checks it
-/// is still the process `pidfd` names and `born` dates, runs `before_move` (tests widen the
-/// window there), writes, and exits, which lets the process go whatever state it is in (a
-/// tracer's exit detaches its tracees, and hands a zombie to its parent).
+/// is still the process `pidfd` names and `born` dates and still all `uid`'s (an exec may
+/// have made it another's), runs `before_move` (tests widen the window there), writes, and
+/// lets it go. Waits [`HOLD_PATIENCE`] at most for the seize: past it the join is refused, and
+/// the holding thread, whenever its seize returns, lets the process go without moving it.
 pub fn move_held(
     pid: libc::pid_t,
     pidfd: &OwnedFd,
     born: u64,
+    uid: u32,
     files: &[PathBuf],
-    before_move: impl FnOnce() + Send,
+    before_move: impl FnOnce() + Send + 'static,
+) -> Result<(), String> {
+    if STUCK_HOLDS.load(Ordering::SeqCst) >= MOST_STUCK_HOLDS {
+        return Err(format!(
+            "{MOST_STUCK_HOLDS} earlier joins are still stuck waiting for their processes' \
+             execs; try again later"
+        ));
+    }
+    let pidfd = pidfd
+        .try_clone()
+        .map_err(|e| format!("holding it for the move: {e}"))?;
+    let files = files.to_vec();
+    let state = Arc::new(AtomicU8::new(HOLDING));
+    let (told, outcome) = std::sync::mpsc::channel();
+    let holder_state = Arc::clone(&state);
+    std::thread::Builder::new()
+        .name("cosched-join".into())
+        .spawn(move || {
+            let result = hold_and_move(pid, &pidfd, born, uid, &files, before_move, &holder_state);
+            if holder_state.load(Ordering::SeqCst) == GIVEN_UP {
+                STUCK_HOLDS.fetch_sub(1, Ordering::SeqCst);
+            }
+            let _ = told.send(result);
+        })
+        .map_err(|e| format!("holding it for the move: {e}"))?;
+    match outcome.recv_timeout(HOLD_PATIENCE) {
+        Ok(result) => result,
+        Err(_) => {
+            let given_up = state
+                .compare_exchange(HOLDING, GIVEN_UP, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+            if given_up {
+                STUCK_HOLDS.fetch_add(1, Ordering::SeqCst);
+                return Err(format!(
+                    "it could not be held for the move within {} ms (an exec of it that does \
+                     not finish?)",
+                    HOLD_PATIENCE.as_millis()
+                ));
+            }
+            // The holder was already moving it: the writes do not wait on the process.
+            outcome
+                .recv()
+                .unwrap_or_else(|_| Err("the move failed (a panic)".into()))
+        }
+    }
+}
+
+/// The holding thread's part of [`move_held`]; its exit lets the process go in any case (a
+/// tracer's exit detaches its tracees, and hands a zombie to its parent).
+fn hold_and_move(
+    pid: libc::pid_t,
+    pidfd: &OwnedFd,
+    born: u64,
+    uid: u32,
+    files: &[PathBuf],
+    before_move: impl FnOnce(),
+    state: &AtomicU8,
 ) -> Result<(), String> {
     let exited = || "it exited while joining".to_string();
-    std::thread::scope(|scope| {
-        let holder = scope.spawn(move || {
-            let none = std::ptr::null_mut::<libc::c_void>();
-            // SAFETY: PTRACE_SEIZE takes a pid, and null address and options.
-            let seized = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, none, none) };
-            if seized != 0 {
-                let error = std::io::Error::last_os_error();
-                return Err(match error.raw_os_error() {
-                    Some(libc::ESRCH) => exited(),
-                    Some(libc::EPERM) => "it cannot be held for the move (ptrace refused: \
-                                          a debugger traces it, or this system forbids ptrace)"
-                        .into(),
-                    _ => format!("holding it for the move: {error}"),
-                });
-            }
-            // Held. Alive now, it is the process checked, and stays that pid's until let go.
-            let moved = if unix::has_exited(pidfd) || start_time(pid).ok() != Some(born) {
-                Err(exited())
-            } else {
-                before_move();
-                files.iter().try_for_each(|file| {
-                    std::fs::write(file, pid.to_string())
-                        .map_err(|e| format!("moving it into {}: {e}", file.display()))
-                })
-            };
-            let gone = unix::has_exited(pidfd);
-            release(pid);
-            // A zombie's pid is taken but not moved: say so rather than "joined".
-            match moved {
-                Ok(()) if gone => Err(exited()),
-                other => other,
-            }
+    let none = std::ptr::null_mut::<libc::c_void>();
+    // SAFETY: PTRACE_SEIZE takes a pid, and null address and options.
+    let seized = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, none, none) };
+    if seized != 0 {
+        let error = std::io::Error::last_os_error();
+        return Err(match error.raw_os_error() {
+            Some(libc::ESRCH) => exited(),
+            Some(libc::EPERM) => "it cannot be held for the move (ptrace refused: a debugger \
+                                  traces it, or this system forbids ptrace)"
+                .into(),
+            _ => format!("holding it for the move: {error}"),
         });
-        holder
-            .join()
-            .unwrap_or_else(|_| Err("the move failed (a panic)".into()))
-    })
+    }
+    // Held. Alive now, it is the process checked, and stays that pid's until let go; an exec
+    // finished meanwhile may have changed its uids.
+    let moved = if unix::has_exited(pidfd) || start_time(pid).ok() != Some(born) {
+        Err(exited())
+    } else if let Err(why) = check_owner(pid, uid) {
+        Err(why)
+    } else if state
+        .compare_exchange(HOLDING, MOVING, Ordering::SeqCst, Ordering::SeqCst)
+        .is_err()
+    {
+        Err("the join was given up".into())
+    } else {
+        before_move();
+        files.iter().try_for_each(|file| {
+            std::fs::write(file, pid.to_string())
+                .map_err(|e| format!("moving it into {}: {e}", file.display()))
+        })
+    };
+    let gone = unix::has_exited(pidfd);
+    release(pid);
+    // A zombie's pid is taken but not moved: say so rather than "joined".
+    match moved {
+        Ok(()) if gone => Err(exited()),
+        other => other,
+    }
 }
 
 /// Lets a held process go at once: stops it (PTRACE_INTERRUPT), then detaches, handing back
 /// a signal that stopped it meanwhile (a tracer's exit alone may lose that signal). Bounded
-/// by 2 ms, since this runs on the clock thread: a process that cannot stop now (its
+/// by 2 ms, since the clock thread may be waiting: a process that cannot stop now (its
 /// thread-group leader exited first, or it sleeps in the kernel unkillably, which its user may
 /// arrange) is let go by the holding thread's exit instead.
 fn release(pid: libc::pid_t) {

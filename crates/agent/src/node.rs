@@ -606,7 +606,9 @@ impl<A: Actuator> NodeAgent<A> {
             join::check_same_cgroup(pid, asker)?;
         }
         let files = self.join_files(job)?;
-        join::move_held(pid, &pidfd, born, &files, || fault::delay("joining", job))
+        join::move_held(pid, &pidfd, born, uid, &files, move || {
+            fault::delay("joining", job)
+        })
     }
 
     /// An order about `job` failed: the controller hears (and logs) it.

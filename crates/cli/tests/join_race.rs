@@ -98,3 +98,71 @@ fn a_pid_reused_during_a_join_never_takes_another_users_process() {
         "no attempt got the freed pid for root's process"
     );
 }
+
+/// nobody's side: its child's exec is stuck for good (a thread of it traced by the script,
+/// which never waits for it), so no one can seize the child; prints the join's outcome, then
+/// holds the deadlock while the test runs a job.
+const STUCK_EXEC_SCRIPT: &str = r#"
+import ctypes, os, sys, threading, time, cosched
+libc = ctypes.CDLL(None, use_errno=True)
+client = cosched.Client()
+r, w = os.pipe()
+child = os.fork()
+if child == 0:
+    def sit():
+        os.write(w, b"%d\n" % threading.get_native_id())
+        time.sleep(600)
+    threading.Thread(target=sit, daemon=True).start()
+    time.sleep(0.5)
+    os.execv("/bin/sleep", ["sleep", "600"])
+tid = int(os.read(r, 64).split()[0])
+if libc.ptrace(0x4206, tid, None, None) != 0:
+    print("no seize", ctypes.get_errno(), flush=True)
+    sys.exit(1)
+time.sleep(1)
+job = client.register(1, join_within_s=30).job
+began = time.time()
+try:
+    print("join:", client.proc_add(job, child), flush=True)
+except Exception as error:
+    print("refused:", error, flush=True)
+print("child %d took %.1f" % (child, time.time() - began), flush=True)
+sys.stdin.read()
+client.job_end(job)
+"#;
+
+#[test]
+fn a_join_whose_process_cannot_be_held_never_stalls_the_clock() {
+    let d = Daemon::start(&["--quantum-ms", "100", "--allow-registration"]);
+    let python = repo().join("clients/python");
+    let mut nobody = Command::new("/usr/bin/python3")
+        .args(["-c", STUCK_EXEC_SCRIPT])
+        .env("PYTHONPATH", &python)
+        .env("COSCHED_SOCKET", d.socket())
+        .current_dir("/")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(nobody.stdout.take().unwrap()).lines();
+    let outcome = lines.next().and_then(Result::ok).unwrap_or_default();
+    let took = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(
+        outcome.contains("could not be held for the move"),
+        "{outcome} ({took})\n{}",
+        d.log()
+    );
+    // The exec is still stuck (nobody's script holds it): jobs still run to their end.
+    let out = d.cosched(&["run", "-n", "1", "--", "true"]);
+    assert!(out.status.success(), "{out:?}\n{}", d.log());
+    drop(nobody.stdin.take());
+    nobody.wait().unwrap();
+    let child: i32 = took
+        .split_whitespace()
+        .nth(1)
+        .and_then(|pid| pid.parse().ok())
+        .unwrap();
+    unsafe { libc::kill(child, libc::SIGKILL) };
+}

@@ -237,16 +237,17 @@ pub fn validate_run(run: &RunRequest) -> Result<(), String> {
             ));
         }
     }
-    if !run.cwd.starts_with('/') || has_nul(&run.cwd) {
+    if !run.cwd.starts_with('/') || has_nul(&run.cwd) || run.cwd.len() > MAX_PATH_BYTES {
         return Err(format!(
-            "working directory {:?} is not an absolute path",
-            run.cwd
+            "working directory {:?} is not an absolute path (of at most {MAX_PATH_BYTES} bytes)",
+            clip(&run.cwd, 64)
         ));
     }
     if let Some(output) = &run.output {
         if !output.starts_with('/') || has_nul(output) || output.len() > MAX_PATH_BYTES {
             return Err(format!(
-                "output file {output:?} is not an absolute path (of at most {MAX_PATH_BYTES} bytes)"
+                "output file {:?} is not an absolute path (of at most {MAX_PATH_BYTES} bytes)",
+                clip(output, 64)
             ));
         }
     }
@@ -499,6 +500,10 @@ mod tests {
                 "environment variable",
             ),
             (|r| r.cwd = "relative".into(), "absolute"),
+            (
+                |r| r.cwd = format!("/{}", "d".repeat(MAX_PATH_BYTES)),
+                "of at most 4096 bytes",
+            ),
             (|r| r.procs = 0, "at least one processor"),
             (|r| r.name = Some("x".repeat(65)), "printable"),
             (
