@@ -2,6 +2,7 @@
 //! running after a thaw), for each freezer, two 2-process compute jobs on the slot clock.
 
 use crate::daemon::{Daemon, DaemonSpec};
+use crate::figures::{command_line, Provenance};
 use crate::workloads;
 use anyhow::Result;
 use cosched_daemon::protocol::StatsView;
@@ -77,7 +78,11 @@ pub fn run(args: SkewArgs) -> Result<()> {
     }
     println!("target: skew p99 under 200 µs (AP/Linux reported 10 ms ± 5 ms)");
     if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_string_pretty(&rows)? + "\n")?;
+        let report = serde_json::json!({
+            "provenance": Provenance::now(command_line("bench/skew")),
+            "rows": rows,
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
         println!("wrote {}", path.display());
     }
     Ok(())
