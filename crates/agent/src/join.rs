@@ -129,17 +129,19 @@ pub fn move_held(
     match outcome.recv_timeout(HOLD_PATIENCE) {
         Ok(result) => result,
         Err(_) => {
+            // Counted before the holder can see GIVEN_UP, so its decrement never comes first.
+            STUCK_HOLDS.fetch_add(1, Ordering::SeqCst);
             let given_up = state
                 .compare_exchange(HOLDING, GIVEN_UP, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok();
             if given_up {
-                STUCK_HOLDS.fetch_add(1, Ordering::SeqCst);
                 return Err(format!(
                     "it could not be held for the move within {} ms (an exec of it that does \
                      not finish?)",
                     HOLD_PATIENCE.as_millis()
                 ));
             }
+            STUCK_HOLDS.fetch_sub(1, Ordering::SeqCst);
             // The holder was already moving it: the writes do not wait on the process.
             outcome
                 .recv()

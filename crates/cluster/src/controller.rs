@@ -5,6 +5,7 @@ use crate::follow::{follow, Change};
 use crate::{decode, encode, whoami, ClusterError, Keys, LeaderInfo, NodeInfo, Outbox};
 use cosched_agent::clock::now_micros;
 use cosched_agent::{Order, OrderSink};
+use cosched_core::Micros;
 use cosched_etcd::{Client, Compare};
 use cosched_proto::{Event, NodeStatus};
 use std::collections::BTreeMap;
@@ -52,21 +53,23 @@ pub fn become_leader(
             break lease;
         }
         let _ = client.revoke(lease.id);
+        let held = client.get(&keys.leader())?;
         // The leader rewrites its key every renewal: a key unchanged for a whole lease,
         // while etcd answers, is held alive by something that is not a controller.
-        if let Some(held) = client.get(&keys.leader())? {
-            if let Some(silent) = leader_writes.unchanged_for(held.mod_revision, ttl) {
+        if let Some(kv) = &held {
+            let unchanged =
+                leader_writes.unchanged_for(kv.mod_revision, ttl * 1_000_000, now_micros());
+            if let Some(silent) = unchanged {
                 log(format_args!(
                     "the leader wrote nothing for {:.1} s though its key lives: revoking its lease",
                     silent as f64 / 1e6
                 ));
-                let _ = client.revoke(held.lease);
+                let _ = client.revoke(kv.lease);
                 continue;
             }
         }
         if !told {
-            let holder = client
-                .get(&keys.leader())?
+            let holder = held
                 .and_then(|kv| decode::<LeaderInfo>(&kv.key, &kv.value).ok())
                 .map_or_else(|| "another controller".into(), |l| l.controller);
             log(format_args!(
@@ -138,20 +141,19 @@ pub fn become_leader(
     })
 }
 
-/// How long a key has stayed at one revision, as seen by whoever asks again and again.
-#[derive(Default)]
-struct WriteWatch {
-    seen: Option<(i64, i64)>,
+/// How long a key has stayed at one revision, as seen by whoever asks again and again (a
+/// writer that stopped, whatever keeps its lease alive).
+#[derive(Debug, Default)]
+pub struct WriteWatch {
+    seen: Option<(i64, Micros)>,
 }
 
 impl WriteWatch {
-    /// `Some(how long, µs)` once the key has been at `revision` for more than `ttl` seconds.
-    fn unchanged_for(&mut self, revision: i64, ttl: i64) -> Option<i64> {
-        let now = now_micros();
+    /// Seen at `revision` at `now`: `Some(how long, µs)` once it has been at that revision
+    /// for more than `limit` µs.
+    pub fn unchanged_for(&mut self, revision: i64, limit: Micros, now: Micros) -> Option<Micros> {
         match self.seen {
-            Some((seen, since)) if seen == revision => {
-                (now - since > ttl * 1_000_000).then_some(now - since)
-            }
+            Some((seen, since)) if seen == revision => (now - since > limit).then_some(now - since),
             _ => {
                 self.seen = Some((revision, now));
                 None
@@ -338,5 +340,26 @@ impl EventFeed {
                 None => true,
             },
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WriteWatch;
+
+    #[test]
+    fn a_key_is_silent_once_one_revision_outlasts_the_limit() {
+        let mut watch = WriteWatch::default();
+        assert_eq!(watch.unchanged_for(7, 1_000, 0), None, "first seen");
+        assert_eq!(
+            watch.unchanged_for(7, 1_000, 1_000),
+            None,
+            "not past the limit"
+        );
+        assert_eq!(watch.unchanged_for(7, 1_000, 1_500), Some(1_500));
+        // A write starts the count again.
+        assert_eq!(watch.unchanged_for(8, 1_000, 2_000), None);
+        assert_eq!(watch.unchanged_for(8, 1_000, 2_900), None);
+        assert_eq!(watch.unchanged_for(8, 1_000, 3_001), Some(1_001));
     }
 }

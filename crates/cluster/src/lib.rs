@@ -22,7 +22,9 @@ mod follow;
 mod node;
 mod outbox;
 
-pub use controller::{become_leader, EtcdOrders, EventFeed, LeaderGuard, Leadership, NodeChange};
+pub use controller::{
+    become_leader, EtcdOrders, EventFeed, LeaderGuard, Leadership, NodeChange, WriteWatch,
+};
 pub use node::{join, Closer, EtcdSink, EtcdSource, Membership};
 pub use outbox::Outbox;
 

@@ -12,7 +12,7 @@ use crate::unix::Credentials;
 use crate::waiters::{Until, Waiters};
 use cosched_agent::clock::now_micros;
 use cosched_agent::{fault, Mode, Order, OrderSink, CANCEL_GRACE};
-use cosched_cluster::{NodeChange, NodeInfo};
+use cosched_cluster::{NodeChange, NodeInfo, WriteWatch};
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, JobState, Micros, NodeShare, Partition,
     Rotation, Scheduler, Shape,
@@ -113,9 +113,8 @@ pub struct Inner {
     silent: BTreeSet<String>,
     /// Each node as it registered.
     members: BTreeMap<String, NodeInfo>,
-    /// Each node's status revision last seen in etcd, and for how long it has not changed
-    /// while etcd answered.
-    quiet: BTreeMap<String, (i64, Micros)>,
+    /// How long each node's status revision in etcd has not changed while etcd answered.
+    quiet: BTreeMap<String, WriteWatch>,
     /// Jobs that left the rotation for idleness.
     idle_departures: u64,
     /// Each node's latest report, when it came, and when the node was first heard of.
@@ -1075,15 +1074,10 @@ impl Inner {
     /// lease (three report periods at least) although its key lives on: its agent stopped,
     /// and whatever renews its lease (a job on the node can reach etcd) is not the agent. Its
     /// processors are withheld and its jobs lost, as when the lease expires; it is back when
-    /// it reports. `revisions` (each node's status, as etcd answered just now) come every
-    /// `period`; `None`, etcd did not answer: silence while etcd is out is etcd's, not the
-    /// nodes', so it counts for nobody.
-    pub fn check_silence(
-        &mut self,
-        revisions: Option<&BTreeMap<String, i64>>,
-        period: Micros,
-        now: Micros,
-    ) {
+    /// it reports. `revisions`: each node's status, as etcd answered just now; `None`, etcd
+    /// did not answer: silence while etcd is out is etcd's, not the nodes', so it counts for
+    /// nobody.
+    pub fn check_silence(&mut self, revisions: Option<&BTreeMap<String, i64>>, now: Micros) {
         let Some(revisions) = revisions else {
             self.quiet.clear();
             return;
@@ -1094,14 +1088,10 @@ impl Inner {
                 continue;
             }
             let revision = revisions.get(name).copied().unwrap_or(0);
-            let quiet = self.quiet.entry(name.clone()).or_insert((revision, 0));
-            if quiet.0 == revision {
-                quiet.1 += period;
-            } else {
-                *quiet = (revision, 0);
-            }
-            if quiet.1 > (info.lease_ttl_s * 1_000_000).max(3 * STATUS_PERIOD_US) {
-                gone.push((name.clone(), quiet.1));
+            let limit = (info.lease_ttl_s * 1_000_000).max(3 * STATUS_PERIOD_US);
+            let watch = self.quiet.entry(name.clone()).or_default();
+            if let Some(silent_for) = watch.unchanged_for(revision, limit, now) {
+                gone.push((name.clone(), silent_for));
             }
         }
         for (node, silent_for) in gone {

@@ -440,11 +440,11 @@ fn listen_to_agents(shared: &Arc<Shared>, agents: Agents) -> Result<Listening, S
             spawn(
                 "cosched-silence",
                 Box::new(move || loop {
-                    let period = cosched_proto::STATUS_PERIOD_US;
-                    std::thread::sleep(std::time::Duration::from_micros(period as u64));
+                    let period = cosched_proto::STATUS_PERIOD_US as u64;
+                    std::thread::sleep(std::time::Duration::from_micros(period));
                     // Asked outside the lock: etcd may take its timeout to answer.
                     let revisions = f.status_revisions();
-                    s.with(|inner, now| inner.check_silence(revisions.as_ref(), period, now));
+                    s.with(|inner, now| inner.check_silence(revisions.as_ref(), now));
                 }),
             )?;
             Ok(Listening {
