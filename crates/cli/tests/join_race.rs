@@ -9,9 +9,9 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Lines};
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 
 /// nobody's side: prints `freed PID` once its child is killed and reaped, then the join's
 /// outcome.
@@ -40,6 +40,24 @@ print(outcome["join"], flush=True)
 client.job_end(job)
 "#;
 
+/// Runs `script` as nobody with the Python client, against `d`; its lines as they come. Its
+/// standard input stays open until the child is dropped or waited for.
+fn nobody_python(d: &Daemon, script: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut nobody = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .env("PYTHONPATH", repo().join("clients/python"))
+        .env("COSCHED_SOCKET", d.socket())
+        .current_dir("/")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(nobody.stdout.take().unwrap()).lines();
+    (nobody, lines)
+}
+
 #[test]
 fn a_pid_reused_during_a_join_never_takes_another_users_process() {
     let d = Daemon::start_with(
@@ -47,20 +65,9 @@ fn a_pid_reused_during_a_join_never_takes_another_users_process() {
         &[("COSCHED_DELAY", "joining:400")],
         None,
     );
-    let python = repo().join("clients/python");
     let mut reused = 0;
     for _attempt in 0..8 {
-        let mut nobody = Command::new("python3")
-            .args(["-c", NOBODY_SCRIPT])
-            .env("PYTHONPATH", &python)
-            .env("COSCHED_SOCKET", d.socket())
-            .current_dir("/")
-            .uid(NOBODY)
-            .gid(NOBODY)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(nobody.stdout.take().unwrap()).lines();
+        let (mut nobody, mut lines) = nobody_python(&d, NOBODY_SCRIPT);
         let freed: i32 = lines
             .next()
             .and_then(Result::ok)
@@ -134,19 +141,7 @@ client.job_end(job)
 #[test]
 fn a_join_whose_process_cannot_be_held_never_stalls_the_clock() {
     let d = Daemon::start(&["--quantum-ms", "100", "--allow-registration"]);
-    let python = repo().join("clients/python");
-    let mut nobody = Command::new("/usr/bin/python3")
-        .args(["-c", STUCK_EXEC_SCRIPT])
-        .env("PYTHONPATH", &python)
-        .env("COSCHED_SOCKET", d.socket())
-        .current_dir("/")
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(nobody.stdout.take().unwrap()).lines();
+    let (mut nobody, mut lines) = nobody_python(&d, STUCK_EXEC_SCRIPT);
     let outcome = lines.next().and_then(Result::ok).unwrap_or_default();
     let took = lines.next().and_then(Result::ok).unwrap_or_default();
     assert!(

@@ -134,25 +134,10 @@ fn an_unmodified_mpi_program_started_by_plain_mpirun_with_the_pmpi_library_is_ga
     let pingpong = made("bench/workloads", "build/pingpong");
     let mpirun = |name: &str| {
         spawn(
-            Command::new("mpirun")
-                .args([
-                    "-np",
-                    "2",
-                    "--bind-to",
-                    "none",
-                    "--mca",
-                    "btl",
-                    "self,vader",
-                ])
-                .args(["-x", &format!("LD_PRELOAD={}", preload.display())])
-                .args(["-x", "COSCHED_SOCKET", "-x", "COSCHED_MPI_NAME"])
-                .arg(&pingpong)
+            launch_2_ranks("openmpi", &preload, &pingpong)
                 .args(["-n", "150000", "-w", "20"])
                 .env("COSCHED_SOCKET", d.socket())
-                .env("COSCHED_MPI_NAME", name)
-                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-                .env("PMIX_MCA_psec", "native"),
+                .env("COSCHED_MPI_NAME", name),
         )
     };
     let (one, two) = (mpirun("mpi-one"), mpirun("mpi-two"));
