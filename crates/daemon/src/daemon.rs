@@ -330,7 +330,7 @@ impl Inner {
         let bytes = submitted_bytes(&run.argv, &run.env, &run.cwd);
         if !who.is_root() && held_bytes + bytes > MAX_SUBMITTED_BYTES_PER_UID {
             return Err(ApiError::Busy(format!(
-                "too many queued bytes: uid {}'s unfinished jobs hold {} KiB of arguments and environment, and this job's {} KiB would pass the {} MiB a user may hold; wait for some to end",
+                "too many queued bytes: uid {}'s unfinished jobs hold {} KiB of arguments, environment and directories, and this job's {} KiB would pass the {} MiB a user may hold; wait for some to end",
                 who.uid,
                 held_bytes >> 10,
                 bytes >> 10,
