@@ -85,8 +85,8 @@ pub trait SlotWork {
     fn lead(&self, _slot: i64) -> Micros {
         0
     }
-    /// `lead` before the boundary into `slot`: what must be done by the boundary.
-    fn ahead_of(&mut self, _slot: i64) {}
+    /// `lead` before the boundary into `slot` (due at `boundary`): what must be done by it.
+    fn ahead_of(&mut self, _slot: i64, _boundary: Micros) {}
 }
 
 /// The clock loop (the only one): from the next boundary on, `between` until `margin` (or the
@@ -107,7 +107,7 @@ pub fn drive(rotation: Rotation, margin: Micros, work: &mut impl SlotWork) {
         let lead = work.lead(slot).min(most_lead);
         if lead > 0 {
             sleep_until(deadline - lead);
-            work.ahead_of(slot);
+            work.ahead_of(slot, deadline);
         }
         sleep_until(deadline);
         let woke = now_micros();
@@ -204,7 +204,7 @@ mod tests {
         fn lead(&self, _slot: i64) -> Micros {
             self.lead
         }
-        fn ahead_of(&mut self, slot: i64) {
+        fn ahead_of(&mut self, slot: i64, _boundary: Micros) {
             self.aheads.push((slot, now_micros()));
         }
     }

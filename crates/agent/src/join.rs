@@ -26,7 +26,10 @@ pub fn start_time(pid: libc::pid_t) -> Result<u64, String> {
 /// effective, saved, filesystem) is `uid`; root's jobs take anyone's.
 pub fn check_owner(pid: libc::pid_t, uid: u32) -> Result<(), String> {
     let status =
-        std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
+        std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => "No such process".to_string(),
+            _ => e.to_string(),
+        })?;
     let field = |name: &str| {
         status
             .lines()

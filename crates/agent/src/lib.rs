@@ -84,14 +84,21 @@ pub struct Applier<A: Actuator> {
     jobs: BTreeMap<JobId, Option<Partition>>,
     /// Jobs now allowed to run (gang: thawed; moderate: favoured).
     running: BTreeSet<JobId>,
-    /// Jobs held back ahead of the next boundary (`leave_slot`), with when, and the time it
-    /// took: both go into that boundary's record.
-    leaving: Vec<JobMoment>,
+    /// Jobs being stopped at the coming boundary (ahead of it by `leave_slot`, or on it), and
+    /// the time `leave_slot` took: both go into that boundary's record.
+    stopping: Vec<Stopping>,
     leaving_took: Duration,
     /// How long the last freezes took to be confirmed (µs), newest last: any job's, and each
     /// job's own.
     freezes: RecentTimes,
     freezes_of: BTreeMap<JobId, RecentTimes>,
+}
+
+/// A job asked to stop at the coming boundary, and when the kernel confirmed it did.
+struct Stopping {
+    job: JobId,
+    asked: Micros,
+    confirmed: Option<Micros>,
 }
 
 /// The latest times something took (µs), newest last: what the clock plans by.
@@ -128,7 +135,7 @@ impl<A: Actuator> Applier<A> {
             pending: Vec::new(),
             jobs: BTreeMap::new(),
             running: BTreeSet::new(),
-            leaving: Vec::new(),
+            stopping: Vec::new(),
             leaving_took: Duration::ZERO,
             freezes: RecentTimes::default(),
             freezes_of: BTreeMap::new(),
@@ -151,7 +158,7 @@ impl<A: Actuator> Applier<A> {
 
     /// Jobs held back ahead of the coming boundary, which ran until then.
     pub fn leaving(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.leaving.iter().map(|m| m.job)
+        self.stopping.iter().map(|s| s.job)
     }
 
     /// Hands the actuator back (after `release_all`), e.g. to remove the jobs' cgroups.
@@ -253,22 +260,27 @@ impl<A: Actuator> Applier<A> {
         let wanted = self.wanted(self.in_force(slot), slot);
         self.running
             .difference(&wanted)
-            .map(|job| {
-                self.freezes_of
-                    .get(job)
-                    .and_then(RecentTimes::slowest)
-                    .or(self.freezes.slowest())
-                    .map_or(FIRST_LEAD, |slowest| slowest + LEAD_SLACK)
-            })
+            .map(|&job| self.expected_freeze(job))
             .max()
             .unwrap_or(0)
     }
 
-    /// Holds back, ahead of the boundary into `slot`, the jobs that do not run in it (gang
-    /// mode). A freeze is confirmed 0.3-0.8 ms after it is asked (notes): done on the
+    /// How long a freeze of `job` is given to be confirmed: the slowest of its own last ones
+    /// (any job's for one never frozen yet), plus slack.
+    fn expected_freeze(&self, job: JobId) -> Micros {
+        self.freezes_of
+            .get(&job)
+            .and_then(RecentTimes::slowest)
+            .or(self.freezes.slowest())
+            .map_or(FIRST_LEAD, |slowest| slowest + LEAD_SLACK)
+    }
+
+    /// Holds back, ahead of the boundary into `slot` (due at `boundary`), the jobs that do not
+    /// run in it (gang mode): asks their freezes and waits for them until the boundary, no
+    /// later. A freeze is confirmed 0.3-0.8 ms after it is asked (notes): done on the
     /// boundary, it delayed every start behind it, by a different time on each node, which was
     /// the tail of the cross-node start spread.
-    pub fn leave_slot(&mut self, slot: i64) -> Result<(), AgentError> {
+    pub fn leave_slot(&mut self, slot: i64, boundary: Micros) -> Result<(), AgentError> {
         if self.mode != Mode::Gang {
             return Ok(());
         }
@@ -276,26 +288,64 @@ impl<A: Actuator> Applier<A> {
         let wanted = self.wanted(self.in_force(slot), slot);
         let leave: Vec<JobId> = self.running.difference(&wanted).copied().collect();
         for job in leave {
-            let moment = self.hold_back(job)?;
-            self.leaving.push(moment);
+            self.ask_stop(job)?;
         }
+        self.await_stops(|_, _| Some(boundary))?;
         self.leaving_took += began.elapsed();
         Ok(())
     }
 
-    /// Stops a running job at a boundary (or ahead of one), keeping how long a freeze took.
-    fn hold_back(&mut self, job: JobId) -> Result<JobMoment, AgentError> {
+    /// Asks a running job to stop at (or ahead of) a boundary. In gang mode the freeze is only
+    /// asked: `await_stops` waits for it.
+    fn ask_stop(&mut self, job: JobId) -> Result<(), AgentError> {
         let asked = now_micros();
-        let at_us = self.steer(job, false)?;
+        let confirmed = if self.mode == Mode::Gang {
+            self.actuator
+                .ask_freeze(&job_name(job))
+                .map_err(|source| AgentError::Actuator { job, source })?;
+            None
+        } else {
+            Some(self.steer(job, false)?)
+        };
         self.running.remove(&job);
-        if self.mode == Mode::Gang {
-            self.freezes.record(at_us - asked);
-            self.freezes_of
-                .entry(job)
-                .or_default()
-                .record(at_us - asked);
+        self.stopping.push(Stopping {
+            job,
+            asked,
+            confirmed,
+        });
+        Ok(())
+    }
+
+    /// Waits for each stop not yet confirmed until the time `until` gives it (`None`: the
+    /// actuator's bound, an error past it), keeping how long each confirmed freeze took.
+    fn await_stops(
+        &mut self,
+        until: impl Fn(&Self, &Stopping) -> Option<Micros>,
+    ) -> Result<(), AgentError> {
+        for index in 0..self.stopping.len() {
+            let stop = &self.stopping[index];
+            if stop.confirmed.is_some() {
+                continue;
+            }
+            let (job, asked) = (stop.job, stop.asked);
+            let deadline = until(self, stop).map(|until| {
+                Instant::now() + Duration::from_micros((until - now_micros()).max(0) as u64)
+            });
+            let confirmed = self
+                .actuator
+                .frozen_by(&job_name(job), deadline)
+                .map_err(|source| AgentError::Actuator { job, source })?;
+            if confirmed {
+                let at_us = now_micros();
+                self.stopping[index].confirmed = Some(at_us);
+                self.freezes.record(at_us - asked);
+                self.freezes_of
+                    .entry(job)
+                    .or_default()
+                    .record(at_us - asked);
+            }
         }
-        Ok(JobMoment { job, at_us })
+        Ok(())
     }
 
     /// The known jobs that `generation` runs in `slot` (none outside gang and moderate modes).
@@ -340,15 +390,15 @@ impl<A: Actuator> Applier<A> {
         self.pending.push(generation);
     }
 
-    /// Applies the boundary into `slot`: any generation due by now, then the switch.
-    pub fn enter_slot(&mut self, slot: i64) -> Result<SwitchRecord, AgentError> {
+    /// Applies the boundary into `slot` (due at `boundary`): any generation due by now, then
+    /// the switch.
+    pub fn enter_slot(&mut self, slot: i64, boundary: Micros) -> Result<SwitchRecord, AgentError> {
         let started_at = Instant::now();
         let took_ahead = std::mem::take(&mut self.leaving_took);
         // Held back ahead and not let loose or forgotten since.
-        let mut stopped: Vec<JobMoment> = std::mem::take(&mut self.leaving)
-            .into_iter()
-            .filter(|m| self.jobs.contains_key(&m.job) && !self.running.contains(&m.job))
-            .collect();
+        let (jobs, running) = (&self.jobs, &self.running);
+        self.stopping
+            .retain(|s| jobs.contains_key(&s.job) && !running.contains(&s.job));
         if let Some(due) = self.pending.iter().rposition(|g| g.first_slot <= slot) {
             let generation = self.pending.drain(..=due).next_back().expect("found");
             self.place(&generation)?;
@@ -357,16 +407,38 @@ impl<A: Actuator> Applier<A> {
         let wanted = self.wanted(self.current.as_ref(), slot);
         let stop: Vec<JobId> = self.running.difference(&wanted).copied().collect();
         let start: Vec<JobId> = wanted.difference(&self.running).copied().collect();
-        // Stop everything that leaves before anything enters.
         for &job in &stop {
-            stopped.push(self.hold_back(job)?);
+            self.ask_stop(job)?;
         }
+        // Stop before start: a freeze asked ahead is awaited until the boundary, one asked on
+        // it for as long as the job's freezes take. One still unconfirmed then waits on a task
+        // that has had no processor since the freeze was asked (another process took it: a job
+        // starting or ending beside the gangs, a compiler): it stops the moment it gets one,
+        // before running any of its own code, and waiting for that held the entrants back up
+        // to a scheduler tick (4 ms at HZ=250) past the boundary.
+        self.await_stops(|applier, s| {
+            Some(if s.asked < boundary {
+                boundary
+            } else {
+                s.asked + applier.expected_freeze(s.job)
+            })
+        })?;
         let mut started = Vec::with_capacity(start.len());
         for &job in &start {
             let at_us = self.steer(job, true)?;
             self.running.insert(job);
             started.push(JobMoment { job, at_us });
         }
+        self.await_stops(|_, _| None)?;
+        let stopped = std::mem::take(&mut self.stopping)
+            .into_iter()
+            .map(|s| JobMoment {
+                job: s.job,
+                at_us: s
+                    .confirmed
+                    .expect("await_stops confirms every stop or fails"),
+            })
+            .collect();
         // A job that keeps running is spread too: its launcher may have started the working
         // processes since (a job alone in its slice is never thawed again; its ranks, pinned
         // where the launcher was, shared one processor for good). The actuator keeps this

@@ -16,7 +16,7 @@ use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
 use crate::unix;
 use crate::{fault, job_name, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
-use cosched_cgroups::{Actuator, CgroupError, Cgroups};
+use cosched_cgroups::{procfs, Actuator, CgroupError, Cgroups};
 use cosched_core::{JobId, Micros, Rotation};
 use cosched_proto::{
     BoundaryRecord, Command, CpuSet, Ending, Event, Launch, NodeHistograms, NodeStatus, ProcessRef,
@@ -590,9 +590,9 @@ impl<A: Actuator> NodeAgent<A> {
         if pid <= 1 || pid == std::process::id() as libc::pid_t {
             return Err("init and the agent itself may not join a job".into());
         }
-        let pidfd = unix::pidfd_open(pid).map_err(|e| e.to_string())?;
-        let born = join::start_time(pid)?;
         join::check_owner(pid, uid)?;
+        let born = join::start_time(pid)?;
+        let pidfd = unix::pidfd_open(pid).map_err(|e| e.to_string())?;
         for other in self.placed.keys() {
             let pids = self.applier.actuator().pids(&job_name(*other));
             if pids.is_ok_and(|pids| pids.contains(&pid)) {
@@ -604,6 +604,21 @@ impl<A: Actuator> NodeAgent<A> {
         }
         if let Some(asker) = asker {
             join::check_same_cgroup(pid, asker)?;
+        }
+        // The kernel holds forks to the job's task cap, not moves: a process of more tasks
+        // than the job has room for would take it past the cap (threads it starts while the
+        // move is under way still can, by as many as it makes meanwhile).
+        let room = self
+            .applier
+            .actuator()
+            .task_room(&job_name(job))
+            .map_err(|e| e.to_string())?;
+        let tasks = procfs::tasks(pid).len() as u64;
+        if let Some(room) = room.filter(|&room| tasks > room) {
+            return Err(format!(
+                "it has {tasks} tasks and job {job} has room for {room} more (its cap is \
+                 --tasks-per-cpu times its processors)"
+            ));
         }
         let files = self.join_files(job)?;
         join::move_held(pid, &pidfd, born, uid, &files, move || {
@@ -955,14 +970,17 @@ impl<A: Actuator> NodeAgent<A> {
 
     fn tick(&mut self, tick: Tick) {
         let Tick {
-            slot, woke, missed, ..
+            slot,
+            deadline,
+            woke,
+            missed,
         } = tick;
         let before: Vec<JobId> = self
             .applier
             .running()
             .chain(self.applier.leaving())
             .collect();
-        let record = match self.applier.enter_slot(slot) {
+        let record = match self.applier.enter_slot(slot, deadline) {
             Ok(record) => record,
             Err(error) => {
                 log(format_args!("slot {slot}: {error}"));
@@ -1048,7 +1066,7 @@ impl<A: Actuator> NodeAgent<A> {
             return;
         }
         let before: Vec<JobId> = self.applier.running().collect();
-        match self.applier.enter_slot(slot) {
+        match self.applier.enter_slot(slot, now) {
             Ok(record) => {
                 if record.switched() {
                     self.stats.switch.record(record.duration);
@@ -1253,11 +1271,11 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
         }
     }
 
-    fn ahead_of(&mut self, slot: i64) {
+    fn ahead_of(&mut self, slot: i64, boundary: Micros) {
         if !self.agent.switching() {
             return;
         }
-        if let Err(error) = self.agent.applier.leave_slot(slot) {
+        if let Err(error) = self.agent.applier.leave_slot(slot, boundary) {
             log(format_args!("ahead of slot {slot}: {error}"));
         }
     }

@@ -45,7 +45,7 @@ fn jobs(moments: &[cosched_proto::JobMoment]) -> Vec<u64> {
 /// took effect before any start.
 fn enter(a: &mut Applier<Fake>, slot: i64) -> ((Vec<u64>, Vec<u64>), Vec<FakeCall>) {
     let before = a.actuator().calls.len();
-    let r = a.enter_slot(slot).unwrap();
+    let r = a.enter_slot(slot, now_micros()).unwrap();
     let last_stop = r.stopped.iter().map(|m| m.at_us).max();
     let first_start = r.started.iter().map(|m| m.at_us).min();
     assert!(
@@ -61,9 +61,9 @@ fn gang_freezes_the_leavers_before_thawing_the_entrants() {
     let mut a = applier(Mode::Gang);
     assert_eq!(a.actuator().frozen(), vec!["job-1", "job-2"]);
     // Before its first slot the generation is not in force: nothing runs.
-    let r = a.enter_slot(9).unwrap();
+    let r = a.enter_slot(9, now_micros()).unwrap();
     assert!(r.started.is_empty() && r.stopped.is_empty());
-    let r = a.enter_slot(10).unwrap();
+    let r = a.enter_slot(10, now_micros()).unwrap();
     assert_eq!((jobs(&r.stopped), jobs(&r.started)), (vec![], vec![1]));
     assert_eq!(a.actuator().frozen(), vec!["job-2"]);
     let (switched, calls) = enter(&mut a, 11);
@@ -87,9 +87,9 @@ fn gang_freezes_the_leavers_before_thawing_the_entrants() {
 fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it() {
     let mut a = applier(Mode::Gang);
     assert_eq!(a.lead(10), 0, "nothing runs, so nothing leaves");
-    a.enter_slot(10).unwrap();
+    a.enter_slot(10, now_micros()).unwrap();
     assert_eq!(a.lead(11), 1_000, "before any freeze was measured");
-    a.leave_slot(11).unwrap();
+    a.leave_slot(11, now_micros()).unwrap();
     // Job 1 is frozen and no longer runs; job 2 waits for the boundary.
     assert_eq!(a.actuator().frozen(), vec!["job-1", "job-2"]);
     assert_eq!(a.leaving().collect::<Vec<_>>(), vec![1]);
@@ -109,9 +109,9 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
     assert!(a.lead(12) < 1_000, "{}", a.lead(12));
     // A job let loose after it was held back is stopped again on the boundary, and reported
     // once.
-    a.leave_slot(12).unwrap();
+    a.leave_slot(12, now_micros()).unwrap();
     a.release_all().unwrap();
-    let r = a.enter_slot(12).unwrap();
+    let r = a.enter_slot(12, now_micros()).unwrap();
     assert_eq!((jobs(&r.stopped), jobs(&r.started)), (vec![2], vec![]));
     assert_eq!(a.actuator().frozen(), vec!["job-2"]);
 }
@@ -120,30 +120,56 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
 fn a_job_slow_to_freeze_leaves_early_by_its_own_history_only() {
     let mut a = applier(Mode::Gang);
     a.actuator_mut().jobs.get_mut("job-1").unwrap().freeze_takes = Duration::from_millis(3);
-    a.enter_slot(10).unwrap();
-    a.leave_slot(11).unwrap();
-    a.enter_slot(11).unwrap();
+    a.enter_slot(10, now_micros()).unwrap();
+    a.leave_slot(11, now_micros()).unwrap();
+    a.enter_slot(11, now_micros()).unwrap();
     // Job 2 was never frozen: it goes by the slowest freeze of any job.
     assert!(a.lead(12) >= 3_000, "{}", a.lead(12));
-    a.leave_slot(12).unwrap();
-    a.enter_slot(12).unwrap();
+    a.leave_slot(12, now_micros()).unwrap();
+    a.enter_slot(12, now_micros()).unwrap();
     assert!(a.lead(13) >= 3_000, "job 1 by its own: {}", a.lead(13));
-    a.leave_slot(13).unwrap();
-    a.enter_slot(13).unwrap();
+    a.leave_slot(13, now_micros()).unwrap();
+    a.enter_slot(13, now_micros()).unwrap();
     // Job 2's own freezes were quick: its leaving does not pay for job 1's.
     assert!(a.lead(14) < 1_000, "job 2 by its own: {}", a.lead(14));
+}
+
+#[test]
+fn a_leaver_slower_than_its_history_stops_after_the_entrants_start() {
+    let mut a = applier(Mode::Gang);
+    for slot in 10..=12 {
+        a.leave_slot(slot, now_micros()).unwrap();
+        a.enter_slot(slot, now_micros()).unwrap();
+    }
+    // Both jobs froze at once so far; now job 1's next freeze is confirmed only after half a
+    // second (a task of it waiting for a processor another process took).
+    a.actuator_mut().jobs.get_mut("job-1").unwrap().freeze_takes = Duration::from_millis(500);
+    let boundary = now_micros() + a.lead(13);
+    a.leave_slot(13, boundary).unwrap();
+    assert_eq!(a.leaving().collect::<Vec<_>>(), vec![1]);
+    let r = a.enter_slot(13, boundary).unwrap();
+    assert_eq!((jobs(&r.stopped), jobs(&r.started)), (vec![1], vec![2]));
+    let (stopped, started) = (r.stopped[0].at_us, r.started[0].at_us);
+    // Job 2 was thawed on the boundary, not after job 1's late confirmation, which the record
+    // still holds; job 1's next lead follows its slow freeze.
+    assert!(started >= boundary && started < stopped, "{r:?}");
+    assert!(stopped - boundary >= 400_000, "{r:?}");
+    assert_eq!(a.actuator().frozen(), vec!["job-1"]);
+    a.leave_slot(14, now_micros()).unwrap();
+    a.enter_slot(14, now_micros()).unwrap();
+    assert!(a.lead(15) >= 400_000, "{}", a.lead(15));
 }
 
 #[test]
 fn a_running_job_placed_again_runs_again_at_its_next_slot() {
     for mode in [Mode::Gang, Mode::Moderate] {
         let mut a = applier(mode);
-        a.enter_slot(10).unwrap();
+        a.enter_slot(10, now_micros()).unwrap();
         assert_eq!(a.running().collect::<Vec<_>>(), vec![1], "{mode:?}");
         // Placed again by the controller (a class change) while it runs.
         a.admit(1, Some(&cosched_core::Partition::block(0, 2)))
             .unwrap();
-        let r = a.enter_slot(12).unwrap();
+        let r = a.enter_slot(12, now_micros()).unwrap();
         assert_eq!(jobs(&r.started), vec![1], "{mode:?}");
         if mode == Mode::Gang {
             assert_eq!(a.actuator().frozen(), vec!["job-2"]);
@@ -155,10 +181,10 @@ fn a_running_job_placed_again_runs_again_at_its_next_slot() {
 fn other_modes_hold_nothing_ahead() {
     for mode in [Mode::Moderate, Mode::Implicit, Mode::Local] {
         let mut a = applier(mode);
-        a.enter_slot(10).unwrap();
+        a.enter_slot(10, now_micros()).unwrap();
         assert_eq!(a.lead(11), 0, "{mode:?}");
         let calls_before = a.actuator().calls.len();
-        a.leave_slot(11).unwrap();
+        a.leave_slot(11, now_micros()).unwrap();
         assert_eq!(a.actuator().calls.len(), calls_before, "{mode:?}");
     }
 }
@@ -166,7 +192,7 @@ fn other_modes_hold_nothing_ahead() {
 #[test]
 fn moderate_moves_weight_and_pins_and_freezes_nothing() {
     let mut a = applier(Mode::Moderate);
-    a.enter_slot(10).unwrap();
+    a.enter_slot(10, now_micros()).unwrap();
     let weight = |a: &Applier<Fake>, job: &str| a.actuator().jobs[job].weight;
     let spread = |a: &Applier<Fake>, job: &str| a.actuator().jobs[job].spread;
     assert_eq!(
@@ -174,7 +200,7 @@ fn moderate_moves_weight_and_pins_and_freezes_nothing() {
         (FAVOURED_WEIGHT, DISFAVOURED_WEIGHT)
     );
     assert!(spread(&a, "job-1") && !spread(&a, "job-2"));
-    a.enter_slot(11).unwrap();
+    a.enter_slot(11, now_micros()).unwrap();
     assert_eq!(
         (weight(&a, "job-1"), weight(&a, "job-2")),
         (DISFAVOURED_WEIGHT, FAVOURED_WEIGHT)
@@ -188,7 +214,7 @@ fn moderate_moves_weight_and_pins_and_freezes_nothing() {
     );
     assert!(!spread(&a, "job-1") && !spread(&a, "job-2"));
     // A job that ends is let loose too.
-    a.enter_slot(12).unwrap();
+    a.enter_slot(12, now_micros()).unwrap();
     assert_eq!(weight(&a, "job-2"), DISFAVOURED_WEIGHT);
     a.release(2).unwrap();
     assert_eq!(weight(&a, "job-2"), NORMAL_WEIGHT);
@@ -198,11 +224,11 @@ fn moderate_moves_weight_and_pins_and_freezes_nothing() {
 fn local_touches_nothing_and_released_jobs_are_thawed() {
     let mut a = applier(Mode::Local);
     let calls = a.actuator().calls.len();
-    a.enter_slot(10).unwrap();
-    a.enter_slot(11).unwrap();
+    a.enter_slot(10, now_micros()).unwrap();
+    a.enter_slot(11, now_micros()).unwrap();
     assert_eq!(a.actuator().calls.len(), calls);
     let mut g = applier(Mode::Gang);
-    g.enter_slot(10).unwrap();
+    g.enter_slot(10, now_micros()).unwrap();
     g.release(2).unwrap();
     assert_eq!(g.actuator().frozen(), Vec::<&str>::new());
     assert_eq!("implicit".parse::<Mode>().unwrap(), Mode::Implicit);
@@ -322,15 +348,19 @@ impl clock::SlotWork for Gangs {
         self.applier.lock().unwrap().lead(slot)
     }
 
-    fn ahead_of(&mut self, slot: i64) {
-        if let Err(e) = self.applier.lock().unwrap().leave_slot(slot) {
+    fn ahead_of(&mut self, slot: i64, boundary: i64) {
+        if let Err(e) = self.applier.lock().unwrap().leave_slot(slot, boundary) {
             self.outcome = Err(e.to_string());
         }
     }
 
     fn boundary(&mut self, tick: clock::Tick) -> bool {
         self.lateness.record(tick.lateness());
-        let result = self.applier.lock().unwrap().enter_slot(tick.slot);
+        let result = self
+            .applier
+            .lock()
+            .unwrap()
+            .enter_slot(tick.slot, tick.deadline);
         self.switches
             .lock()
             .unwrap()

@@ -12,11 +12,10 @@
 //!   reports), agent CPU time per switch (every thread of the agent), etcd traffic per second.
 
 use crate::daemon::{cosched_binary, succeeded};
-use crate::figures::{command_line, median, Provenance};
+use crate::figures::{command_line, median, summary, Provenance};
 use crate::workloads;
 use anyhow::{bail, Context, Result};
 use cosched_agent::boundaries::{read_log, spreads, start_delays};
-use cosched_agent::Samples;
 use cosched_daemon::protocol::NodeView;
 use cosched_proto::{BoundaryRecord, Summary};
 use serde::Serialize;
@@ -343,15 +342,6 @@ fn skew_run(args: &ClusterArgs, offset_us: i64) -> Result<SkewRow> {
         publish: Summary::worst(nodes.iter().map(|n| &n.status.publish_us)),
         agent_cpu_per_switch_us: cpu_us / switches,
     })
-}
-
-/// Percentiles of spreads in µs, as the agents summarise their own samples.
-fn summary(values: &[u64]) -> Summary {
-    let mut samples = Samples::new(values.len());
-    for &value in values {
-        samples.record(Duration::from_micros(value));
-    }
-    samples.summary()
 }
 
 /// One lab, up for as long as this lives.

@@ -89,6 +89,15 @@ pub fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
+/// Percentiles of values in µs, as the agents summarise their own samples.
+pub fn summary(values: &[u64]) -> cosched_proto::Summary {
+    let mut samples = cosched_agent::Samples::new(values.len());
+    for &value in values {
+        samples.record(std::time::Duration::from_micros(value));
+    }
+    samples.summary()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,16 +49,11 @@ pub fn release(steps: &[ReleaseStep]) -> Result<()> {
     let mut first_error = None;
     for step in steps {
         let outcome = match step {
-            ReleaseStep::ThawV2 { dir } => write(&dir.join("cgroup.freeze"), "0").and_then(|_| {
-                confirm(&dir.join("cgroup.events"), "frozen 0", |t| {
-                    t.lines().any(|l| l.trim() == "frozen 0")
-                })
-                .map(|_| ())
-            }),
+            ReleaseStep::ThawV2 { dir } => {
+                ask_v2(dir, false).and_then(|()| confirm_v2(dir, false, None).map(|_| ()))
+            }
             ReleaseStep::ThawV1 { dir } => {
-                let file = dir.join("freezer.state");
-                write(&file, "THAWED")
-                    .and_then(|_| confirm(&file, "THAWED", |t| t.trim() == "THAWED").map(|_| ()))
+                ask_v1(dir, false).and_then(|()| confirm_v1(dir, false, None).map(|_| ()))
             }
             ReleaseStep::ContinueAll { procs } => read(procs).map(|text| {
                 for pid in parse_pids(&text) {
@@ -153,27 +148,71 @@ fn mkdir(path: &Path) -> Result<()> {
     }
 }
 
-/// Re-reads `path` until `done` accepts it, sleeping briefly between reads: change
-/// notifications on `cgroup.events` are rate-limited (one per ~12 ms), re-reading is not.
-fn confirm(path: &Path, wanted: &'static str, done: impl Fn(&str) -> bool) -> Result<Duration> {
+/// Re-reads `path` until `done` accepts it (true), or until `until` passes (false), sleeping
+/// briefly between reads: change notifications on `cgroup.events` are rate-limited (one per
+/// ~12 ms), re-reading is not. With no `until`, not done within [`CONFIRM_TIMEOUT`] is an error.
+fn confirm(
+    path: &Path,
+    wanted: &'static str,
+    done: impl Fn(&str) -> bool,
+    until: Option<Instant>,
+) -> Result<bool> {
     let start = Instant::now();
     let mut backoff = Backoff::default();
     loop {
         let text = read(path)?;
         if done(&text) {
-            return Ok(start.elapsed());
+            return Ok(true);
         }
         let waited = start.elapsed();
-        if waited > CONFIRM_TIMEOUT {
-            return Err(CgroupError::NotConfirmed {
-                path: path.to_path_buf(),
-                wanted,
-                state: text.trim().replace('\n', " "),
-                waited,
-            });
+        match until {
+            Some(until) if Instant::now() >= until => return Ok(false),
+            None if waited > CONFIRM_TIMEOUT => {
+                return Err(CgroupError::NotConfirmed {
+                    path: path.to_path_buf(),
+                    wanted,
+                    state: text.trim().replace('\n', " "),
+                    waited,
+                })
+            }
+            _ => {}
         }
-        backoff.pause();
+        backoff.pause(until);
     }
+}
+
+/// Asks the v2 freezer of the group at `dir` to freeze or thaw it.
+fn ask_v2(dir: &Path, frozen: bool) -> Result<()> {
+    write(&dir.join("cgroup.freeze"), if frozen { "1" } else { "0" })
+}
+
+/// Waits for what `ask_v2` asked, until `until` (see `confirm`).
+fn confirm_v2(dir: &Path, frozen: bool, until: Option<Instant>) -> Result<bool> {
+    let wanted = if frozen { "frozen 1" } else { "frozen 0" };
+    let events = dir.join("cgroup.events");
+    confirm(
+        &events,
+        wanted,
+        |t| t.lines().any(|l| l.trim() == wanted),
+        until,
+    )
+}
+
+/// Asks the v1 freezer of the group at `dir` to freeze or thaw it.
+fn ask_v1(dir: &Path, frozen: bool) -> Result<()> {
+    let state = if frozen { "FROZEN" } else { "THAWED" };
+    write(&dir.join("freezer.state"), state)
+}
+
+/// Waits for what `ask_v1` asked, until `until` (see `confirm`).
+fn confirm_v1(dir: &Path, frozen: bool, until: Option<Instant>) -> Result<bool> {
+    let wanted = if frozen { "FROZEN" } else { "THAWED" };
+    confirm(
+        &dir.join("freezer.state"),
+        wanted,
+        |t| t.trim() == wanted,
+        until,
+    )
 }
 
 /// Pauses between confirmation reads: 10 µs, doubling up to 50 µs. Sleep, never spin: the
@@ -191,8 +230,10 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    fn pause(&mut self) {
-        std::thread::sleep(self.0);
+    /// Sleeps the next pause, never past `until`.
+    fn pause(&mut self, until: Option<Instant>) {
+        let left = until.map_or(self.0, |u| u.saturating_duration_since(Instant::now()));
+        std::thread::sleep(self.0.min(left));
         self.0 = (self.0 * 2).min(Duration::from_micros(50));
     }
 }
@@ -440,8 +481,9 @@ impl Cgroups {
         Ok(())
     }
 
-    /// Waits until every process of the job is (or is no longer) stopped by a signal.
-    fn confirm_signals(&self, job: &str, stopped: bool) -> Result<Duration> {
+    /// Waits until every process of the job is (or is no longer) stopped by a signal, or until
+    /// `until` (false); with no `until`, an error past [`CONFIRM_TIMEOUT`].
+    fn confirm_signals(&self, job: &str, stopped: bool, until: Option<Instant>) -> Result<bool> {
         let start = Instant::now();
         let mut backoff = Backoff::default();
         let wanted = if stopped { "stopped" } else { "running" };
@@ -452,49 +494,67 @@ impl Cgroups {
                     break;
                 }
                 let waited = start.elapsed();
-                if waited > CONFIRM_TIMEOUT {
-                    return Err(CgroupError::SignalNotConfirmed {
-                        job: job.to_string(),
-                        pid,
-                        wanted,
-                        state,
-                        waited,
-                    });
+                match until {
+                    Some(until) if Instant::now() >= until => return Ok(false),
+                    None if waited > CONFIRM_TIMEOUT => {
+                        return Err(CgroupError::SignalNotConfirmed {
+                            job: job.to_string(),
+                            pid,
+                            wanted,
+                            state,
+                            waited,
+                        })
+                    }
+                    _ => {}
                 }
-                backoff.pause();
+                backoff.pause(until);
             }
         }
-        Ok(start.elapsed())
+        Ok(true)
     }
 
-    /// Freezes or thaws a job by the chosen mechanism and waits for the kernel to confirm.
-    fn set_frozen(&mut self, job: &str, frozen: bool) -> Result<Duration> {
+    /// Asks the chosen mechanism to freeze or thaw a job, without waiting.
+    fn ask_frozen(&mut self, job: &str, frozen: bool) -> Result<()> {
         self.known(job)?;
         match self.freezer {
-            Freezer::V2 => {
-                let dir = self.v2.as_ref().expect("v2 freezer has a v2 dir").join(job);
-                let (value, wanted) = if frozen {
-                    ("1", "frozen 1")
-                } else {
-                    ("0", "frozen 0")
-                };
-                write(&dir.join("cgroup.freeze"), value)?;
-                confirm(&dir.join("cgroup.events"), wanted, |t| {
-                    t.lines().any(|l| l.trim() == wanted)
-                })
-            }
-            Freezer::V1 => {
-                let parent = self.v1_freezer.as_ref().expect("v1 freezer has a v1 dir");
-                let file = parent.join(job).join("freezer.state");
-                let wanted = if frozen { "FROZEN" } else { "THAWED" };
-                write(&file, wanted)?;
-                confirm(&file, wanted, |t| t.trim() == wanted)
-            }
+            Freezer::V2 => ask_v2(&self.v2_dir(job), frozen),
+            Freezer::V1 => ask_v1(&self.v1_freezer_dir(job), frozen),
             Freezer::Signals => {
-                self.signal_all(job, if frozen { libc::SIGSTOP } else { libc::SIGCONT })?;
-                self.confirm_signals(job, frozen)
+                self.signal_all(job, if frozen { libc::SIGSTOP } else { libc::SIGCONT })
             }
         }
+    }
+
+    /// Waits for the kernel to confirm what `ask_frozen` asked, until `until` (see `confirm`).
+    fn confirm_frozen(&self, job: &str, frozen: bool, until: Option<Instant>) -> Result<bool> {
+        self.known(job)?;
+        match self.freezer {
+            Freezer::V2 => confirm_v2(&self.v2_dir(job), frozen, until),
+            Freezer::V1 => confirm_v1(&self.v1_freezer_dir(job), frozen, until),
+            Freezer::Signals => self.confirm_signals(job, frozen, until),
+        }
+    }
+
+    /// The job's group in the tree with the pids controller, if there is one.
+    fn tasks_dir(&self, job: &str) -> Result<Option<PathBuf>> {
+        self.known(job)?;
+        let parent = match self.tasks {
+            Some(Tree::V2) => self.v2.as_ref(),
+            Some(Tree::V1) => self.v1_pids.as_ref(),
+            None => None,
+        };
+        Ok(parent.map(|parent| parent.join(job)))
+    }
+
+    fn v2_dir(&self, job: &str) -> PathBuf {
+        self.v2.as_ref().expect("v2 freezer has a v2 dir").join(job)
+    }
+
+    fn v1_freezer_dir(&self, job: &str) -> PathBuf {
+        self.v1_freezer
+            .as_ref()
+            .expect("v1 freezer has a v1 dir")
+            .join(job)
     }
 
     /// The file and value that give a job `weight` (cgroup v2 scale) in the tree with the cpu
@@ -574,14 +634,29 @@ impl Actuator for Cgroups {
     }
 
     fn limit_tasks(&mut self, job: &str, most: u64) -> Result<()> {
-        self.known(job)?;
-        let parent = match self.tasks {
-            Some(Tree::V2) => self.v2.as_ref(),
-            Some(Tree::V1) => self.v1_pids.as_ref(),
-            None => None,
+        let dir = self
+            .tasks_dir(job)?
+            .ok_or_else(|| CgroupError::Unsupported("no pids controller on this machine".into()))?;
+        write(&dir.join("pids.max"), &most.to_string())
+    }
+
+    fn task_room(&self, job: &str) -> Result<Option<u64>> {
+        let Some(dir) = self.tasks_dir(job)? else {
+            return Ok(None);
+        };
+        let most = read(&dir.join("pids.max"))?;
+        if most.trim() == "max" {
+            return Ok(None);
         }
-        .ok_or_else(|| CgroupError::Unsupported("no pids controller on this machine".into()))?;
-        write(&parent.join(job).join("pids.max"), &most.to_string())
+        let number = |file: &str, text: &str| {
+            text.trim().parse::<u64>().map_err(|e| CgroupError::Io {
+                path: dir.join(file),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            })
+        };
+        let most = number("pids.max", &most)?;
+        let current = number("pids.current", &read(&dir.join("pids.current"))?)?;
+        Ok(Some(most.saturating_sub(current)))
     }
 
     fn create(&mut self, job: &str) -> Result<()> {
@@ -625,12 +700,19 @@ impl Actuator for Cgroups {
         write(&file, &value)
     }
 
-    fn freeze(&mut self, job: &str) -> Result<Duration> {
-        self.set_frozen(job, true)
+    fn ask_freeze(&mut self, job: &str) -> Result<()> {
+        self.ask_frozen(job, true)
+    }
+
+    fn frozen_by(&mut self, job: &str, until: Option<Instant>) -> Result<bool> {
+        self.confirm_frozen(job, true, until)
     }
 
     fn thaw(&mut self, job: &str) -> Result<Duration> {
-        self.set_frozen(job, false)
+        let asked = Instant::now();
+        self.ask_frozen(job, false)?;
+        self.confirm_frozen(job, false, None)?;
+        Ok(asked.elapsed())
     }
 
     fn kill(&mut self, job: &str) -> Result<()> {

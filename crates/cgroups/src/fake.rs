@@ -4,7 +4,7 @@
 use crate::{check_name, Actuator, CgroupError, Pid, ReleaseStep, Result};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FakeCall {
@@ -33,6 +33,8 @@ pub struct FakeJob {
     pub spread: bool,
     /// How long a freeze takes to be confirmed (a real one waits for every task to stop).
     pub freeze_takes: Duration,
+    /// When the last freeze was asked.
+    pub freeze_asked: Option<Instant>,
     pub most_tasks: Option<u64>,
 }
 
@@ -107,13 +109,30 @@ impl Actuator for Fake {
         Ok(())
     }
 
-    fn freeze(&mut self, job: &str) -> Result<Duration> {
+    fn task_room(&self, job: &str) -> Result<Option<u64>> {
+        let entry = self
+            .jobs
+            .get(job)
+            .ok_or_else(|| CgroupError::UnknownJob(job.to_string()))?;
+        Ok(entry
+            .most_tasks
+            .map(|most| most.saturating_sub(entry.pids.len() as u64)))
+    }
+
+    fn ask_freeze(&mut self, job: &str) -> Result<()> {
         let entry = self.job(job)?;
         entry.frozen = true;
-        let takes = entry.freeze_takes;
-        std::thread::sleep(takes);
+        entry.freeze_asked = Some(Instant::now());
         self.calls.push(FakeCall::Freeze(job.to_string()));
-        Ok(takes)
+        Ok(())
+    }
+
+    fn frozen_by(&mut self, job: &str, until: Option<Instant>) -> Result<bool> {
+        let entry = self.job(job)?;
+        let done = entry.freeze_asked.unwrap_or_else(Instant::now) + entry.freeze_takes;
+        let waited_until = until.map_or(done, |until| until.min(done));
+        std::thread::sleep(waited_until.saturating_duration_since(Instant::now()));
+        Ok(waited_until == done)
     }
 
     fn thaw(&mut self, job: &str) -> Result<Duration> {

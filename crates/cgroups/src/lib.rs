@@ -16,15 +16,15 @@ pub use fake::{Fake, FakeCall};
 pub use layout::Layout;
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub type Pid = i32;
 
-/// How long a stop or continue may take to be confirmed before it is an error. Measured here:
-/// 0.1 ms median, 3 ms p99 for 256 processes (v2); 0.9 s with the controller not real-time.
 /// The CPU weight a job has when nobody favours it (cgroup v2's default).
 pub const DEFAULT_WEIGHT: u32 = 100;
 
+/// How long a stop or continue may take to be confirmed before it is an error. Measured here:
+/// 0.1 ms median, 3 ms p99 for 256 processes (v2); 0.9 s with the controller not real-time.
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
@@ -82,8 +82,23 @@ pub trait Actuator {
     /// Caps the job's tasks (processes and threads) at `most`: a fork or thread past it fails.
     /// Thousands of a job's tasks would make its every freeze and thaw long.
     fn limit_tasks(&mut self, job: &str, most: u64) -> Result<()>;
+    /// How many more tasks the job may take under that cap (`None`: no cap). Moving a process
+    /// in is not held to the cap by the kernel (only forks are): a join asks first.
+    fn task_room(&self, job: &str) -> Result<Option<u64>>;
     /// Stops every process of the job; returns once the kernel confirms it, with the wait.
-    fn freeze(&mut self, job: &str) -> Result<Duration>;
+    fn freeze(&mut self, job: &str) -> Result<Duration> {
+        let asked = Instant::now();
+        self.ask_freeze(job)?;
+        self.frozen_by(job, None)?;
+        Ok(asked.elapsed())
+    }
+    /// Asks the kernel to stop every process of the job and returns at once (`frozen_by`
+    /// waits for the confirmation). A running task stops within microseconds; one waiting for
+    /// a processor stops when it next gets one, before it runs any of its own code.
+    fn ask_freeze(&mut self, job: &str) -> Result<()>;
+    /// Waits for the freeze `ask_freeze` asked to be confirmed, until `until`: whether it
+    /// was. With no `until`, not confirmed within [`CONFIRM_TIMEOUT`] is an error.
+    fn frozen_by(&mut self, job: &str, until: Option<Instant>) -> Result<bool>;
     /// Lets every process run again; returns once the kernel confirms it, with the wait.
     fn thaw(&mut self, job: &str) -> Result<Duration>;
     /// Kills every process of the job (continuing them first, so a stopped job dies too).

@@ -7,7 +7,7 @@ use cosched_cgroups::*;
 use std::io::Write;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A shell that spins, and once it reads a line from stdin forks a second spinning process:
 /// so a child made after `add` can be seen to land in the job too.
@@ -141,8 +141,15 @@ fn suite<A: Actuator>(act: &mut A, job: &str, real: bool, flag: impl Fn(&A) -> b
 
     act.set_cpus(job, "0").unwrap();
     act.set_weight(job, 50).unwrap();
-    for _ in 0..3 {
-        act.freeze(job).unwrap();
+    for round in 0..3 {
+        if round == 1 {
+            // Asked, then confirmed later: a wait until a moment already past only looks.
+            act.ask_freeze(job).unwrap();
+            act.frozen_by(job, Some(Instant::now())).unwrap();
+            assert!(act.frozen_by(job, None).unwrap());
+        } else {
+            act.freeze(job).unwrap();
+        }
         assert!(frozen(act), "frozen but using CPU ({})", act.describe());
         act.thaw(job).unwrap();
         assert!(running(act), "thawed but not running ({})", act.describe());

@@ -9,18 +9,23 @@ use common::*;
 use cosched_agent::boundaries::read_log;
 use cosched_proto::BoundaryRecord;
 use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// [start, stop) of each time `job` ran.
+/// [start, stop) of each time `job` ran. A stop ends a stretch when it was confirmed, or at
+/// its boundary if that came first: a leaver runs none of its own code once its freeze is
+/// asked, and a task of it that had no processor then confirms it after the entrants start
+/// (ARCHITECTURE.md, invariant 9; `crates/agent/tests/applier.rs` judges by CPU time).
 fn ran(records: &[BoundaryRecord], job: u64) -> Vec<(i64, i64)> {
     let (mut out, mut running) = (Vec::new(), None);
     for record in records {
+        let boundary = record.woke_us - record.lateness_us.unwrap_or(0);
         for stop in record.stopped.iter().filter(|m| m.job == job) {
             if let Some(start) = running.take() {
-                out.push((start, stop.at_us));
+                out.push((start, stop.at_us.min(boundary.max(start))));
             }
         }
         if record.started.iter().any(|m| m.job == job) && running.is_none() {
@@ -345,6 +350,74 @@ fn short_mpi_programs_in_c_and_fortran_end_cleanly_and_take_turns_with_another_j
     }
     assert_eq!(jobs_named(&d, "mismatched"), Vec::<u64>::new());
     d.cosched(&["cancel", &other.to_string()]);
+}
+
+#[test]
+fn a_join_may_not_take_a_job_past_its_task_cap() {
+    let d = Daemon::start(&[
+        "--quantum-ms",
+        "50",
+        "--allow-registration",
+        "--tasks-per-cpu",
+        "4",
+    ]);
+    let socket = d.socket();
+    let replies = ask_as(&socket, NOBODY, json!({"op": "register", "procs": 1}), 2);
+    let job = replies[0]["job"].as_u64().unwrap();
+    let add = |pid: u32| {
+        ask_as(
+            &socket,
+            NOBODY,
+            json!({"op": "proc_add", "job": job, "pid": pid}),
+            1,
+        )
+        .remove(0)
+    };
+    let nobodys = |program: &str| {
+        Command::new("/usr/bin/python3")
+            .args(["-c", program])
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // One processor at four tasks, one of them the job's holder; a process of four threads is
+    // refused, and nothing moved.
+    let mut threads = nobodys(
+        "import threading,time,sys\n\
+         for _ in range(3): threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n\
+         print('up', flush=True); time.sleep(60)",
+    );
+    let mut up = String::new();
+    BufReader::new(threads.stdout.as_mut().unwrap())
+        .read_line(&mut up)
+        .unwrap();
+    let error = error_of(add(threads.id()));
+    assert!(
+        error.contains("it has 4 tasks") && error.contains("room for 3 more"),
+        "{error}"
+    );
+    let procs = std::fs::read_to_string(d.cgroup(job).join("cgroup.procs")).unwrap();
+    assert!(
+        !procs.lines().any(|p| p == threads.id().to_string()),
+        "{procs}"
+    );
+    // One of its threads, named by its thread id, is not a process.
+    let thread = std::fs::read_dir(format!("/proc/{}/task", threads.id()))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|tid| *tid != threads.id().to_string())
+        .unwrap();
+    let error = error_of(add(thread.parse().unwrap()));
+    assert!(error.contains("it is a thread, not a process"), "{error}");
+    // A process of one task fits.
+    let mut single = nobodys("import time; time.sleep(60)");
+    assert_eq!(add(single.id())["ok"], true);
+    for child in [&mut threads, &mut single] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
 }
 
 /// Sends one request as `uid`; returns the reply lines (`lines` of them).
