@@ -1,12 +1,15 @@
 //! `cosched-bench churn`: the slot clock while jobs start and end. Two 2-process compute jobs
 //! take turns (gang mode); in the churn case a short 1-process job (`sh -c 'exit 7'`, as a
-//! user's quick command) is submitted every `--every-ms` beside them. The steady case, the
-//! same two jobs alone, runs in the same invocation: the figures are compared side by side.
+//! user's quick command) is submitted every `--every-ms` beside them; in the crowd case the
+//! second job is a crowd of sleeping processes instead (as many as its task cap lets it fork,
+//! as an audit's `nobody` did with 3,000), slow to freeze. The steady case, the two compute
+//! jobs alone, runs in the same invocation: the figures are compared side by side, with the
+//! first compute job's share of its processors (half of them, ideally).
 
 use crate::daemon::{Daemon, DaemonSpec};
 use crate::figures::{command_line, summary, Provenance};
 use crate::workloads;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use cosched_agent::boundaries::{read_log, start_delays};
 use cosched_daemon::protocol::{NodeView, StatsView};
 use cosched_proto::{Histogram, HISTOGRAM_BOUNDS_US};
@@ -23,6 +26,9 @@ pub struct ChurnArgs {
     /// A short job is submitted this often in the churn case (ms)
     #[arg(long, default_value_t = 500)]
     every_ms: u64,
+    /// The cases to run, in order: steady, churn, crowd
+    #[arg(long, value_delimiter = ',', default_value = "steady,churn,crowd")]
+    cases: Vec<Case>,
     /// Rounds of each case (the figures of every round are printed; compare medians)
     #[arg(long, default_value_t = 1)]
     rounds: usize,
@@ -34,18 +40,55 @@ pub struct ChurnArgs {
 /// The lateness bucket bound past which a boundary counts as "late" (µs).
 const LATE_US: u64 = 1_000;
 
+/// How long the crowd case waits for the crowd to fork before it measures.
+const CROWD_WARMUP: Duration = Duration::from_secs(5);
+
+/// Forks sleeping children until a fork is refused (the job's task cap) or 4,000 are up.
+const CROWD: &str = r#"
+import os, time
+n = 0
+try:
+    while n < 4000:
+        if os.fork() == 0:
+            time.sleep(3600)
+            os._exit(0)
+        n += 1
+except OSError:
+    pass
+print("crowd of", n, flush=True)
+time.sleep(3600)
+"#;
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Case {
+    Steady,
+    Churn,
+    Crowd,
+}
+
+impl Case {
+    fn name(self) -> &'static str {
+        match self {
+            Case::Steady => "steady",
+            Case::Churn => "churn",
+            Case::Crowd => "crowd",
+        }
+    }
+}
+
 pub fn run(args: ChurnArgs) -> Result<()> {
     workloads::build()?;
     println!(
-        "churn: two 2-process `burn` jobs gang-scheduled; churn adds `cosched run -n 1 -- sh -c 'exit 7'` every {} ms; {} s a case",
+        "churn: two 2-process `burn` jobs gang-scheduled; churn adds `cosched run -n 1 -- sh -c 'exit 7'` every {} ms; crowd makes the second a 2-processor job of sleeping processes; {} s a case",
         args.every_ms, args.seconds
     );
     println!(
-        "{:<6} {:>4} {:>5} {:>7} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>8} {:>8} {:>6}",
+        "{:<6} {:>4} {:>5} {:>7} {:>6} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>8} {:>8} {:>6}",
         "case",
         "ms",
         "round",
-        "starts",
+        "added",
+        "share",
         "late p50",
         "late p99",
         "late max",
@@ -62,15 +105,16 @@ pub fn run(args: ChurnArgs) -> Result<()> {
     let mut rows = Vec::new();
     for round in 1..=args.rounds {
         for &quantum_ms in &args.quantum_ms {
-            for churn in [false, true] {
-                let row = measure(&args, quantum_ms, churn)?;
+            for &case in &args.cases {
+                let row = measure(&args, quantum_ms, case)?;
                 let stats = &row.stats;
                 println!(
-                    "{:<6} {:>4} {:>5} {:>7} {:>7}µs {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>6}µs {:>6}µs {:>6}",
-                    if churn { "churn" } else { "steady" },
+                    "{:<6} {:>4} {:>5} {:>7} {:>6.3} {:>7}µs {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>6}µs {:>6}µs {:>6}",
+                    case.name(),
                     quantum_ms,
                     round,
-                    row.short_jobs,
+                    row.crowd.unwrap_or(row.short_jobs as u64),
+                    row.share,
                     stats.lateness_us.p50,
                     stats.lateness_us.p99,
                     stats.lateness_us.max,
@@ -85,12 +129,14 @@ pub fn run(args: ChurnArgs) -> Result<()> {
                     stats.missed_slots,
                 );
                 rows.push(serde_json::json!({
-                    "case": if churn { "churn" } else { "steady" },
+                    "case": case.name(),
                     "quantum_ms": quantum_ms,
                     "round": round,
                     "seconds": args.seconds,
                     "every_ms": args.every_ms,
                     "short_jobs": row.short_jobs,
+                    "crowd": row.crowd,
+                    "first_job_share": row.share,
                     "boundaries": stats.lateness_us.count,
                     "late_over_1ms": row.late_boundaries,
                     "starts": row.starts,
@@ -106,7 +152,7 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         }
     }
     println!(
-        "late: the clock's wakeup after each boundary; start: each job's thaw after its boundary (boundary log)"
+        "added: short jobs submitted (churn) or sleeping processes forked (crowd); share: the first compute job's CPU time over its 2 processors' wall time (ideal 0.5); late: the clock's wakeup after each boundary; start: each job's thaw after its boundary (boundary log)"
     );
     println!(
         "targets: lateness p99 < 100 µs and no boundary (wakeup or start) later than 1 ms under churn; skew p99 < 200 µs"
@@ -123,6 +169,9 @@ pub fn run(args: ChurnArgs) -> Result<()> {
 struct Row {
     stats: StatsView,
     short_jobs: usize,
+    /// The crowd's size (its `crowd of N` line), in the crowd case.
+    crowd: Option<u64>,
+    share: f64,
     late_boundaries: u64,
     /// Jobs started on boundaries, and how late after them (µs).
     starts: usize,
@@ -131,14 +180,26 @@ struct Row {
     late_starts: usize,
 }
 
-fn measure(args: &ChurnArgs, quantum_ms: u64, churn: bool) -> Result<Row> {
+fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
     let daemon = Daemon::start(&DaemonSpec {
         mode: "gang".into(),
         quantum_ms,
         freezer: None,
     })?;
     let output = daemon.dir().join("jobs.out");
-    workloads::submit_two_endless_gangs(&daemon, &output)?;
+    let first = if case == Case::Crowd {
+        let first = workloads::submit_endless_gang(&daemon, &output)?;
+        let crowd: Vec<String> = ["python3", "-c", CROWD].map(String::from).into();
+        daemon.submit(2, &daemon.dir().join("crowd.out"), &crowd)?;
+        std::thread::sleep(CROWD_WARMUP);
+        first
+    } else {
+        let first = workloads::submit_endless_gang(&daemon, &output)?;
+        workloads::submit_endless_gang(&daemon, &output)?;
+        first
+    };
+    let since = cosched_agent::clock::now_micros();
+    let used_before = daemon.cpu_usage_us(first)?;
     let short: Vec<String> = ["sh", "-c", "exit 7"].map(String::from).into();
     let every = Duration::from_millis(args.every_ms.max(1));
     let began = Instant::now();
@@ -146,25 +207,48 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, churn: bool) -> Result<Row> {
     while began.elapsed() < Duration::from_secs(args.seconds) {
         ticks += 1;
         std::thread::sleep((began + every * ticks).saturating_duration_since(Instant::now()));
-        if churn {
+        if case == Case::Churn {
             daemon.submit(1, &output, &short)?;
             short_jobs += 1;
         }
     }
+    let used = daemon.cpu_usage_us(first)? - used_before;
+    let share = used as f64 / (began.elapsed().as_micros() as f64 * 2.0);
     let stats = daemon.stats()?;
     let late_boundaries = late_boundaries(&daemon)?;
-    let delays = start_delays(&read_log(&daemon.dir().join("state")));
+    let mut records = read_log(&daemon.dir().join("state"));
+    records.retain(|r| r.woke_us >= since);
+    let delays = start_delays(&records);
+    let crowd = match case {
+        Case::Crowd => Some(crowd_size(&daemon.dir().join("crowd.out"))?),
+        _ => None,
+    };
     daemon.stop()?;
     let starts = summary(&delays);
     Ok(Row {
         stats,
         short_jobs,
+        crowd,
+        share,
         late_boundaries,
         starts: delays.len(),
         start_p99: starts.p99,
         start_max: starts.max,
         late_starts: delays.iter().filter(|&&d| d > LATE_US).count(),
     })
+}
+
+/// How many sleeping processes the crowd forked, from its output.
+fn crowd_size(output: &std::path::Path) -> Result<u64> {
+    let text =
+        std::fs::read_to_string(output).with_context(|| format!("reading {}", output.display()))?;
+    match text.lines().find_map(|l| l.strip_prefix("crowd of ")) {
+        Some(n) => n.trim().parse().context("the crowd's count"),
+        None => bail!(
+            "the crowd did not finish forking within {:?} (its output: {text:?})",
+            CROWD_WARMUP
+        ),
+    }
 }
 
 /// Boundaries later than [`LATE_US`], from the node's lateness histogram (every boundary since

@@ -154,6 +154,24 @@ impl Daemon {
             .context("cosched run --detach printed no job id")
     }
 
+    /// CPU time (µs) used so far by job `id`'s processes, from its cgroup v2 `cpu.stat`.
+    pub fn cpu_usage_us(&self, id: u64) -> Result<u64> {
+        let layout = cosched_cgroups::Layout::detect()?;
+        let root = layout
+            .v2
+            .context("no cgroup v2 tree to read a job's CPU time from")?;
+        let file = root
+            .join(&self.parent)
+            .join(format!("job-{id}"))
+            .join("cpu.stat");
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|v| v.trim().parse().ok())
+            .with_context(|| format!("{}: no usage_usec line", file.display()))
+    }
+
     pub fn jobs(&self) -> Result<Vec<JobView>> {
         let out = self.output(&["ps", "--all", "--json"], &[])?;
         serde_json::from_slice(&out.stdout).context("cosched ps --json")

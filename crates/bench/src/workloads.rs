@@ -54,15 +54,20 @@ pub fn program(name: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
-/// Submits two 2-process `burn` jobs that compute far longer than any measurement (the
-/// daemon cancels them when it stops): two gangs taking turns.
-pub fn submit_two_endless_gangs(daemon: &crate::daemon::Daemon, output: &Path) -> Result<()> {
+/// Submits a 2-process `burn` job that computes far longer than any measurement (the daemon
+/// cancels it when it stops); returns its id.
+pub fn submit_endless_gang(daemon: &crate::daemon::Daemon, output: &Path) -> Result<u64> {
     let argv: Vec<String> = [&program("burn"), "-t", "2", "-n", "100000000"]
         .iter()
         .map(|s| s.to_string())
         .collect();
+    daemon.submit(2, output, &argv)
+}
+
+/// Two of [`submit_endless_gang`]: two gangs taking turns.
+pub fn submit_two_endless_gangs(daemon: &crate::daemon::Daemon, output: &Path) -> Result<()> {
     for _ in 0..2 {
-        daemon.submit(2, output, &argv)?;
+        submit_endless_gang(daemon, output)?;
     }
     Ok(())
 }
