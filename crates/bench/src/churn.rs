@@ -43,22 +43,6 @@ const LATE_US: u64 = 1_000;
 /// How long the crowd case waits for the crowd to fork before it measures.
 const CROWD_WARMUP: Duration = Duration::from_secs(5);
 
-/// Forks sleeping children until a fork is refused (the job's task cap) or 4,000 are up.
-const CROWD: &str = r#"
-import os, time
-n = 0
-try:
-    while n < 4000:
-        if os.fork() == 0:
-            time.sleep(3600)
-            os._exit(0)
-        n += 1
-except OSError:
-    pass
-print("crowd of", n, flush=True)
-time.sleep(3600)
-"#;
-
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Case {
     Steady,
@@ -189,7 +173,12 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
     let output = daemon.dir().join("jobs.out");
     let first = if case == Case::Crowd {
         let first = workloads::submit_endless_gang(&daemon, &output)?;
-        let crowd: Vec<String> = ["python3", "-c", CROWD].map(String::from).into();
+        let program = workloads::dir().join("crowd.py");
+        let crowd = vec![
+            "python3".into(),
+            program.display().to_string(),
+            "4000".into(),
+        ];
         daemon.submit(2, &daemon.dir().join("crowd.out"), &crowd)?;
         std::thread::sleep(CROWD_WARMUP);
         first

@@ -148,36 +148,58 @@ fn mkdir(path: &Path) -> Result<()> {
     }
 }
 
-/// Re-reads `path` until `done` accepts it (true), or until `until` passes (false), sleeping
-/// briefly between reads: change notifications on `cgroup.events` are rate-limited (one per
-/// ~12 ms), re-reading is not. With no `until`, not done within [`CONFIRM_TIMEOUT`] is an error.
+/// Re-reads `path` until `done` accepts it (true), or until `until` passes (false): change
+/// notifications on `cgroup.events` are rate-limited (one per ~12 ms), re-reading is not. With
+/// no `until`, not done within [`CONFIRM_TIMEOUT`] is an error.
 fn confirm(
     path: &Path,
     wanted: &'static str,
     done: impl Fn(&str) -> bool,
     until: Option<Instant>,
 ) -> Result<bool> {
-    let start = Instant::now();
+    let mut text = String::new();
+    let polled = poll(Instant::now(), until, || {
+        text = read(path)?;
+        Ok(done(&text))
+    })?;
+    match polled {
+        Polled::TimedOut(waited) => Err(CgroupError::NotConfirmed {
+            path: path.to_path_buf(),
+            wanted,
+            state: text.trim().replace('\n', " "),
+            waited,
+        }),
+        polled => Ok(polled == Polled::Done),
+    }
+}
+
+#[derive(PartialEq, Eq)]
+enum Polled {
+    Done,
+    /// `until` passed first.
+    Over,
+    /// No `until`, and [`CONFIRM_TIMEOUT`] passed since `started`, after this long.
+    TimedOut(Duration),
+}
+
+/// Calls `done` until it says so, sleeping between calls ([`Backoff`]), for as long as `until`
+/// or the confirmation bound from `started` allows.
+fn poll(
+    started: Instant,
+    until: Option<Instant>,
+    mut done: impl FnMut() -> Result<bool>,
+) -> Result<Polled> {
     let mut backoff = Backoff::default();
     loop {
-        let text = read(path)?;
-        if done(&text) {
-            return Ok(true);
+        if done()? {
+            return Ok(Polled::Done);
         }
-        let waited = start.elapsed();
+        let waited = started.elapsed();
         match until {
-            Some(until) if Instant::now() >= until => return Ok(false),
-            None if waited > CONFIRM_TIMEOUT => {
-                return Err(CgroupError::NotConfirmed {
-                    path: path.to_path_buf(),
-                    wanted,
-                    state: text.trim().replace('\n', " "),
-                    waited,
-                })
-            }
-            _ => {}
+            Some(until) if Instant::now() >= until => return Ok(Polled::Over),
+            None if waited > CONFIRM_TIMEOUT => return Ok(Polled::TimedOut(waited)),
+            _ => backoff.pause(until),
         }
-        backoff.pause(until);
     }
 }
 
@@ -484,30 +506,29 @@ impl Cgroups {
     /// Waits until every process of the job is (or is no longer) stopped by a signal, or until
     /// `until` (false); with no `until`, an error past [`CONFIRM_TIMEOUT`].
     fn confirm_signals(&self, job: &str, stopped: bool, until: Option<Instant>) -> Result<bool> {
-        let start = Instant::now();
-        let mut backoff = Backoff::default();
+        let started = Instant::now();
         let wanted = if stopped { "stopped" } else { "running" };
         for pid in self.pids(job)? {
-            // A process that has exited has nothing left to stop or continue.
-            while let Ok(procfs::Stat { state, .. }) = procfs::stat(pid) {
-                if matches!(state, 'T' | 't' | 'Z' | 'X') == stopped || state == 'Z' {
-                    break;
+            let mut state = '?';
+            let polled = poll(started, until, || {
+                // A process that has exited has nothing left to stop or continue.
+                Ok(procfs::stat(pid).map_or(true, |stat| {
+                    state = stat.state;
+                    matches!(state, 'T' | 't' | 'Z' | 'X') == stopped || state == 'Z'
+                }))
+            })?;
+            match polled {
+                Polled::Done => {}
+                Polled::Over => return Ok(false),
+                Polled::TimedOut(waited) => {
+                    return Err(CgroupError::SignalNotConfirmed {
+                        job: job.to_string(),
+                        pid,
+                        wanted,
+                        state,
+                        waited,
+                    })
                 }
-                let waited = start.elapsed();
-                match until {
-                    Some(until) if Instant::now() >= until => return Ok(false),
-                    None if waited > CONFIRM_TIMEOUT => {
-                        return Err(CgroupError::SignalNotConfirmed {
-                            job: job.to_string(),
-                            pid,
-                            wanted,
-                            state,
-                            waited,
-                        })
-                    }
-                    _ => {}
-                }
-                backoff.pause(until);
             }
         }
         Ok(true)

@@ -1054,19 +1054,10 @@ fn a_jobs_tasks_are_capped_per_processor() {
     chown(&scratch.0, NOBODY);
     let log = scratch.0.join("forks.out");
     // nobody's job tries to hold 40 sleeping processes on its one processor.
-    let forker = r#"
-import os, time
-n = 0
-try:
-    while n < 40:
-        if os.fork() == 0:
-            time.sleep(30)
-            os._exit(0)
-        n += 1
-except OSError:
-    print("fork refused after", n, flush=True)
-time.sleep(30)
-"#;
+    let crowd = format!(
+        "{}/../../bench/workloads/crowd.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let out = d.cosched_as(
         NOBODY,
         &[
@@ -1078,8 +1069,8 @@ time.sleep(30)
             "1",
             "--",
             "python3",
-            "-c",
-            forker,
+            &crowd,
+            "40",
         ],
     );
     assert!(
