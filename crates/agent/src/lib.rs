@@ -12,28 +12,24 @@ pub mod boundaries;
 pub mod chrony;
 pub mod clock;
 pub mod door;
-pub mod fault;
 pub mod holder;
 mod idle;
 mod join;
-mod logline;
 pub mod node;
 pub mod skew;
 mod stats;
 pub mod supervisor;
-pub mod unix;
 
 pub use idle::IdleTracker;
-pub use logline::{log_line, one_line};
 pub use node::{
     EventSink, NodeAgent, NodeSettings, Order, OrderSink, PlanSource, Received, CANCEL_GRACE,
     STATE_SUBDIRS,
 };
 pub use stats::{Samples, Summary};
 
-use clock::now_micros;
 use cosched_cgroups::{Actuator, CgroupError, ReleaseStep};
 use cosched_core::{Generation, JobId, Micros, Partition};
+use cosched_os::now_micros;
 use cosched_proto::JobMoment;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};

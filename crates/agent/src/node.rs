@@ -9,15 +9,15 @@
 
 use crate::boundaries::{BoundaryLog, BOUNDARY_LOG_LIMIT};
 use crate::chrony::ClockOffset;
-use crate::clock::{self, now_micros, SlotWork, Tick};
+use crate::clock::{self, SlotWork, Tick};
 use crate::door::{Door, DOOR_ENV};
 use crate::join;
 use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
-use crate::unix;
-use crate::{fault, job_name, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
+use crate::{job_name, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
 use cosched_cgroups::{Actuator, CgroupError, Cgroups};
 use cosched_core::{JobId, Micros, Rotation};
+use cosched_os::{fault, now_micros, unix};
 use cosched_proto::{
     BoundaryRecord, Command, CpuSet, Ending, Event, Launch, NodeHistograms, NodeStatus, ProcessRef,
     SlotStart, MAX_REPORTED_STARTS, STATUS_PERIOD_US,
@@ -249,7 +249,7 @@ pub struct NodeAgent<A: Actuator> {
 }
 
 fn log(message: impl std::fmt::Display) {
-    crate::log_line("agent", message);
+    cosched_os::log_line("agent", message);
 }
 
 impl<A: Actuator> NodeAgent<A> {

@@ -306,9 +306,9 @@ fn skew_run(args: &ClusterArgs, offset_us: i64) -> Result<SkewRow> {
     // Both jobs under way on both nodes (their launchers started the remote ranks).
     std::thread::sleep(Duration::from_secs(2));
     let cpu_before = lab.agent_cpu()?;
-    let since = cosched_agent::clock::now_micros();
+    let since = cosched_os::now_micros();
     std::thread::sleep(Duration::from_secs(args.seconds));
-    let until = cosched_agent::clock::now_micros();
+    let until = cosched_os::now_micros();
     let cpu_after = lab.agent_cpu()?;
     let nodes = lab.nodes()?;
     for job in &jobs {

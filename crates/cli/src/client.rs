@@ -7,7 +7,7 @@ use cosched_daemon::protocol::{
     ExitInfo, JobState, JobView, MatrixView, NodeView, Reply, Request, RunRequest, StatsView,
     Summary,
 };
-use cosched_daemon::unix;
+use cosched_os::unix;
 use std::io::Write;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -429,7 +429,7 @@ pub fn ps(args: PsArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&jobs)?);
         return Ok(());
     }
-    let now = cosched_agent::clock::now_micros();
+    let now = cosched_os::now_micros();
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

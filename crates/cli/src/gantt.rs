@@ -47,7 +47,7 @@ pub fn gantt(args: GanttArgs) -> Result<()> {
             args.since
         );
     }
-    let to = cosched_agent::clock::now_micros();
+    let to = cosched_os::now_micros();
     let from = to - (args.since * MICROS_PER_SEC as f64).round() as Micros;
     let records = if args.state_dirs.is_empty() {
         let Reply::Boundaries { boundaries, .. } = ask(

@@ -3,10 +3,10 @@
 
 use crate::follow::{follow, Change};
 use crate::{decode, encode, whoami, ClusterError, Keys, LeaderInfo, NodeInfo, Outbox};
-use cosched_agent::clock::now_micros;
 use cosched_agent::{Order, OrderSink};
 use cosched_core::Micros;
 use cosched_etcd::{Client, Compare};
+use cosched_os::now_micros;
 use cosched_proto::{Event, NodeStatus};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn log(message: impl std::fmt::Display) {
-    cosched_agent::log_line("daemon", message);
+    cosched_os::log_line("daemon", message);
 }
 
 /// This controller holds the leader key (under a lease renewed by a thread of its own).

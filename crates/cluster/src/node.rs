@@ -5,10 +5,10 @@
 
 use crate::follow::{follow, Change};
 use crate::{decode, encode, ClusterError, Keys, NodeInfo, Outbox};
-use cosched_agent::clock::now_micros;
 use cosched_agent::{EventSink, Order, PlanSource, Received};
 use cosched_core::Micros;
 use cosched_etcd::{Client, EtcdError, WatchStopper};
+use cosched_os::now_micros;
 use cosched_proto::{Command, Event};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn log(message: impl std::fmt::Display) {
-    cosched_agent::log_line("agent", message);
+    cosched_os::log_line("agent", message);
 }
 
 /// What the agent knows of its link to the control plane.

@@ -10,8 +10,8 @@
 //! a new one replacing the old; a restart forgets them all).
 
 use crate::protocol::{JobView, MatrixView, NodeView, StatsView, Summary};
-use crate::unix::Credentials;
 use cosched_core::Micros;
+use cosched_os::unix::Credentials;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;

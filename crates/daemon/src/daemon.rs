@@ -8,15 +8,16 @@ use crate::protocol::{
     NodeView, Reply, RunRequest, StatsView, LISTED_COMMAND_BYTES,
 };
 use crate::store::{submitted_bytes, JobRecord, JobStatus, Store};
-use crate::unix::Credentials;
 use crate::waiters::{Until, Waiters};
-use cosched_agent::clock::now_micros;
-use cosched_agent::{fault, Mode, Order, OrderSink, CANCEL_GRACE};
+use cosched_agent::{Mode, Order, OrderSink, CANCEL_GRACE};
 use cosched_cluster::{NodeChange, NodeInfo, WriteWatch};
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, JobState, Micros, NodeShare, Partition,
     Rotation, Scheduler, Shape,
 };
+use cosched_os::fault;
+use cosched_os::now_micros;
+use cosched_os::unix::Credentials;
 use cosched_proto::{
     BoundaryRecord, Command, Ending, Event, JobState as StateView, Launch, NodeCpus, NodeMap,
     NodeStatus, ProcessRef, Summary, STATUS_PERIOD_US,
@@ -1589,7 +1590,7 @@ pub fn user_name(uid: u32) -> String {
 }
 
 pub fn log(message: impl std::fmt::Display) {
-    cosched_agent::log_line("daemon", message);
+    cosched_os::log_line("daemon", message);
 }
 
 /// The daemon's shared state.

@@ -15,7 +15,6 @@ pub mod protocol;
 pub mod server;
 pub mod store;
 
-pub use cosched_agent::unix;
 pub mod waiters;
 
 pub use cosched_etcd::Credentials as EtcdCredentials;

@@ -7,12 +7,12 @@ use crate::server::{
     etcd_client, io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop,
     StartError,
 };
-use cosched_agent::clock::now_micros;
 use cosched_agent::door::Door;
 use cosched_agent::{EventSink, Mode, NodeAgent, NodeSettings};
 use cosched_cgroups::{Actuator, Freezer};
 use cosched_cluster::{join, whoami, Keys, NodeInfo};
 use cosched_core::Micros;
+use cosched_os::now_micros;
 use cosched_proto::CpuSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -47,7 +47,7 @@ pub struct NodeConfig {
 }
 
 fn log(message: impl std::fmt::Display) {
-    cosched_agent::log_line("agent", message);
+    cosched_os::log_line("agent", message);
 }
 
 /// The node's cgroups until its agent takes them: removed again if the start fails (a parent

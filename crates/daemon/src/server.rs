@@ -5,15 +5,15 @@ use crate::daemon::{log, ApiError, Inner, OnStop, Settings, Shared};
 use crate::etcd_store::EtcdStore;
 use crate::protocol::{Reply, Request, MAX_REQUEST_BYTES};
 use crate::store::{JobRecord, SqliteStore, Store};
-use crate::unix::{self, Credentials};
 use crate::waiters::Waiters;
-use cosched_agent::clock::now_micros;
 use cosched_agent::{Mode, NodeAgent, NodeSettings, Order, OrderSink, STATE_SUBDIRS};
 use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout};
 use cosched_cluster::{
     become_leader, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, NodeInfo, Outbox,
 };
 use cosched_core::{Config, Micros, Rotation, Scheduler};
+use cosched_os::now_micros;
+use cosched_os::unix::{self, Credentials};
 use cosched_proto::NodeMap;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -186,10 +186,10 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     }
     if let Ok(fault) = std::env::var("COSCHED_FAULT") {
         let point = fault.split(':').next().unwrap_or_default();
-        if !cosched_agent::fault::POINTS.contains(&point) {
+        if !cosched_os::fault::POINTS.contains(&point) {
             return Err(StartError::Config(format!(
                 "COSCHED_FAULT={fault}: no such point (one of {:?}, optionally :JOB)",
-                cosched_agent::fault::POINTS
+                cosched_os::fault::POINTS
             )));
         }
     }
@@ -967,7 +967,7 @@ fn handle(
                 Err(error) => return Err((stream, error)),
             };
             let detach = run.detach;
-            cosched_agent::fault::point("accepted", 0);
+            cosched_os::fault::point("accepted", 0);
             // Submitting, answering and parking under one lock: the job cannot end unheard.
             return shared.with(|inner, now| match inner.submit(who, run, stdio, now) {
                 Ok(job) => {

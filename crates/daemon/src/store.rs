@@ -3,8 +3,8 @@
 //! single-machine default (an SQLite file in WAL mode, synchronous commits).
 
 use crate::protocol::ExitInfo;
-use crate::unix::Credentials;
 use cosched_core::JobId;
+use cosched_os::unix::Credentials;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

@@ -7,9 +7,9 @@
 use super::{ApiError, Inner};
 use crate::protocol::{RegisterRequest, Reply, RunRequest, JOIN_WITHIN_S, MAX_JOIN_WITHIN_S};
 use crate::store::JobStatus;
-use crate::unix::Credentials;
 use crate::waiters::Until;
 use cosched_core::{JobId, JobState, Micros};
+use cosched_os::unix::Credentials;
 use cosched_proto::Command;
 use std::os::unix::net::UnixStream;
 
