@@ -10,9 +10,9 @@
 //! has a whole-request deadline, each uid may have a few requests being read and a bounded
 //! number of processes waited for, and the accepting thread never waits on a caller.
 
-use crate::node::EventSink;
 use cosched_core::JobId;
 use cosched_os::unix::peer_credentials;
+use cosched_proto::EventSink;
 use cosched_proto::{Ending, Event, ProcessRef, ProcessRequest};
 use std::collections::BTreeMap;
 use std::io::{self, Write};

@@ -1,5 +1,5 @@
 //! cosched-agent: everything a node does. [`node::NodeAgent`] takes orders from a
-//! [`node::PlanSource`] and reports to an [`node::EventSink`]: it launches jobs under their
+//! [`cosched_proto::PlanSource`] and reports to an [`cosched_proto::EventSink`]: it launches jobs under their
 //! [`supervisor`]s and switches them on the slot [`clock`].
 //!
 //! The [`Applier`] turns "slot `k` begins" into actuator calls: in `gang` mode it freezes the
@@ -21,10 +21,7 @@ mod stats;
 pub mod supervisor;
 
 pub use idle::IdleTracker;
-pub use node::{
-    EventSink, NodeAgent, NodeSettings, Order, OrderSink, PlanSource, Received, CANCEL_GRACE,
-    STATE_SUBDIRS,
-};
+pub use node::{NodeAgent, NodeSettings, STATE_SUBDIRS};
 pub use stats::{Samples, Summary};
 
 use cosched_cgroups::{Actuator, CgroupError, ReleaseStep};

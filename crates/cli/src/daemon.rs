@@ -2,10 +2,10 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use cosched_agent::Mode;
 use cosched_cgroups::Freezer;
 use cosched_daemon::{check, ClusterConfig, DaemonConfig, NodeConfig, OnStop};
 use cosched_proto::CpuSet;
+use cosched_proto::Mode;
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_SOCKET: &str = "/run/cosched/cosched.sock";

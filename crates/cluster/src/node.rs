@@ -4,12 +4,11 @@
 //! its deadline: then the agent lets its jobs run unscheduled until it is back.
 
 use crate::follow::{follow, Change};
-use crate::{decode, encode, ClusterError, Keys, NodeInfo, Outbox};
-use cosched_agent::{EventSink, Order, PlanSource, Received};
+use crate::{decode, encode, ClusterError, Keys, Outbox};
 use cosched_core::Micros;
 use cosched_etcd::{Client, EtcdError, WatchStopper};
 use cosched_os::now_micros;
-use cosched_proto::{Command, Event};
+use cosched_proto::{Command, Event, EventSink, NodeInfo, Order, PlanSource, Received};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};

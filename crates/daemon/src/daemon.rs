@@ -9,8 +9,6 @@ use crate::protocol::{
 };
 use crate::store::{submitted_bytes, JobRecord, JobStatus, Store};
 use crate::waiters::{Until, Waiters};
-use cosched_agent::{Mode, Order, OrderSink, CANCEL_GRACE};
-use cosched_cluster::{NodeChange, NodeInfo, WriteWatch};
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, JobState, Micros, NodeShare, Partition,
     Rotation, Scheduler, Shape,
@@ -19,8 +17,9 @@ use cosched_os::fault;
 use cosched_os::now_micros;
 use cosched_os::unix::Credentials;
 use cosched_proto::{
-    BoundaryRecord, Command, Ending, Event, JobState as StateView, Launch, NodeCpus, NodeMap,
-    NodeStatus, ProcessRef, Summary, STATUS_PERIOD_US,
+    BoundaryRecord, Command, Ending, Event, JobState as StateView, Launch, Mode, NodeChange,
+    NodeCpus, NodeInfo, NodeMap, NodeStatus, Order, OrderSink, ProcessRef, Summary, WriteWatch,
+    CANCEL_GRACE, STATUS_PERIOD_US,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;

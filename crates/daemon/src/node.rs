@@ -8,12 +8,12 @@ use crate::server::{
     StartError,
 };
 use cosched_agent::door::Door;
-use cosched_agent::{EventSink, Mode, NodeAgent, NodeSettings};
+use cosched_agent::{NodeAgent, NodeSettings};
 use cosched_cgroups::{Actuator, Freezer};
-use cosched_cluster::{join, whoami, Keys, NodeInfo};
+use cosched_cluster::{join, whoami, Keys};
 use cosched_core::Micros;
 use cosched_os::now_micros;
-use cosched_proto::CpuSet;
+use cosched_proto::{CpuSet, EventSink, Mode, NodeInfo};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,15 +6,15 @@ use crate::etcd_store::EtcdStore;
 use crate::protocol::{Reply, Request, MAX_REQUEST_BYTES};
 use crate::store::{JobRecord, SqliteStore, Store};
 use crate::waiters::Waiters;
-use cosched_agent::{Mode, NodeAgent, NodeSettings, Order, OrderSink, STATE_SUBDIRS};
+use cosched_agent::{NodeAgent, NodeSettings, STATE_SUBDIRS};
 use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout};
 use cosched_cluster::{
-    become_leader, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, NodeInfo, Outbox,
+    become_leader, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, Outbox,
 };
 use cosched_core::{Config, Micros, Rotation, Scheduler};
 use cosched_os::now_micros;
 use cosched_os::unix::{self, Credentials};
-use cosched_proto::NodeMap;
+use cosched_proto::{Mode, NodeInfo, NodeMap, Order, OrderSink};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::OwnedFd;
