@@ -7,7 +7,7 @@ use crate::daemon::{Daemon, DaemonSpec};
 use crate::figures::{command_line, Provenance};
 use crate::workloads;
 use anyhow::{Context, Result};
-use cosched_daemon::protocol::{NodeView, StatsView};
+use cosched_proto::api::{NodeView, StatsView};
 use cosched_proto::{Histogram, HISTOGRAM_BOUNDS_US};
 use std::time::{Duration, Instant};
 

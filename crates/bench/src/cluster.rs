@@ -17,7 +17,7 @@ use crate::workloads;
 use anyhow::{bail, Context, Result};
 use cosched_agent::boundaries::{read_log, spreads, start_delays};
 use cosched_agent::Samples;
-use cosched_daemon::protocol::NodeView;
+use cosched_proto::api::NodeView;
 use cosched_proto::{BoundaryRecord, Summary};
 use serde::Serialize;
 use std::collections::BTreeMap;

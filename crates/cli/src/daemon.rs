@@ -343,7 +343,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
     }
     let cpus = args
         .cpus
-        .unwrap_or_else(|| CpuSet::from_cpus(0..cosched_daemon::usable_cpus()));
+        .unwrap_or_else(|| CpuSet::from_cpus(0..cosched_os::usable_cpus()));
     let config = NodeConfig {
         etcd_credentials: args.cluster.credentials()?,
         etcd: args.cluster.etcd,

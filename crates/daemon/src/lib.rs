@@ -11,7 +11,6 @@ pub mod etcd_store;
 mod http;
 pub mod metrics;
 pub mod node;
-pub mod protocol;
 pub mod server;
 pub mod store;
 
@@ -20,4 +19,4 @@ pub mod waiters;
 pub use cosched_etcd::Credentials as EtcdCredentials;
 pub use daemon::OnStop;
 pub use node::{serve_node, NodeConfig};
-pub use server::{serve, usable_cpus, ClusterConfig, DaemonConfig, StartError};
+pub use server::{serve, ClusterConfig, DaemonConfig, StartError};

@@ -3,7 +3,6 @@
 
 use crate::daemon::{log, ApiError, Inner, OnStop, Settings, Shared};
 use crate::etcd_store::EtcdStore;
-use crate::protocol::{Reply, Request, MAX_REQUEST_BYTES};
 use crate::store::{JobRecord, SqliteStore, Store};
 use crate::waiters::Waiters;
 use cosched_agent::{NodeAgent, NodeSettings, STATE_SUBDIRS};
@@ -12,8 +11,9 @@ use cosched_cluster::{
     become_leader, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, Outbox,
 };
 use cosched_core::{Config, Micros, Rotation, Scheduler};
-use cosched_os::now_micros;
 use cosched_os::unix::{self, Credentials};
+use cosched_os::{now_micros, usable_cpus};
+use cosched_proto::api::{Reply, Request, MAX_REQUEST_BYTES};
 use cosched_proto::{Mode, NodeInfo, NodeMap, Order, OrderSink};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -90,11 +90,6 @@ pub(crate) fn io_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) ->
         path: path.to_path_buf(),
         source,
     }
-}
-
-/// What this process may run on: the number of CPUs in its affinity mask.
-pub fn usable_cpus() -> u32 {
-    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
 }
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread it starts afterwards,
@@ -925,7 +920,7 @@ fn serve_client(stream: UnixStream, who: &Credentials, shared: &Arc<Shared>) {
                 return;
             }
         };
-    let request = match crate::protocol::parse_request(&line) {
+    let request = match cosched_proto::api::parse_request(&line) {
         Ok(request) => request,
         Err(error) => {
             shared.with(|inner, _| inner.count_request("invalid", false));

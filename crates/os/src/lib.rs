@@ -22,3 +22,8 @@ pub fn now_micros() -> Micros {
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
 }
+
+/// What this process may run on: the number of CPUs in its affinity mask.
+pub fn usable_cpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}

@@ -4,6 +4,7 @@
 //! through ([`OrderSink`], [`PlanSource`], [`EventSink`]) and the nodes' membership. Classes, roles and states are enums
 //! here, never formatted strings.
 
+pub mod api;
 mod cpuset;
 mod generation;
 mod membership;
