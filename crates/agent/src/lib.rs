@@ -16,12 +16,15 @@ pub mod holder;
 mod idle;
 mod join;
 pub mod node;
+mod process;
 pub mod skew;
+pub mod start;
 mod stats;
 pub mod supervisor;
 
 pub use idle::IdleTracker;
 pub use node::{NodeAgent, NodeSettings, STATE_SUBDIRS};
+pub use process::{serve_node, NodeConfig};
 pub use stats::{Samples, Summary};
 
 use cosched_cgroups::{Actuator, CgroupError, ReleaseStep};

@@ -2,8 +2,9 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use cosched_agent::NodeConfig;
 use cosched_cgroups::Freezer;
-use cosched_daemon::{check, ClusterConfig, DaemonConfig, NodeConfig, OnStop};
+use cosched_daemon::{check, ClusterConfig, DaemonConfig, OnStop};
 use cosched_proto::CpuSet;
 use cosched_proto::Mode;
 use std::path::{Path, PathBuf};
@@ -369,7 +370,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         address: args.address,
         clock_shift_us: args.clock_offset_us,
     };
-    cosched_daemon::serve_node(config, |banner| eprintln!("{banner}"))?;
+    cosched_agent::serve_node(config, |banner| eprintln!("{banner}"))?;
     Ok(())
 }
 

@@ -130,6 +130,18 @@ pub struct LeaderInfo {
     pub since_us: Micros,
 }
 
+/// A client of the cluster's etcd, authenticating when credentials are given.
+pub fn etcd_client(
+    urls: &[String],
+    credentials: &Option<cosched_etcd::Credentials>,
+) -> Result<cosched_etcd::Client, ClusterError> {
+    let client = cosched_etcd::Client::new(urls, cosched_etcd::REQUEST_TIMEOUT)?;
+    Ok(match credentials {
+        Some(credentials) => client.with_credentials(credentials.clone()),
+        None => client,
+    })
+}
+
 /// Who this process is, for messages: host name and process id.
 pub fn whoami() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
