@@ -4,9 +4,10 @@
 //!
 //!   slot_lateness [SLOTS] [QUANTUM_MS...]      (default 300 slots at 10, 50 and 100 ms)
 
-use cosched_agent::clock::{self, now_micros};
+use cosched_agent::clock;
 use cosched_agent::Samples;
 use cosched_core::Rotation;
+use cosched_os::now_micros;
 use std::process::{Child, Command};
 
 fn measure(quantum_ms: i64, slots: usize, realtime: bool) -> String {

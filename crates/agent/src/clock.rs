@@ -3,18 +3,8 @@
 //! is recorded as lateness and never shifts the slots after it.
 
 use cosched_core::{Micros, Rotation};
+use cosched_os::now_micros;
 use std::time::Duration;
-
-/// Now on CLOCK_REALTIME, in microseconds since the Unix epoch.
-pub fn now_micros() -> Micros {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
-}
 
 /// Sleeps until the absolute CLOCK_REALTIME time `deadline` (µs); retries when interrupted.
 pub fn sleep_until(deadline: Micros) {

@@ -10,9 +10,9 @@
 //! has a whole-request deadline, each uid may have a few requests being read and a bounded
 //! number of processes waited for, and the accepting thread never waits on a caller.
 
-use crate::node::EventSink;
-use crate::unix::peer_credentials;
 use cosched_core::JobId;
+use cosched_os::unix::peer_credentials;
+use cosched_proto::EventSink;
 use cosched_proto::{Ending, Event, ProcessRef, ProcessRequest};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -132,7 +132,7 @@ impl Door {
             events,
             state: Mutex::new(DoorState {
                 // Request numbers name processes' files: they must not repeat after a restart.
-                last_request: crate::clock::now_micros().max(0) as u64,
+                last_request: cosched_os::now_micros().max(0) as u64,
                 ..DoorState::default()
             }),
         });
@@ -218,7 +218,7 @@ impl Door {
         };
         // Taken now: by the time the request is read, the caller may have exited and its pid
         // be another process's, one of someone else's job (kernels before 6.5 have none).
-        let peer = crate::unix::peer_pidfd(&stream).ok();
+        let peer = cosched_os::unix::peer_pidfd(&stream).ok();
         {
             let mut state = self.lock();
             let reading = state.reading.entry(who.uid).or_default();
@@ -255,7 +255,7 @@ impl Door {
     fn register(
         &self,
         stream: &UnixStream,
-        who: crate::unix::Credentials,
+        who: cosched_os::unix::Credentials,
         request: ProcessRequest,
         peer: &Option<std::os::fd::OwnedFd>,
     ) -> Result<(), String> {
@@ -276,7 +276,7 @@ impl Door {
             ));
         }
         // Still alive after the check: its pid named it, not a successor, during the check.
-        if peer.as_ref().is_some_and(crate::unix::has_exited) {
+        if peer.as_ref().is_some_and(cosched_os::unix::has_exited) {
             return Err(format!(
                 "process {} exited before its request was read: only a live process of job \
                  {job} may add processes to it",
@@ -294,7 +294,7 @@ impl Door {
         state.last_request = state
             .last_request
             .saturating_add(1)
-            .max(crate::clock::now_micros().max(0) as u64);
+            .max(cosched_os::now_micros().max(0) as u64);
         let number = state.last_request;
         state.waiting.insert(
             number,
@@ -329,7 +329,7 @@ fn listed(procs: &Path, pid: i32) -> bool {
 /// One JSON line, whole within the deadline.
 fn read_request(stream: &UnixStream) -> Result<ProcessRequest, String> {
     // Descriptors a caller sends along are not wanted: dropping them closes them.
-    let line = crate::unix::read_line_with_fds(stream, REQUEST_LIMIT, Some(REQUEST_DEADLINE))
+    let line = cosched_os::unix::read_line_with_fds(stream, REQUEST_LIMIT, Some(REQUEST_DEADLINE))
         .map_err(|e| e.to_string())?
         .ok_or("the connection closed before a request arrived")?
         .0;
@@ -494,7 +494,7 @@ mod tests {
         // SAFETY: ours to close, the child has its copy.
         unsafe { libc::close(theirs) };
         let pid = child.id();
-        let (_, mut fds) = crate::unix::read_line_with_fds(&ours, 10, None)
+        let (_, mut fds) = cosched_os::unix::read_line_with_fds(&ours, 10, None)
             .unwrap()
             .expect("the handed connection");
         assert!(child.wait().unwrap().success());

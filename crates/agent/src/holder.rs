@@ -103,7 +103,7 @@ fn own_procs_files(job: JobId) -> Result<Vec<PathBuf>, HoldError> {
 /// supervisor starts the holder with it blocked already (`Launch::holder`): a registrant
 /// that ends its job at once would otherwise kill a holder that has not reached this line.
 fn block_sigterm() -> libc::sigset_t {
-    let set = crate::unix::signal_set(&[libc::SIGTERM]);
+    let set = cosched_os::unix::signal_set(&[libc::SIGTERM]);
     // SAFETY: sigprocmask takes a valid set and no old one.
     unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     set

@@ -6,7 +6,7 @@
 //! with ptrace for the move ([`move_held`]): a traced process that exits stays a zombie that
 //! only its tracer sees, so nobody can reap it and its pid names it until it is let go.
 
-use crate::unix;
+use cosched_os::unix;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};

@@ -1,5 +1,5 @@
 //! cosched-agent: everything a node does. [`node::NodeAgent`] takes orders from a
-//! [`node::PlanSource`] and reports to an [`node::EventSink`]: it launches jobs under their
+//! [`cosched_proto::PlanSource`] and reports to an [`cosched_proto::EventSink`]: it launches jobs under their
 //! [`supervisor`]s and switches them on the slot [`clock`].
 //!
 //! The [`Applier`] turns "slot `k` begins" into actuator calls: in `gang` mode it freezes the
@@ -12,28 +12,24 @@ pub mod boundaries;
 pub mod chrony;
 pub mod clock;
 pub mod door;
-pub mod fault;
 pub mod holder;
 mod idle;
 mod join;
-mod logline;
 pub mod node;
+mod process;
 pub mod skew;
+pub mod start;
 mod stats;
 pub mod supervisor;
-pub mod unix;
 
 pub use idle::IdleTracker;
-pub use logline::{log_line, one_line};
-pub use node::{
-    EventSink, NodeAgent, NodeSettings, Order, OrderSink, PlanSource, Received, CANCEL_GRACE,
-    STATE_SUBDIRS,
-};
+pub use node::{NodeAgent, NodeSettings, STATE_SUBDIRS};
+pub use process::{serve_node, NodeConfig};
 pub use stats::{Samples, Summary};
 
-use clock::now_micros;
 use cosched_cgroups::{Actuator, CgroupError, ReleaseStep};
 use cosched_core::{Generation, JobId, Micros, Partition};
+use cosched_os::now_micros;
 use cosched_proto::JobMoment;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};

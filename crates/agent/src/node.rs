@@ -9,18 +9,19 @@
 
 use crate::boundaries::{BoundaryLog, BOUNDARY_LOG_LIMIT};
 use crate::chrony::ClockOffset;
-use crate::clock::{self, now_micros, SlotWork, Tick};
+use crate::clock::{self, SlotWork, Tick};
 use crate::door::{Door, DOOR_ENV};
 use crate::join;
 use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
-use crate::unix;
-use crate::{fault, job_name, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
+use crate::{job_name, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
 use cosched_cgroups::{procfs, Actuator, CgroupError, Cgroups};
 use cosched_core::{JobId, Micros, Rotation};
+use cosched_os::{fault, now_micros, unix};
 use cosched_proto::{
-    BoundaryRecord, Command, CpuSet, Ending, Event, Launch, NodeHistograms, NodeStatus, ProcessRef,
-    SlotStart, MAX_REPORTED_STARTS, STATUS_PERIOD_US,
+    BoundaryRecord, Command, CpuSet, Ending, Event, EventSink, Launch, NodeHistograms, NodeStatus,
+    Order, PlanSource, ProcessRef, Received, SlotStart, CANCEL_GRACE, MAX_REPORTED_STARTS,
+    STATUS_PERIOD_US,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
@@ -28,12 +29,9 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::Child;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A cancelled job gets SIGTERM, then SIGKILL this much later if it is still there.
-pub const CANCEL_GRACE: Micros = 3_000_000;
 /// How often jobs out of the rotation for idleness are checked for work.
 const IDLE_WATCH_PERIOD: Micros = 1_000_000;
 /// Samples kept per measure (older ones are dropped in halves): minutes of recent switches,
@@ -41,100 +39,6 @@ const IDLE_WATCH_PERIOD: Micros = 1_000_000;
 const SAMPLES_KEPT: usize = 10_000;
 /// The longest report a supervisor sends (an exit status and a note).
 const REPORT_LIMIT: usize = 64 << 10;
-
-/// An order as it reaches the agent. `stdio` rides along only inside one process: a job
-/// started by a waiting client gets that client's descriptors; descriptors never cross
-/// machines, so elsewhere the job writes to a file in the node's state directory.
-#[derive(Debug)]
-pub struct Order {
-    pub command: Command,
-    pub stdio: Option<[OwnedFd; 3]>,
-}
-
-impl From<Command> for Order {
-    fn from(command: Command) -> Self {
-        Order {
-            command,
-            stdio: None,
-        }
-    }
-}
-
-/// What a wait for the next order gave.
-#[derive(Debug)]
-pub enum Received {
-    Order(Order),
-    /// Nothing came before the time given.
-    Timeout,
-    /// The controller let go: the agent lets every job loose and ends.
-    Closed,
-    /// The control plane has been out of reach past the agent's deadline: every scheduled job
-    /// runs unscheduled until it is back.
-    Adrift,
-    /// The control plane is back: the last generation applies again from the next boundary.
-    Back,
-}
-
-/// Where orders come from: a channel from the daemon on one machine, etcd in a cluster.
-pub trait PlanSource {
-    /// Waits until `until` (CLOCK_REALTIME µs) at most for the next order.
-    fn next_order(&mut self, until: Micros) -> Received;
-}
-
-impl<S: PlanSource + ?Sized> PlanSource for &mut S {
-    fn next_order(&mut self, until: Micros) -> Received {
-        (**self).next_order(until)
-    }
-}
-
-impl PlanSource for Receiver<Order> {
-    fn next_order(&mut self, until: Micros) -> Received {
-        let wait = Duration::from_micros((until - now_micros()).max(0) as u64);
-        match self.recv_timeout(wait) {
-            Ok(order) => Received::Order(order),
-            Err(RecvTimeoutError::Timeout) => Received::Timeout,
-            Err(RecvTimeoutError::Disconnected) => Received::Closed,
-        }
-    }
-}
-
-/// Where the controller's orders go: to one node's agent each.
-pub trait OrderSink: Send {
-    fn deliver(&self, node: &str, order: Order);
-    /// Whether a job's client descriptors reach its processes (only inside one process;
-    /// elsewhere a job writes to its output file, `Launch::output_path`).
-    fn carries_stdio(&self) -> bool;
-    /// Drops what a node that left has not carried out: were it to come back, a start or a
-    /// generation decided before it left must not be replayed.
-    fn forget(&self, node: &str);
-}
-
-/// One machine: its one agent in this process.
-impl OrderSink for Sender<Order> {
-    fn deliver(&self, _node: &str, order: Order) {
-        // The agent ends only after the controller let go of it.
-        let _ = self.send(order);
-    }
-
-    fn carries_stdio(&self) -> bool {
-        true
-    }
-
-    /// The one node never leaves.
-    fn forget(&self, _node: &str) {}
-}
-
-/// Where job events go. Supervisors' watchers report from their own threads.
-pub trait EventSink: Send + Sync {
-    fn report(&self, event: Event);
-}
-
-impl EventSink for Sender<Event> {
-    fn report(&self, event: Event) {
-        // A controller that stopped listening has stopped altogether.
-        let _ = self.send(event);
-    }
-}
 
 /// The agent's measurements, reported in its status.
 struct Stats {
@@ -249,7 +153,7 @@ pub struct NodeAgent<A: Actuator> {
 }
 
 fn log(message: impl std::fmt::Display) {
-    crate::log_line("agent", message);
+    cosched_os::log_line("agent", message);
 }
 
 impl<A: Actuator> NodeAgent<A> {

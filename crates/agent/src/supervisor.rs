@@ -106,7 +106,7 @@ pub fn spawn(
             }
             // Whatever else this process holds (descriptors the daemon inherited included)
             // stays behind.
-            crate::unix::close_on_exec_from(SPEC_FD + 1)
+            cosched_os::unix::close_on_exec_from(SPEC_FD + 1)
         });
     }
     let child = command.spawn()?;
@@ -253,7 +253,7 @@ unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
         libc::close(fd);
     }
     // The job gets its stdio and nothing else (the report pipe closes at exec as it should).
-    if crate::unix::close_on_exec_from(3).is_err() {
+    if cosched_os::unix::close_on_exec_from(3).is_err() {
         fail(5);
     }
     let argv: Vec<*const libc::c_char> = p
@@ -312,7 +312,7 @@ pub fn kept_exit(file: &Path) -> Option<Ending> {
 /// The supervisor's report of the end, read by whoever holds its connection; `None` when it
 /// closed (died) without one.
 pub fn read_report(stream: &UnixStream, limit: usize) -> Option<Ending> {
-    let line = crate::unix::read_line(stream, limit).ok()??;
+    let line = cosched_os::unix::read_line(stream, limit).ok()??;
     serde_json::from_slice(&line).ok()
 }
 
@@ -379,7 +379,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
         gid: spec.launch.gid,
         groups: spec.launch.groups.clone(),
         output: spec.output_file.as_deref().map(cstring),
-        mask: crate::unix::signal_set(if spec.launch.holder {
+        mask: cosched_os::unix::signal_set(if spec.launch.holder {
             &[libc::SIGTERM]
         } else {
             &[]
@@ -392,11 +392,11 @@ pub fn supervise() -> Result<(), SupervisorError> {
         .map_err(os_error(job, "pipe"))?;
     // The child is born with SIGTERM blocked, until it sets its own mask: a FINISH read
     // right after the fork must not kill a holder that has not taken its mask yet.
-    let mut before = crate::unix::signal_set(&[]);
+    let mut before = cosched_os::unix::signal_set(&[]);
     // SAFETY: valid sigset pointers; this process has one thread, so the child may run any
     // code until exec (it only makes async-signal-safe calls anyway).
     let child = unsafe {
-        let sigterm = crate::unix::signal_set(&[libc::SIGTERM]);
+        let sigterm = cosched_os::unix::signal_set(&[libc::SIGTERM]);
         libc::sigprocmask(libc::SIG_BLOCK, &sigterm, &mut before);
         let child = libc::fork();
         if child == 0 {
@@ -410,8 +410,8 @@ pub fn supervise() -> Result<(), SupervisorError> {
         libc::close(pipe[1]);
         OwnedFd::from_raw_fd(pipe[0])
     };
-    let pidfd =
-        crate::unix::pidfd_open(child).map_err(os_error(job, "pidfd_open (Linux 5.3 or later)"))?;
+    let pidfd = cosched_os::unix::pidfd_open(child)
+        .map_err(os_error(job, "pidfd_open (Linux 5.3 or later)"))?;
     let mut state = Watch {
         spec: &spec,
         child,
@@ -469,7 +469,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
             if let Some(note) = &note {
                 eprintln!("cosched: job {job}: {note}");
             }
-            let at_us = Some(crate::clock::now_micros());
+            let at_us = Some(cosched_os::now_micros());
             return state.finish(Ending { exit, note, at_us }, &listener);
         }
     }
@@ -554,7 +554,7 @@ impl Watch<'_> {
             if let Some(stream) = self.daemon.take() {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
                 let confirmed = (&stream).write_all(line.as_bytes()).is_ok()
-                    && matches!(crate::unix::read_line(&stream, 16), Ok(Some(ack)) if ack == b"ok");
+                    && matches!(cosched_os::unix::read_line(&stream, 16), Ok(Some(ack)) if ack == b"ok");
                 if confirmed {
                     let _ = std::fs::remove_file(&self.spec.exit_file);
                     break;

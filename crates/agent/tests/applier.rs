@@ -1,10 +1,11 @@
 //! The applier's decisions on a fake actuator, then gang scheduling of real processes in real
 //! cgroups on the real-time slot clock (needs root).
 
-use cosched_agent::clock::{self, now_micros};
+use cosched_agent::clock;
 use cosched_agent::*;
 use cosched_cgroups::{Actuator, Cgroups, Fake, FakeCall, Layout, Pid};
 use cosched_core::{Config, Generation, JobId, JobRequest, Machine, Rotation, Scheduler, Shape};
+use cosched_os::now_micros;
 use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,11 +2,11 @@
 //! in-memory actuator. Nothing waits for an answer, and a controller that lets go leaves
 //! nothing frozen.
 
-use cosched_agent::clock::now_micros;
 use cosched_agent::*;
 use cosched_cgroups::{Fake, FakeCall};
 use cosched_core::{Generation, Partition, Plan, PlanEntry, PlanSlice, Role, Rotation};
-use cosched_proto::{Command, Event, NodeMap};
+use cosched_os::now_micros;
+use cosched_proto::{Command, Event, NodeMap, Order};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};

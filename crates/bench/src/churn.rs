@@ -11,7 +11,7 @@ use crate::figures::{command_line, summary, Provenance};
 use crate::workloads;
 use anyhow::{bail, Context, Result};
 use cosched_agent::boundaries::{read_log, start_delays};
-use cosched_daemon::protocol::{NodeView, StatsView};
+use cosched_proto::api::{NodeView, StatsView};
 use cosched_proto::{Histogram, HISTOGRAM_BOUNDS_US};
 use std::time::{Duration, Instant};
 
@@ -187,7 +187,7 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
         workloads::submit_endless_gang(&daemon, &output)?;
         first
     };
-    let since = cosched_agent::clock::now_micros();
+    let since = cosched_os::now_micros();
     let used_before = daemon.cpu_usage_us(first)?;
     let short: Vec<String> = ["sh", "-c", "exit 7"].map(String::from).into();
     let every = Duration::from_millis(args.every_ms.max(1));

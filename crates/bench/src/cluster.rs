@@ -16,7 +16,7 @@ use crate::figures::{command_line, median, summary, Provenance};
 use crate::workloads;
 use anyhow::{bail, Context, Result};
 use cosched_agent::boundaries::{read_log, spreads, start_delays};
-use cosched_daemon::protocol::NodeView;
+use cosched_proto::api::NodeView;
 use cosched_proto::{BoundaryRecord, Summary};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -305,9 +305,9 @@ fn skew_run(args: &ClusterArgs, offset_us: i64) -> Result<SkewRow> {
     // Both jobs under way on both nodes (their launchers started the remote ranks).
     std::thread::sleep(Duration::from_secs(2));
     let cpu_before = lab.agent_cpu()?;
-    let since = cosched_agent::clock::now_micros();
+    let since = cosched_os::now_micros();
     std::thread::sleep(Duration::from_secs(args.seconds));
-    let until = cosched_agent::clock::now_micros();
+    let until = cosched_os::now_micros();
     let cpu_after = lab.agent_cpu()?;
     let nodes = lab.nodes()?;
     for job in &jobs {

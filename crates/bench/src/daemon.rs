@@ -2,7 +2,7 @@
 //! temporary place), driven through the `cosched` command as a user would.
 
 use anyhow::{bail, Context, Result};
-use cosched_daemon::protocol::{JobView, StatsView};
+use cosched_proto::api::{JobView, StatsView};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

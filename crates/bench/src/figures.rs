@@ -45,7 +45,7 @@ pub fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!(
         "{} CPUs, {model}, Linux {}",
-        cosched_daemon::usable_cpus(),
+        cosched_os::usable_cpus(),
         kernel.trim()
     )
 }

@@ -7,7 +7,7 @@ use crate::daemon::{Daemon, DaemonSpec};
 use crate::figures::median;
 use crate::workloads;
 use anyhow::{bail, Context, Result};
-use cosched_daemon::protocol::JobView;
+use cosched_proto::api::JobView;
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -77,7 +77,7 @@ pub fn run(args: OverheadArgs) -> Result<()> {
     println!(
         "overhead: two 2-process `burn -n {}` jobs on {} CPUs; medians of {} rounds",
         args.iterations,
-        cosched_daemon::usable_cpus(),
+        cosched_os::usable_cpus(),
         args.rounds
     );
     println!(

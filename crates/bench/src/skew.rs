@@ -5,7 +5,7 @@ use crate::daemon::{Daemon, DaemonSpec};
 use crate::figures::{command_line, Provenance};
 use crate::workloads;
 use anyhow::Result;
-use cosched_daemon::protocol::StatsView;
+use cosched_proto::api::StatsView;
 use std::time::Duration;
 
 #[derive(clap::Args)]

@@ -3,11 +3,9 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use cosched_daemon::protocol::{
-    ExitInfo, JobState, JobView, MatrixView, NodeView, Reply, Request, RunRequest, StatsView,
-    Summary,
-};
-use cosched_daemon::unix;
+use cosched_os::unix;
+use cosched_proto::api::{JobView, MatrixView, NodeView, Reply, Request, RunRequest, StatsView};
+use cosched_proto::{ExitInfo, JobState, Summary};
 use std::io::Write;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -429,7 +427,7 @@ pub fn ps(args: PsArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&jobs)?);
         return Ok(());
     }
-    let now = cosched_agent::clock::now_micros();
+    let now = cosched_os::now_micros();
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -758,7 +756,8 @@ pub fn class(args: ClassArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cosched_daemon::protocol::{MatrixEntryView, Mode, Role};
+    use cosched_proto::api::MatrixEntryView;
+    use cosched_proto::{Mode, Role};
 
     #[test]
     fn the_matrix_is_drawn_with_the_running_slice_marked() {

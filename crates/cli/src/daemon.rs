@@ -2,10 +2,11 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use cosched_agent::Mode;
+use cosched_agent::NodeConfig;
 use cosched_cgroups::Freezer;
-use cosched_daemon::{check, ClusterConfig, DaemonConfig, NodeConfig, OnStop};
+use cosched_daemon::{check, ClusterConfig, DaemonConfig, OnStop};
 use cosched_proto::CpuSet;
+use cosched_proto::Mode;
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_SOCKET: &str = "/run/cosched/cosched.sock";
@@ -343,7 +344,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
     }
     let cpus = args
         .cpus
-        .unwrap_or_else(|| CpuSet::from_cpus(0..cosched_daemon::usable_cpus()));
+        .unwrap_or_else(|| CpuSet::from_cpus(0..cosched_os::usable_cpus()));
     let config = NodeConfig {
         etcd_credentials: args.cluster.credentials()?,
         etcd: args.cluster.etcd,
@@ -369,7 +370,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         address: args.address,
         clock_shift_us: args.clock_offset_us,
     };
-    cosched_daemon::serve_node(config, |banner| eprintln!("{banner}"))?;
+    cosched_agent::serve_node(config, |banner| eprintln!("{banner}"))?;
     Ok(())
 }
 

@@ -5,7 +5,8 @@ use crate::client::{ask, Socket};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use cosched_core::{Micros, Span, MICROS_PER_SEC};
-use cosched_daemon::protocol::{BoundaryRecord, Reply, Request};
+use cosched_proto::api::{Reply, Request};
+use cosched_proto::BoundaryRecord;
 use cosched_sim::gantt::{self, Bar, Frame, Panel};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,7 +48,7 @@ pub fn gantt(args: GanttArgs) -> Result<()> {
             args.since
         );
     }
-    let to = cosched_agent::clock::now_micros();
+    let to = cosched_os::now_micros();
     let from = to - (args.since * MICROS_PER_SEC as f64).round() as Micros;
     let records = if args.state_dirs.is_empty() {
         let Reply::Boundaries { boundaries, .. } = ask(

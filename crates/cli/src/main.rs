@@ -13,7 +13,7 @@ mod remote;
 mod sim;
 
 use clap::{Parser, Subcommand};
-use cosched_daemon::protocol::Request;
+use cosched_proto::api::Request;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

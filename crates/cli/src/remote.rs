@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use cosched_daemon::unix;
+use cosched_os::unix;
 use cosched_proto::{Ending, ProcessRequest};
 use std::io::Write;
 use std::os::unix::net::UnixStream;

@@ -579,7 +579,7 @@ fn counting_job(d: &Daemon, log: &Path) -> Vec<String> {
 
 #[test]
 fn a_daemon_killed_anywhere_in_a_launch_runs_the_job_once_and_never_leaves_it_frozen() {
-    for point in cosched_agent::fault::POINTS {
+    for point in cosched_os::fault::POINTS {
         let job = if point == "accepted" { 0 } else { 1 };
         let fault = format!("{point}:{job}");
         let mut d = Daemon::start_with(

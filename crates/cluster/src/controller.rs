@@ -2,19 +2,17 @@
 //! agents' events, statuses and comings and goings.
 
 use crate::follow::{follow, Change};
-use crate::{decode, encode, whoami, ClusterError, Keys, LeaderInfo, NodeInfo, Outbox};
-use cosched_agent::clock::now_micros;
-use cosched_agent::{Order, OrderSink};
-use cosched_core::Micros;
+use crate::{decode, encode, whoami, ClusterError, Keys, LeaderInfo, Outbox};
 use cosched_etcd::{Client, Compare};
-use cosched_proto::{Event, NodeStatus};
+use cosched_os::now_micros;
+use cosched_proto::{Event, NodeChange, NodeInfo, NodeStatus, Order, OrderSink, WriteWatch};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 fn log(message: impl std::fmt::Display) {
-    cosched_agent::log_line("daemon", message);
+    cosched_os::log_line("daemon", message);
 }
 
 /// This controller holds the leader key (under a lease renewed by a thread of its own).
@@ -141,27 +139,6 @@ pub fn become_leader(
     })
 }
 
-/// How long a key has stayed at one revision, as seen by whoever asks again and again (a
-/// writer that stopped, whatever keeps its lease alive).
-#[derive(Debug, Default)]
-pub struct WriteWatch {
-    seen: Option<(i64, Micros)>,
-}
-
-impl WriteWatch {
-    /// Seen at `revision` at `now`: `Some(how long, µs)` once it has been at that revision
-    /// for more than `limit` µs.
-    pub fn unchanged_for(&mut self, revision: i64, limit: Micros, now: Micros) -> Option<Micros> {
-        match self.seen {
-            Some((seen, since)) if seen == revision => (now - since > limit).then_some(now - since),
-            _ => {
-                self.seen = Some((revision, now));
-                None
-            }
-        }
-    }
-}
-
 /// How long etcd keeps the history of the cluster's keys: a watcher further behind (an agent
 /// cut off longer) reads the state again, which `follow` does.
 pub const HISTORY_KEPT: Duration = Duration::from_secs(10);
@@ -258,13 +235,6 @@ impl OrderSink for EtcdOrders {
     }
 }
 
-/// A node joining (its agent registered) or leaving (its lease expired or it left).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NodeChange {
-    Joined(NodeInfo),
-    Left(String),
-}
-
 /// What the agents say, for the controller to handle.
 pub struct EventFeed {
     pub client: Arc<Client>,
@@ -340,26 +310,5 @@ impl EventFeed {
                 None => true,
             },
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::WriteWatch;
-
-    #[test]
-    fn a_key_is_silent_once_one_revision_outlasts_the_limit() {
-        let mut watch = WriteWatch::default();
-        assert_eq!(watch.unchanged_for(7, 1_000, 0), None, "first seen");
-        assert_eq!(
-            watch.unchanged_for(7, 1_000, 1_000),
-            None,
-            "not past the limit"
-        );
-        assert_eq!(watch.unchanged_for(7, 1_000, 1_500), Some(1_500));
-        // A write starts the count again.
-        assert_eq!(watch.unchanged_for(8, 1_000, 2_000), None);
-        assert_eq!(watch.unchanged_for(8, 1_000, 2_900), None);
-        assert_eq!(watch.unchanged_for(8, 1_000, 3_001), Some(1_001));
     }
 }

@@ -16,20 +16,19 @@
 //! then follows a watch resumed by revision, so nothing is lost or carried out twice by one
 //! reader. Writes go through an [`Outbox`] thread that retries until etcd takes them, so the
 //! agent's clock thread never waits for etcd.
+//!
+//! [`NodeInfo`]: cosched_proto::NodeInfo
 
 mod controller;
 mod follow;
 mod node;
 mod outbox;
 
-pub use controller::{
-    become_leader, EtcdOrders, EventFeed, LeaderGuard, Leadership, NodeChange, WriteWatch,
-};
+pub use controller::{become_leader, EtcdOrders, EventFeed, LeaderGuard, Leadership};
 pub use node::{join, Closer, EtcdSink, EtcdSource, Membership};
 pub use outbox::Outbox;
 
 use cosched_core::Micros;
-use cosched_proto::{CpuSet, Mode, Node};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
@@ -123,45 +122,24 @@ impl Keys {
     }
 }
 
-/// A node as its agent registers it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NodeInfo {
-    pub protocol: u32,
-    pub node: String,
-    pub cpus: CpuSet,
-    /// How it steers jobs (the controller must use the same).
-    pub mode: Mode,
-    /// Host name and process id of the agent (for messages).
-    pub agent: String,
-    /// When it joined, on its clock.
-    pub joined_us: Micros,
-    /// Where its jobs' MPI daemons are reached, when not at the node's name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address: Option<String>,
-    /// Seconds its key outlives its agent (`--lease-ttl`): the controller gives a node that
-    /// sends no status this long up as gone, even if something else keeps its lease alive.
-    #[serde(default)]
-    pub lease_ttl_s: i64,
-}
-
-impl NodeInfo {
-    /// The node as the machine knows it: MPI reaches it at its address, else its name.
-    pub fn to_node(&self) -> Node {
-        Node {
-            name: self.node.clone(),
-            cpus: self.cpus.clone(),
-            address: Some(self.address.clone().unwrap_or_else(|| self.node.clone())),
-        }
-    }
-}
-
 /// The controller holding the leader key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeaderInfo {
     pub controller: String,
     pub since_us: Micros,
+}
+
+/// A client of the cluster's etcd, authenticating when credentials are given.
+pub fn etcd_client(
+    urls: &[String],
+    credentials: &Option<cosched_etcd::Credentials>,
+) -> Result<cosched_etcd::Client, ClusterError> {
+    let client = cosched_etcd::Client::new(urls, cosched_etcd::REQUEST_TIMEOUT)?;
+    Ok(match credentials {
+        Some(credentials) => client.with_credentials(credentials.clone()),
+        None => client,
+    })
 }
 
 /// Who this process is, for messages: host name and process id.

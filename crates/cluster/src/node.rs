@@ -4,19 +4,18 @@
 //! its deadline: then the agent lets its jobs run unscheduled until it is back.
 
 use crate::follow::{follow, Change};
-use crate::{decode, encode, ClusterError, Keys, NodeInfo, Outbox};
-use cosched_agent::clock::now_micros;
-use cosched_agent::{EventSink, Order, PlanSource, Received};
+use crate::{decode, encode, ClusterError, Keys, Outbox};
 use cosched_core::Micros;
 use cosched_etcd::{Client, EtcdError, WatchStopper};
-use cosched_proto::{Command, Event};
+use cosched_os::now_micros;
+use cosched_proto::{Command, Event, EventSink, NodeInfo, Order, PlanSource, Received};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn log(message: impl std::fmt::Display) {
-    cosched_agent::log_line("agent", message);
+    cosched_os::log_line("agent", message);
 }
 
 /// What the agent knows of its link to the control plane.

@@ -48,7 +48,7 @@ pub fn check() -> Report {
             return Report {
                 features,
                 actuator: Err(format!("/proc/self/mountinfo: {error}")),
-                cpus: crate::usable_cpus(),
+                cpus: cosched_os::usable_cpus(),
             }
         }
     };
@@ -146,6 +146,6 @@ pub fn check() -> Report {
     Report {
         features,
         actuator,
-        cpus: crate::usable_cpus(),
+        cpus: cosched_os::usable_cpus(),
     }
 }

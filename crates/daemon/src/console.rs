@@ -9,9 +9,10 @@
 //! powers that user has on the socket. Tokens live in the daemon's memory only (one per user,
 //! a new one replacing the old; a restart forgets them all).
 
-use crate::protocol::{JobView, MatrixView, NodeView, StatsView, Summary};
-use crate::unix::Credentials;
 use cosched_core::Micros;
+use cosched_os::unix::Credentials;
+use cosched_proto::api::{JobView, MatrixView, NodeView, StatsView};
+use cosched_proto::Summary;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
@@ -95,7 +96,7 @@ fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            c if crate::protocol::unprintable(c) => out.push('\u{fffd}'),
+            c if cosched_proto::api::unprintable(c) => out.push('\u{fffd}'),
             c => out.push(c),
         }
     }

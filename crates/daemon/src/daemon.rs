@@ -3,23 +3,23 @@
 //! node agents are told what to do by order and report by event; nothing here waits for an
 //! agent, and nothing here touches a process.
 
-use crate::protocol::{
-    command_prefix, job_shape, validate_run, ExitInfo, JobView, MatrixEntryView, MatrixView,
-    NodeView, Reply, RunRequest, StatsView, LISTED_COMMAND_BYTES,
-};
 use crate::store::{submitted_bytes, JobRecord, JobStatus, Store};
-use crate::unix::Credentials;
 use crate::waiters::{Until, Waiters};
-use cosched_agent::clock::now_micros;
-use cosched_agent::{fault, Mode, Order, OrderSink, CANCEL_GRACE};
-use cosched_cluster::{NodeChange, NodeInfo, WriteWatch};
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, JobState, Micros, NodeShare, Partition,
     Rotation, Scheduler, Shape,
 };
+use cosched_os::fault;
+use cosched_os::now_micros;
+use cosched_os::unix::Credentials;
+use cosched_proto::api::{
+    command_prefix, job_shape, validate_run, JobView, MatrixEntryView, MatrixView, NodeView, Reply,
+    RunRequest, StatsView, LISTED_COMMAND_BYTES,
+};
 use cosched_proto::{
-    BoundaryRecord, Command, Ending, Event, JobState as StateView, Launch, NodeCpus, NodeMap,
-    NodeStatus, ProcessRef, Summary, STATUS_PERIOD_US,
+    BoundaryRecord, Command, Ending, Event, ExitInfo, JobState as StateView, Launch, Mode,
+    NodeChange, NodeCpus, NodeInfo, NodeMap, NodeStatus, Order, OrderSink, ProcessRef, Summary,
+    WriteWatch, CANCEL_GRACE, STATUS_PERIOD_US,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
@@ -1554,9 +1554,9 @@ fn state_of(status: JobStatus, launched: bool) -> StateView {
 fn program_name(argv0: &str) -> String {
     let base = argv0.rsplit('/').next().unwrap_or(argv0);
     base.chars()
-        .take(crate::protocol::MAX_NAME_CHARS)
+        .take(cosched_proto::api::MAX_NAME_CHARS)
         .map(|c| {
-            if crate::protocol::unprintable(c) {
+            if cosched_proto::api::unprintable(c) {
                 '?'
             } else {
                 c
@@ -1589,7 +1589,7 @@ pub fn user_name(uid: u32) -> String {
 }
 
 pub fn log(message: impl std::fmt::Display) {
-    cosched_agent::log_line("daemon", message);
+    cosched_os::log_line("daemon", message);
 }
 
 /// The daemon's shared state.

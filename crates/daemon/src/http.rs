@@ -19,7 +19,7 @@
 
 use crate::console::{self, Snapshot};
 use crate::daemon::{ApiError, Shared};
-use crate::protocol::{JobView, Reply};
+use cosched_proto::api::{JobView, Reply};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

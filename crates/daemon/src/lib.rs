@@ -10,15 +10,10 @@ pub mod daemon;
 pub mod etcd_store;
 mod http;
 pub mod metrics;
-pub mod node;
-pub mod protocol;
 pub mod server;
 pub mod store;
-
-pub use cosched_agent::unix;
 pub mod waiters;
 
 pub use cosched_etcd::Credentials as EtcdCredentials;
 pub use daemon::OnStop;
-pub use node::{serve_node, NodeConfig};
-pub use server::{serve, usable_cpus, ClusterConfig, DaemonConfig, StartError};
+pub use server::{serve, ClusterConfig, DaemonConfig};

@@ -2,8 +2,8 @@
 //! `prometheus-client` from a snapshot taken under the state's lock at each scrape. Names have
 //! the `cosched_` prefix and base units; no job id or user is a label.
 
-use crate::protocol::{JobView, NodeView, StatsView};
 use cosched_core::Micros;
+use cosched_proto::api::{JobView, NodeView, StatsView};
 use cosched_proto::{Histogram, SlotStart, HISTOGRAM_BOUNDS_US};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};

@@ -3,22 +3,25 @@
 
 use crate::daemon::{log, ApiError, Inner, OnStop, Settings, Shared};
 use crate::etcd_store::EtcdStore;
-use crate::protocol::{Reply, Request, MAX_REQUEST_BYTES};
-use crate::store::{JobRecord, SqliteStore, Store};
-use crate::unix::{self, Credentials};
+use crate::store::{JobRecord, SqliteStore, Store, StoreError};
 use crate::waiters::Waiters;
-use cosched_agent::clock::now_micros;
-use cosched_agent::{Mode, NodeAgent, NodeSettings, Order, OrderSink, STATE_SUBDIRS};
-use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout};
+use cosched_agent::start::{
+    io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop, StartError,
+};
+use cosched_agent::{NodeAgent, NodeSettings};
+use cosched_cgroups::{Actuator, Cgroups, Freezer};
 use cosched_cluster::{
-    become_leader, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, NodeInfo, Outbox,
+    become_leader, etcd_client, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, Outbox,
 };
 use cosched_core::{Config, Micros, Rotation, Scheduler};
-use cosched_proto::NodeMap;
+use cosched_os::unix::{self, Credentials};
+use cosched_os::{now_micros, usable_cpus};
+use cosched_proto::api::{Reply, Request, MAX_REQUEST_BYTES};
+use cosched_proto::{Mode, NodeInfo, NodeMap, Order, OrderSink};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Sender};
@@ -64,59 +67,10 @@ pub struct DaemonConfig {
     pub allow_registration: bool,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
-    #[error("cgroups: {0}")]
-    Cgroups(#[from] cosched_cgroups::CgroupError),
-    #[error("{0}")]
-    Config(String),
-    #[error("another daemon is serving {0} (stop it first)")]
-    Running(PathBuf),
-    #[error("{path}: {why}")]
-    Unsafe { path: PathBuf, why: String },
-    #[error(transparent)]
-    Cluster(#[from] ClusterError),
-}
-
-pub(crate) fn io_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
-    move |source| StartError::Io {
-        path: path.to_path_buf(),
-        source,
+impl From<StoreError> for StartError {
+    fn from(error: StoreError) -> Self {
+        StartError::Store(Box::new(error))
     }
-}
-
-/// What this process may run on: the number of CPUs in its affinity mask.
-pub fn usable_cpus() -> u32 {
-    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
-}
-
-/// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread it starts afterwards,
-/// so that [`wait_for_stop`] receives them.
-fn block_stop_signals() -> libc::sigset_t {
-    // SAFETY: plain signal-set manipulation on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(&mut set, signal);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
-pub(crate) fn wait_for_stop(set: &libc::sigset_t) -> i32 {
-    let mut signal = 0;
-    // SAFETY: `set` is initialised and `signal` writable.
-    unsafe { libc::sigwait(set, &mut signal) };
-    signal
 }
 
 /// Refuses to start over processes in job groups that the store does not hold as unfinished.
@@ -186,10 +140,10 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     }
     if let Ok(fault) = std::env::var("COSCHED_FAULT") {
         let point = fault.split(':').next().unwrap_or_default();
-        if !cosched_agent::fault::POINTS.contains(&point) {
+        if !cosched_os::fault::POINTS.contains(&point) {
             return Err(StartError::Config(format!(
                 "COSCHED_FAULT={fault}: no such point (one of {:?}, optionally :JOB)",
-                cosched_agent::fault::POINTS
+                cosched_os::fault::POINTS
             )));
         }
     }
@@ -495,19 +449,6 @@ fn local_agent(
     ))
 }
 
-/// A client of the cluster's etcd, authenticating when credentials are given.
-pub(crate) fn etcd_client(
-    urls: &[String],
-    credentials: &Option<cosched_etcd::Credentials>,
-) -> Result<cosched_etcd::Client, StartError> {
-    let client = cosched_etcd::Client::new(urls, cosched_etcd::REQUEST_TIMEOUT)
-        .map_err(ClusterError::from)?;
-    Ok(match credentials {
-        Some(credentials) => client.with_credentials(credentials.clone()),
-        None => client,
-    })
-}
-
 /// Waits for the leader key of the cluster (standing by while another controller holds it).
 fn lead_cluster(
     cluster: &ClusterConfig,
@@ -588,203 +529,6 @@ fn cluster_rotation(
     let value = serde_json::to_vec(&(rotation.epoch, rotation.quantum)).expect("numbers");
     client.put(&key, &value, None).map_err(ClusterError::from)?;
     Ok(rotation)
-}
-
-/// What a root process of cosched (controller or node agent) does first: stop signals
-/// blocked for `wait_for_stop`, inherited descriptors kept from supervisors and jobs, the
-/// open-file limit raised, the state directory made private. Returns the signal set, the
-/// open-file limit and the state directory's resolved path.
-pub(crate) fn take_charge(state_dir: &Path) -> Result<(libc::sigset_t, u64, PathBuf), StartError> {
-    let signals = block_stop_signals();
-    // Descriptors this process inherited reach no supervisor and no job.
-    unix::close_on_exec_from(3).map_err(io_error(Path::new("close_range")))?;
-    let max_files = raise_open_file_limit();
-    Ok((signals, max_files, private_state_dir(state_dir)?))
-}
-
-/// The actuator over this machine's cgroups, under `parent` in each hierarchy.
-pub(crate) fn open_cgroups(parent: &str, freezer: Option<Freezer>) -> Result<Cgroups, StartError> {
-    let layout = Layout::detect().map_err(io_error(Path::new("/proc/self/mountinfo")))?;
-    Ok(Cgroups::open(&layout, parent, freezer)?)
-}
-
-/// Raises the soft open-file limit to the hard one (each queued job holds its client's three
-/// descriptors, each waiting client one); returns the limit in force.
-fn raise_open_file_limit() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: get/setrlimit read and write `limit` only.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return 1024;
-        }
-        limit.rlim_cur = limit.rlim_max;
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
-        }
-    }
-    limit.rlim_cur
-}
-
-/// Why a directory is unsafe for root to keep files in, if it is: another user owns it or may
-/// write to it (and so plant, rename or swap what root later opens).
-pub(crate) fn unsafe_directory(meta: &std::fs::Metadata, sticky_ok: bool) -> Option<String> {
-    let mode = meta.mode();
-    if !meta.is_dir() {
-        Some("not a directory".into())
-    } else if meta.uid() != 0 {
-        Some(format!("owned by uid {}, not root", meta.uid()))
-    } else if mode & 0o022 != 0 && !(sticky_ok && mode & libc::S_ISVTX != 0) {
-        Some(format!("writable by others (mode {:o})", mode & 0o7777))
-    } else {
-        None
-    }
-}
-
-/// Resolves `path` one component at a time, as the kernel would, refusing any directory on
-/// the way that another user owns or may write to (a sticky one, as /tmp, will do) and any
-/// symbolic link not root's: either would let them send what root creates there anywhere
-/// they like. (Canonicalizing first and checking the result's parents misses a link that
-/// sits in their directory.) With `create`, missing directories are made as it goes (0o755).
-/// `what` names the path in the refusal. Returns the resolved path.
-pub(crate) fn trusted_path(path: &Path, what: &str, create: bool) -> Result<PathBuf, StartError> {
-    use std::ffi::OsString;
-    use std::path::Component;
-    const MOST_LINKS: usize = 40;
-    let refuse = |path: &Path, why: String| StartError::Unsafe {
-        path: path.to_path_buf(),
-        why: format!(
-            "{why}: another user could plant or swap the files the daemon trusts under it; \
-             use a path under directories only root can write to"
-        ),
-    };
-    let absolute = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir().map_err(io_error(path))?.join(path)
-    };
-    // Components still to walk, the next one last.
-    let mut pending: Vec<OsString> = Vec::new();
-    let push = |pending: &mut Vec<OsString>, path: &Path| {
-        for part in path.components().rev() {
-            match part {
-                Component::Normal(name) => pending.push(name.to_os_string()),
-                Component::ParentDir => pending.push("..".into()),
-                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-            }
-        }
-    };
-    push(&mut pending, &absolute);
-    let root = PathBuf::from("/");
-    let root_meta = std::fs::metadata(&root).map_err(io_error(&root))?;
-    if let Some(why) = unsafe_directory(&root_meta, true) {
-        return Err(refuse(&root, format!("a parent of {what} is {why}")));
-    }
-    let mut resolved = root;
-    let mut links = 0;
-    while let Some(part) = pending.pop() {
-        if part == ".." {
-            // `resolved` has no links left in it: its parent is the real parent, checked.
-            resolved.pop();
-            continue;
-        }
-        let next = resolved.join(&part);
-        let meta = match std::fs::symlink_metadata(&next) {
-            Err(error) if create && error.kind() == std::io::ErrorKind::NotFound => {
-                match std::fs::DirBuilder::new().mode(0o755).create(&next) {
-                    Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
-                        return Err(io_error(&next)(error))
-                    }
-                    _ => std::fs::symlink_metadata(&next).map_err(io_error(&next))?,
-                }
-            }
-            other => other.map_err(io_error(&next))?,
-        };
-        if meta.file_type().is_symlink() {
-            if meta.uid() != 0 {
-                return Err(refuse(
-                    &next,
-                    format!(
-                        "a symbolic link on the way to {what} is owned by uid {}, not root",
-                        meta.uid()
-                    ),
-                ));
-            }
-            links += 1;
-            if links > MOST_LINKS {
-                return Err(refuse(
-                    &next,
-                    format!("more than {MOST_LINKS} symbolic links on the way to {what}"),
-                ));
-            }
-            let target = std::fs::read_link(&next).map_err(io_error(&next))?;
-            if target.is_absolute() {
-                resolved = PathBuf::from("/");
-            }
-            push(&mut pending, &target);
-            continue;
-        }
-        if let Some(why) = unsafe_directory(&meta, true) {
-            let whose = if pending.is_empty() {
-                ""
-            } else {
-                "a parent of "
-            };
-            return Err(refuse(&next, format!("{whose}{what} is {why}")));
-        }
-        resolved = next;
-    }
-    Ok(resolved)
-}
-
-/// Makes (or checks) the state directory and its subdirectories, private to root; refuses one
-/// that another user owns or can write to, or that lies under such a directory or link.
-/// Returns its resolved path, used from then on (no symbolic link is followed again).
-fn private_state_dir(dir: &Path) -> Result<PathBuf, StartError> {
-    let refuse = |path: &Path, why: String| StartError::Unsafe {
-        path: path.to_path_buf(),
-        why: format!(
-            "{why}: another user could plant or swap the files the daemon trusts; use a \
-             state directory that only root can write to, under directories only root can \
-             write to (the default /var/lib/cosched)"
-        ),
-    };
-    let resolved = trusted_path(dir, "the state directory", true)?;
-    let meta = std::fs::metadata(&resolved).map_err(io_error(&resolved))?;
-    if let Some(why) = unsafe_directory(&meta, false) {
-        return Err(refuse(&resolved, format!("the state directory is {why}")));
-    }
-    std::fs::set_permissions(&resolved, std::fs::Permissions::from_mode(0o700))
-        .map_err(io_error(&resolved))?;
-    for sub in STATE_SUBDIRS {
-        let path = resolved.join(sub);
-        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(io_error(&path)(error))
-            }
-            _ => {}
-        }
-        let meta = std::fs::symlink_metadata(&path).map_err(io_error(&path))?;
-        if let Some(why) = unsafe_directory(&meta, false) {
-            return Err(refuse(&path, format!("is {why}")));
-        }
-    }
-    Ok(resolved)
-}
-
-/// A socket's path with its directory resolved and trusted (see [`trusted_path`]): in a
-/// directory another user controls, they could take the name or swap what root then chmods.
-pub(crate) fn trusted_socket_path(path: &Path, what: &str) -> Result<PathBuf, StartError> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| StartError::Config(format!("{what} {} names no file", path.display())))?;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    Ok(trusted_path(dir, &format!("{what}'s directory"), true)?.join(name))
 }
 
 /// Binds the socket, refusing to take it from a live daemon or to replace anything but a
@@ -925,7 +669,7 @@ fn serve_client(stream: UnixStream, who: &Credentials, shared: &Arc<Shared>) {
                 return;
             }
         };
-    let request = match crate::protocol::parse_request(&line) {
+    let request = match cosched_proto::api::parse_request(&line) {
         Ok(request) => request,
         Err(error) => {
             shared.with(|inner, _| inner.count_request("invalid", false));
@@ -967,7 +711,7 @@ fn handle(
                 Err(error) => return Err((stream, error)),
             };
             let detach = run.detach;
-            cosched_agent::fault::point("accepted", 0);
+            cosched_os::fault::point("accepted", 0);
             // Submitting, answering and parking under one lock: the job cannot end unheard.
             return shared.with(|inner, now| match inner.submit(who, run, stdio, now) {
                 Ok(job) => {

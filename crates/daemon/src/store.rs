@@ -2,9 +2,9 @@
 //! ([`Store`]) so the cluster version can keep records in etcd; [`SqliteStore`] is the
 //! single-machine default (an SQLite file in WAL mode, synchronous commits).
 
-use crate::protocol::ExitInfo;
-use crate::unix::Credentials;
 use cosched_core::JobId;
+use cosched_os::unix::Credentials;
+use cosched_proto::ExitInfo;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -118,7 +118,7 @@ impl JobRecord {
     /// [`KEPT_COMMAND_BYTES`].
     pub fn shed_for_history(&mut self) {
         self.env = Vec::new();
-        let (kept, cut) = crate::protocol::command_prefix(&self.argv, KEPT_COMMAND_BYTES);
+        let (kept, cut) = cosched_proto::api::command_prefix(&self.argv, KEPT_COMMAND_BYTES);
         if cut {
             self.argv = kept;
             self.argv_cut = true;

@@ -4,8 +4,8 @@
 //! user may park only so many: nobody can fill the daemon with waiters that never go away.
 
 use crate::daemon::ApiError;
-use crate::protocol::Reply;
 use cosched_core::JobId;
+use cosched_proto::api::Reply;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -1,20 +1,28 @@
 //! cosched-proto: what crosses the seam between the controller (API, store, core) and the
 //! agent of each node: plan generations whose partitions are per-node CPU sets, orders, and
-//! job events, all versioned by [`PROTOCOL_VERSION`]. Classes, roles and states are enums
+//! job events, all versioned by [`PROTOCOL_VERSION`]; the traits orders and events pass
+//! through ([`OrderSink`], [`PlanSource`], [`EventSink`]) and the nodes' membership. Classes, roles and states are enums
 //! here, never formatted strings.
 
+pub mod api;
 mod cpuset;
 mod generation;
+mod membership;
 mod names;
 mod order;
+mod seam;
 mod status;
 
 pub use cpuset::{CpuSet, CpuSetError};
 pub use generation::{
     valid_node_name, Entry, Generation, Node, NodeCpus, NodeMap, NodeMapError, Role, Slice,
 };
+pub use membership::{NodeChange, NodeInfo, WriteWatch};
 pub use names::{Class, JobState, Mode, UnknownMode};
-pub use order::{Command, Ending, Event, ExitInfo, Launch, ProcessRef, ProcessRequest};
+pub use order::{
+    Command, Ending, Event, ExitInfo, Launch, ProcessRef, ProcessRequest, CANCEL_GRACE,
+};
+pub use seam::{EventSink, Order, OrderSink, PlanSource, Received};
 pub use status::{
     BoundaryRecord, Histogram, JobMoment, NodeHistograms, NodeStatus, SlotStart, Summary,
     HISTOGRAM_BOUNDS_US, MAX_REPORTED_STARTS, STATUS_PERIOD_US,

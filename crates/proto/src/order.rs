@@ -3,7 +3,7 @@
 //! controller's process (a channel) or on its own node (through etcd).
 
 use crate::{CpuSet, Generation, NodeStatus};
-use cosched_core::JobId;
+use cosched_core::{JobId, Micros};
 use serde::{Deserialize, Serialize};
 
 /// How a job ended.
@@ -72,6 +72,10 @@ impl Launch {
     }
 }
 
+/// A cancelled job gets SIGTERM, then SIGKILL this much later if it is still there (the
+/// agent keeps it, the controller tells the client).
+pub const CANCEL_GRACE: Micros = 3_000_000;
+
 /// An order for one node's agent, carried out in the order sent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "order", rename_all = "snake_case", deny_unknown_fields)]
@@ -93,7 +97,7 @@ pub enum Command {
     Suspend { job: JobId },
     /// Out of the rotation and free to run; watched for work (an idle job).
     LetLoose { job: JobId },
-    /// Let loose, SIGTERM now, SIGKILL after the grace period.
+    /// Let loose, SIGTERM now, SIGKILL after [`CANCEL_GRACE`].
     Cancel { job: JobId },
     /// The controller recorded the job's end (`stored`: durably; else `Stored` follows):
     /// its cgroup goes, and once stored its supervisor may drop the exit status it keeps.

@@ -228,7 +228,7 @@ fn compare(
         }
     }
     let solos = solo_runs.summary();
-    let cpus = cosched_daemon::usable_cpus();
+    let cpus = cosched_os::usable_cpus();
     for ((scheduler, rounds), host) in schedulers.iter().zip(&runs).zip(hosts) {
         results.rows.push(Row::from_runs(
             scheduler,
@@ -327,7 +327,7 @@ fn seed000(ctx: &Context, results: &mut Results) -> Result<()> {
             &["burn", "-t", "1", "-n", &ctx.n(6_000)],
         )
     };
-    let cpus = cosched_daemon::usable_cpus() as usize;
+    let cpus = cosched_os::usable_cpus() as usize;
     let mut table = Table::new(
         "Seed 000 (AP/Linux, table 3): total time as 1-process jobs are added, gang 50 ms",
         &["jobs", "slices", "total (s)", "elongation"],

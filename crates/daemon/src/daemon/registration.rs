@@ -5,11 +5,11 @@
 //! cgroup; the holder exits when every process that joined has left, or on `job_end`.
 
 use super::{ApiError, Inner};
-use crate::protocol::{RegisterRequest, Reply, RunRequest, JOIN_WITHIN_S, MAX_JOIN_WITHIN_S};
 use crate::store::JobStatus;
-use crate::unix::Credentials;
 use crate::waiters::Until;
 use cosched_core::{JobId, JobState, Micros};
+use cosched_os::unix::Credentials;
+use cosched_proto::api::{RegisterRequest, Reply, RunRequest, JOIN_WITHIN_S, MAX_JOIN_WITHIN_S};
 use cosched_proto::Command;
 use std::os::unix::net::UnixStream;
 

@@ -5,6 +5,7 @@
 //! terminal, even while the daemon is down. Replies are `{"ok": true, ...}` or
 //! `{"ok": false, "error": "..."}`; `run` and `wait` send a second reply when the job ends.
 
+use crate::{BoundaryRecord, Class, CpuSet, ExitInfo, JobState, Mode, NodeStatus, Role, Summary};
 use cosched_core::{JobId, Micros, Shape};
 use serde::{Deserialize, Serialize};
 
@@ -161,10 +162,6 @@ pub struct RunRequest {
     pub output: Option<String>,
 }
 
-pub use cosched_proto::{
-    BoundaryRecord, Class, ExitInfo, JobState, Mode, NodeStatus, Role, Summary,
-};
-
 impl Request {
     /// The operation's name, as `op` spells it.
     pub fn op(&self) -> &'static str {
@@ -299,7 +296,7 @@ pub struct JobView {
     /// Its command; in a listing, only its first [`LISTED_COMMAND_BYTES`] bytes.
     pub argv: Vec<String>,
     /// `argv` is a prefix of the command: `ps JOB` has it whole (as far as it is kept: an
-    /// ended job's is cut to [`crate::store::KEPT_COMMAND_BYTES`]).
+    /// ended job's is cut to the daemon store's `KEPT_COMMAND_BYTES`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub argv_cut: bool,
     /// Why it ended without an exit status, if it did.
@@ -319,7 +316,10 @@ pub struct MatrixEntryView {
 impl MatrixEntryView {
     /// Its processors, from the cpuset list (`0-2,5`; none if it does not parse).
     pub fn processors(&self) -> Vec<usize> {
-        cosched_cgroups::affinity::parse_cpu_list(&self.cpus).unwrap_or_default()
+        self.cpus.parse::<CpuSet>().map_or_else(
+            |_| Vec::new(),
+            |set| set.cpus().map(|cpu| cpu as usize).collect(),
+        )
     }
 }
 

@@ -3,17 +3,16 @@
 //! shared slot clock, and lets them loose when it loses the control plane past its deadline
 //! or when it stops.
 
-use crate::server::{
-    etcd_client, io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop,
-    StartError,
+use crate::door::{self, Door};
+use crate::start::{
+    io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop, StartError,
 };
-use cosched_agent::clock::now_micros;
-use cosched_agent::door::Door;
-use cosched_agent::{EventSink, Mode, NodeAgent, NodeSettings};
+use crate::{NodeAgent, NodeSettings};
 use cosched_cgroups::{Actuator, Freezer};
-use cosched_cluster::{join, whoami, Keys, NodeInfo};
+use cosched_cluster::{etcd_client, join, whoami, Keys};
 use cosched_core::Micros;
-use cosched_proto::CpuSet;
+use cosched_os::now_micros;
+use cosched_proto::{CpuSet, EventSink, Mode, NodeInfo};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +46,7 @@ pub struct NodeConfig {
 }
 
 fn log(message: impl std::fmt::Display) {
-    cosched_agent::log_line("agent", message);
+    cosched_os::log_line("agent", message);
 }
 
 /// The node's cgroups until its agent takes them: removed again if the start fails (a parent
@@ -125,12 +124,12 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     let events: Arc<dyn EventSink> = Arc::new(membership.events());
     let door = Door::open(&config.door, &config.node, Arc::clone(&events))
         .map_err(|e| StartError::Config(e.to_string()))?;
-    let hydra = match cosched_agent::door::ensure_launch_remote_link(&config.supervisor_exe) {
+    let hydra = match door::ensure_launch_remote_link(&config.supervisor_exe) {
         Ok(link) => format!("; MPICH's Hydra launches through {}", link.display()),
         Err(error) => format!(
             "; no {} beside {} ({error}): MPICH jobs pass -launcher rsh -launcher-exec \
              themselves",
-            cosched_agent::door::LAUNCH_REMOTE_NAME,
+            door::LAUNCH_REMOTE_NAME,
             config.supervisor_exe.display()
         ),
     };

@@ -1,8 +1,8 @@
 //! Fuzzing the request parser with proptest (runs in CI at the default 256 cases a property;
-//! `PROPTEST_CASES=200000 cargo test -p cosched-daemon --test request_fuzz` for a long run):
+//! `PROPTEST_CASES=200000 cargo test -p cosched-proto --test request_fuzz` for a long run):
 //! whatever bytes a client sends, the daemon answers with one line and never panics.
 
-use cosched_daemon::protocol::{parse_request, validate_run, Request};
+use cosched_proto::api::{parse_request, validate_run, Request};
 use proptest::prelude::*;
 
 /// Requests the daemon would take, as JSON text.

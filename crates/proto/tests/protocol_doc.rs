@@ -2,7 +2,7 @@
 //! reads back to exactly the JSON written there (so no field is misspelt or missing), every
 //! refusal shown is refused, and every request and reply the daemon knows is shown.
 
-use cosched_daemon::protocol::{parse_request, Reply};
+use cosched_proto::api::{parse_request, Reply};
 use std::collections::BTreeSet;
 
 fn doc() -> String {
