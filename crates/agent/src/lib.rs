@@ -57,7 +57,9 @@ pub fn job_name(job: JobId) -> String {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SwitchRecord {
     pub slot: i64,
-    /// Each job held back and each job let run, with when it took effect (true clock).
+    /// Each job held back and each job let run, with when it took effect (true clock): a
+    /// stop when its freeze was confirmed, or when the entrants were let start if that came
+    /// first (see `enter_slot`).
     pub stopped: Vec<JobMoment>,
     pub started: Vec<JobMoment>,
     /// From the first actuator call to the last confirmation.
@@ -95,6 +97,8 @@ struct Stopping {
     job: JobId,
     asked: Micros,
     confirmed: Option<Micros>,
+    /// Until when the entrants waited for it (`enter_slot`).
+    given: Option<Micros>,
 }
 
 /// The latest times something took (µs), newest last: what the clock plans by.
@@ -308,6 +312,7 @@ impl<A: Actuator> Applier<A> {
             job,
             asked,
             confirmed,
+            given: None,
         });
         Ok(())
     }
@@ -412,27 +417,37 @@ impl<A: Actuator> Applier<A> {
         // starting or ending beside the gangs, a compiler): it stops the moment it gets one,
         // before running any of its own code, and waiting for that held the entrants back up
         // to a scheduler tick (4 ms at HZ=250) past the boundary.
-        self.await_stops(|applier, s| {
-            Some(if s.asked < boundary {
-                boundary
-            } else {
-                s.asked + applier.expected_freeze(s.job)
+        let given: Vec<Micros> = self
+            .stopping
+            .iter()
+            .map(|s| match s.asked < boundary {
+                true => boundary,
+                false => s.asked + self.expected_freeze(s.job),
             })
-        })?;
+            .collect();
+        for (stop, given) in self.stopping.iter_mut().zip(given) {
+            stop.given = Some(given);
+        }
+        self.await_stops(|_, s| s.given)?;
         let mut started = Vec::with_capacity(start.len());
         for &job in &start {
             let at_us = self.steer(job, true)?;
             self.running.insert(job);
             started.push(JobMoment { job, at_us });
         }
+        // The record says when each leaver stopped running its own code: when its freeze was
+        // confirmed, or, for one confirmed after the entrants started, when they were let.
         self.await_stops(|_, _| None)?;
         let stopped = std::mem::take(&mut self.stopping)
             .into_iter()
-            .map(|s| JobMoment {
-                job: s.job,
-                at_us: s
+            .map(|s| {
+                let confirmed = s
                     .confirmed
-                    .expect("await_stops confirms every stop or fails"),
+                    .expect("await_stops confirms every stop or fails");
+                JobMoment {
+                    job: s.job,
+                    at_us: s.given.map_or(confirmed, |given| confirmed.min(given)),
+                }
             })
             .collect();
         // A job that keeps running is spread too: its launcher may have started the working

@@ -241,12 +241,28 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-        // The jobs' cgroups are gone (cancelled on stop); an empty parent is left in each
-        // hierarchy. rmdir fails harmlessly if anything is still inside.
-        if let Ok(layout) = cosched_cgroups::Layout::detect() {
-            for (root, _) in layout.hierarchies() {
-                let _ = std::fs::remove_dir(root.join(&self.parent));
+        // The jobs were cancelled on stop, but a job of a thousand processes is still dying
+        // when the daemon has gone, and its group with it: the next daemon of this benchmark
+        // would find them. Wait for every job group to empty (30 s at most), then remove them
+        // and the parent, in each hierarchy.
+        let Ok(layout) = cosched_cgroups::Layout::detect() else {
+            return Ok(());
+        };
+        let until = Instant::now() + Duration::from_secs(30);
+        for (root, _) in layout.hierarchies() {
+            let parent = root.join(&self.parent);
+            let groups = std::fs::read_dir(&parent)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|entry| entry.path())
+                .filter(|path| path.is_dir());
+            for group in groups {
+                while std::fs::remove_dir(&group).is_err() && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
             }
+            let _ = std::fs::remove_dir(&parent);
         }
         Ok(())
     }

@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
   cosched gantt --out ran.svg                 # the last 10 seconds\n  \
   cosched gantt --since 2 --out ran.svg       # 2 seconds: every slot shows\n  \
   cosched gantt --state-dir /var/lib/cosched-agent --out ran.svg   # on a cluster's node, as root\n\n\
-Bars begin when a job was thawed (or favoured) and end when its stop was confirmed, as the \
-agent logged them, so the rotation, the alternates and an interactive job's preemption all \
+Bars begin when a job was thawed (or favoured) and end when its stop was confirmed (or when \
+the next job was let start, for a process that had no processor to stop on), as the agent \
+logged them, so the rotation, the alternates and an interactive job's preemption all \
 show. One machine: the daemon answers (anyone may look). A cluster's agents keep their logs \
 on their nodes: read them there with --state-dir. Open the SVG in a browser (hover a bar for \
 its times); --out ran.png draws a PNG instead (with rsvg-convert: apt-get install librsvg2-bin).")]

@@ -15,17 +15,13 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// [start, stop) of each time `job` ran. A stop ends a stretch when it was confirmed, or at
-/// its boundary if that came first: a leaver runs none of its own code once its freeze is
-/// asked, and a task of it that had no processor then confirms it after the entrants start
-/// (ARCHITECTURE.md, invariant 9; `crates/agent/tests/applier.rs` judges by CPU time).
+/// [start, stop) of each time `job` ran.
 fn ran(records: &[BoundaryRecord], job: u64) -> Vec<(i64, i64)> {
     let (mut out, mut running) = (Vec::new(), None);
     for record in records {
-        let boundary = record.woke_us - record.lateness_us.unwrap_or(0);
         for stop in record.stopped.iter().filter(|m| m.job == job) {
             if let Some(start) = running.take() {
-                out.push((start, stop.at_us.min(boundary.max(start))));
+                out.push((start, stop.at_us));
             }
         }
         if record.started.iter().any(|m| m.job == job) && running.is_none() {
