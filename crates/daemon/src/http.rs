@@ -18,7 +18,8 @@
 //! was made to point at 127.0.0.1 (DNS rebinding) cannot read the console.
 
 use crate::console::{self, Snapshot};
-use crate::daemon::{ApiError, Shared};
+use crate::daemon::Shared;
+use cosched_controller::ApiError;
 use cosched_proto::api::{JobView, Reply};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
