@@ -1542,6 +1542,44 @@ impl Controller {
     }
 }
 
+/// What the harness checks after every step.
+#[cfg(test)]
+impl Controller {
+    /// The controller's own invariants: every record in memory is the store's (memory changes
+    /// only once the store has it), the core's matrix is sound (no processor double-booked),
+    /// and the jobs waiting for or holding processors are exactly the core's.
+    pub(crate) fn audit(&self) -> Result<(), String> {
+        for (job, record) in &self.records {
+            match self.store.get(*job) {
+                Ok(Some(stored)) if stored == *record => {}
+                stored => {
+                    return Err(format!(
+                        "job {job}: memory has {record:?}, the store {stored:?}"
+                    ))
+                }
+            }
+        }
+        self.scheduler.audit()?;
+        let scheduled: BTreeSet<JobId> = self.scheduler.jobs().map(|(job, _, _)| job).collect();
+        let waiting: BTreeSet<JobId> = self
+            .records
+            .values()
+            .filter(|r| matches!(r.status, JobStatus::Queued | JobStatus::Running))
+            .map(|r| r.id)
+            .collect();
+        if scheduled != waiting {
+            return Err(format!(
+                "the core holds {scheduled:?}, the records queued or running are {waiting:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn record_of(&self, job: JobId) -> Option<&JobRecord> {
+        self.records.get(&job)
+    }
+}
+
 /// The second reply of `run` and `wait`.
 /// How long the job's current suspension has lasted by `now` (0 if it is not suspended).
 fn suspended_for(record: &JobRecord, now: Micros) -> i64 {

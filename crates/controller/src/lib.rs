@@ -7,6 +7,8 @@
 pub mod clients;
 mod controller;
 pub mod counts;
+#[cfg(test)]
+mod harness;
 pub mod store;
 
 pub use controller::{log, ApiError, Controller, Settings};
