@@ -89,9 +89,9 @@ pub struct Controller {
     records: BTreeMap<JobId, JobRecord>,
     /// Ended jobs in memory, oldest first.
     ended: VecDeque<JobId>,
-    /// Ended jobs whose record could not be saved yet (a full disk): their supervisors keep
-    /// the exit status until it is.
-    unsaved: BTreeSet<JobId>,
+    /// Ends the store could not take yet (a full disk), as they ended: memory keeps the
+    /// stored record until the store has the end, and their supervisors keep the exit status.
+    unsaved: BTreeMap<JobId, JobRecord>,
     store: Box<dyn Store>,
     /// Descriptors of jobs not started yet.
     stdio: BTreeMap<JobId, [OwnedFd; 3]>,
@@ -150,7 +150,7 @@ impl Controller {
             scheduler,
             records: BTreeMap::new(),
             ended: VecDeque::new(),
-            unsaved: BTreeSet::new(),
+            unsaved: BTreeMap::new(),
             store,
             stdio: BTreeMap::new(),
             clients,
@@ -182,8 +182,20 @@ impl Controller {
         Ok(())
     }
 
+    /// A job as it is now: its end if the store has not taken it yet, else its record.
+    fn latest(&self, job: JobId) -> Option<&JobRecord> {
+        self.unsaved.get(&job).or_else(|| self.records.get(&job))
+    }
+
+    /// Every job in memory as it is now (`latest`), by id.
+    fn current(&self) -> impl Iterator<Item = &JobRecord> {
+        self.records
+            .values()
+            .map(|r| self.unsaved.get(&r.id).unwrap_or(r))
+    }
+
     fn record(&self, job: JobId) -> Result<&JobRecord, ApiError> {
-        match self.records.get(&job) {
+        match self.latest(job) {
             Some(record) => Ok(record),
             None => Err(match self.store.get(job) {
                 Ok(Some(_)) => ApiError::WrongState {
@@ -308,8 +320,7 @@ impl Controller {
         }
         self.check_descriptors(who)?;
         let (unfinished, held_bytes) = self
-            .records
-            .values()
+            .current()
             .filter(|r| r.owner.uid == who.uid && !r.status.ended())
             .fold((0, 0), |(jobs, bytes), r| {
                 (jobs + 1, bytes + r.submitted_bytes())
@@ -664,13 +675,13 @@ impl Controller {
     /// Records how a job ended, frees its cells and answers whoever waits for it. The agent
     /// is told whether the end is stored (its supervisor keeps the exit status until it is).
     pub fn end(&mut self, job: JobId, status: JobStatus, ending: Ending, now: Micros) {
-        let ended_before = match self.records.get(&job) {
+        let ended_before = match self.latest(job) {
             // Ended and out of memory already: stored.
             None => match self.store.get(job) {
                 Ok(Some(r)) if r.status.ended() => Some((r.launched, true)),
                 _ => None,
             },
-            Some(r) if r.status.ended() => Some((r.launched, !self.unsaved.contains(&job))),
+            Some(r) if r.status.ended() => Some((r.launched, !self.unsaved.contains_key(&job))),
             Some(_) => None,
         };
         if let Some((launched, stored)) = ended_before {
@@ -681,7 +692,7 @@ impl Controller {
             }
             return;
         }
-        let Some(record) = self.records.get_mut(&job) else {
+        let Some(mut record) = self.records.get(&job).cloned() else {
             return;
         };
         let launched = record.launched;
@@ -694,7 +705,7 @@ impl Controller {
         record.note = ending.note.or(record.note.take());
         let started = record.started_us.unwrap_or(record.submitted_us);
         record.ended_us = Some(ending.at_us.map_or(now, |at| at.clamp(started, now)));
-        record.suspended_us += suspended_for(record, record.ended_us.unwrap_or(now));
+        record.suspended_us += suspended_for(&record, record.ended_us.unwrap_or(now));
         record.suspended_since_us = None;
         record.shed_for_history();
         let result = match record.status {
@@ -704,13 +715,19 @@ impl Controller {
             _ => "failed",
         };
         *self.counts.ended.entry(result).or_default() += 1;
-        let saved = match self.store.put(record) {
-            Ok(()) => true,
+        let reply = ended_reply(&record);
+        // Acted on even unsaved (its processes are gone, its supervisor keeps the exit
+        // status), but memory changes only once the store has it.
+        let saved = match self.store.put(&record) {
+            Ok(()) => {
+                self.records.insert(job, record);
+                true
+            }
             Err(error) => {
                 log(format_args!(
                     "job {job}: its end cannot be saved yet ({error}); its supervisor keeps the exit status"
                 ));
-                self.unsaved.insert(job);
+                self.unsaved.insert(job, record);
                 false
             }
         };
@@ -719,8 +736,7 @@ impl Controller {
             self.tell(Command::Ended { job, stored: saved });
         }
         self.unschedule(job, now);
-        let record = &self.records[&job];
-        self.clients.ended(job, &ended_reply(record));
+        self.clients.ended(job, &reply);
         self.ended.push_back(job);
         self.evict_ended();
     }
@@ -731,7 +747,7 @@ impl Controller {
             let Some(&oldest) = self.ended.front() else {
                 break;
             };
-            if self.unsaved.contains(&oldest) {
+            if self.unsaved.contains_key(&oldest) {
                 break;
             }
             self.ended.pop_front();
@@ -741,11 +757,14 @@ impl Controller {
 
     /// Saves the ends that a full disk refused; the supervisors' exit files go once they are in.
     pub fn retry_unsaved(&mut self) {
-        for job in std::mem::take(&mut self.unsaved) {
-            match self.store.put(&self.records[&job]) {
-                Ok(()) => self.tell(Command::Stored { job }),
+        for (job, record) in std::mem::take(&mut self.unsaved) {
+            match self.store.put(&record) {
+                Ok(()) => {
+                    self.records.insert(job, record);
+                    self.tell(Command::Stored { job });
+                }
                 Err(_) => {
-                    self.unsaved.insert(job);
+                    self.unsaved.insert(job, record);
                 }
             }
         }
@@ -767,7 +786,7 @@ impl Controller {
         stdio: Option<[OwnedFd; 3]>,
         client: ClientId,
     ) -> Result<(), ApiError> {
-        let evicted = match self.records.get(&job) {
+        let evicted = match self.latest(job) {
             Some(_) => None,
             None => self.store.get(job).map_err(internal)?,
         };
@@ -917,7 +936,7 @@ impl Controller {
 
     /// The agent found a running job idle: its cells go to others; it runs unscheduled.
     pub fn went_idle(&mut self, job: JobId, now: Micros) {
-        if self.records.get(&job).map(|r| r.status) != Some(JobStatus::Running) {
+        if self.latest(job).map(|r| r.status) != Some(JobStatus::Running) {
             return;
         }
         if let Err(error) = self.update(job, |record| record.status = JobStatus::Idle) {
@@ -931,7 +950,7 @@ impl Controller {
 
     /// An idle job computes again: back into the rotation (or the queue).
     pub fn woke(&mut self, job: JobId, now: Micros) {
-        if self.records.get(&job).map(|r| r.status) != Some(JobStatus::Idle) {
+        if self.latest(job).map(|r| r.status) != Some(JobStatus::Idle) {
             return;
         }
         if let Err(error) = self.update(job, |record| record.status = JobStatus::Queued) {
@@ -948,7 +967,7 @@ impl Controller {
     pub fn jobs(&self, all: bool, job: Option<JobId>, now: Micros) -> Vec<JobView> {
         if let Some(job) = job {
             let stored;
-            let record = match self.records.get(&job) {
+            let record = match self.latest(job) {
                 Some(record) => record,
                 None => match self.store.get(job) {
                     Ok(Some(record)) => {
@@ -960,8 +979,7 @@ impl Controller {
             };
             return vec![self.job_view(record, record.argv.clone(), record.argv_cut, now)];
         }
-        self.records
-            .values()
+        self.current()
             .filter(|r| all || !r.status.ended())
             .map(|r| {
                 let (argv, cut) = command_prefix(&r.argv, LISTED_COMMAND_BYTES);
@@ -1128,7 +1146,7 @@ impl Controller {
     }
 
     pub fn stats(&self) -> StatsView {
-        let count = |f: fn(&JobRecord) -> bool| self.records.values().filter(|r| f(r)).count();
+        let count = |f: fn(&JobRecord) -> bool| self.current().filter(|r| f(r)).count();
         // A node that left reports nothing current.
         let statuses: Vec<&NodeStatus> = self
             .nodes
@@ -1210,8 +1228,7 @@ impl Controller {
     /// storing the intent and the supervisor's start): it is launched when next placed.
     pub fn not_started(&mut self, job: JobId, now: Micros) {
         if self
-            .records
-            .get(&job)
+            .latest(job)
             .is_none_or(|r| r.status.ended() || !r.launched)
         {
             return;
@@ -1238,7 +1255,7 @@ impl Controller {
 
     /// The agent cannot run or find the job.
     pub fn lost(&mut self, job: JobId, why: &str, now: Micros) {
-        if self.records.get(&job).is_some_and(|r| !r.status.ended()) {
+        if self.latest(job).is_some_and(|r| !r.status.ended()) {
             self.fail(job, why, now);
         }
     }
@@ -1247,8 +1264,7 @@ impl Controller {
     /// marked so that their end (the agent kills them) is recorded as a cancel.
     pub fn cancel_all(&mut self, now: Micros) -> usize {
         let unfinished: Vec<JobId> = self
-            .records
-            .values()
+            .current()
             .filter(|r| !r.status.ended())
             .map(|r| r.id)
             .collect();
@@ -1268,7 +1284,7 @@ impl Controller {
 
     /// Kills every launched job still running (a cluster controller's stop with cancel).
     pub fn cancel_launched(&self) {
-        for record in self.records.values() {
+        for record in self.current() {
             if record.launched && !record.status.ended() {
                 self.tell(Command::Cancel { job: record.id });
             }
@@ -1328,8 +1344,7 @@ impl Controller {
                 }
                 // Jobs with processes there, running or stopped while they wait.
                 let stranded: Vec<JobId> = self
-                    .records
-                    .values()
+                    .current()
                     .filter(|r| !r.status.ended() && r.launched && r.nodes.contains(&node))
                     .map(|r| r.id)
                     .collect();
@@ -1443,8 +1458,7 @@ impl Controller {
             .map(|n| n.name.clone());
         let checked = (|| {
             let record = self
-                .records
-                .get(&job)
+                .latest(job)
                 .filter(|r| r.launched && !r.status.ended())
                 .ok_or_else(|| format!("job {job} is not running"))?;
             if uid != 0 && uid != record.owner.uid {
@@ -1535,8 +1549,7 @@ impl Controller {
 
     /// Launched jobs whose end is not recorded yet.
     pub fn launched_unfinished(&self) -> usize {
-        self.records
-            .values()
+        self.current()
             .filter(|r| r.launched && !r.status.ended())
             .count()
     }
@@ -1562,8 +1575,7 @@ impl Controller {
         self.scheduler.audit()?;
         let scheduled: BTreeSet<JobId> = self.scheduler.jobs().map(|(job, _, _)| job).collect();
         let waiting: BTreeSet<JobId> = self
-            .records
-            .values()
+            .current()
             .filter(|r| matches!(r.status, JobStatus::Queued | JobStatus::Running))
             .map(|r| r.id)
             .collect();

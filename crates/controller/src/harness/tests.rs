@@ -396,3 +396,51 @@ fn a_waiting_client_hears_the_end_and_a_late_one_at_once() {
         );
     }
 }
+
+#[test]
+fn an_end_the_store_refuses_is_acted_on_but_changes_memory_only_once_stored() {
+    let mut h = Harness::machine(2);
+    let who = Harness::user(UID);
+    let job = h.run(UID, 2).unwrap();
+    let waiter = h.client();
+    h.controller.wait(&who, job, None, waiter).unwrap();
+    h.orders();
+    h.refuse_writes(true);
+    h.event(exited(job, 5));
+    // Its processes are gone and its supervisor keeps the exit status: the processors are
+    // free, the agent hears the end is not stored, the waiter hears how it ended.
+    assert!(h
+        .orders()
+        .contains(&("local".into(), Command::Ended { job, stored: false })));
+    assert!(
+        matches!(&h.heard(waiter)[..], [Reply::Ended { exit: Some(e), .. }] if e.code == Some(5))
+    );
+    let next = h.client();
+    let refused = h.controller.cancel(&who, job, h.now);
+    assert!(
+        matches!(refused, Err(ApiError::WrongState { .. })),
+        "{refused:?}"
+    );
+    h.controller.wait(&who, job, None, next).unwrap();
+    assert!(matches!(&h.heard(next)[..], [Reply::Ended { .. }]));
+    // Memory still holds what the store has.
+    assert_eq!(h.controller.record_of(job), h.stored(job).as_ref());
+    assert_eq!(status(&h, job), JobStatus::Running);
+    h.controller.audit().unwrap();
+    h.controller.retry_unsaved();
+    assert_eq!(status(&h, job), JobStatus::Running);
+
+    h.refuse_writes(false);
+    h.controller.retry_unsaved();
+    assert!(h
+        .orders()
+        .contains(&("local".into(), Command::Stored { job })));
+    let stored = h.stored(job).unwrap();
+    assert_eq!(
+        (stored.status, stored.exit.unwrap().code),
+        (JobStatus::Done, Some(5))
+    );
+    assert_eq!(h.controller.record_of(job), Some(&stored));
+    assert!(!h.controller.has_unsaved());
+    h.controller.audit().unwrap();
+}
