@@ -10,10 +10,13 @@ use crate::{ApiError, Controller, Settings};
 use cosched_core::{Config, JobId, Micros, Rotation, Scheduler};
 use cosched_os::unix::Credentials;
 use cosched_proto::api::{Reply, RunRequest};
-use cosched_proto::{Command, CpuSet, Event, Mode, Node, NodeMap, Order, OrderSink};
+use cosched_proto::{
+    Command, CpuSet, Event, Mode, Node, NodeInfo, NodeMap, Order, OrderSink, PROTOCOL_VERSION,
+};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+mod properties;
 mod tests;
 
 fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -279,6 +282,20 @@ impl Harness {
         );
         let records = self.store.load(self.settings.keep_ended).expect("records");
         self.controller.recover(records, self.now);
+    }
+
+    /// Node `name` of `procs` processors as its agent registers it.
+    pub fn node_info(name: &str, procs: u32, now: Micros) -> NodeInfo {
+        NodeInfo {
+            protocol: PROTOCOL_VERSION,
+            node: name.into(),
+            cpus: CpuSet::from_cpus(0..procs),
+            mode: Mode::Gang,
+            agent: format!("{name}:1"),
+            joined_us: now,
+            address: None,
+            lease_ttl_s: 10,
+        }
     }
 
     pub fn user(uid: u32) -> Credentials {

@@ -7,9 +7,7 @@ use crate::store::{submitted_bytes, JobStatus};
 use crate::ApiError;
 use cosched_core::JobId;
 use cosched_proto::api::{RegisterRequest, Reply};
-use cosched_proto::{
-    Command, CpuSet, Ending, Event, ExitInfo, Mode, NodeChange, NodeInfo, PROTOCOL_VERSION,
-};
+use cosched_proto::{Command, Ending, Event, ExitInfo, NodeChange};
 
 const UID: u32 = 1000;
 
@@ -156,16 +154,7 @@ fn a_node_that_leaves_loses_its_jobs_and_lends_nothing_until_it_is_back() {
     );
     h.controller.audit().unwrap();
 
-    let back = NodeInfo {
-        protocol: PROTOCOL_VERSION,
-        node: "b".into(),
-        cpus: CpuSet::from_cpus(0..2),
-        mode: Mode::Gang,
-        agent: "b:1".into(),
-        joined_us: now,
-        address: None,
-        lease_ttl_s: 10,
-    };
+    let back = Harness::node_info("b", 2, now);
     h.controller.node_changed(NodeChange::Joined(back), now);
     let orders = h.orders();
     assert!(orders
