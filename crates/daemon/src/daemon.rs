@@ -5,6 +5,8 @@ use crate::clients::SocketClients;
 use cosched_controller::{log, ApiError, Controller};
 use cosched_core::Micros;
 use cosched_os::now_micros;
+use cosched_os::unix::Credentials;
+use cosched_proto::api::{Reply, Request};
 use cosched_proto::{BoundaryRecord, Command, Event};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -107,6 +109,58 @@ impl Shared {
         loop {
             std::thread::sleep(period);
             self.with(|inner, now| inner.settle_overdue(now - stretch, now));
+        }
+    }
+
+    /// Answers a request that one reply answers, from the socket or the web console alike;
+    /// the others (`run`, `wait`, `boundaries`, `register`, `proc_add`) need the client's
+    /// stream and are the socket's.
+    pub fn act(&self, who: &Credentials, request: Request) -> Result<Reply, ApiError> {
+        match request {
+            Request::Ps { all, job } => Ok(Reply::Jobs {
+                ok: true,
+                jobs: self.with(|inner, now| inner.jobs(all, job, now)),
+            }),
+            Request::Matrix => Ok(Reply::Matrix {
+                ok: true,
+                matrix: self.with(|inner, now| inner.matrix(now)),
+            }),
+            Request::Stats => Ok(Reply::Stats {
+                ok: true,
+                stats: self.with(|inner, _| inner.stats()),
+            }),
+            Request::Nodes => Ok(Reply::Nodes {
+                ok: true,
+                nodes: self.with(|inner, now| inner.nodes(now)),
+            }),
+            Request::ConsoleToken => self
+                .tokens()
+                .issue(who)
+                .map(|token| Reply::Token { ok: true, token })
+                .map_err(|e| ApiError::Internal(format!("no randomness for a token: {e}"))),
+            Request::JobEnd { job } => self
+                .with(|inner, now| inner.job_end(who, job, now))
+                .map(Reply::done),
+            Request::Cancel { job } => self
+                .with(|inner, now| inner.cancel(who, job, now))
+                .map(Reply::done),
+            Request::Suspend { job } => self
+                .with(|inner, now| inner.suspend(who, job, now))
+                .map(Reply::done),
+            Request::Resume { job } => self
+                .with(|inner, now| inner.resume(who, job, now))
+                .map(Reply::done),
+            Request::Class { job, class } => self
+                .with(|inner, now| inner.set_class(who, job, &class, now))
+                .map(Reply::done),
+            Request::Run(_)
+            | Request::Wait { .. }
+            | Request::Boundaries { .. }
+            | Request::Register(_)
+            | Request::ProcAdd { .. } => Err(ApiError::Invalid(format!(
+                "{} is answered on the socket only",
+                request.op()
+            ))),
         }
     }
 

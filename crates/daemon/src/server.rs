@@ -740,22 +740,6 @@ fn handle(
                 inner.wait(who, job, stdio, client)
             });
         }
-        Request::Ps { all, job } => Ok(Reply::Jobs {
-            ok: true,
-            jobs: shared.with(|inner, now| inner.jobs(all, job, now)),
-        }),
-        Request::Matrix => Ok(Reply::Matrix {
-            ok: true,
-            matrix: shared.with(|inner, now| inner.matrix(now)),
-        }),
-        Request::Stats => Ok(Reply::Stats {
-            ok: true,
-            stats: shared.with(|inner, _| inner.stats()),
-        }),
-        Request::Nodes => Ok(Reply::Nodes {
-            ok: true,
-            nodes: shared.with(|inner, now| inner.nodes(now)),
-        }),
         Request::Boundaries { since_us } => {
             // Sent while the log's one reader is held: one such reply in memory at a time.
             let sent = shared.boundaries(since_us, |boundaries| {
@@ -794,26 +778,7 @@ fn handle(
                 inner.proc_add(who, job, pid, client)
             });
         }
-        Request::ConsoleToken => shared
-            .tokens()
-            .issue(who)
-            .map(|token| Reply::Token { ok: true, token })
-            .map_err(|e| ApiError::Internal(format!("no randomness for a token: {e}"))),
-        Request::JobEnd { job } => shared
-            .with(|inner, now| inner.job_end(who, job, now))
-            .map(Reply::done),
-        Request::Cancel { job } => shared
-            .with(|inner, now| inner.cancel(who, job, now))
-            .map(Reply::done),
-        Request::Suspend { job } => shared
-            .with(|inner, now| inner.suspend(who, job, now))
-            .map(Reply::done),
-        Request::Resume { job } => shared
-            .with(|inner, now| inner.resume(who, job, now))
-            .map(Reply::done),
-        Request::Class { job, class } => shared
-            .with(|inner, now| inner.set_class(who, job, &class, now))
-            .map(Reply::done),
+        request => shared.act(who, request),
     };
     match reply {
         Ok(reply) => {
