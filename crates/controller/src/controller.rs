@@ -95,6 +95,9 @@ pub struct Controller {
     store: Box<dyn Store>,
     /// Descriptors of jobs not started yet.
     stdio: BTreeMap<JobId, [OwnedFd; 3]>,
+    /// Each user's unfinished jobs and the bytes their submissions hold, for the caps (kept
+    /// as jobs come and end: counting them at each submission cost a pass over every record).
+    held: BTreeMap<u32, (usize, usize)>,
     /// Whoever waits on jobs, and hears the answers to requests it is parked for.
     clients: Box<dyn Clients>,
     generation: Option<Generation>,
@@ -153,6 +156,7 @@ impl Controller {
             unsaved: BTreeMap::new(),
             store,
             stdio: BTreeMap::new(),
+            held: BTreeMap::new(),
             clients,
             generation: None,
             agents: Some(agents),
@@ -319,12 +323,7 @@ impl Controller {
             ));
         }
         self.check_descriptors(who)?;
-        let (unfinished, held_bytes) = self
-            .current()
-            .filter(|r| r.owner.uid == who.uid && !r.status.ended())
-            .fold((0, 0), |(jobs, bytes), r| {
-                (jobs + 1, bytes + r.submitted_bytes())
-            });
+        let (unfinished, held_bytes) = self.held.get(&who.uid).copied().unwrap_or_default();
         if !who.is_root() && unfinished >= MAX_UNFINISHED_PER_UID {
             return Err(ApiError::Busy(format!(
                 "too many queued jobs: uid {} has {MAX_UNFINISHED_PER_UID} unfinished",
@@ -385,6 +384,7 @@ impl Controller {
         };
         self.store.insert(&record).map_err(unrecorded)?;
         fault::point("recorded", id);
+        self.tally(&record, true);
         self.records.insert(id, record);
         // Held only where they can reach the job: a cluster's agents never see them.
         if let (Some(stdio), true) = (stdio, self.stdio_reaches_jobs()) {
@@ -695,6 +695,7 @@ impl Controller {
         let Some(mut record) = self.records.get(&job).cloned() else {
             return;
         };
+        self.tally(&record, false);
         let launched = record.launched;
         record.status = if record.cancel_requested && status == JobStatus::Done {
             JobStatus::Cancelled
@@ -739,6 +740,22 @@ impl Controller {
         self.clients.ended(job, &reply);
         self.ended.push_back(job);
         self.evict_ended();
+    }
+
+    /// Counts an unfinished job among its owner's (`held`), or, once it ends, no longer.
+    fn tally(&mut self, record: &JobRecord, unfinished: bool) {
+        let uid = record.owner.uid;
+        let (jobs, bytes) = self.held.entry(uid).or_default();
+        if unfinished {
+            *jobs += 1;
+            *bytes += record.submitted_bytes();
+        } else {
+            *jobs -= 1;
+            *bytes -= record.submitted_bytes();
+            if *jobs == 0 {
+                self.held.remove(&uid);
+            }
+        }
     }
 
     /// Ended records beyond `keep_ended` leave memory (the store keeps them).
@@ -1184,6 +1201,8 @@ impl Controller {
             if ended {
                 // A store written before ended jobs shed their environment.
                 record.shed_for_history();
+            } else {
+                self.tally(&record, true);
             }
             self.records.insert(job, record);
             if ended {
@@ -1571,6 +1590,18 @@ impl Controller {
                     ))
                 }
             }
+        }
+        let mut held: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
+        for r in self.current().filter(|r| !r.status.ended()) {
+            let (jobs, bytes) = held.entry(r.owner.uid).or_default();
+            *jobs += 1;
+            *bytes += r.submitted_bytes();
+        }
+        if held != self.held {
+            return Err(format!(
+                "users hold {held:?}, the tally says {:?}",
+                self.held
+            ));
         }
         self.scheduler.audit()?;
         let scheduled: BTreeSet<JobId> = self.scheduler.jobs().map(|(job, _, _)| job).collect();
