@@ -16,8 +16,8 @@ pub enum Until {
     End,
 }
 
-/// Where the controller's answers to clients go. The controller calls it under its lock, so
-/// a client parked before its job's end always hears of it.
+/// Where the controller's answers to clients go, in the order it gives them: a client parked
+/// before its job's end always hears of it.
 pub trait Clients: Send {
     /// Answers `client` now: its last word from the controller.
     fn reply(&mut self, client: ClientId, reply: &Reply);
