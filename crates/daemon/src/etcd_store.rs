@@ -3,11 +3,21 @@
 //! leader key still being this controller's (its lease): a deposed leader's late write is
 //! refused by etcd, never applied over the new leader's records.
 
-use crate::store::{JobRecord, Store, StoreError};
 use cosched_cluster::{Keys, LeaderGuard};
+use cosched_controller::store::{JobRecord, Store, StoreError};
 use cosched_core::JobId;
 use cosched_etcd::{Client, Compare};
 use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdStoreError {
+    #[error("job store in etcd: {0}")]
+    Etcd(#[from] cosched_etcd::EtcdError),
+    #[error("job store in etcd: {key}: {why}")]
+    Record { key: String, why: String },
+    #[error("job store in etcd: this controller no longer leads cluster '{cluster}'; job {job} is not written (the new leader has the records)")]
+    Deposed { cluster: String, job: JobId },
+}
 
 pub struct EtcdStore {
     client: Arc<Client>,
@@ -22,7 +32,7 @@ impl EtcdStore {
         client: Arc<Client>,
         keys: Keys,
         guard: LeaderGuard,
-    ) -> Result<EtcdStore, StoreError> {
+    ) -> Result<EtcdStore, EtcdStoreError> {
         let (records, _) = client.get_prefix(&keys.jobs())?;
         // Key order is id order.
         let highest = records
@@ -32,7 +42,7 @@ impl EtcdStore {
                     .rsplit('/')
                     .next()
                     .and_then(|id| id.parse::<JobId>().ok())
-                    .ok_or_else(|| StoreError::EtcdRecord {
+                    .ok_or_else(|| EtcdStoreError::Record {
                         key: kv.key.clone(),
                         why: "not a job id".into(),
                     })
@@ -47,15 +57,15 @@ impl EtcdStore {
         })
     }
 
-    fn decode(&self, key: &str, value: &[u8]) -> Result<JobRecord, StoreError> {
-        serde_json::from_slice(value).map_err(|e| StoreError::EtcdRecord {
+    fn decode(&self, key: &str, value: &[u8]) -> Result<JobRecord, EtcdStoreError> {
+        serde_json::from_slice(value).map_err(|e| EtcdStoreError::Record {
             key: key.to_string(),
             why: format!("unreadable: {e}"),
         })
     }
 
     /// Writes a record under the leader's guard (and `also`); a failed comparison says why.
-    fn write(&self, record: &JobRecord, also: Option<Compare<'_>>) -> Result<(), StoreError> {
+    fn write(&self, record: &JobRecord, also: Option<Compare<'_>>) -> Result<(), EtcdStoreError> {
         let key = self.keys.job(record.id);
         let value = serde_json::to_vec(record).expect("records serialize");
         let mut compares = vec![self.guard.compare()];
@@ -68,9 +78,9 @@ impl EtcdStore {
 
     /// Why a guarded write was refused: the leader key is not ours any more, or the record
     /// exists already.
-    fn refusal(&self, job: JobId, key: &str) -> Result<StoreError, StoreError> {
+    fn refusal(&self, job: JobId, key: &str) -> Result<EtcdStoreError, EtcdStoreError> {
         if self.leading()? {
-            Ok(StoreError::EtcdRecord {
+            Ok(EtcdStoreError::Record {
                 key: key.to_string(),
                 why: format!("job {job} exists already: ids are never reused"),
             })
@@ -80,12 +90,12 @@ impl EtcdStore {
     }
 
     /// Whether the leader key is still this controller's (an empty guarded transaction).
-    fn leading(&self) -> Result<bool, StoreError> {
+    fn leading(&self) -> Result<bool, EtcdStoreError> {
         Ok(self.client.txn(&[self.guard.compare()], &[])?)
     }
 
-    fn deposed(&self, job: JobId) -> StoreError {
-        StoreError::Deposed {
+    fn deposed(&self, job: JobId) -> EtcdStoreError {
+        EtcdStoreError::Deposed {
             cluster: self.keys.cluster().to_string(),
             job,
         }
@@ -94,7 +104,10 @@ impl EtcdStore {
 
 impl Store for EtcdStore {
     fn load(&self, ended: usize) -> Result<Vec<JobRecord>, StoreError> {
-        let (kvs, _) = self.client.get_prefix(&self.keys.jobs())?;
+        let (kvs, _) = self
+            .client
+            .get_prefix(&self.keys.jobs())
+            .map_err(EtcdStoreError::from)?;
         let records = kvs
             .iter()
             .map(|kv| self.decode(&kv.key, &kv.value))
@@ -109,31 +122,29 @@ impl Store for EtcdStore {
 
     fn get(&self, job: JobId) -> Result<Option<JobRecord>, StoreError> {
         let key = self.keys.job(job);
-        self.client
-            .get(&key)?
-            .map(|kv| self.decode(&key, &kv.value))
-            .transpose()
+        let found = self.client.get(&key).map_err(EtcdStoreError::from)?;
+        Ok(found.map(|kv| self.decode(&key, &kv.value)).transpose()?)
     }
 
     fn insert(&mut self, record: &JobRecord) -> Result<(), StoreError> {
         let key = self.keys.job(record.id);
-        self.write(record, Some(Compare::Absent(&key)))
+        Ok(self.write(record, Some(Compare::Absent(&key)))?)
     }
 
     fn put(&mut self, record: &JobRecord) -> Result<(), StoreError> {
-        self.write(record, None)
+        Ok(self.write(record, None)?)
     }
 
     fn next_id(&mut self) -> Result<JobId, StoreError> {
         let counter = self.keys.job_counter();
         loop {
-            let current = self.client.get(&counter)?;
+            let current = self.client.get(&counter).map_err(EtcdStoreError::from)?;
             let (counted, revision) = match &current {
                 Some(kv) => (
                     std::str::from_utf8(&kv.value)
                         .ok()
                         .and_then(|v| v.trim().parse::<JobId>().ok())
-                        .ok_or_else(|| StoreError::EtcdRecord {
+                        .ok_or_else(|| EtcdStoreError::Record {
                             key: counter.clone(),
                             why: "not a number".into(),
                         })?,
@@ -144,16 +155,19 @@ impl Store for EtcdStore {
             // A counter reset or lost must not hand out an id a record already has.
             let next = counted.max(self.highest) + 1;
             let unchanged = Compare::Modified(&counter, revision);
-            let written = self.client.txn(
-                &[self.guard.compare(), unchanged],
-                &[(&counter, next.to_string().as_bytes(), None)],
-            )?;
+            let written = self
+                .client
+                .txn(
+                    &[self.guard.compare(), unchanged],
+                    &[(&counter, next.to_string().as_bytes(), None)],
+                )
+                .map_err(EtcdStoreError::from)?;
             if written {
                 self.highest = next;
                 return Ok(next);
             }
             if !self.leading()? {
-                return Err(self.deposed(next));
+                return Err(self.deposed(next).into());
             }
             // Another writer moved the counter between the read and the write: read again.
         }

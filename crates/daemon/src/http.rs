@@ -18,8 +18,9 @@
 //! was made to point at 127.0.0.1 (DNS rebinding) cannot read the console.
 
 use crate::console::{self, Snapshot};
-use crate::daemon::{ApiError, Shared};
-use cosched_proto::api::{JobView, Reply};
+use crate::daemon::Shared;
+use cosched_controller::ApiError;
+use cosched_proto::api::{JobView, Reply, Request};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -446,19 +447,21 @@ fn act(path: &str, authorization: Option<&str>, shared: &Shared) -> (u16, Reply)
     let Some(job) = job.filter(|_| extra.is_none()) else {
         return no_such();
     };
-    let (op, done) = match (action, class) {
-        (Some("suspend"), None) => ("suspend", shared.with(|i, now| i.suspend(&who, job, now))),
-        (Some("resume"), None) => ("resume", shared.with(|i, now| i.resume(&who, job, now))),
-        (Some("cancel"), None) => ("cancel", shared.with(|i, now| i.cancel(&who, job, now))),
-        (Some("class"), Some(class)) => (
-            "class",
-            shared.with(|i, now| i.set_class(&who, job, class, now)),
-        ),
+    let request = match (action, class) {
+        (Some("suspend"), None) => Request::Suspend { job },
+        (Some("resume"), None) => Request::Resume { job },
+        (Some("cancel"), None) => Request::Cancel { job },
+        (Some("class"), Some(class)) => Request::Class {
+            job,
+            class: class.to_string(),
+        },
         _ => return no_such(),
     };
+    let op = request.op();
+    let done = shared.act(&who, request);
     shared.with(|inner, _| inner.count_request(op, done.is_ok()));
     match done {
-        Ok(message) => (200, Reply::done(message)),
+        Ok(reply) => (200, reply),
         Err(error) => {
             let status = match error {
                 ApiError::NotOwner { .. } | ApiError::Forbidden(_) => 403,

@@ -1,10 +1,12 @@
-//! cosched-daemon: the controller. It holds the job store, serves the API on a Unix socket
-//! (peer credentials decide who may act), runs the core's scheduler, and orders the node
-//! agent (`cosched_agent::NodeAgent`, in this process on one machine), which alone touches
+//! cosched-daemon: the controller's process. It holds the job store (SQLite, or etcd for a
+//! cluster), serves the API on a Unix socket (peer credentials decide who may act) and over
+//! HTTP, and runs `cosched_controller::Controller`, which orders the node agent
+//! (`cosched_agent::NodeAgent`, in this process on one machine), which alone touches
 //! processes and cgroups. Each job has a supervisor process that outlives the daemon: jobs
 //! keep running, keep their exit status and are never left frozen.
 
 pub mod check;
+mod clients;
 pub mod console;
 pub mod daemon;
 pub mod etcd_store;

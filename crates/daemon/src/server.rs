@@ -1,9 +1,10 @@
 //! The daemon's process: startup (state directory, store, cgroups, recovery), the socket API
 //! and the clean stop on SIGTERM or SIGINT.
 
-use crate::daemon::{log, ApiError, Inner, OnStop, Settings, Shared};
+use crate::clients::{send, SocketClients, REQUEST_DEADLINE};
+use crate::daemon::{OnStop, Shared};
 use crate::etcd_store::EtcdStore;
-use crate::store::{JobRecord, SqliteStore, Store, StoreError};
+use crate::store::SqliteStore;
 use crate::waiters::Waiters;
 use cosched_agent::start::{
     io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop, StartError,
@@ -13,13 +14,15 @@ use cosched_cgroups::{Actuator, Cgroups, Freezer};
 use cosched_cluster::{
     become_leader, etcd_client, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, Outbox,
 };
+use cosched_controller::clients::ClientId;
+use cosched_controller::store::{JobRecord, Store};
+use cosched_controller::{log, ApiError, Controller, Settings};
 use cosched_core::{Config, Micros, Rotation, Scheduler};
 use cosched_os::unix::{self, Credentials};
 use cosched_os::{now_micros, usable_cpus};
 use cosched_proto::api::{Reply, Request, MAX_REQUEST_BYTES};
 use cosched_proto::{Mode, NodeInfo, NodeMap, Order, OrderSink};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -33,8 +36,6 @@ use std::time::Duration;
 const MAX_CLIENTS: usize = 256;
 /// Of those, most for one user (root is never refused): one user cannot take the rest.
 const MAX_CLIENTS_PER_UID: usize = 16;
-/// A client must send its whole request within this time (one deadline, not one per read).
-const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug)]
 pub struct DaemonConfig {
@@ -65,12 +66,6 @@ pub struct DaemonConfig {
     pub http: Option<std::net::SocketAddr>,
     /// Let users register processes started elsewhere (`--allow-registration`).
     pub allow_registration: bool,
-}
-
-impl From<StoreError> for StartError {
-    fn from(error: StoreError) -> Self {
-        StartError::Store(Box::new(error))
-    }
 }
 
 /// Refuses to start over processes in job groups that the store does not hold as unfinished.
@@ -168,21 +163,18 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     let (store, store_name): (Box<dyn Store>, String) = match &cluster {
         None => {
             let path = config.state_dir.join("jobs.sqlite");
-            (
-                Box::new(SqliteStore::open(&path)?),
-                path.display().to_string(),
-            )
+            let store = SqliteStore::open(&path).map_err(|e| StartError::Store(Box::new(e)))?;
+            (Box::new(store), path.display().to_string())
         }
-        Some((client, keys, leadership)) => (
-            Box::new(EtcdStore::open(
-                Arc::clone(client),
-                keys.clone(),
-                leadership.guard(),
-            )?),
-            format!("etcd ({})", keys.jobs()),
-        ),
+        Some((client, keys, leadership)) => {
+            let store = EtcdStore::open(Arc::clone(client), keys.clone(), leadership.guard())
+                .map_err(|e| StartError::Store(Box::new(e)))?;
+            (Box::new(store), format!("etcd ({})", keys.jobs()))
+        }
     };
-    let records = store.load(config.keep_ended)?;
+    let records = store
+        .load(config.keep_ended)
+        .map_err(|e| StartError::Store(e.into()))?;
 
     let now = now_micros();
     let (nodes, rotation, orders, agents): (_, _, Box<dyn OrderSink>, _) = match cluster {
@@ -244,12 +236,17 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
             .then(|| config.supervisor_exe.clone()),
     };
     let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
+    let clients = SocketClients::new(waiters);
     // One machine: the agent below runs in this process and logs into the state directory.
     let boundary_log = config.cluster.is_none().then(|| config.state_dir.clone());
-    let shared = Shared::new(
-        Inner::new(settings, scheduler, store, orders, waiters),
-        boundary_log,
+    let controller = Controller::new(
+        settings,
+        scheduler,
+        store,
+        orders,
+        Box::new(clients.clone()),
     );
+    let shared = Shared::new(controller, clients, boundary_log);
     if let Some(http) = http {
         if let Ok(address) = http.local_addr() {
             log(format_args!(
@@ -634,30 +631,6 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
     }
 }
 
-/// Writes a reply whole within REQUEST_DEADLINE: a client that reads a large reply a
-/// trickle at a time would otherwise keep its thread and the reply's memory for as long as it
-/// liked (a per-write timeout restarts at every write).
-pub(crate) fn send(stream: &UnixStream, reply: &Reply) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(reply).expect("replies serialize");
-    line.push(b'\n');
-    let until = std::time::Instant::now() + REQUEST_DEADLINE;
-    let mut rest = &line[..];
-    while !rest.is_empty() {
-        let left = until.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return Err(std::io::ErrorKind::TimedOut.into());
-        }
-        stream.set_write_timeout(Some(left))?;
-        match (&*stream).write(rest) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => rest = &rest[n..],
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 fn serve_client(stream: UnixStream, who: &Credentials, shared: &Arc<Shared>) {
     let (line, fds) =
         match unix::read_line_with_fds(&stream, MAX_REQUEST_BYTES, Some(REQUEST_DEADLINE)) {
@@ -695,6 +668,28 @@ fn stdio_of(wanted: bool, fds: Vec<OwnedFd>) -> Result<Option<[OwnedFd; 3]>, Api
     }
 }
 
+/// Hands `stream` to the controller as a client for `f`; a refusal hands it back for its
+/// answer (the controller never answers a client it refuses).
+fn with_client(
+    shared: &Shared,
+    stream: UnixStream,
+    f: impl FnOnce(&mut Controller, ClientId) -> Result<(), ApiError>,
+) -> Result<(), (UnixStream, ApiError)> {
+    shared.with(|inner, _| {
+        let client = shared.clients().hold(stream);
+        let Err(error) = f(inner, client) else {
+            return Ok(());
+        };
+        match shared.clients().take(client) {
+            Some(stream) => Err((stream, error)),
+            None => {
+                log(format_args!("a client answered and then refused: {error}"));
+                Ok(())
+            }
+        }
+    })
+}
+
 /// Answers one request. A client that waits for a job's end is handed to the waiters (its
 /// stream with it); an error comes back with the stream, for the reply.
 fn handle(
@@ -725,7 +720,9 @@ fn handle(
                         },
                     );
                     if !detach {
-                        if let Err(error) = inner.wait(who, job, None, stream) {
+                        let client = shared.clients().hold(stream);
+                        if let Err(error) = inner.wait(who, job, None, client) {
+                            shared.clients().take(client);
                             log(format_args!("job {job}: {error}"));
                         }
                     }
@@ -739,30 +736,10 @@ fn handle(
                 Ok(stdio) => stdio,
                 Err(error) => return Err((stream, error)),
             };
-            let client = match stream.try_clone() {
-                Ok(client) => client,
-                Err(error) => return Err((stream, ApiError::Internal(error.to_string()))),
-            };
-            return shared
-                .with(|inner, _| inner.wait(who, job, stdio, client))
-                .map_err(|error| (stream, error));
+            return with_client(shared, stream, |inner, client| {
+                inner.wait(who, job, stdio, client)
+            });
         }
-        Request::Ps { all, job } => Ok(Reply::Jobs {
-            ok: true,
-            jobs: shared.with(|inner, now| inner.jobs(all, job, now)),
-        }),
-        Request::Matrix => Ok(Reply::Matrix {
-            ok: true,
-            matrix: shared.with(|inner, now| inner.matrix(now)),
-        }),
-        Request::Stats => Ok(Reply::Stats {
-            ok: true,
-            stats: shared.with(|inner, _| inner.stats()),
-        }),
-        Request::Nodes => Ok(Reply::Nodes {
-            ok: true,
-            nodes: shared.with(|inner, now| inner.nodes(now)),
-        }),
         Request::Boundaries { since_us } => {
             // Sent while the log's one reader is held: one such reply in memory at a time.
             let sent = shared.boundaries(since_us, |boundaries| {
@@ -786,7 +763,9 @@ fn handle(
                         output: None,
                     };
                     let _ = send(&stream, &submitted);
-                    if let Err(error) = inner.wait_start(who, job, stream) {
+                    let client = shared.clients().hold(stream);
+                    if let Err(error) = inner.wait_start(who, job, client) {
+                        shared.clients().take(client);
                         log(format_args!("job {job}: {error}"));
                     }
                     Ok(())
@@ -795,34 +774,11 @@ fn handle(
             });
         }
         Request::ProcAdd { job, pid } => {
-            let client = match stream.try_clone() {
-                Ok(client) => client,
-                Err(error) => return Err((stream, ApiError::Internal(error.to_string()))),
-            };
-            return shared
-                .with(|inner, _| inner.proc_add(who, job, pid, client))
-                .map_err(|error| (stream, error));
+            return with_client(shared, stream, |inner, client| {
+                inner.proc_add(who, job, pid, client)
+            });
         }
-        Request::ConsoleToken => shared
-            .tokens()
-            .issue(who)
-            .map(|token| Reply::Token { ok: true, token })
-            .map_err(|e| ApiError::Internal(format!("no randomness for a token: {e}"))),
-        Request::JobEnd { job } => shared
-            .with(|inner, now| inner.job_end(who, job, now))
-            .map(Reply::done),
-        Request::Cancel { job } => shared
-            .with(|inner, now| inner.cancel(who, job, now))
-            .map(Reply::done),
-        Request::Suspend { job } => shared
-            .with(|inner, now| inner.suspend(who, job, now))
-            .map(Reply::done),
-        Request::Resume { job } => shared
-            .with(|inner, now| inner.resume(who, job, now))
-            .map(Reply::done),
-        Request::Class { job, class } => shared
-            .with(|inner, now| inner.set_class(who, job, &class, now))
-            .map(Reply::done),
+        request => shared.act(who, request),
     };
     match reply {
         Ok(reply) => {
@@ -830,25 +786,5 @@ fn handle(
             Ok(())
         }
         Err(error) => Err((stream, error)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reply_is_written_whole_within_the_deadline_or_given_up() {
-        // A client that never reads a reply larger than the socket's buffer: given up after
-        // the deadline (it once kept its thread and the reply for as long as it liked).
-        let (ours, _theirs) = UnixStream::pair().unwrap();
-        let big = Reply::done("x".repeat(8 << 20));
-        let start = std::time::Instant::now();
-        let sent = send(&ours, &big);
-        assert_eq!(
-            sent.map_err(|e| e.kind()),
-            Err(std::io::ErrorKind::TimedOut)
-        );
-        assert!(start.elapsed() < REQUEST_DEADLINE + Duration::from_secs(2));
     }
 }

@@ -1,133 +1,13 @@
-//! The job store: every job record, kept durably so a killed daemon loses none. One trait
-//! ([`Store`]) so the cluster version can keep records in etcd; [`SqliteStore`] is the
-//! single-machine default (an SQLite file in WAL mode, synchronous commits).
+//! The single machine's job store: an SQLite file in WAL mode with synchronous commits, so a
+//! killed daemon loses no record (a cluster's records are in etcd: `etcd_store`).
 
+use cosched_controller::store::{JobRecord, JobStatus, Store, StoreError};
 use cosched_core::JobId;
-use cosched_os::unix::Credentials;
-use cosched_proto::ExitInfo;
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// Where a job is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobStatus {
-    /// Waiting for processors; `launched` says whether its processes exist (held frozen).
-    Queued,
-    /// In the matrix.
-    Running,
-    /// Stopped by its owner, out of the rotation.
-    Suspended,
-    /// Out of the rotation because it used no CPU in its slots; runs unscheduled.
-    Idle,
-    /// Ended by itself.
-    Done,
-    /// Ended by `cancel` (or the daemon's `--on-stop cancel`).
-    Cancelled,
-    /// Its supervisor and exit status were gone when the daemon came back.
-    Lost,
-}
-
-impl JobStatus {
-    pub fn name(self) -> &'static str {
-        match self {
-            JobStatus::Queued => "queued",
-            JobStatus::Running => "running",
-            JobStatus::Suspended => "suspended",
-            JobStatus::Idle => "idle",
-            JobStatus::Done => "done",
-            JobStatus::Cancelled => "cancelled",
-            JobStatus::Lost => "lost",
-        }
-    }
-
-    pub fn ended(self) -> bool {
-        matches!(
-            self,
-            JobStatus::Done | JobStatus::Cancelled | JobStatus::Lost
-        )
-    }
-}
-
-/// Everything known of a job: enough to launch it again after a restart, and its outcome.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobRecord {
-    pub id: JobId,
-    pub name: String,
-    pub owner: Credentials,
-    pub class: String,
-    pub procs: u32,
-    /// The distinct nodes `procs` are spread over evenly, when the job asked for a spread.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_count: Option<u32>,
-    pub argv: Vec<String>,
-    /// `argv` was cut to [`KEPT_COMMAND_BYTES`] when the job ended.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub argv_cut: bool,
-    pub env: Vec<(String, String)>,
-    pub cwd: String,
-    /// Where its output goes when no client's descriptors reach it (`Launch::output`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output: Option<String>,
-    /// Its processes are started elsewhere and join it (`register`); its own is a holder.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub registered: bool,
-    pub status: JobStatus,
-    /// Its supervisor (and so its processes) exists.
-    pub launched: bool,
-    pub cancel_requested: bool,
-    pub submitted_us: i64,
-    pub started_us: Option<i64>,
-    pub ended_us: Option<i64>,
-    pub exit: Option<ExitInfo>,
-    /// Why it ended without an exit status, if it did.
-    #[serde(default)]
-    pub note: Option<String>,
-    /// How long it was suspended (µs), stretches that ended; and since when it is, if it is.
-    #[serde(default)]
-    pub suspended_us: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suspended_since_us: Option<i64>,
-    /// The nodes it was started on, the one running its launcher first.
-    #[serde(default)]
-    pub nodes: Vec<String>,
-    /// How many of its processors are on each of `nodes`, in the same order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cpus_on_nodes: Vec<u32>,
-}
-
-/// Bytes of its command an ended job keeps, in memory and in the store: what a job was is
-/// history, and a user's arguments and environment count against them only while it can run.
-pub const KEPT_COMMAND_BYTES: usize = 4096;
-
-/// Bytes a job's submission holds: arguments, environment, working directory.
-pub fn submitted_bytes(argv: &[String], env: &[(String, String)], cwd: &str) -> usize {
-    let argv: usize = argv.iter().map(String::len).sum();
-    let env: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
-    argv + env + cwd.len()
-}
-
-impl JobRecord {
-    /// Bytes of its own that the daemon holds for the job: arguments, environment, directory.
-    pub fn submitted_bytes(&self) -> usize {
-        submitted_bytes(&self.argv, &self.env, &self.cwd)
-    }
-
-    /// An ended job sheds what only a run needs: its environment, and its command past
-    /// [`KEPT_COMMAND_BYTES`].
-    pub fn shed_for_history(&mut self) {
-        self.env = Vec::new();
-        let (kept, cut) = cosched_proto::api::command_prefix(&self.argv, KEPT_COMMAND_BYTES);
-        if cut {
-            self.argv = kept;
-            self.argv_cut = true;
-        }
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum SqliteError {
     #[error("job store {path}: {source}")]
     Sqlite {
         path: PathBuf,
@@ -141,26 +21,6 @@ pub enum StoreError {
     },
     #[error("job store {path}: {why}; refusing to use it (move it away to start a new store)")]
     Foreign { path: PathBuf, why: String },
-    #[error("job store in etcd: {0}")]
-    Etcd(#[from] cosched_etcd::EtcdError),
-    #[error("job store in etcd: {key}: {why}")]
-    EtcdRecord { key: String, why: String },
-    #[error("job store in etcd: this controller no longer leads cluster '{cluster}'; job {job} is not written (the new leader has the records)")]
-    Deposed { cluster: String, job: JobId },
-}
-
-pub trait Store: Send {
-    /// Every unfinished record and the `ended` latest ended ones, by id.
-    fn load(&self, ended: usize) -> Result<Vec<JobRecord>, StoreError>;
-    /// One record.
-    fn get(&self, job: JobId) -> Result<Option<JobRecord>, StoreError>;
-    /// Adds a new job's record; fails (never overwrites) if the id is taken. Durable when it
-    /// returns.
-    fn insert(&mut self, record: &JobRecord) -> Result<(), StoreError>;
-    /// Replaces a job's record; durable when it returns.
-    fn put(&mut self, record: &JobRecord) -> Result<(), StoreError>;
-    /// A job id never handed out before (above every id in the store), durable when it returns.
-    fn next_id(&mut self) -> Result<JobId, StoreError>;
 }
 
 /// Marks an SQLite file as a cosched job store ("CSCH").
@@ -183,12 +43,12 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens the store at `path`, making a new one only where no file is: an empty or foreign
     /// file is refused (a store started afresh would hand out job ids again).
-    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
-        let fail = |source| StoreError::Sqlite {
+    pub fn open(path: &Path) -> Result<SqliteStore, SqliteError> {
+        let fail = |source| SqliteError::Sqlite {
             path: path.to_path_buf(),
             source,
         };
-        let foreign = |why: &str| StoreError::Foreign {
+        let foreign = |why: &str| SqliteError::Foreign {
             path: path.to_path_buf(),
             why: why.to_string(),
         };
@@ -241,8 +101,8 @@ impl SqliteStore {
         })
     }
 
-    fn fail(&self) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
-        move |source| StoreError::Sqlite {
+    fn fail(&self) -> impl FnOnce(rusqlite::Error) -> SqliteError + '_ {
+        move |source| SqliteError::Sqlite {
             path: self.path.clone(),
             source,
         }
@@ -252,7 +112,7 @@ impl SqliteStore {
         &self,
         sql: &str,
         params: impl rusqlite::Params,
-    ) -> Result<Vec<JobRecord>, StoreError> {
+    ) -> Result<Vec<JobRecord>, SqliteError> {
         let mut statement = self.db.prepare_cached(sql).map_err(self.fail())?;
         let rows = statement
             .query_map(params, |row| {
@@ -263,7 +123,7 @@ impl SqliteStore {
         for row in rows {
             let (id, text) = row.map_err(self.fail())?;
             records.push(
-                serde_json::from_str(&text).map_err(|source| StoreError::Corrupt {
+                serde_json::from_str(&text).map_err(|source| SqliteError::Corrupt {
                     path: self.path.clone(),
                     job: id,
                     source,
@@ -347,10 +207,12 @@ impl Store for SqliteStore {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use cosched_os::unix::Credentials;
+    use cosched_proto::ExitInfo;
 
-    pub fn record(id: JobId) -> JobRecord {
+    fn record(id: JobId) -> JobRecord {
         JobRecord {
             id,
             name: format!("job{id}"),

@@ -3,7 +3,8 @@
 //! instead of holding a thread each. A waiter whose client hangs up is dropped at once, and one
 //! user may park only so many: nobody can fill the daemon with waiters that never go away.
 
-use crate::daemon::ApiError;
+use cosched_controller::clients::Until;
+use cosched_controller::ApiError;
 use cosched_core::JobId;
 use cosched_proto::api::Reply;
 use std::collections::BTreeMap;
@@ -15,13 +16,6 @@ use std::sync::{Arc, Mutex};
 
 /// Most clients one user (root aside) may have waiting at once.
 pub const MAX_WAITING_PER_UID: usize = 1024;
-
-/// What a parked client waits for: a job's end answers both kinds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Until {
-    Start,
-    End,
-}
 
 enum Message {
     Park {

@@ -361,6 +361,29 @@ pub fn drain(stream: &UnixStream) {
     {}
 }
 
+/// The user's name from the password database, or the number.
+pub fn user_name(uid: u32) -> String {
+    let mut buffer = vec![0 as libc::c_char; 4096];
+    // SAFETY: a zeroed passwd is valid; getpwuid_r writes within `buffer`.
+    unsafe {
+        let mut entry: libc::passwd = std::mem::zeroed();
+        let mut result = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(
+            uid,
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut result,
+        );
+        if rc == 0 && !result.is_null() {
+            return std::ffi::CStr::from_ptr(entry.pw_name)
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    uid.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

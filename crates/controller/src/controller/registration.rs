@@ -4,20 +4,19 @@
 //! the end are any job's. `proc_add` has the job's node agent move a process into the job's
 //! cgroup; the holder exits when every process that joined has left, or on `job_end`.
 
-use super::{ApiError, Inner};
+use super::{ApiError, Controller};
+use crate::clients::{ClientId, Until};
 use crate::store::JobStatus;
-use crate::waiters::Until;
 use cosched_core::{JobId, JobState, Micros};
 use cosched_os::unix::Credentials;
 use cosched_proto::api::{RegisterRequest, Reply, RunRequest, JOIN_WITHIN_S, MAX_JOIN_WITHIN_S};
 use cosched_proto::Command;
-use std::os::unix::net::UnixStream;
 
 /// Joins one user (root aside) may have in flight: each holds its client until the agent
 /// answers.
 const MAX_JOINING_PER_UID: usize = 64;
 
-impl Inner {
+impl Controller {
     /// Records a registered job (queued like any other); returns its id.
     pub fn register(
         &mut self,
@@ -73,18 +72,19 @@ impl Inner {
         &mut self,
         who: &Credentials,
         job: JobId,
-        client: UnixStream,
+        client: ClientId,
     ) -> Result<(), ApiError> {
         let record = self.record(job)?;
         if record.status.ended() {
-            let _ = crate::server::send(&client, &super::ended_reply(record));
+            let reply = super::ended_reply(record);
+            self.clients.reply(client, &reply);
             return Ok(());
         }
         if let Some(reply) = self.started_reply(job) {
-            let _ = crate::server::send(&client, &reply);
+            self.clients.reply(client, &reply);
             return Ok(());
         }
-        self.waiters.park(job, client, who.uid, Until::Start)
+        self.clients.park(client, job, who.uid, Until::Start)
     }
 
     /// What a registrant hears once its job runs: where.
@@ -106,7 +106,7 @@ impl Inner {
         who: &Credentials,
         job: JobId,
         pid: i32,
-        client: UnixStream,
+        client: ClientId,
     ) -> Result<(), ApiError> {
         let record = self.owned(job, who, "add processes to")?;
         if !record.registered {
@@ -164,8 +164,7 @@ impl Inner {
             None => Reply::done(format!("process {pid} joined job {job}")),
             Some(why) => Reply::error(format!("process {pid} cannot join job {job}: {why}")),
         };
-        // A short line into an empty socket buffer: never blocks for long.
-        let _ = crate::server::send(&client, &reply);
+        self.clients.reply(client, &reply);
     }
 
     /// Ends a registered job: out of the rotation now (its processes run unscheduled), ended

@@ -1,0 +1,1697 @@
+//! The controller's state: the core's scheduler, every job record (mirrored in the store),
+//! the current generation, and what waits on jobs. Its owner serializes every call (the
+//! daemon, one lock). The node agents are told what to do by order and report by event;
+//! clients are answered through [`Clients`]; nothing here waits for an agent, touches a
+//! process or a socket, or reads the clock.
+
+use crate::clients::{ClientId, Clients, Until};
+use crate::counts::{Counts, Scrape, StartSpreads};
+use crate::store::{submitted_bytes, JobRecord, JobStatus, Store, StoreError};
+use cosched_core::{
+    Class, Decision, Generation, JobId, JobRequest, JobState, Micros, NodeShare, Partition,
+    Rotation, Scheduler, Shape,
+};
+use cosched_os::fault;
+use cosched_os::unix::{user_name, Credentials};
+use cosched_proto::api::{
+    command_prefix, job_shape, validate_run, JobView, MatrixEntryView, MatrixView, NodeView, Reply,
+    RunRequest, StatsView, LISTED_COMMAND_BYTES,
+};
+use cosched_proto::{
+    Command, Ending, Event, ExitInfo, JobState as StateView, Launch, Mode, NodeChange, NodeCpus,
+    NodeInfo, NodeMap, NodeStatus, Order, OrderSink, ProcessRef, Summary, WriteWatch, CANCEL_GRACE,
+    STATUS_PERIOD_US,
+};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+mod registration;
+
+/// What a client did wrong or may not do; the message goes back to it as is.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("no job {0}")]
+    NoSuchJob(JobId),
+    #[error("job {job} belongs to uid {owner}; only its owner or root may {action} it")]
+    NotOwner {
+        job: JobId,
+        owner: u32,
+        action: &'static str,
+    },
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("job {job} has {state}; cannot {action} it")]
+    WrongState {
+        job: JobId,
+        state: &'static str,
+        action: &'static str,
+    },
+    #[error("{0}")]
+    Busy(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub mode: Mode,
+    pub rotation: Rotation,
+    /// The nodes behind the core's processors (one on a single machine).
+    pub nodes: NodeMap,
+    /// Ended records kept in memory (the rest stay in the store).
+    pub keep_ended: usize,
+    /// Open files this process may have (its soft limit).
+    pub max_files: u64,
+    /// With registration allowed (`--allow-registration`), the program a registered job runs
+    /// as its holder (this very binary's `hold`); `None`: `register` is refused.
+    pub registration: Option<PathBuf>,
+}
+
+/// Queued jobs one user (root aside) may have holding their client's stdio descriptors.
+pub const MAX_HELD_STDIO_PER_UID: usize = 1000;
+/// Unfinished jobs one user (root aside) may have: each is a record in memory.
+pub const MAX_UNFINISHED_PER_UID: usize = 10_000;
+/// Bytes of arguments, environment and working directory one user's (root aside) unfinished
+/// jobs may hold in all, in memory and in the store: 10,000 jobs of a usual 5 KiB
+/// environment fit, 64 jobs of a megabyte of arguments do. Without it the count above let
+/// one user take about 11 GB of the daemon's memory.
+pub const MAX_SUBMITTED_BYTES_PER_UID: usize = 64 << 20;
+/// Descriptors kept free for clients, supervisors and the store (a quarter of a low limit).
+const SPARE_FILES: u64 = 512;
+
+pub struct Controller {
+    settings: Settings,
+    scheduler: Scheduler,
+    /// Unfinished jobs and the latest `keep_ended` ended ones.
+    records: BTreeMap<JobId, JobRecord>,
+    /// Ended jobs in memory, oldest first.
+    ended: VecDeque<JobId>,
+    /// Ends the store could not take yet (a full disk), as they ended: memory keeps the
+    /// stored record until the store has the end, and their supervisors keep the exit status.
+    unsaved: BTreeMap<JobId, JobRecord>,
+    store: Box<dyn Store>,
+    /// Descriptors of jobs not started yet.
+    stdio: BTreeMap<JobId, [OwnedFd; 3]>,
+    /// Each user's unfinished jobs and the bytes their submissions hold, for the caps (kept
+    /// as jobs come and end: counting them at each submission cost a pass over every record).
+    held: BTreeMap<u32, (usize, usize)>,
+    /// Whoever waits on jobs, and hears the answers to requests it is parked for.
+    clients: Box<dyn Clients>,
+    generation: Option<Generation>,
+    /// Orders to the nodes' agents; `None` once the controller let go of them (a clean stop).
+    agents: Option<Box<dyn OrderSink>>,
+    /// Nodes of the machine whose agent left (their lease expired, or their reports stopped).
+    absent: BTreeSet<String>,
+    /// Of those, the ones given up for silence while their lease lived: back when they report.
+    silent: BTreeSet<String>,
+    /// Each node as it registered.
+    members: BTreeMap<String, NodeInfo>,
+    /// How long each node's status revision in etcd has not changed while etcd answered.
+    quiet: BTreeMap<String, WriteWatch>,
+    /// Jobs that left the rotation for idleness.
+    idle_departures: u64,
+    /// Each node's latest report, when it came, and when the node was first heard of.
+    nodes: BTreeMap<String, HeardFrom>,
+    /// What `/metrics` counts.
+    counts: Counts,
+    /// The nodes' boundary starts not yet compared (`counts.start_spread`).
+    start_spreads: StartSpreads,
+    /// Clients (and their uid) whose process is joining a job, by join request, until the
+    /// agent answers.
+    joining: BTreeMap<u64, (u32, ClientId)>,
+    next_join: u64,
+}
+
+/// A node's latest report as the controller received it.
+struct HeardFrom {
+    status: NodeStatus,
+    received_us: Micros,
+    joined_us: Micros,
+}
+
+fn internal(error: impl std::fmt::Display) -> ApiError {
+    ApiError::Internal(error.to_string())
+}
+
+fn class_of(record: &JobRecord) -> Class {
+    record.class.parse().unwrap_or(Class::Batch)
+}
+
+impl Controller {
+    pub fn new(
+        settings: Settings,
+        scheduler: Scheduler,
+        store: Box<dyn Store>,
+        agents: Box<dyn OrderSink>,
+        clients: Box<dyn Clients>,
+    ) -> Controller {
+        Controller {
+            settings,
+            scheduler,
+            records: BTreeMap::new(),
+            ended: VecDeque::new(),
+            unsaved: BTreeMap::new(),
+            store,
+            stdio: BTreeMap::new(),
+            held: BTreeMap::new(),
+            clients,
+            generation: None,
+            agents: Some(agents),
+            absent: BTreeSet::new(),
+            silent: BTreeSet::new(),
+            members: BTreeMap::new(),
+            quiet: BTreeMap::new(),
+            idle_departures: 0,
+            nodes: BTreeMap::new(),
+            counts: Default::default(),
+            start_spreads: Default::default(),
+            joining: BTreeMap::new(),
+            next_join: 0,
+        }
+    }
+
+    /// Changes a job's record: in memory only once the store has it.
+    fn update(&mut self, job: JobId, change: impl FnOnce(&mut JobRecord)) -> Result<(), ApiError> {
+        let mut record = self.records[&job].clone();
+        change(&mut record);
+        self.store.put(&record).map_err(|e| {
+            ApiError::Internal(format!(
+                "job {job}: its record cannot be saved, so nothing changed ({e})"
+            ))
+        })?;
+        self.records.insert(job, record);
+        Ok(())
+    }
+
+    /// A job as it is now: its end if the store has not taken it yet, else its record.
+    fn latest(&self, job: JobId) -> Option<&JobRecord> {
+        self.unsaved.get(&job).or_else(|| self.records.get(&job))
+    }
+
+    /// Every job in memory as it is now (`latest`), by id.
+    fn current(&self) -> impl Iterator<Item = &JobRecord> {
+        self.records
+            .values()
+            .map(|r| self.unsaved.get(&r.id).unwrap_or(r))
+    }
+
+    fn record(&self, job: JobId) -> Result<&JobRecord, ApiError> {
+        match self.latest(job) {
+            Some(record) => Ok(record),
+            None => Err(match self.store.get(job) {
+                Ok(Some(_)) => ApiError::WrongState {
+                    job,
+                    state: "already ended",
+                    action: "act on",
+                },
+                _ => ApiError::NoSuchJob(job),
+            }),
+        }
+    }
+
+    fn owned(
+        &self,
+        job: JobId,
+        who: &Credentials,
+        action: &'static str,
+    ) -> Result<&JobRecord, ApiError> {
+        let record = self.record(job)?;
+        if who.is_root() || who.uid == record.owner.uid {
+            Ok(record)
+        } else {
+            Err(ApiError::NotOwner {
+                job,
+                owner: record.owner.uid,
+                action,
+            })
+        }
+    }
+
+    /// Sends an order to the nodes it concerns: a generation or a stop to every node, an
+    /// adoption or a registered job's end to the job's first node (where its supervisor is),
+    /// the rest to the job's nodes.
+    pub fn tell(&self, command: Command) {
+        let nodes: Vec<String> = match (&command, command.job()) {
+            (_, None) => self
+                .settings
+                .nodes
+                .nodes()
+                .iter()
+                .map(|n| n.name.clone())
+                .collect(),
+            (Command::Adopt { .. } | Command::Finish { .. }, Some(job)) => {
+                self.nodes_of(job).into_iter().take(1).collect()
+            }
+            (_, Some(job)) => self.nodes_of(job),
+        };
+        for node in nodes {
+            self.send(&node, command.clone().into());
+        }
+    }
+
+    /// The nodes a job was started on, its first node first (the only node of one machine
+    /// for records from before nodes were kept).
+    fn nodes_of(&self, job: JobId) -> Vec<String> {
+        match self.records.get(&job) {
+            Some(record) if !record.nodes.is_empty() => record.nodes.clone(),
+            _ => vec![self.settings.nodes.nodes()[0].name.clone()],
+        }
+    }
+
+    fn send(&self, node: &str, order: Order) {
+        // Agents in this process stop only once the controller let go of them, at the end.
+        if let Some(agents) = &self.agents {
+            agents.deliver(node, order);
+        }
+    }
+
+    /// Lets go of the agents: one in this process finishes the orders sent and ends.
+    pub fn let_go_of_agents(&mut self) {
+        self.agents = None;
+    }
+
+    /// A new job from `who`.
+    pub fn submit(
+        &mut self,
+        who: &Credentials,
+        run: RunRequest,
+        stdio: Option<[OwnedFd; 3]>,
+        now: Micros,
+    ) -> Result<JobId, ApiError> {
+        self.submit_job(who, run, stdio, false, now)
+    }
+
+    /// A new job, `registered` or not (the API's and `/metrics`' one way in).
+    fn submit_job(
+        &mut self,
+        who: &Credentials,
+        run: RunRequest,
+        stdio: Option<[OwnedFd; 3]>,
+        registered: bool,
+        now: Micros,
+    ) -> Result<JobId, ApiError> {
+        let taken = self.take(who, run, stdio, registered, now);
+        match taken {
+            Ok(_) => self.counts.submitted += 1,
+            Err(_) => self.counts.refused += 1,
+        }
+        taken
+    }
+
+    /// Records and queues a job, or says why not.
+    fn take(
+        &mut self,
+        who: &Credentials,
+        run: RunRequest,
+        stdio: Option<[OwnedFd; 3]>,
+        registered: bool,
+        now: Micros,
+    ) -> Result<JobId, ApiError> {
+        validate_run(&run).map_err(ApiError::Invalid)?;
+        let class = match &run.class {
+            Some(name) => name
+                .parse::<Class>()
+                .map_err(|e| ApiError::Invalid(e.to_string()))?,
+            None => Class::Batch,
+        };
+        if class == Class::Express && !who.is_root() {
+            return Err(ApiError::Forbidden(
+                "only root may submit to the express class".into(),
+            ));
+        }
+        self.check_descriptors(who)?;
+        let (unfinished, held_bytes) = self.held.get(&who.uid).copied().unwrap_or_default();
+        if !who.is_root() && unfinished >= MAX_UNFINISHED_PER_UID {
+            return Err(ApiError::Busy(format!(
+                "too many queued jobs: uid {} has {MAX_UNFINISHED_PER_UID} unfinished",
+                who.uid
+            )));
+        }
+        let bytes = submitted_bytes(&run.argv, &run.env, &run.cwd);
+        if !who.is_root() && held_bytes + bytes > MAX_SUBMITTED_BYTES_PER_UID {
+            return Err(ApiError::Busy(format!(
+                "too many queued bytes: uid {}'s unfinished jobs hold {} KiB of arguments, environment and directories, and this job's {} KiB would pass the {} MiB a user may hold; wait for some to end",
+                who.uid,
+                held_bytes >> 10,
+                bytes >> 10,
+                MAX_SUBMITTED_BYTES_PER_UID >> 20
+            )));
+        }
+        let probe = JobRequest::new(JobId::MAX, job_shape(run.procs, run.node_count));
+        self.scheduler.check(&probe).map_err(|e| {
+            ApiError::Invalid(
+                e.to_string()
+                    .replace(&format!("job {} ", JobId::MAX), "the job "),
+            )
+        })?;
+        let unrecorded = |e: StoreError| {
+            ApiError::Internal(format!(
+                "the job cannot be recorded, so it was not taken ({e})"
+            ))
+        };
+        let id = self.store.next_id().map_err(unrecorded)?;
+        let record = JobRecord {
+            id,
+            name: run
+                .name
+                .clone()
+                .unwrap_or_else(|| program_name(&run.argv[0])),
+            owner: who.clone(),
+            class: class.name().to_string(),
+            procs: run.procs,
+            node_count: run.node_count,
+            argv: run.argv,
+            argv_cut: false,
+            env: run.env,
+            cwd: run.cwd,
+            output: run.output,
+            registered,
+            status: JobStatus::Queued,
+            launched: false,
+            cancel_requested: false,
+            submitted_us: now,
+            started_us: None,
+            ended_us: None,
+            exit: None,
+            note: None,
+            suspended_us: 0,
+            suspended_since_us: None,
+            nodes: Vec::new(),
+            cpus_on_nodes: Vec::new(),
+        };
+        self.store.insert(&record).map_err(unrecorded)?;
+        fault::point("recorded", id);
+        self.tally(&record, true);
+        self.records.insert(id, record);
+        // Held only where they can reach the job: a cluster's agents never see them.
+        if let (Some(stdio), true) = (stdio, self.stdio_reaches_jobs()) {
+            self.stdio.insert(id, stdio);
+        }
+        self.enqueue(id, now)?;
+        Ok(id)
+    }
+
+    /// Whether a client's descriptors reach its job's processes (one machine, not a cluster).
+    fn stdio_reaches_jobs(&self) -> bool {
+        self.agents.as_ref().is_none_or(|a| a.carries_stdio())
+    }
+
+    /// Where a job's output goes when not to its client's descriptors (a cluster's jobs).
+    pub fn output_elsewhere(&self, job: JobId) -> Option<String> {
+        (!self.stdio_reaches_jobs())
+            .then(|| format!("{} on its nodes", self.launch_of(job).output_path(job)))
+    }
+
+    /// Refuses a job whose client descriptors the daemon could not hold: past the open-file
+    /// limit everything fails (accepting clients, launching, switching).
+    fn check_descriptors(&self, who: &Credentials) -> Result<(), ApiError> {
+        let held = |uid: Option<u32>| {
+            self.stdio
+                .keys()
+                .filter(|job| uid.is_none_or(|uid| self.records[job].owner.uid == uid))
+                .count()
+        };
+        if !who.is_root() && held(Some(who.uid)) >= MAX_HELD_STDIO_PER_UID {
+            return Err(ApiError::Busy(format!(
+                "too many queued jobs: uid {} has {MAX_HELD_STDIO_PER_UID} waiting to start \
+                 with their client's terminal or files; submit with --detach --output FILE, \
+                 or wait",
+                who.uid
+            )));
+        }
+        let open = std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count()) as u64;
+        let spare = SPARE_FILES.min(self.settings.max_files / 4);
+        if open + 3 + spare > self.settings.max_files {
+            return Err(ApiError::Busy(format!(
+                "too many queued jobs: {} hold their clients' descriptors and the daemon has {open} \
+                 of its {} open files in use; try again when some have started",
+                held(None),
+                self.settings.max_files
+            )));
+        }
+        Ok(())
+    }
+
+    /// Hands a job to the scheduler and acts on what it decides.
+    fn enqueue(&mut self, job: JobId, now: Micros) -> Result<(), ApiError> {
+        let record = &self.records[&job];
+        let request = JobRequest::new(job, self.shape_of(record)?).class(class_of(record));
+        let decisions = self.scheduler.submit(request, now).map_err(internal)?;
+        self.apply(decisions, now);
+        Ok(())
+    }
+
+    /// What the core is asked to place: what the job asked for, or, once its processes live on
+    /// several nodes, as many processors as it has on each of those nodes (they cannot move
+    /// to other nodes; on one node the cpuset simply changes).
+    fn shape_of(&self, record: &JobRecord) -> Result<Shape, ApiError> {
+        let pinned = record.launched
+            && self.pins_jobs()
+            && !record.nodes.is_empty()
+            && record.cpus_on_nodes.len() == record.nodes.len();
+        if !pinned {
+            return Ok(job_shape(record.procs, record.node_count));
+        }
+        let shares = record.nodes.iter().zip(&record.cpus_on_nodes);
+        let shares: Result<Vec<NodeShare>, ApiError> = shares
+            .map(|(name, &procs)| {
+                let node = self.node_number(name).ok_or_else(|| {
+                    ApiError::Internal(format!(
+                        "its processes are on node {name}, which is not one of this controller's nodes"
+                    ))
+                })?;
+                Ok(NodeShare { node, procs })
+            })
+            .collect();
+        Ok(Shape::OnNodes(shares?.into()))
+    }
+
+    /// Whether a started job is pinned to its nodes: on a machine of several nodes (on one,
+    /// a job placed again may take other CPUs of it, as the partitioner chooses).
+    fn pins_jobs(&self) -> bool {
+        self.settings.nodes.nodes().len() > 1
+    }
+
+    fn unschedule(&mut self, job: JobId, now: Micros) {
+        if self.scheduler.state(job).is_some() {
+            let decisions = self.scheduler.remove(job, now).expect("present");
+            self.apply(decisions, now);
+        }
+    }
+
+    /// Acts on the scheduler's decisions, then publishes the new matrix if it changed.
+    fn apply(&mut self, decisions: Vec<Decision>, now: Micros) {
+        for decision in decisions {
+            match decision {
+                Decision::Placed { job, partition, .. } => {
+                    if let Err(error) = self.start(job, partition, now) {
+                        self.fail(job, &error.to_string(), now);
+                    }
+                }
+                Decision::Queued { job } => {
+                    let launched = self.records.get(&job).is_some_and(|r| r.launched);
+                    if launched {
+                        // Its processes exist: they wait stopped.
+                        self.tell(Command::Suspend { job });
+                    }
+                }
+                Decision::Removed { .. } => {}
+            }
+        }
+        self.publish(now);
+    }
+
+    fn publish(&mut self, now: Micros) {
+        let plan = self.scheduler.plan();
+        if self.generation.as_ref().is_some_and(|g| g.plan == plan) {
+            return;
+        }
+        // A slot whose jobs all left (ended, idle, suspended) gives way at once rather than
+        // leave its processors idle until the boundary: up to a quantum per job end.
+        let rotation = &self.settings.rotation;
+        let current = rotation.slot_at(now);
+        let vacant = self.generation.as_ref().is_none_or(|g| {
+            g.slice_for_slot(current).is_none_or(|s| {
+                g.plan.slices[s].jobs().all(|job| {
+                    !plan
+                        .slices
+                        .iter()
+                        .any(|slice| slice.jobs().any(|j| j == job))
+                })
+            })
+        });
+        let first_slot = if vacant {
+            current
+        } else {
+            rotation.next_boundary(now)
+        };
+        let generation = Generation::follow(self.generation.as_ref(), plan, first_slot);
+        let wire = self.on_the_wire(&generation, now);
+        self.generation = Some(generation);
+        self.tell(Command::Publish { generation: wire });
+    }
+
+    /// A generation as agents take it, stamped with when it was sent.
+    fn on_the_wire(&self, generation: &Generation, now: Micros) -> cosched_proto::Generation {
+        let mut wire = cosched_proto::Generation::new(
+            generation,
+            self.settings.rotation,
+            &self.settings.nodes,
+        );
+        wire.published_us = now;
+        wire
+    }
+
+    /// A placed job: launched now, or (launched earlier) taken back into the rotation.
+    fn start(&mut self, job: JobId, cpus: Partition, now: Micros) -> Result<(), ApiError> {
+        let first_launch = !self.records[&job].launched;
+        let placed = self.settings.nodes.place(&cpus);
+        if let Some(gone) = placed.iter().find(|p| self.absent.contains(&p.node)) {
+            return Err(ApiError::Internal(format!(
+                "its processors include node {}, whose agent left the cluster",
+                gone.node
+            )));
+        }
+        let nodes: Vec<String> = placed.iter().map(|p| p.node.clone()).collect();
+        let cpus_on_nodes: Vec<u32> = placed.iter().map(|p| p.cpus.len()).collect();
+        if self.pins_jobs() {
+            // Placed again from here on (a class change), it stays where its processes are.
+            self.scheduler.pin(job).map_err(internal)?;
+        }
+        // The intent is durable before the agent hears of it: a restarted daemon then asks
+        // the agent for the supervisor, its exit status or its started marker, and launches
+        // again only when none is there.
+        self.update(job, |record| {
+            record.status = JobStatus::Running;
+            record.launched = true;
+            record.nodes = nodes;
+            record.cpus_on_nodes = cpus_on_nodes;
+            if first_launch {
+                record.started_us = Some(now);
+            }
+        })?;
+        if first_launch {
+            let submitted = self.records[&job].submitted_us;
+            self.counts
+                .queue_wait
+                .record((now - submitted).max(0) as f64 / 1e6);
+        }
+        let mut launch = first_launch.then(|| {
+            fault::point("intent", job);
+            let mut launch = self.launch_of(job);
+            self.tell_mpi_hosts(&placed, &mut launch.env);
+            launch
+        });
+        let mut stdio = if first_launch {
+            self.stdio.remove(&job)
+        } else {
+            None
+        };
+        // The launcher runs on the job's first node; the other nodes only place it.
+        for placed in placed {
+            self.send(
+                &placed.node,
+                Order {
+                    command: Command::Start {
+                        job,
+                        cpus: placed.cpus,
+                        launch: launch.take(),
+                    },
+                    stdio: stdio.take(),
+                },
+            );
+        }
+        // Ordered after the start: the agent has the job placed before any process joins.
+        if first_launch && self.records[&job].registered {
+            if let Some(reply) = self.started_reply(job) {
+                self.clients.started(job, &reply);
+            }
+        }
+        Ok(())
+    }
+
+    /// Where an MPI launcher in a job across a cluster's nodes starts its ranks:
+    /// `COSCHED_HOSTS` (`address:slots,...`, the job's nodes, its launcher's first) and, unless
+    /// the user set one, Open MPI's default `-host` (so a plain `mpirun -np N prog` spans the
+    /// job's nodes). Nothing on one machine.
+    fn tell_mpi_hosts(&self, placed: &[NodeCpus], env: &mut Vec<(String, String)>) {
+        let addresses: Option<Vec<String>> = placed
+            .iter()
+            .map(|p| {
+                let node = self
+                    .settings
+                    .nodes
+                    .nodes()
+                    .iter()
+                    .find(|n| n.name == p.node)?;
+                Some(format!("{}:{}", node.address.as_ref()?, p.cpus.len()))
+            })
+            .collect();
+        let Some(hosts) = addresses.map(|a| a.join(",")) else {
+            return;
+        };
+        env.retain(|(k, _)| k != "COSCHED_HOSTS");
+        if !env
+            .iter()
+            .any(|(k, _)| k == "OMPI_MCA_orte_default_dash_host")
+        {
+            env.push(("OMPI_MCA_orte_default_dash_host".into(), hosts.clone()));
+        }
+        env.push(("COSCHED_HOSTS".into(), hosts));
+    }
+
+    /// What the job runs and as whom, from its record.
+    fn launch_of(&self, job: JobId) -> Launch {
+        let record = &self.records[&job];
+        Launch {
+            argv: record.argv.clone(),
+            env: record.env.clone(),
+            cwd: record.cwd.clone(),
+            uid: record.owner.uid,
+            gid: record.owner.gid,
+            groups: record.owner.groups.clone(),
+            output: record.output.clone(),
+            holder: record.registered,
+        }
+    }
+
+    /// A job that could not be started ends here, with the reason kept.
+    fn fail(&mut self, job: JobId, why: &str, now: Micros) {
+        log(format_args!("job {job}: {why}"));
+        self.end(
+            job,
+            JobStatus::Lost,
+            Ending {
+                note: Some(why.to_string()),
+                ..Ending::default()
+            },
+            now,
+        );
+    }
+
+    /// Records how a job ended, frees its cells and answers whoever waits for it. The agent
+    /// is told whether the end is stored (its supervisor keeps the exit status until it is).
+    pub fn end(&mut self, job: JobId, status: JobStatus, ending: Ending, now: Micros) {
+        let ended_before = match self.latest(job) {
+            // Ended and out of memory already: stored.
+            None => match self.store.get(job) {
+                Ok(Some(r)) if r.status.ended() => Some((r.launched, true)),
+                _ => None,
+            },
+            Some(r) if r.status.ended() => Some((r.launched, !self.unsaved.contains_key(&job))),
+            Some(_) => None,
+        };
+        if let Some((launched, stored)) = ended_before {
+            // A second word on an ended job (its supervisor reporting after it was declared
+            // lost, say): its status files may go once the end is stored.
+            if launched && stored {
+                self.tell(Command::Stored { job });
+            }
+            return;
+        }
+        let Some(mut record) = self.records.get(&job).cloned() else {
+            return;
+        };
+        self.tally(&record, false);
+        let launched = record.launched;
+        record.status = if record.cancel_requested && status == JobStatus::Done {
+            JobStatus::Cancelled
+        } else {
+            status
+        };
+        record.exit = (ending.exit != ExitInfo::default()).then_some(ending.exit);
+        record.note = ending.note.or(record.note.take());
+        let started = record.started_us.unwrap_or(record.submitted_us);
+        record.ended_us = Some(ending.at_us.map_or(now, |at| at.clamp(started, now)));
+        record.suspended_us += suspended_for(&record, record.ended_us.unwrap_or(now));
+        record.suspended_since_us = None;
+        record.shed_for_history();
+        let result = match record.status {
+            JobStatus::Done if record.exit.is_some_and(|e| e.code == Some(0)) => "ok",
+            JobStatus::Cancelled => "cancelled",
+            JobStatus::Lost => "lost",
+            _ => "failed",
+        };
+        *self.counts.ended.entry(result).or_default() += 1;
+        let reply = ended_reply(&record);
+        // Acted on even unsaved (its processes are gone, its supervisor keeps the exit
+        // status), but memory changes only once the store has it.
+        let saved = match self.store.put(&record) {
+            Ok(()) => {
+                self.records.insert(job, record);
+                true
+            }
+            Err(error) => {
+                log(format_args!(
+                    "job {job}: its end cannot be saved yet ({error}); its supervisor keeps the exit status"
+                ));
+                self.unsaved.insert(job, record);
+                false
+            }
+        };
+        self.stdio.remove(&job);
+        if launched {
+            self.tell(Command::Ended { job, stored: saved });
+        }
+        self.unschedule(job, now);
+        self.clients.ended(job, &reply);
+        self.ended.push_back(job);
+        self.evict_ended();
+    }
+
+    /// Counts an unfinished job among its owner's (`held`), or, once it ends, no longer.
+    fn tally(&mut self, record: &JobRecord, unfinished: bool) {
+        let uid = record.owner.uid;
+        let (jobs, bytes) = self.held.entry(uid).or_default();
+        if unfinished {
+            *jobs += 1;
+            *bytes += record.submitted_bytes();
+        } else {
+            *jobs -= 1;
+            *bytes -= record.submitted_bytes();
+            if *jobs == 0 {
+                self.held.remove(&uid);
+            }
+        }
+    }
+
+    /// Ended records beyond `keep_ended` leave memory (the store keeps them).
+    fn evict_ended(&mut self) {
+        while self.ended.len() > self.settings.keep_ended {
+            let Some(&oldest) = self.ended.front() else {
+                break;
+            };
+            if self.unsaved.contains_key(&oldest) {
+                break;
+            }
+            self.ended.pop_front();
+            self.records.remove(&oldest);
+        }
+    }
+
+    /// Saves the ends that a full disk refused; the supervisors' exit files go once they are in.
+    pub fn retry_unsaved(&mut self) {
+        for (job, record) in std::mem::take(&mut self.unsaved) {
+            match self.store.put(&record) {
+                Ok(()) => {
+                    self.records.insert(job, record);
+                    self.tell(Command::Stored { job });
+                }
+                Err(_) => {
+                    self.unsaved.insert(job, record);
+                }
+            }
+        }
+        self.evict_ended();
+    }
+
+    pub fn has_unsaved(&self) -> bool {
+        !self.unsaved.is_empty()
+    }
+
+    /// Registers interest in a job's end; an ended job answers at once. Descriptors sent
+    /// along serve a job that has not started (its first client left with the old daemon).
+    /// Anyone may wait for a job (`ps` shows every job anyway); only its owner may hand it
+    /// descriptors, which would otherwise let one user read another's output.
+    pub fn wait(
+        &mut self,
+        who: &Credentials,
+        job: JobId,
+        stdio: Option<[OwnedFd; 3]>,
+        client: ClientId,
+    ) -> Result<(), ApiError> {
+        let evicted = match self.latest(job) {
+            Some(_) => None,
+            None => self.store.get(job).map_err(internal)?,
+        };
+        let record = match (&evicted, &stdio) {
+            (Some(record), _) => record,
+            (None, Some(_)) => self.owned(job, who, "hand descriptors to")?,
+            (None, None) => self.record(job)?,
+        };
+        if record.status.ended() {
+            let reply = ended_reply(record);
+            self.clients.reply(client, &reply);
+            return Ok(());
+        }
+        if let (Some(stdio), false) = (stdio, record.launched) {
+            self.stdio.entry(job).or_insert(stdio);
+        }
+        self.clients.park(client, job, who.uid, Until::End)
+    }
+
+    pub fn cancel(
+        &mut self,
+        who: &Credentials,
+        job: JobId,
+        now: Micros,
+    ) -> Result<String, ApiError> {
+        let record = self.owned(job, who, "cancel")?;
+        if record.status.ended() {
+            return Err(ApiError::WrongState {
+                job,
+                state: "already ended",
+                action: "cancel",
+            });
+        }
+        let launched = record.launched;
+        self.update(job, |record| record.cancel_requested = true)?;
+        if !launched {
+            self.end(job, JobStatus::Cancelled, Ending::default(), now);
+            return Ok(format!("job {job} cancelled before it started"));
+        }
+        self.unschedule(job, now);
+        self.tell(Command::Cancel { job });
+        Ok(format!(
+            "job {job}: SIGTERM sent (SIGKILL in {} s if it is still there)",
+            CANCEL_GRACE / 1_000_000
+        ))
+    }
+
+    pub fn suspend(
+        &mut self,
+        who: &Credentials,
+        job: JobId,
+        now: Micros,
+    ) -> Result<String, ApiError> {
+        let record = self.owned(job, who, "suspend")?;
+        match (record.status, record.launched) {
+            (JobStatus::Running | JobStatus::Idle, _) | (JobStatus::Queued, true) => {}
+            (status, _) => {
+                return Err(ApiError::WrongState {
+                    job,
+                    state: state_of(status, record.launched).name(),
+                    action: "suspend",
+                })
+            }
+        }
+        self.update(job, |record| {
+            record.status = JobStatus::Suspended;
+            record.suspended_since_us = Some(now);
+        })?;
+        self.unschedule(job, now);
+        self.tell(Command::Suspend { job });
+        Ok(format!("job {job} suspended"))
+    }
+
+    pub fn resume(
+        &mut self,
+        who: &Credentials,
+        job: JobId,
+        now: Micros,
+    ) -> Result<String, ApiError> {
+        let record = self.owned(job, who, "resume")?;
+        if record.status != JobStatus::Suspended {
+            return Err(ApiError::WrongState {
+                job,
+                state: state_of(record.status, record.launched).name(),
+                action: "resume",
+            });
+        }
+        self.update(job, |record| {
+            record.status = JobStatus::Queued;
+            record.suspended_us += suspended_for(record, now);
+            record.suspended_since_us = None;
+        })?;
+        if let Err(error) = self.enqueue(job, now) {
+            // Not left "queued" with nothing to run it.
+            self.fail(job, &error.to_string(), now);
+            return Err(error);
+        }
+        Ok(format!(
+            "job {job} resumed ({})",
+            self.records[&job].status.name()
+        ))
+    }
+
+    pub fn set_class(
+        &mut self,
+        who: &Credentials,
+        job: JobId,
+        class: &str,
+        now: Micros,
+    ) -> Result<String, ApiError> {
+        let class: Class = class
+            .parse()
+            .map_err(|e: cosched_core::UnknownClass| ApiError::Invalid(e.to_string()))?;
+        let record = self.owned(job, who, "change the class of")?;
+        if record.status.ended() {
+            return Err(ApiError::WrongState {
+                job,
+                state: "already ended",
+                action: "change the class of",
+            });
+        }
+        let old = class_of(record);
+        // Classes are ordered from most to least urgent: a smaller one is a raise.
+        if class < old && !who.is_root() {
+            return Err(ApiError::Forbidden(format!(
+                "only root may raise a job's class ({old} to {class}); owners may lower it"
+            )));
+        }
+        self.update(job, |record| record.class = class.name().to_string())?;
+        if self.scheduler.state(job).is_some() {
+            let decisions = self.scheduler.set_class(job, class, now).expect("present");
+            self.apply(decisions, now);
+        }
+        Ok(format!("job {job}: class {old} -> {class}"))
+    }
+
+    /// Interactive jobs preempting since `since` or earlier take a slice of their own.
+    pub fn settle_overdue(&mut self, since: Micros, now: Micros) {
+        for job in self.scheduler.preempting_since(since) {
+            let decisions = self.scheduler.settle(job, now).expect("a scheduled job");
+            log(format_args!(
+                "job {job}: interactive stretch over; time-shares now"
+            ));
+            self.apply(decisions, now);
+        }
+    }
+
+    /// The agent found a running job idle: its cells go to others; it runs unscheduled.
+    pub fn went_idle(&mut self, job: JobId, now: Micros) {
+        if self.latest(job).map(|r| r.status) != Some(JobStatus::Running) {
+            return;
+        }
+        if let Err(error) = self.update(job, |record| record.status = JobStatus::Idle) {
+            log(error);
+            return;
+        }
+        self.idle_departures += 1;
+        self.unschedule(job, now);
+        self.tell(Command::LetLoose { job });
+    }
+
+    /// An idle job computes again: back into the rotation (or the queue).
+    pub fn woke(&mut self, job: JobId, now: Micros) {
+        if self.latest(job).map(|r| r.status) != Some(JobStatus::Idle) {
+            return;
+        }
+        if let Err(error) = self.update(job, |record| record.status = JobStatus::Queued) {
+            log(error);
+            return;
+        }
+        if let Err(error) = self.enqueue(job, now) {
+            self.fail(job, &error.to_string(), now);
+        }
+    }
+
+    /// Jobs as `ps` shows them: a listing with a bounded start of each command, or one job
+    /// whole (from the store if it ended long ago).
+    pub fn jobs(&self, all: bool, job: Option<JobId>, now: Micros) -> Vec<JobView> {
+        if let Some(job) = job {
+            let stored;
+            let record = match self.latest(job) {
+                Some(record) => record,
+                None => match self.store.get(job) {
+                    Ok(Some(record)) => {
+                        stored = record;
+                        &stored
+                    }
+                    _ => return Vec::new(),
+                },
+            };
+            return vec![self.job_view(record, record.argv.clone(), record.argv_cut, now)];
+        }
+        self.current()
+            .filter(|r| all || !r.status.ended())
+            .map(|r| {
+                let (argv, cut) = command_prefix(&r.argv, LISTED_COMMAND_BYTES);
+                self.job_view(r, argv, cut || r.argv_cut, now)
+            })
+            .collect()
+    }
+
+    fn job_view(&self, r: &JobRecord, argv: Vec<String>, argv_cut: bool, now: Micros) -> JobView {
+        let plan = self.generation.as_ref().map(|g| &g.plan);
+        JobView {
+            id: r.id,
+            name: r.name.clone(),
+            uid: r.owner.uid,
+            user: user_name(r.owner.uid),
+            class: class_of(r).into(),
+            procs: r.procs,
+            node_count: r.node_count,
+            state: state_of(r.status, r.launched),
+            cpus: match self.scheduler.state(r.id) {
+                Some(JobState::Placed { partition, .. }) => Some(partition.to_string()),
+                _ => None,
+            },
+            slices: plan.map(|p| p.slices_of(r.id)).unwrap_or_default(),
+            submitted_us: r.submitted_us,
+            started_us: r.started_us,
+            ended_us: r.ended_us,
+            exit: r.exit,
+            argv,
+            argv_cut,
+            note: r.note.clone(),
+            suspended_us: r.suspended_us + suspended_for(r, now),
+        }
+    }
+
+    pub fn matrix(&self, now: Micros) -> MatrixView {
+        let rotation = self.settings.rotation;
+        let slot = rotation.slot_at(now);
+        let (slices, running_slice, number) = match &self.generation {
+            Some(g) => (
+                g.plan
+                    .slices
+                    .iter()
+                    .map(|s| {
+                        s.entries
+                            .iter()
+                            .map(|e| MatrixEntryView {
+                                job: e.job,
+                                cpus: e.partition.to_string(),
+                                role: e.role.into(),
+                            })
+                            .collect()
+                    })
+                    .collect(),
+                g.slice_for_slot(slot),
+                g.number,
+            ),
+            None => (Vec::new(), None, 0),
+        };
+        let nodes = &self.settings.nodes;
+        MatrixView {
+            procs: self.scheduler.machine().procs(),
+            processors: if nodes.nodes().len() > 1 {
+                nodes.processor_names()
+            } else {
+                Vec::new()
+            },
+            mode: self.settings.mode,
+            epoch_us: rotation.epoch,
+            quantum_us: rotation.quantum,
+            slot,
+            running_slice,
+            generation: number,
+            slices,
+            queued: self.scheduler.queued().collect(),
+        }
+    }
+
+    /// A node's report: the latest is kept.
+    pub fn heard_from(&mut self, mut status: NodeStatus, now: Micros) {
+        let starts = std::mem::take(&mut status.starts);
+        self.start_spreads
+            .heard(&starts, now, &mut self.counts.start_spread);
+        let joined_us = self.nodes.get(&status.node).map_or(now, |n| n.joined_us);
+        let node = status.node.clone();
+        self.nodes.insert(
+            node.clone(),
+            HeardFrom {
+                status,
+                received_us: now,
+                joined_us,
+            },
+        );
+        if self.silent.remove(&node) {
+            if let Some(info) = self.members.get(&node).cloned() {
+                log(format_args!("node {node} reports again"));
+                self.node_changed(NodeChange::Joined(info), now);
+            }
+        }
+    }
+
+    /// Gives up as gone every node whose status etcd has not seen change for longer than its
+    /// lease (three report periods at least) although its key lives on: its agent stopped,
+    /// and whatever renews its lease (a job on the node can reach etcd) is not the agent. Its
+    /// processors are withheld and its jobs lost, as when the lease expires; it is back when
+    /// it reports. `revisions`: each node's status, as etcd answered just now; `None`, etcd
+    /// did not answer: silence while etcd is out is etcd's, not the nodes', so it counts for
+    /// nobody.
+    pub fn check_silence(&mut self, revisions: Option<&BTreeMap<String, i64>>, now: Micros) {
+        let Some(revisions) = revisions else {
+            self.quiet.clear();
+            return;
+        };
+        let mut gone = Vec::new();
+        for (name, info) in &self.members {
+            if self.absent.contains(name) {
+                continue;
+            }
+            let revision = revisions.get(name).copied().unwrap_or(0);
+            let limit = (info.lease_ttl_s * 1_000_000).max(3 * STATUS_PERIOD_US);
+            let watch = self.quiet.entry(name.clone()).or_default();
+            if let Some(silent_for) = watch.unchanged_for(revision, limit, now) {
+                gone.push((name.clone(), silent_for));
+            }
+        }
+        for (node, silent_for) in gone {
+            log(format_args!(
+                "node {node} sent no status for {:.1} s though its key lives: its agent stopped; treated as gone until it reports again",
+                silent_for as f64 / 1e6
+            ));
+            self.quiet.remove(&node);
+            self.node_changed(NodeChange::Left(node.clone()), now);
+            self.silent.insert(node);
+        }
+    }
+
+    pub fn nodes(&self, now: Micros) -> Vec<NodeView> {
+        self.nodes
+            .iter()
+            .map(|(name, heard)| NodeView {
+                name: name.clone(),
+                joined_us: heard.joined_us,
+                heard_ms_ago: ((now - heard.received_us).max(0) / 1000) as u64,
+                status: heard.status.clone(),
+                left: self.absent.contains(name),
+            })
+            .collect()
+    }
+
+    /// A request on the socket was answered (`ok`) or refused.
+    pub fn count_request(&mut self, op: &'static str, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        *self.counts.requests.entry((op, result)).or_default() += 1;
+    }
+
+    /// What `/metrics` shows now.
+    pub fn scrape(&self, now: Micros) -> Scrape {
+        Scrape {
+            jobs: self.jobs(false, None, now),
+            stats: self.stats(),
+            nodes: self.nodes(now),
+            counts: self.counts.clone(),
+        }
+    }
+
+    pub fn stats(&self) -> StatsView {
+        let count = |f: fn(&JobRecord) -> bool| self.current().filter(|r| f(r)).count();
+        // A node that left reports nothing current.
+        let statuses: Vec<&NodeStatus> = self
+            .nodes
+            .iter()
+            .filter(|(name, _)| !self.absent.contains(*name))
+            .map(|(_, n)| &n.status)
+            .collect();
+        let worst =
+            |of: fn(&NodeStatus) -> &Summary| Summary::worst(statuses.iter().map(|s| of(s)));
+        let mut actuators: Vec<&str> = statuses.iter().map(|s| s.actuator.as_str()).collect();
+        actuators.sort_unstable();
+        actuators.dedup();
+        StatsView {
+            mode: self.settings.mode,
+            quantum_ms: self.settings.rotation.quantum as f64 / 1000.0,
+            actuator: actuators.join("; "),
+            realtime: !statuses.is_empty() && statuses.iter().all(|s| s.realtime),
+            lateness_us: worst(|s| &s.lateness_us),
+            switch_us: worst(|s| &s.switch_us),
+            skew_us: worst(|s| &s.skew_us),
+            missed_slots: statuses.iter().map(|s| s.missed_slots).sum(),
+            jobs_running: count(|r| r.status == JobStatus::Running),
+            jobs_queued: count(|r| r.status == JobStatus::Queued),
+            jobs_ended: count(|r| r.status.ended()),
+            idle_departures: self.idle_departures,
+            clients_waiting: self.clients.waiting(),
+        }
+    }
+
+    /// After a restart: every unfinished job is taken back, in submission order.
+    pub fn recover(&mut self, records: Vec<JobRecord>, now: Micros) {
+        for mut record in records {
+            let job = record.id;
+            let ended = record.status.ended();
+            if ended {
+                // A store written before ended jobs shed their environment.
+                record.shed_for_history();
+            } else {
+                self.tally(&record, true);
+            }
+            self.records.insert(job, record);
+            if ended {
+                self.ended.push_back(job);
+            } else {
+                self.readopt(job, now);
+            }
+        }
+        self.evict_ended();
+    }
+
+    /// Takes back a job the store holds as unfinished: a job never launched is queued; a
+    /// launched one is handed to the agent to find (its supervisor, else its kept exit status,
+    /// else a sign it started) and, unless suspended, queued to go back into the rotation.
+    /// What the agent finds comes back as an event: never a second launch.
+    fn readopt(&mut self, job: JobId, now: Micros) {
+        let record = &self.records[&job];
+        let suspended = record.status == JobStatus::Suspended;
+        if !record.launched {
+            if let Err(error) = self.enqueue(job, now) {
+                self.fail(job, &error.to_string(), now);
+            }
+            return;
+        }
+        self.tell(Command::Adopt { job, suspended });
+        if suspended {
+            return;
+        }
+        let queued = self
+            .update(job, |record| {
+                record.status = JobStatus::Queued;
+                // Records from before launch times were stored with the intent.
+                record.started_us.get_or_insert(now);
+            })
+            .and_then(|()| self.enqueue(job, now));
+        if let Err(error) = queued {
+            self.fail(job, &error.to_string(), now);
+        }
+    }
+
+    /// The agent found no sign that a launched job ever started (the daemon stopped between
+    /// storing the intent and the supervisor's start): it is launched when next placed.
+    pub fn not_started(&mut self, job: JobId, now: Micros) {
+        if self
+            .latest(job)
+            .is_none_or(|r| r.status.ended() || !r.launched)
+        {
+            return;
+        }
+        log(format_args!(
+            "job {job}: the daemon stopped before its supervisor started; starting it now"
+        ));
+        self.unschedule(job, now);
+        let relaunched = self
+            .update(job, |record| {
+                record.launched = false;
+                record.status = JobStatus::Queued;
+            })
+            .and_then(|()| self.enqueue(job, now));
+        if let Err(error) = relaunched {
+            self.fail(job, &error.to_string(), now);
+        }
+    }
+
+    /// The job's supervisor reported its end (or left it in its exit file).
+    pub fn exited(&mut self, job: JobId, ending: Ending, now: Micros) {
+        self.end(job, JobStatus::Done, ending, now);
+    }
+
+    /// The agent cannot run or find the job.
+    pub fn lost(&mut self, job: JobId, why: &str, now: Micros) {
+        if self.latest(job).is_some_and(|r| !r.status.ended()) {
+            self.fail(job, why, now);
+        }
+    }
+
+    /// A clean stop with `--on-stop cancel`: jobs not started end now; started ones are
+    /// marked so that their end (the agent kills them) is recorded as a cancel.
+    pub fn cancel_all(&mut self, now: Micros) -> usize {
+        let unfinished: Vec<JobId> = self
+            .current()
+            .filter(|r| !r.status.ended())
+            .map(|r| r.id)
+            .collect();
+        let mut running = 0;
+        for job in unfinished {
+            if let Err(error) = self.update(job, |record| record.cancel_requested = true) {
+                log(error);
+            }
+            if self.records[&job].launched {
+                running += 1;
+            } else {
+                self.end(job, JobStatus::Cancelled, Ending::default(), now);
+            }
+        }
+        running
+    }
+
+    /// Kills every launched job still running (a cluster controller's stop with cancel).
+    pub fn cancel_launched(&self) {
+        for record in self.current() {
+            if record.launched && !record.status.ended() {
+                self.tell(Command::Cancel { job: record.id });
+            }
+        }
+    }
+
+    /// A node's agent joined or left the cluster.
+    pub fn node_changed(&mut self, change: NodeChange, now: Micros) {
+        let known = |name: &str| self.settings.nodes.nodes().iter().any(|n| n.name == name);
+        match &change {
+            NodeChange::Joined(info) => {
+                self.members.insert(info.node.clone(), info.clone());
+            }
+            // Gone already (for silence, its lease now ended too): nothing more to give up.
+            NodeChange::Left(node) if self.absent.contains(node) => {
+                self.silent.remove(node);
+                return;
+            }
+            NodeChange::Left(_) => {}
+        }
+        match change {
+            NodeChange::Joined(info) if known(&info.node) => {
+                let number = self.node_number(&info.node).expect("known");
+                let cpus = &self.settings.nodes.nodes()[number as usize].cpus;
+                if info.cpus != *cpus {
+                    // The plans would give it its old CPUs: it counts as gone until its agent
+                    // runs with them again.
+                    log(format_args!(
+                        "node {} joined ({}) with CPUs {} instead of {cpus}: treated as gone; \
+                         restart its agent with --cpus {cpus}",
+                        info.node, info.agent, info.cpus
+                    ));
+                    if !self.absent.contains(&info.node) {
+                        self.node_changed(NodeChange::Left(info.node.clone()), now);
+                    }
+                    return;
+                }
+                if self.absent.remove(&info.node) {
+                    log(format_args!("node {} is back ({})", info.node, info.agent));
+                    // Its queue was dropped when it left: the plan in force, again.
+                    self.send_generation_in_force(&info.node, now);
+                    let decisions = self
+                        .scheduler
+                        .restore_node(self.node_number(&info.node).expect("known"), now)
+                        .expect("a node of the machine");
+                    self.apply(decisions, now);
+                }
+            }
+            NodeChange::Joined(info) => self.add_node(&info, now),
+            NodeChange::Left(node) if known(&node) => {
+                log(format_args!("node {node} left the cluster"));
+                self.absent.insert(node.clone());
+                // Before the cancels below, which stay queued: if it comes back, what is left
+                // of its lost jobs there is killed, and nothing is started again.
+                if let Some(agents) = &self.agents {
+                    agents.forget(&node);
+                }
+                // Jobs with processes there, running or stopped while they wait.
+                let stranded: Vec<JobId> = self
+                    .current()
+                    .filter(|r| !r.status.ended() && r.launched && r.nodes.contains(&node))
+                    .map(|r| r.id)
+                    .collect();
+                // Nothing is placed on its processors until it is back, and none of its
+                // jobs is placed elsewhere first.
+                let decisions = self
+                    .scheduler
+                    .withhold_node(self.node_number(&node).expect("known"), &stranded, now)
+                    .expect("a node of the machine");
+                let taken_out = decisions.iter().filter_map(|d| match d {
+                    Decision::Removed { job } => Some(*job),
+                    _ => None,
+                });
+                let lost: BTreeSet<JobId> = stranded.iter().copied().chain(taken_out).collect();
+                for job in lost {
+                    self.fail(
+                        job,
+                        &format!("node {node} left the cluster (its agent stopped or lost etcd for longer than its lease)"),
+                        now,
+                    );
+                }
+                self.apply(decisions, now);
+            }
+            NodeChange::Left(_) => {}
+        }
+    }
+
+    /// A node the machine did not have joined: it becomes the last node of the machine (same
+    /// CPU count and mode as the others, else it is refused and left idle) and serves the
+    /// waiting jobs at once.
+    fn add_node(&mut self, info: &NodeInfo, now: Micros) {
+        let refuse = |why: String| {
+            log(format_args!(
+                "node {} joined ({}) but is not used: {why}",
+                info.node, info.agent
+            ))
+        };
+        if info.mode != self.settings.mode {
+            return refuse(format!(
+                "its agent runs in {} mode and this controller in {} mode",
+                info.mode, self.settings.mode
+            ));
+        }
+        let mut nodes = self.settings.nodes.clone();
+        if let Err(error) = nodes.add(info.to_node()) {
+            return refuse(error.to_string());
+        }
+        // Jobs placed while the machine was one node were not pinned to it: they are now,
+        // before anything can place them again.
+        let placed: Vec<JobId> = self
+            .scheduler
+            .jobs()
+            .filter(|(_, _, state)| matches!(state, JobState::Placed { .. }))
+            .map(|(job, _, _)| job)
+            .collect();
+        for job in placed {
+            self.scheduler.pin(job).expect("a placed job");
+        }
+        let (number, decisions) = match self.scheduler.add_node(now) {
+            Ok(added) => added,
+            Err(error) => return refuse(error.to_string()),
+        };
+        self.settings.nodes = nodes;
+        log(format_args!(
+            "node {} joined ({}): node {number} of the machine, {} processors now",
+            info.node,
+            info.agent,
+            self.scheduler.machine().procs()
+        ));
+        self.send_generation_in_force(&info.node, now);
+        self.apply(decisions, now);
+    }
+
+    /// Tells `node` the generation in force (it had none, or lost its queue of orders).
+    fn send_generation_in_force(&self, node: &str, now: Micros) {
+        if let Some(generation) = &self.generation {
+            let order = Order {
+                command: Command::Publish {
+                    generation: self.on_the_wire(generation, now),
+                },
+                stdio: None,
+            };
+            self.send(node, order);
+        }
+    }
+
+    /// Node `name`'s number in the core's machine, if it is one of its nodes.
+    fn node_number(&self, name: &str) -> Option<u32> {
+        let nodes = self.settings.nodes.nodes();
+        nodes.iter().position(|n| n.name == name).map(|i| i as u32)
+    }
+
+    /// A process of `job` (as uid `uid`) asks for a process of the job on node `host` (an MPI
+    /// launcher's remote daemon): the node must be one the job holds, and the asker its owner
+    /// (or root). The process is started there with the job's identity and environment; a
+    /// refusal reaches the asker as the process's end.
+    pub fn process_wanted(
+        &mut self,
+        job: JobId,
+        process: ProcessRef,
+        host: &str,
+        command: String,
+        uid: u32,
+    ) {
+        let target = self
+            .settings
+            .nodes
+            .nodes()
+            .iter()
+            .find(|n| n.name == host || n.address.as_deref() == Some(host))
+            .map(|n| n.name.clone());
+        let checked = (|| {
+            let record = self
+                .latest(job)
+                .filter(|r| r.launched && !r.status.ended())
+                .ok_or_else(|| format!("job {job} is not running"))?;
+            if uid != 0 && uid != record.owner.uid {
+                return Err(format!(
+                    "uid {uid} may not add processes to job {job} (owned by uid {})",
+                    record.owner.uid
+                ));
+            }
+            let target =
+                target.ok_or_else(|| format!("no node of this cluster is known as '{host}'"))?;
+            if !record.nodes.contains(&target) {
+                return Err(format!(
+                    "job {job} holds no processors on node {target} (it has {})",
+                    record.nodes.join(", ")
+                ));
+            }
+            if self.absent.contains(&target) {
+                return Err(format!("node {target}'s agent left the cluster"));
+            }
+            let mut launch = self.launch_of(job);
+            launch.argv = vec!["/bin/sh".into(), "-c".into(), command];
+            Ok((target, launch))
+        })();
+        match checked {
+            Ok((target, launch)) => {
+                log(format_args!(
+                    "job {job}: node {} adds a process on node {target} (request {})",
+                    process.node, process.request
+                ));
+                let add = Command::AddProcess {
+                    job,
+                    process,
+                    launch,
+                };
+                self.send(&target, add.into());
+            }
+            Err(why) => {
+                log(format_args!(
+                    "job {job}: refused node {}'s request {}: {why}",
+                    process.node, process.request
+                ));
+                self.process_ended(job, process, Ending::refused(why));
+            }
+        }
+    }
+
+    /// Tells the node that asked for a process how it ended (or why it never started).
+    pub fn process_ended(&mut self, job: JobId, process: ProcessRef, ending: Ending) {
+        let asker = process.node.clone();
+        let ended = Command::ProcessEnded {
+            job,
+            process,
+            ending,
+        };
+        self.send(&asker, ended.into());
+    }
+
+    /// Handles an agent's report.
+    pub fn handle_event(&mut self, event: Event, now: Micros) {
+        match event {
+            Event::Ended { job, ending } => self.exited(job, ending, now),
+            Event::Lost { job, why } => self.lost(job, &why, now),
+            Event::NotStarted { job } => self.not_started(job, now),
+            Event::Idle { job } => self.went_idle(job, now),
+            Event::Woke { job } => self.woke(job, now),
+            Event::Trouble { job, what } => log(format_args!("job {job}: agent: {what}")),
+            Event::Status { status } => self.heard_from(*status, now),
+            Event::ProcessWanted {
+                job,
+                process,
+                host,
+                command,
+                uid,
+            } => self.process_wanted(job, process, &host, command, uid),
+            Event::ProcessEnded {
+                job,
+                process,
+                ending,
+            } => self.process_ended(job, process, ending),
+            Event::Joined {
+                job,
+                pid,
+                request,
+                refusal,
+            } => self.joined(job, pid, request, refusal),
+        }
+    }
+
+    /// Launched jobs whose end is not recorded yet.
+    pub fn launched_unfinished(&self) -> usize {
+        self.current()
+            .filter(|r| r.launched && !r.status.ended())
+            .count()
+    }
+}
+
+/// What the harness checks after every step.
+#[cfg(test)]
+impl Controller {
+    /// The controller's own invariants: every record in memory is the store's (memory changes
+    /// only once the store has it), the core's matrix is sound (no processor double-booked),
+    /// and the jobs waiting for or holding processors are exactly the core's.
+    pub(crate) fn audit(&self) -> Result<(), String> {
+        for (job, record) in &self.records {
+            match self.store.get(*job) {
+                Ok(Some(stored)) if stored == *record => {}
+                stored => {
+                    return Err(format!(
+                        "job {job}: memory has {record:?}, the store {stored:?}"
+                    ))
+                }
+            }
+        }
+        let mut held: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
+        for r in self.current().filter(|r| !r.status.ended()) {
+            let (jobs, bytes) = held.entry(r.owner.uid).or_default();
+            *jobs += 1;
+            *bytes += r.submitted_bytes();
+        }
+        if held != self.held {
+            return Err(format!(
+                "users hold {held:?}, the tally says {:?}",
+                self.held
+            ));
+        }
+        self.scheduler.audit()?;
+        let scheduled: BTreeSet<JobId> = self.scheduler.jobs().map(|(job, _, _)| job).collect();
+        let waiting: Vec<&JobRecord> = self
+            .current()
+            .filter(|r| matches!(r.status, JobStatus::Queued | JobStatus::Running))
+            .collect();
+        let strays: Vec<&JobId> = scheduled
+            .iter()
+            .filter(|job| !waiting.iter().any(|r| r.id == **job))
+            .collect();
+        // A cancelled job that runs is out of the rotation until its end is heard (or a
+        // restart takes it back).
+        let cancelling = |r: &JobRecord| r.cancel_requested && r.launched;
+        let missing: Vec<JobId> = waiting
+            .iter()
+            .filter(|r| !cancelling(r) && !scheduled.contains(&r.id))
+            .map(|r| r.id)
+            .collect();
+        if !strays.is_empty() || !missing.is_empty() {
+            return Err(format!(
+                "the core holds jobs {strays:?} not queued or running, and not {missing:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn record_of(&self, job: JobId) -> Option<&JobRecord> {
+        self.records.get(&job)
+    }
+}
+
+/// The second reply of `run` and `wait`.
+/// How long the job's current suspension has lasted by `now` (0 if it is not suspended).
+fn suspended_for(record: &JobRecord, now: Micros) -> i64 {
+    record
+        .suspended_since_us
+        .map_or(0, |since| (now - since).max(0))
+}
+
+fn ended_reply(record: &JobRecord) -> Reply {
+    Reply::Ended {
+        ok: true,
+        job: record.id,
+        state: state_of(record.status, record.launched),
+        exit: record.exit,
+        note: record.note.clone(),
+    }
+}
+
+fn state_of(status: JobStatus, launched: bool) -> StateView {
+    match (status, launched) {
+        (JobStatus::Queued, false) => StateView::Queued,
+        (JobStatus::Queued, true) => StateView::Waiting,
+        (JobStatus::Running, _) => StateView::Running,
+        (JobStatus::Suspended, _) => StateView::Suspended,
+        (JobStatus::Idle, _) => StateView::Idle,
+        (JobStatus::Done, _) => StateView::Done,
+        (JobStatus::Cancelled, _) => StateView::Cancelled,
+        (JobStatus::Lost, _) => StateView::Lost,
+    }
+}
+
+/// A job's default name: its program's file name, printable (as a `--name` must be: a control
+/// character in a file name broke root's Gantt chart).
+fn program_name(argv0: &str) -> String {
+    let base = argv0.rsplit('/').next().unwrap_or(argv0);
+    base.chars()
+        .take(cosched_proto::api::MAX_NAME_CHARS)
+        .map(|c| {
+            if cosched_proto::api::unprintable(c) {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+pub fn log(message: impl std::fmt::Display) {
+    cosched_os::log_line("daemon", message);
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::program_name;
+
+    #[test]
+    fn a_default_name_is_printable() {
+        assert_eq!(program_name("/tmp/x/\u{1}<\"\u{1b}[31m"), "?<\"?[31m");
+        assert_eq!(program_name("/usr/bin/python3"), "python3");
+    }
+}

@@ -1,0 +1,168 @@
+//! The job records and the store that keeps them durably, so a killed controller loses none.
+//! The controller sees only the [`Store`] trait: the daemon keeps records in SQLite (one
+//! machine) or etcd (a cluster), the harness in memory.
+
+use cosched_core::JobId;
+use cosched_os::unix::Credentials;
+use cosched_proto::ExitInfo;
+use serde::{Deserialize, Serialize};
+
+/// Where a job is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Waiting for processors; `launched` says whether its processes exist (held frozen).
+    Queued,
+    /// In the matrix.
+    Running,
+    /// Stopped by its owner, out of the rotation.
+    Suspended,
+    /// Out of the rotation because it used no CPU in its slots; runs unscheduled.
+    Idle,
+    /// Ended by itself.
+    Done,
+    /// Ended by `cancel` (or the daemon's `--on-stop cancel`).
+    Cancelled,
+    /// Its supervisor and exit status were gone when the daemon came back.
+    Lost,
+}
+
+impl JobStatus {
+    pub fn name(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Suspended => "suspended",
+            JobStatus::Idle => "idle",
+            JobStatus::Done => "done",
+            JobStatus::Cancelled => "cancelled",
+            JobStatus::Lost => "lost",
+        }
+    }
+
+    pub fn ended(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Done | JobStatus::Cancelled | JobStatus::Lost
+        )
+    }
+}
+
+/// Everything known of a job: enough to launch it again after a restart, and its outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: JobId,
+    pub name: String,
+    pub owner: Credentials,
+    pub class: String,
+    pub procs: u32,
+    /// The distinct nodes `procs` are spread over evenly, when the job asked for a spread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_count: Option<u32>,
+    pub argv: Vec<String>,
+    /// `argv` was cut to [`KEPT_COMMAND_BYTES`] when the job ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub argv_cut: bool,
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    /// Where its output goes when no client's descriptors reach it (`Launch::output`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// Its processes are started elsewhere and join it (`register`); its own is a holder.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub registered: bool,
+    pub status: JobStatus,
+    /// Its supervisor (and so its processes) exists.
+    pub launched: bool,
+    pub cancel_requested: bool,
+    pub submitted_us: i64,
+    pub started_us: Option<i64>,
+    pub ended_us: Option<i64>,
+    pub exit: Option<ExitInfo>,
+    /// Why it ended without an exit status, if it did.
+    #[serde(default)]
+    pub note: Option<String>,
+    /// How long it was suspended (µs), stretches that ended; and since when it is, if it is.
+    #[serde(default)]
+    pub suspended_us: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_since_us: Option<i64>,
+    /// The nodes it was started on, the one running its launcher first.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// How many of its processors are on each of `nodes`, in the same order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus_on_nodes: Vec<u32>,
+}
+
+/// Bytes of its command an ended job keeps, in memory and in the store: what a job was is
+/// history, and a user's arguments and environment count against them only while it can run.
+pub const KEPT_COMMAND_BYTES: usize = 4096;
+
+/// Bytes a job's submission holds: arguments, environment, working directory.
+pub fn submitted_bytes(argv: &[String], env: &[(String, String)], cwd: &str) -> usize {
+    let argv: usize = argv.iter().map(String::len).sum();
+    let env: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
+    argv + env + cwd.len()
+}
+
+impl JobRecord {
+    /// Bytes of its own that the daemon holds for the job: arguments, environment, directory.
+    pub fn submitted_bytes(&self) -> usize {
+        submitted_bytes(&self.argv, &self.env, &self.cwd)
+    }
+
+    /// An ended job sheds what only a run needs: its environment, and its command past
+    /// [`KEPT_COMMAND_BYTES`].
+    pub fn shed_for_history(&mut self) {
+        self.env = Vec::new();
+        let (kept, cut) = cosched_proto::api::command_prefix(&self.argv, KEPT_COMMAND_BYTES);
+        if cut {
+            self.argv = kept;
+            self.argv_cut = true;
+        }
+    }
+}
+
+/// Why a store could not do what it was asked, in its implementation's own words (a path and
+/// SQLite's error, etcd's, a deposed leader). Like `anyhow::Error` it is not itself an
+/// `Error`, so that every implementation's typed error converts into it with `?`.
+pub struct StoreError(Box<dyn std::error::Error + Send + Sync>);
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for StoreError {
+    fn from(error: E) -> Self {
+        StoreError(Box::new(error))
+    }
+}
+
+impl From<StoreError> for Box<dyn std::error::Error + Send + Sync> {
+    fn from(error: StoreError) -> Self {
+        error.0
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+pub trait Store: Send {
+    /// Every unfinished record and the `ended` latest ended ones, by id.
+    fn load(&self, ended: usize) -> Result<Vec<JobRecord>, StoreError>;
+    /// One record.
+    fn get(&self, job: JobId) -> Result<Option<JobRecord>, StoreError>;
+    /// Adds a new job's record; fails (never overwrites) if the id is taken. Durable when it
+    /// returns.
+    fn insert(&mut self, record: &JobRecord) -> Result<(), StoreError>;
+    /// Replaces a job's record; durable when it returns.
+    fn put(&mut self, record: &JobRecord) -> Result<(), StoreError>;
+    /// A job id never handed out before (above every id in the store), durable when it returns.
+    fn next_id(&mut self) -> Result<JobId, StoreError>;
+}
