@@ -133,11 +133,11 @@ impl Partition {
     }
 
     pub fn mark(&self, busy: &mut ProcSet) {
-        self.spans.iter().for_each(|&s| busy.insert_span(s));
+        busy.insert_spans(&self.spans);
     }
 
     pub fn unmark(&self, busy: &mut ProcSet) {
-        self.spans.iter().for_each(|&s| busy.remove_span(s));
+        busy.remove_spans(&self.spans);
     }
 
     /// How many of this partition's processors lie in `span`.
@@ -150,6 +150,30 @@ impl Partition {
                     .saturating_sub(s.start.max(span.start))
             })
             .sum()
+    }
+
+    /// Its processors word by word, in order: `(w, bits)` for each word of 64 processors it
+    /// has any of (bit `i`: processor `64 * w + i`).
+    pub fn word_masks(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        let mut pieces = self
+            .spans
+            .iter()
+            .flat_map(|s| {
+                (s.start / 64..=(s.end() - 1) / 64).map(move |word| {
+                    let low = word * 64;
+                    let (from, to) = (s.start.max(low) - low, s.end().min(low + 64) - low);
+                    (word as usize, (u64::MAX >> (64 - (to - from))) << from)
+                })
+            })
+            .peekable();
+        // Runs are sorted, so the pieces of one word come together.
+        std::iter::from_fn(move || {
+            let (word, mut mask) = pieces.next()?;
+            while let Some((_, more)) = pieces.next_if(|&(w, _)| w == word) {
+                mask |= more;
+            }
+            Some((word, mask))
+        })
     }
 
     pub fn overlaps(&self, other: &Partition) -> bool {
@@ -205,5 +229,25 @@ mod tests {
         assert_eq!(a.processors_in(Span::new(3, 10)), 1);
         assert_eq!(b.processors_in(Span::new(0, 11)), 2);
         assert_eq!(b.processors_in(Span::new(1, 9)), 0);
+    }
+
+    #[test]
+    fn word_masks_hold_the_processors_of_each_word() {
+        let p = Partition::from_spans(vec![
+            Span::new(3, 2),
+            Span::new(8, 1),
+            Span::new(60, 70),
+            Span::new(200, 1),
+        ]);
+        let masks: Vec<(usize, u64)> = p.word_masks().collect();
+        assert_eq!(
+            masks,
+            [
+                (0, 0b1_0001_1000 | (0b1111 << 60)),
+                (1, u64::MAX),
+                (2, 0b11),
+                (3, 1 << 8)
+            ]
+        );
     }
 }

@@ -149,6 +149,44 @@ impl Job {
     }
 }
 
+/// Which rows of the plan changed since the caller last asked ([`Scheduler::take_changes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanChanges {
+    /// The rows themselves changed (a slice opened or was dropped, a preempting job came or
+    /// went, repacking moved own jobs): every row is to be read again.
+    All,
+    /// Only these jobs may have entered or left rows (sorted, each once).
+    Jobs(Vec<JobId>),
+}
+
+/// The jobs whose rows changed since [`Scheduler::take_changes`], `None` for all of them: a
+/// caller that never asks (the daemon) stays at `None`, which costs nothing.
+#[derive(Clone, Debug, Default)]
+struct Journal(Option<Vec<JobId>>);
+
+impl Journal {
+    fn job(&mut self, job: JobId) {
+        if let Some(jobs) = &mut self.0 {
+            jobs.push(job);
+        }
+    }
+
+    fn all(&mut self) {
+        self.0 = None;
+    }
+
+    fn take(&mut self) -> PlanChanges {
+        match self.0.replace(Vec::new()) {
+            None => PlanChanges::All,
+            Some(mut jobs) => {
+                jobs.sort_unstable();
+                jobs.dedup();
+                PlanChanges::Jobs(jobs)
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Slice {
     id: SliceId,
@@ -159,7 +197,8 @@ struct Slice {
     ends: BTreeMap<(Micros, JobId), u32>,
     /// Own jobs' processors plus every preempting job's: where nothing new may be placed.
     taken: ProcSet,
-    alternates: Vec<JobId>,
+    /// By placement order, the order of the greedy fill.
+    alternates: BTreeMap<u64, JobId>,
     /// The alternates' processors (none in `taken`): with `taken`, where no further alternate
     /// may go. Kept apart so that refilling unmarks the old alternates instead of copying
     /// `taken` (a copy of the whole machine, at every event).
@@ -171,6 +210,82 @@ impl Slice {
     /// Whether `partition` lies wholly outside `taken` and the alternates.
     fn has_room_for(&self, partition: &Partition) -> bool {
         fits_between(partition, &self.taken, &self.lent)
+    }
+
+    /// Makes a placed job one of the slice's own (`end`: its planned end).
+    fn add_own(&mut self, id: JobId, partition: &Partition, end: Micros) {
+        self.own.push(id);
+        self.ends.insert((end, id), partition.size());
+        partition.mark(&mut self.taken);
+    }
+
+    /// Takes an own job out, all but its processors in `taken` (which a preempting job may
+    /// cover too: the caller knows).
+    fn remove_own(&mut self, id: JobId, end: Micros) {
+        self.own.retain(|&j| j != id);
+        self.ends.remove(&(end, id));
+    }
+
+    /// Takes the standby jobs over `partition` out (a new job there outranks them).
+    fn drop_standby_over(
+        &mut self,
+        partition: &Partition,
+        jobs: &BTreeMap<JobId, Job>,
+        journal: &mut Journal,
+    ) {
+        self.standby.retain(|&s| {
+            let over = job_partition(jobs, s).overlaps(partition);
+            if over {
+                journal.job(s);
+            }
+            !over
+        });
+    }
+}
+
+/// The placed jobs of slices (by placement order) with processors in each word of 64
+/// processors, with their bits there: a refill finds the jobs over the processors that changed
+/// without walking every placed job. Words, not runs: a scattered partition has about as many
+/// runs as processors.
+#[derive(Clone, Debug, Default)]
+struct Coverage(Vec<Vec<(u64, u64)>>);
+
+impl Coverage {
+    fn add(&mut self, seq: u64, partition: &Partition) {
+        for (word, mask) in partition.word_masks() {
+            if word >= self.0.len() {
+                self.0.resize_with(word + 1, Vec::new);
+            }
+            self.0[word].push((seq, mask));
+        }
+    }
+
+    fn remove(&mut self, seq: u64, partition: &Partition) {
+        for (word, _) in partition.word_masks() {
+            let jobs = &mut self.0[word];
+            let at = jobs.iter().position(|&(j, _)| j == seq);
+            jobs.swap_remove(at.expect("a placed job is listed in every word it touches"));
+        }
+    }
+
+    /// The jobs with a processor in `region` and in `within` (`None`: anywhere), once per
+    /// word they share with both.
+    fn over<'a>(
+        &'a self,
+        region: &'a Partition,
+        within: Option<&'a ProcSet>,
+    ) -> impl Iterator<Item = u64> + 'a {
+        region.word_masks().flat_map(move |(word, mask)| {
+            let mask = mask & within.map_or(u64::MAX, |w| w.word(word));
+            let jobs = if mask == 0 {
+                &[][..]
+            } else {
+                self.0.get(word).map_or(&[][..], Vec::as_slice)
+            };
+            jobs.iter()
+                .filter(move |&&(_, bits)| bits & mask != 0)
+                .map(|&(seq, _)| seq)
+        })
     }
 }
 
@@ -189,8 +304,11 @@ pub struct Scheduler {
     queue: WaitQueue,
     slices: Vec<Slice>,
     /// Placed jobs with a slice of their own, by placement order (candidates for alternates),
-    /// with their partitions: refilling a slice reads every one, without a lookup each.
+    /// with their partitions: refilling a slice from scratch reads every one, without a
+    /// lookup each.
     placed: BTreeMap<u64, (JobId, Partition)>,
+    /// Where the jobs of `placed` are.
+    coverage: Coverage,
     /// Jobs in every slice, by placement order.
     preempting: BTreeMap<u64, JobId>,
     preempting_procs: ProcSet,
@@ -211,6 +329,8 @@ pub struct Scheduler {
     /// The last EASY reservation, reused while nothing it depends on has changed (an arrival
     /// that starts nothing leaves it as it was: half the events of a loaded trace).
     reservation_memo: Option<ReservationMemo>,
+    /// Whose rows changed, for a caller that follows the plan by its changes (the simulator).
+    journal: Journal,
 }
 
 impl Scheduler {
@@ -233,6 +353,7 @@ impl Scheduler {
             queue: WaitQueue::default(),
             slices: Vec::new(),
             placed: BTreeMap::new(),
+            coverage: Coverage::default(),
             preempting: BTreeMap::new(),
             preempting_procs: ProcSet::new(procs),
             standby: BTreeMap::new(),
@@ -243,6 +364,7 @@ impl Scheduler {
             next_slice: 0,
             matrix_changes: 0,
             reservation_memo: None,
+            journal: Journal::default(),
         })
     }
 
@@ -557,6 +679,52 @@ impl Scheduler {
         self.rows(|id, _| id)
     }
 
+    /// How many rows [`Scheduler::plan`] has.
+    pub fn row_count(&self) -> usize {
+        let lone_row = !self.preempting.is_empty() || !self.standby.is_empty();
+        self.slices.len().max(usize::from(lone_row))
+    }
+
+    /// The rows of [`Scheduler::plan`] that job `job` is in, in increasing order: what
+    /// [`Scheduler::plan_jobs`] gives for one job, without building every row.
+    pub fn rows_of(&self, job: JobId) -> Vec<usize> {
+        let Some(Job {
+            state: JobState::Placed {
+                partition, home, ..
+            },
+            placed_seq,
+            ..
+        }) = self.jobs.get(&job)
+        else {
+            return Vec::new();
+        };
+        let unpreempted =
+            || self.preempting_procs.is_empty() || partition.is_clear_in(&self.preempting_procs);
+        if self.slices.is_empty() {
+            let in_row = match home {
+                Home::Preempting => true,
+                Home::Standby => unpreempted(),
+                Home::Slice(_) => unreachable!("a job of a slice with no slice"),
+            };
+            return if in_row { vec![0] } else { Vec::new() };
+        }
+        let in_row = |slice: &Slice| match *home {
+            Home::Preempting => true,
+            Home::Slice(id) => {
+                slice.id == id && unpreempted() || slice.alternates.contains_key(placed_seq)
+            }
+            Home::Standby => slice.standby.contains(&job),
+        };
+        (0..self.slices.len())
+            .filter(|&i| in_row(&self.slices[i]))
+            .collect()
+    }
+
+    /// Which rows changed since the last call (the first call: all).
+    pub fn take_changes(&mut self) -> PlanChanges {
+        self.journal.take()
+    }
+
     /// Every slice as a row of `entry(job, role)`: preempting jobs, then the slice's own jobs
     /// (those no preempting job covers), alternates and standby jobs. With no slice, the
     /// preempting and standby jobs make one row.
@@ -591,7 +759,7 @@ impl Scheduler {
                 row.extend(
                     slice
                         .alternates
-                        .iter()
+                        .values()
                         .map(|&id| entry(id, Role::Alternate)),
                 );
                 row.extend(slice.standby.iter().map(|&id| entry(id, Role::Standby)));
@@ -1022,11 +1190,12 @@ impl Scheduler {
                         own: Vec::new(),
                         ends: BTreeMap::new(),
                         taken: self.preempting_procs.clone(),
-                        alternates: Vec::new(),
+                        alternates: BTreeMap::new(),
                         lent: ProcSet::members_only(self.machine.procs()),
                         standby: Vec::new(),
                     });
                 }
+                self.coverage.add(seq, &partition);
                 self.placed.insert(seq, (id, partition.clone()));
             }
         }
@@ -1041,6 +1210,7 @@ impl Scheduler {
         match home {
             Home::Preempting => self.refresh_all(),
             Home::Standby => {
+                self.journal_standby(id);
                 for slice in &mut self.slices {
                     if slice.has_room_for(&partition) {
                         slice.standby.push(id);
@@ -1048,35 +1218,43 @@ impl Scheduler {
                 }
             }
             Home::Slice(slice_id) => {
+                self.journal.job(id);
                 let index = self.slice_index(slice_id);
                 let slice = &mut self.slices[index];
-                slice.own.push(id);
-                slice.ends.insert((end, id), partition.size());
-                partition.mark(&mut slice.taken);
-                if !opened && partition.is_clear_in(&slice.lent) {
+                slice.add_own(id, &partition, end);
+                if opened {
+                    self.journal.all();
+                    self.refill(index);
+                } else if partition.is_clear_in(&slice.lent) {
                     // Nothing of the slice's greedy fill stood there: every alternate stays
                     // (none overlaps the job) and none rejected before can fit now.
-                    let jobs = &self.jobs;
-                    slice
-                        .standby
-                        .retain(|s| !job_partition(jobs, *s).overlaps(&partition));
+                    slice.drop_standby_over(&partition, &self.jobs, &mut self.journal);
                 } else {
-                    self.refill(index);
+                    // Only the alternates it covers leave, and the jobs they kept out (no job
+                    // is placed after this one yet).
+                    self.refill_over(index, &partition, self.next_seq);
                 }
                 // The newest placement is last in alternate order: it only takes what is left.
                 if self.config.alternates {
                     for (i, slice) in self.slices.iter_mut().enumerate() {
                         if i != index && slice.has_room_for(&partition) {
-                            slice.alternates.push(id);
+                            slice.alternates.insert(seq, id);
                             partition.mark(&mut slice.lent);
-                            let jobs = &self.jobs;
-                            slice
-                                .standby
-                                .retain(|s| !job_partition(jobs, *s).overlaps(&partition));
+                            slice.drop_standby_over(&partition, &self.jobs, &mut self.journal);
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// A standby job comes or goes: with no slice, the lone row it shares with preempting
+    /// jobs may come or go with it.
+    fn journal_standby(&mut self, id: JobId) {
+        if self.slices.is_empty() {
+            self.journal.all();
+        } else {
+            self.journal.job(id);
         }
     }
 
@@ -1100,6 +1278,7 @@ impl Scheduler {
                 self.refresh_all();
             }
             Home::Standby => {
+                self.journal_standby(id);
                 self.standby.remove(&job.placed_seq);
                 partition.unmark(&mut self.standby_procs);
                 for slice in &mut self.slices {
@@ -1107,28 +1286,31 @@ impl Scheduler {
                 }
             }
             Home::Slice(slice_id) => {
+                self.journal.job(id);
                 self.placed.remove(&job.placed_seq);
+                self.coverage.remove(job.placed_seq, partition);
                 let index = self.slice_index(slice_id);
-                self.slices[index].own.retain(|&j| j != id);
                 let end = self.planned_end(job);
-                self.slices[index].ends.remove(&(end, id));
-                // Out of the alternates now, while its partition is at hand: refilling
-                // unmarks the alternates it finds by looking their partitions up.
-                let mut stale = vec![index];
+                self.slices[index].remove_own(id, end);
+                // Out of the alternates now, while its partition is at hand (a refill reads
+                // only placed jobs). In its own slice any job over its processors may fit now;
+                // elsewhere only those after it in the greedy order (those before were decided
+                // before it took its processors there).
+                let mut stale = vec![(index, 0)];
                 for (i, slice) in self.slices.iter_mut().enumerate() {
-                    if let Some(at) = slice.alternates.iter().position(|&a| a == id) {
-                        slice.alternates.remove(at);
+                    if slice.alternates.remove(&job.placed_seq).is_some() {
                         partition.unmark(&mut slice.lent);
-                        stale.push(i);
+                        stale.push((i, job.placed_seq));
                     }
                 }
                 if self.slices[index].own.is_empty() {
                     self.slices.remove(index);
-                    stale.retain(|&i| i != index);
+                    self.journal.all();
+                    stale.retain(|&(i, _)| i != index);
                     stale
                         .iter_mut()
-                        .filter(|i| **i > index)
-                        .for_each(|i| *i -= 1);
+                        .filter(|(i, _)| *i > index)
+                        .for_each(|(i, _)| *i -= 1);
                 } else {
                     // Own partitions are disjoint; preempting jobs may cover any of them.
                     let taken = &mut self.slices[index].taken;
@@ -1140,7 +1322,9 @@ impl Scheduler {
                 if self.config.repack && self.repack() {
                     self.refresh_all();
                 } else {
-                    stale.into_iter().for_each(|i| self.refill(i));
+                    for (i, since) in stale {
+                        self.refill_over(i, partition, since);
+                    }
                 }
             }
         }
@@ -1161,11 +1345,9 @@ impl Scheduler {
                 };
                 moved = true;
                 let end = self.planned_end(&self.jobs[&id]);
-                self.slices[from].own.retain(|&j| j != id);
-                self.slices[from].ends.remove(&(end, id));
-                self.slices[to].own.push(id);
-                self.slices[to].ends.insert((end, id), partition.size());
-                partition.mark(&mut self.slices[to].taken);
+                // `from`'s `taken` is recomputed once repacking is over.
+                self.slices[from].remove_own(id, end);
+                self.slices[to].add_own(id, &partition, end);
                 let to_id = self.slices[to].id;
                 if let JobState::Placed { home, .. } =
                     &mut self.jobs.get_mut(&id).expect("own jobs exist").state
@@ -1253,6 +1435,7 @@ impl Scheduler {
 
     /// Recomputes `taken` of every slice (preempting set changed) and refills all.
     fn refresh_all(&mut self) {
+        self.journal.all();
         for i in 0..self.slices.len() {
             self.retake(i);
             self.refill(i);
@@ -1270,12 +1453,13 @@ impl Scheduler {
 
     /// Recomputes a slice's alternates and standby jobs from scratch, greedily in placement
     /// order. Every alternate it holds must still be placed (see [`Scheduler::unplace`]).
+    /// Its callers tell the journal that every row changed.
     fn refill(&mut self, index: usize) {
         // With one slice every placed job is its own: there is no other slice to borrow from.
         let borrows = self.config.alternates && self.slices.len() > 1;
         let slice = &mut self.slices[index];
         let mut lent = std::mem::replace(&mut slice.lent, ProcSet::members_only(0));
-        for &id in &slice.alternates {
+        for &id in slice.alternates.values() {
             job_partition(&self.jobs, id).unmark(&mut lent);
         }
         debug_assert!(
@@ -1284,26 +1468,110 @@ impl Scheduler {
             slice.id
         );
         let taken = &slice.taken;
-        let mut alternates = Vec::new();
+        let mut alternates = BTreeMap::new();
         if borrows {
-            for (id, partition) in self.placed.values() {
+            for (&seq, (id, partition)) in &self.placed {
                 // Own jobs never qualify: their processors are already in `taken`.
                 if fits_between(partition, taken, &lent) {
                     partition.mark(&mut lent);
-                    alternates.push(*id);
+                    alternates.insert(seq, *id);
                 }
             }
         }
-        let standby = self
-            .standby
-            .values()
-            .copied()
-            .filter(|&id| fits_between(job_partition(&self.jobs, id), taken, &lent))
-            .collect();
         let slice = &mut self.slices[index];
         slice.lent = lent;
         slice.alternates = alternates;
-        slice.standby = standby;
+        self.refill_standby(index);
+    }
+
+    /// What [`Scheduler::refill`] gives, after `region` changed in slice `index`: its
+    /// processors were freed (an own job left, or an alternate placed at `since`) or taken
+    /// (a new own job). The greedy pass can decide a job differently only if its processors
+    /// meet ones whose state changed before its turn, so only these are decided again: the
+    /// jobs over `region` placed at `since` or later, the alternates a new own job covers,
+    /// and, whenever a decision changes, the later jobs over that job's processors.
+    fn refill_over(&mut self, index: usize, region: &Partition, since: u64) {
+        if self.config.alternates && self.slices.len() > 1 {
+            let mut pending = BTreeSet::new();
+            if !region.is_clear_in(&self.slices[index].lent) {
+                for seq in self.alternates_over(index, region) {
+                    self.evict(index, seq, &mut pending);
+                }
+            }
+            self.placed_over(region, since, &mut pending);
+            while let Some(seq) = pending.pop_first() {
+                let slice = &self.slices[index];
+                let (id, partition) = &self.placed[&seq];
+                if slice.alternates.contains_key(&seq) || !partition.is_clear_in(&slice.taken) {
+                    continue;
+                }
+                // `lent` still holds later alternates the pass has not reached: those in
+                // the way come after this job in the greedy order, so they yield to it.
+                let blockers = if partition.is_clear_in(&slice.lent) {
+                    BTreeSet::new()
+                } else {
+                    self.alternates_over(index, partition)
+                };
+                if blockers.first().is_some_and(|&first| first < seq) {
+                    continue;
+                }
+                let (id, partition) = (*id, partition.clone());
+                for blocker in blockers {
+                    self.evict(index, blocker, &mut pending);
+                }
+                self.journal.job(id);
+                let slice = &mut self.slices[index];
+                slice.alternates.insert(seq, id);
+                partition.mark(&mut slice.lent);
+            }
+        }
+        self.refill_standby(index);
+    }
+
+    /// Adds to `out` the placed jobs over `region` placed at `since` or later.
+    fn placed_over(&self, region: &Partition, since: u64, out: &mut BTreeSet<u64>) {
+        out.extend(self.coverage.over(region, None).filter(|&seq| seq >= since));
+    }
+
+    /// Slice `index`'s alternates over `region`.
+    fn alternates_over(&self, index: usize, region: &Partition) -> BTreeSet<u64> {
+        let slice = &self.slices[index];
+        // Only where `region` meets `lent` (the alternates' processors).
+        self.coverage
+            .over(region, Some(&slice.lent))
+            .filter(|seq| slice.alternates.contains_key(seq))
+            .collect()
+    }
+
+    /// Takes the alternate placed at `seq` out of slice `index`; the jobs after it over its
+    /// processors are to be decided again.
+    fn evict(&mut self, index: usize, seq: u64, pending: &mut BTreeSet<u64>) {
+        let slice = &mut self.slices[index];
+        slice.alternates.remove(&seq);
+        let (id, partition) = &self.placed[&seq];
+        self.journal.job(*id);
+        partition.unmark(&mut slice.lent);
+        self.placed_over(partition, seq + 1, pending);
+    }
+
+    /// Recomputes a slice's standby jobs: those clear of its own jobs and alternates.
+    fn refill_standby(&mut self, index: usize) {
+        let slice = &self.slices[index];
+        let standby: Vec<JobId> = self
+            .standby
+            .values()
+            .copied()
+            .filter(|&id| fits_between(job_partition(&self.jobs, id), &slice.taken, &slice.lent))
+            .collect();
+        let old = std::mem::replace(&mut self.slices[index].standby, standby);
+        let new = &self.slices[index].standby;
+        // Both in placement order, seldom long: those in one and not the other changed rows.
+        for &id in old.iter().filter(|id| !new.contains(id)) {
+            self.journal.job(id);
+        }
+        for &id in new.iter().filter(|id| !old.contains(id)) {
+            self.journal.job(id);
+        }
     }
 }
 
