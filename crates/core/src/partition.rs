@@ -154,26 +154,28 @@ impl Partition {
 
     /// Its processors word by word, in order: `(w, bits)` for each word of 64 processors it
     /// has any of (bit `i`: processor `64 * w + i`).
-    pub fn word_masks(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        let mut pieces = self
-            .spans
-            .iter()
-            .flat_map(|s| {
-                (s.start / 64..=(s.end() - 1) / 64).map(move |word| {
-                    let low = word * 64;
-                    let (from, to) = (s.start.max(low) - low, s.end().min(low + 64) - low);
-                    (word as usize, (u64::MAX >> (64 - (to - from))) << from)
-                })
-            })
-            .peekable();
-        // Runs are sorted, so the pieces of one word come together.
-        std::iter::from_fn(move || {
-            let (word, mut mask) = pieces.next()?;
-            while let Some((_, more)) = pieces.next_if(|&(w, _)| w == word) {
-                mask |= more;
+    pub fn word_masks(&self) -> Vec<(usize, u64)> {
+        let mut words: Vec<(usize, u64)> = Vec::new();
+        for span in self.spans.iter() {
+            let (first, last) = ((span.start / 64) as usize, ((span.end() - 1) / 64) as usize);
+            let low = u64::MAX << (span.start % 64);
+            let high = u64::MAX >> (63 - (span.end() - 1) % 64);
+            let (head, tail) = if first == last {
+                (low & high, None)
+            } else {
+                (low, Some(high))
+            };
+            // Runs are sorted, so a run can only share its first word with the run before.
+            match words.last_mut() {
+                Some((word, bits)) if *word == first => *bits |= head,
+                _ => words.push((first, head)),
             }
-            Some((word, mask))
-        })
+            if let Some(tail) = tail {
+                words.extend((first + 1..last).map(|word| (word, u64::MAX)));
+                words.push((last, tail));
+            }
+        }
+        words
     }
 
     pub fn overlaps(&self, other: &Partition) -> bool {
@@ -239,7 +241,7 @@ mod tests {
             Span::new(60, 70),
             Span::new(200, 1),
         ]);
-        let masks: Vec<(usize, u64)> = p.word_masks().collect();
+        let masks = p.word_masks();
         assert_eq!(
             masks,
             [

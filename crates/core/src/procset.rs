@@ -218,6 +218,25 @@ impl ProcSet {
         self.words.get(index).copied().unwrap_or(0)
     }
 
+    /// Adds `bits` to each word `(index, bits)` of `words`. Only for a set that keeps its
+    /// members only ([`ProcSet::members_only`]): no block is measured.
+    pub fn insert_words(&mut self, words: &[(usize, u64)]) {
+        debug_assert!(!self.measured, "insert_words on a measured set");
+        for &(index, bits) in words {
+            self.members += (bits & !self.words[index]).count_ones();
+            self.words[index] |= bits;
+        }
+    }
+
+    /// Takes `bits` out of each word `(index, bits)` of `words` (see [`ProcSet::insert_words`]).
+    pub fn remove_words(&mut self, words: &[(usize, u64)]) {
+        debug_assert!(!self.measured, "remove_words on a measured set");
+        for &(index, bits) in words {
+            self.members -= (bits & self.words[index]).count_ones();
+            self.words[index] &= !bits;
+        }
+    }
+
     pub fn contains(&self, proc: u32) -> bool {
         proc < self.len && self.words[(proc / 64) as usize] >> (proc % 64) & 1 == 1
     }

@@ -13,8 +13,10 @@ use crate::partitioner::{lowest_free, NeverFits, PartitionerKind, ReleaseSearch,
 use crate::plan::{Plan, PlanEntry, PlanSlice, Role};
 use crate::procset::{ProcSet, Released};
 use crate::queue::{QueueKey, WaitQueue};
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::ops::Bound;
+use std::sync::Arc;
 
 /// How the wait queue is served when its head does not fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,7 +192,8 @@ impl Journal {
 #[derive(Clone, Debug)]
 struct Slice {
     id: SliceId,
-    own: Vec<JobId>,
+    /// By placement order (the plan's order), so that one leaves without a scan.
+    own: BTreeMap<u64, JobId>,
     /// Own jobs by planned end (see [`Scheduler::planned_end`]), with their sizes: EASY's
     /// reservation reads them in this order at every event, so they are kept sorted rather
     /// than sorted each time, and counted without a job lookup each.
@@ -212,17 +215,18 @@ impl Slice {
         fits_between(partition, &self.taken, &self.lent)
     }
 
-    /// Makes a placed job one of the slice's own (`end`: its planned end).
-    fn add_own(&mut self, id: JobId, partition: &Partition, end: Micros) {
-        self.own.push(id);
+    /// Makes a placed job one of the slice's own (`seq`: its placement order, `end`: its
+    /// planned end).
+    fn add_own(&mut self, id: JobId, seq: u64, partition: &Partition, end: Micros) {
+        self.own.insert(seq, id);
         self.ends.insert((end, id), partition.size());
         partition.mark(&mut self.taken);
     }
 
     /// Takes an own job out, all but its processors in `taken` (which a preempting job may
     /// cover too: the caller knows).
-    fn remove_own(&mut self, id: JobId, end: Micros) {
-        self.own.retain(|&j| j != id);
+    fn remove_own(&mut self, id: JobId, seq: u64, end: Micros) {
+        self.own.remove(&seq);
         self.ends.remove(&(end, id));
     }
 
@@ -243,25 +247,41 @@ impl Slice {
     }
 }
 
+/// A partition word by word (see [`Partition::word_masks`]), computed once when its job is
+/// placed: a refill tests and marks scattered partitions a word at a time, not a run at a time.
+type Words = Arc<[(usize, u64)]>;
+
+/// Whether none of `words` is in `set`.
+fn words_clear_in(words: &[(usize, u64)], set: &ProcSet) -> bool {
+    words.iter().all(|&(word, bits)| set.word(word) & bits == 0)
+}
+
+/// A job with a slice of its own, as the alternate fill reads it.
+#[derive(Clone, Debug)]
+struct PlacedJob {
+    id: JobId,
+    partition: Partition,
+    words: Words,
+}
+
 /// The placed jobs of slices (by placement order) with processors in each word of 64
 /// processors, with their bits there: a refill finds the jobs over the processors that changed
-/// without walking every placed job. Words, not runs: a scattered partition has about as many
-/// runs as processors.
+/// without walking every placed job.
 #[derive(Clone, Debug, Default)]
 struct Coverage(Vec<Vec<(u64, u64)>>);
 
 impl Coverage {
-    fn add(&mut self, seq: u64, partition: &Partition) {
-        for (word, mask) in partition.word_masks() {
+    fn add(&mut self, seq: u64, words: &[(usize, u64)]) {
+        for &(word, bits) in words {
             if word >= self.0.len() {
                 self.0.resize_with(word + 1, Vec::new);
             }
-            self.0[word].push((seq, mask));
+            self.0[word].push((seq, bits));
         }
     }
 
-    fn remove(&mut self, seq: u64, partition: &Partition) {
-        for (word, _) in partition.word_masks() {
+    fn remove(&mut self, seq: u64, words: &[(usize, u64)]) {
+        for &(word, _) in words {
             let jobs = &mut self.0[word];
             let at = jobs.iter().position(|&(j, _)| j == seq);
             jobs.swap_remove(at.expect("a placed job is listed in every word it touches"));
@@ -272,11 +292,11 @@ impl Coverage {
     /// word they share with both.
     fn over<'a>(
         &'a self,
-        region: &'a Partition,
+        region: &'a [(usize, u64)],
         within: Option<&'a ProcSet>,
     ) -> impl Iterator<Item = u64> + 'a {
-        region.word_masks().flat_map(move |(word, mask)| {
-            let mask = mask & within.map_or(u64::MAX, |w| w.word(word));
+        region.iter().flat_map(move |&(word, bits)| {
+            let mask = bits & within.map_or(u64::MAX, |w| w.word(word));
             let jobs = if mask == 0 {
                 &[][..]
             } else {
@@ -306,7 +326,7 @@ pub struct Scheduler {
     /// Placed jobs with a slice of their own, by placement order (candidates for alternates),
     /// with their partitions: refilling a slice from scratch reads every one, without a
     /// lookup each.
-    placed: BTreeMap<u64, (JobId, Partition)>,
+    placed: BTreeMap<u64, PlacedJob>,
     /// Where the jobs of `placed` are.
     coverage: Coverage,
     /// Jobs in every slice, by placement order.
@@ -685,9 +705,9 @@ impl Scheduler {
         self.slices.len().max(usize::from(lone_row))
     }
 
-    /// The rows of [`Scheduler::plan`] that job `job` is in, in increasing order: what
-    /// [`Scheduler::plan_jobs`] gives for one job, without building every row.
-    pub fn rows_of(&self, job: JobId) -> Vec<usize> {
+    /// Appends to `rows` the rows of [`Scheduler::plan`] that job `job` is in, in increasing
+    /// order: what [`Scheduler::plan_jobs`] gives for one job, without building every row.
+    pub fn rows_of(&self, job: JobId, rows: &mut Vec<usize>) {
         let Some(Job {
             state: JobState::Placed {
                 partition, home, ..
@@ -696,7 +716,7 @@ impl Scheduler {
             ..
         }) = self.jobs.get(&job)
         else {
-            return Vec::new();
+            return;
         };
         let unpreempted =
             || self.preempting_procs.is_empty() || partition.is_clear_in(&self.preempting_procs);
@@ -706,7 +726,8 @@ impl Scheduler {
                 Home::Standby => unpreempted(),
                 Home::Slice(_) => unreachable!("a job of a slice with no slice"),
             };
-            return if in_row { vec![0] } else { Vec::new() };
+            rows.extend(in_row.then_some(0));
+            return;
         }
         let in_row = |slice: &Slice| match *home {
             Home::Preempting => true,
@@ -715,9 +736,7 @@ impl Scheduler {
             }
             Home::Standby => slice.standby.contains(&job),
         };
-        (0..self.slices.len())
-            .filter(|&i| in_row(&self.slices[i]))
-            .collect()
+        rows.extend((0..self.slices.len()).filter(|&i| in_row(&self.slices[i])));
     }
 
     /// Which rows changed since the last call (the first call: all).
@@ -749,7 +768,7 @@ impl Scheduler {
                 row.extend(
                     slice
                         .own
-                        .iter()
+                        .values()
                         .filter(|&&id| {
                             nothing_preempts
                                 || self.partition(id).is_clear_in(&self.preempting_procs)
@@ -1187,7 +1206,7 @@ impl Scheduler {
                     self.next_slice += 1;
                     self.slices.push(Slice {
                         id: slice_id,
-                        own: Vec::new(),
+                        own: BTreeMap::new(),
                         ends: BTreeMap::new(),
                         taken: self.preempting_procs.clone(),
                         alternates: BTreeMap::new(),
@@ -1195,8 +1214,14 @@ impl Scheduler {
                         standby: Vec::new(),
                     });
                 }
-                self.coverage.add(seq, &partition);
-                self.placed.insert(seq, (id, partition.clone()));
+                let words: Words = partition.word_masks().into();
+                self.coverage.add(seq, &words);
+                let placed = PlacedJob {
+                    id,
+                    partition: partition.clone(),
+                    words,
+                };
+                self.placed.insert(seq, placed);
             }
         }
         let job = self.jobs.get_mut(&id).expect("placing a known job");
@@ -1221,7 +1246,7 @@ impl Scheduler {
                 self.journal.job(id);
                 let index = self.slice_index(slice_id);
                 let slice = &mut self.slices[index];
-                slice.add_own(id, &partition, end);
+                slice.add_own(id, seq, &partition, end);
                 if opened {
                     self.journal.all();
                     self.refill(index);
@@ -1232,14 +1257,16 @@ impl Scheduler {
                 } else {
                     // Only the alternates it covers leave, and the jobs they kept out (no job
                     // is placed after this one yet).
-                    self.refill_over(index, &partition, self.next_seq);
+                    let words = self.placed[&seq].words.clone();
+                    self.refill_over(index, &words, self.next_seq);
                 }
                 // The newest placement is last in alternate order: it only takes what is left.
                 if self.config.alternates {
+                    let words = &self.placed[&seq].words;
                     for (i, slice) in self.slices.iter_mut().enumerate() {
                         if i != index && slice.has_room_for(&partition) {
                             slice.alternates.insert(seq, id);
-                            partition.mark(&mut slice.lent);
+                            slice.lent.insert_words(words);
                             slice.drop_standby_over(&partition, &self.jobs, &mut self.journal);
                         }
                     }
@@ -1287,11 +1314,11 @@ impl Scheduler {
             }
             Home::Slice(slice_id) => {
                 self.journal.job(id);
-                self.placed.remove(&job.placed_seq);
-                self.coverage.remove(job.placed_seq, partition);
+                let placed = self.placed.remove(&job.placed_seq).expect("a placed job");
+                self.coverage.remove(job.placed_seq, &placed.words);
                 let index = self.slice_index(slice_id);
                 let end = self.planned_end(job);
-                self.slices[index].remove_own(id, end);
+                self.slices[index].remove_own(id, job.placed_seq, end);
                 // Out of the alternates now, while its partition is at hand (a refill reads
                 // only placed jobs). In its own slice any job over its processors may fit now;
                 // elsewhere only those after it in the greedy order (those before were decided
@@ -1299,7 +1326,7 @@ impl Scheduler {
                 let mut stale = vec![(index, 0)];
                 for (i, slice) in self.slices.iter_mut().enumerate() {
                     if slice.alternates.remove(&job.placed_seq).is_some() {
-                        partition.unmark(&mut slice.lent);
+                        slice.lent.remove_words(&placed.words);
                         stale.push((i, job.placed_seq));
                     }
                 }
@@ -1323,7 +1350,7 @@ impl Scheduler {
                     self.refresh_all();
                 } else {
                     for (i, since) in stale {
-                        self.refill_over(i, partition, since);
+                        self.refill_over(i, &placed.words, since);
                     }
                 }
             }
@@ -1337,7 +1364,7 @@ impl Scheduler {
         let mut from = self.slices.len();
         while from > 1 {
             from -= 1;
-            for id in self.slices[from].own.clone() {
+            for (seq, id) in self.slices[from].own.clone() {
                 let partition = job_partition(&self.jobs, id).clone();
                 let Some(to) = (0..from).find(|&to| partition.is_clear_in(&self.slices[to].taken))
                 else {
@@ -1346,8 +1373,8 @@ impl Scheduler {
                 moved = true;
                 let end = self.planned_end(&self.jobs[&id]);
                 // `from`'s `taken` is recomputed once repacking is over.
-                self.slices[from].remove_own(id, end);
-                self.slices[to].add_own(id, &partition, end);
+                self.slices[from].remove_own(id, seq, end);
+                self.slices[to].add_own(id, seq, &partition, end);
                 let to_id = self.slices[to].id;
                 if let JobState::Placed { home, .. } =
                     &mut self.jobs.get_mut(&id).expect("own jobs exist").state
@@ -1357,13 +1384,6 @@ impl Scheduler {
             }
             if self.slices[from].own.is_empty() {
                 self.slices.remove(from);
-            }
-        }
-        if moved {
-            // Keep each slice's own jobs in placement order, as alternates are.
-            for slice in &mut self.slices {
-                let jobs = &self.jobs;
-                slice.own.sort_by_key(|id| jobs[id].placed_seq);
             }
         }
         moved
@@ -1407,17 +1427,25 @@ impl Scheduler {
                 _ => {}
             }
         }
-        for (id, partition) in self.placed.values() {
+        for PlacedJob {
+            id,
+            partition,
+            words,
+        } in self.placed.values()
+        {
             if job_partition(&self.jobs, *id) != partition {
                 return Err(format!(
                     "job {id}: placed with {partition}, now on another partition"
                 ));
             }
+            if **words != *partition.word_masks() {
+                return Err(format!("job {id}: its words are not its partition's"));
+            }
         }
         for slice in &self.slices {
             let ends: BTreeMap<(Micros, JobId), u32> = slice
                 .own
-                .iter()
+                .values()
                 .map(|id| {
                     let end = self.planned_end(&self.jobs[id]);
                     ((end, *id), self.partition(*id).size())
@@ -1445,7 +1473,7 @@ impl Scheduler {
     /// Recomputes a slice's `taken` from its own jobs and the preempting set.
     fn retake(&mut self, index: usize) {
         let mut taken = self.preempting_procs.clone();
-        for &id in &self.slices[index].own {
+        for &id in self.slices[index].own.values() {
             job_partition(&self.jobs, id).mark(&mut taken);
         }
         self.slices[index].taken = taken;
@@ -1453,7 +1481,6 @@ impl Scheduler {
 
     /// Recomputes a slice's alternates and standby jobs from scratch, greedily in placement
     /// order. Every alternate it holds must still be placed (see [`Scheduler::unplace`]).
-    /// Its callers tell the journal that every row changed.
     fn refill(&mut self, index: usize) {
         // With one slice every placed job is its own: there is no other slice to borrow from.
         let borrows = self.config.alternates && self.slices.len() > 1;
@@ -1470,7 +1497,7 @@ impl Scheduler {
         let taken = &slice.taken;
         let mut alternates = BTreeMap::new();
         if borrows {
-            for (&seq, (id, partition)) in &self.placed {
+            for (&seq, PlacedJob { id, partition, .. }) in &self.placed {
                 // Own jobs never qualify: their processors are already in `taken`.
                 if fits_between(partition, taken, &lent) {
                     partition.mark(&mut lent);
@@ -1480,7 +1507,13 @@ impl Scheduler {
         }
         let slice = &mut self.slices[index];
         slice.lent = lent;
-        slice.alternates = alternates;
+        let old = std::mem::replace(&mut slice.alternates, alternates);
+        let new = &slice.alternates;
+        for (seq, &id) in old.iter().chain(new) {
+            if old.contains_key(seq) != new.contains_key(seq) {
+                self.journal.job(id);
+            }
+        }
         self.refill_standby(index);
     }
 
@@ -1490,68 +1523,99 @@ impl Scheduler {
     /// meet ones whose state changed before its turn, so only these are decided again: the
     /// jobs over `region` placed at `since` or later, the alternates a new own job covers,
     /// and, whenever a decision changes, the later jobs over that job's processors.
-    fn refill_over(&mut self, index: usize, region: &Partition, since: u64) {
+    fn refill_over(&mut self, index: usize, region: &[(usize, u64)], since: u64) {
+        // Around more words than there are placed jobs (a wide job left or came), a refill
+        // from scratch costs less: a job over thousands of processors meets every other one
+        // once per word. Both give the same.
+        if region.len() > self.placed.len() {
+            self.refill(index);
+            return;
+        }
         if self.config.alternates && self.slices.len() > 1 {
-            let mut pending = BTreeSet::new();
-            if !region.is_clear_in(&self.slices[index].lent) {
-                for seq in self.alternates_over(index, region) {
+            // Jobs to decide again, smallest placement first; a job over several changed
+            // words comes up once per word (cheaper than a set), so repeats are skipped.
+            let mut pending = BinaryHeap::new();
+            let mut last = None;
+            if !words_clear_in(region, &self.slices[index].lent) {
+                let covered = self.alternates_over(index, region, 0);
+                for seq in covered.expect("no alternate is placed before 0") {
                     self.evict(index, seq, &mut pending);
                 }
             }
             self.placed_over(region, since, &mut pending);
-            while let Some(seq) = pending.pop_first() {
+            while let Some(Reverse(seq)) = pending.pop() {
+                if last.replace(seq) == Some(seq) {
+                    continue;
+                }
                 let slice = &self.slices[index];
-                let (id, partition) = &self.placed[&seq];
-                if slice.alternates.contains_key(&seq) || !partition.is_clear_in(&slice.taken) {
+                let job = &self.placed[&seq];
+                if slice.alternates.contains_key(&seq) || !job.partition.is_clear_in(&slice.taken) {
                     continue;
                 }
                 // `lent` still holds later alternates the pass has not reached: those in
                 // the way come after this job in the greedy order, so they yield to it.
-                let blockers = if partition.is_clear_in(&slice.lent) {
+                let blockers = if words_clear_in(&job.words, &slice.lent) {
                     BTreeSet::new()
                 } else {
-                    self.alternates_over(index, partition)
+                    match self.alternates_over(index, &job.words, seq) {
+                        Some(later) => later,
+                        None => continue,
+                    }
                 };
-                if blockers.first().is_some_and(|&first| first < seq) {
-                    continue;
-                }
-                let (id, partition) = (*id, partition.clone());
+                let (id, words) = (job.id, job.words.clone());
                 for blocker in blockers {
                     self.evict(index, blocker, &mut pending);
                 }
                 self.journal.job(id);
                 let slice = &mut self.slices[index];
                 slice.alternates.insert(seq, id);
-                partition.mark(&mut slice.lent);
+                slice.lent.insert_words(&words);
             }
         }
         self.refill_standby(index);
     }
 
     /// Adds to `out` the placed jobs over `region` placed at `since` or later.
-    fn placed_over(&self, region: &Partition, since: u64, out: &mut BTreeSet<u64>) {
-        out.extend(self.coverage.over(region, None).filter(|&seq| seq >= since));
+    fn placed_over(&self, region: &[(usize, u64)], since: u64, out: &mut BinaryHeap<Reverse<u64>>) {
+        out.extend(
+            self.coverage
+                .over(region, None)
+                .filter(|&seq| seq >= since)
+                .map(Reverse),
+        );
     }
 
-    /// Slice `index`'s alternates over `region`.
-    fn alternates_over(&self, index: usize, region: &Partition) -> BTreeSet<u64> {
+    /// Slice `index`'s alternates over `region`, or `None` if one of them was placed before
+    /// `before` (it keeps its place).
+    fn alternates_over(
+        &self,
+        index: usize,
+        region: &[(usize, u64)],
+        before: u64,
+    ) -> Option<BTreeSet<u64>> {
         let slice = &self.slices[index];
+        let mut over = BTreeSet::new();
         // Only where `region` meets `lent` (the alternates' processors).
-        self.coverage
-            .over(region, Some(&slice.lent))
-            .filter(|seq| slice.alternates.contains_key(seq))
-            .collect()
+        for seq in self.coverage.over(region, Some(&slice.lent)) {
+            if slice.alternates.contains_key(&seq) {
+                if seq < before {
+                    return None;
+                }
+                over.insert(seq);
+            }
+        }
+        Some(over)
     }
 
     /// Takes the alternate placed at `seq` out of slice `index`; the jobs after it over its
     /// processors are to be decided again.
-    fn evict(&mut self, index: usize, seq: u64, pending: &mut BTreeSet<u64>) {
+    fn evict(&mut self, index: usize, seq: u64, pending: &mut BinaryHeap<Reverse<u64>>) {
         let slice = &mut self.slices[index];
         slice.alternates.remove(&seq);
-        let (id, partition) = &self.placed[&seq];
-        self.journal.job(*id);
-        partition.unmark(&mut slice.lent);
-        self.placed_over(partition, seq + 1, pending);
+        let job = &self.placed[&seq];
+        self.journal.job(job.id);
+        slice.lent.remove_words(&job.words);
+        self.placed_over(&job.words, seq + 1, pending);
     }
 
     /// Recomputes a slice's standby jobs: those clear of its own jobs and alternates.

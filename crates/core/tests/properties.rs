@@ -63,14 +63,19 @@ fn op(nodes: u32, per_node: u32) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The 1-D partitioners (the machines here are lines).
+fn partitioner() -> impl Strategy<Value = PartitionerKind> {
+    prop_oneof![
+        Just(PartitionerKind::FirstFit),
+        Just(PartitionerKind::BestFit),
+        Just(PartitionerKind::Buddy),
+        Just(PartitionerKind::Scatter),
+    ]
+}
+
 fn config() -> impl Strategy<Value = Config> {
     (
-        prop_oneof![
-            Just(PartitionerKind::FirstFit),
-            Just(PartitionerKind::BestFit),
-            Just(PartitionerKind::Buddy),
-            Just(PartitionerKind::Scatter),
-        ],
+        partitioner(),
         1u32..6,
         any::<bool>(),
         any::<bool>(),
@@ -255,11 +260,10 @@ fn check(s: &Scheduler, config: &Config, withheld: bool) -> Result<(), String> {
     let rows = rows_by_job(&plan);
     for (id, _, _) in s.jobs() {
         let expected = rows.get(&id).cloned().unwrap_or_default();
-        if s.rows_of(id) != expected {
-            return Err(format!(
-                "job {id}: rows_of {:?}, plan {expected:?}",
-                s.rows_of(id)
-            ));
+        let mut found = Vec::new();
+        s.rows_of(id, &mut found);
+        if found != expected {
+            return Err(format!("job {id}: rows_of {found:?}, plan {expected:?}"));
         }
     }
     let procs = s.machine().procs();
@@ -432,18 +436,8 @@ proptest! {
 /// let others in). Slices are refilled only where their processors changed; `audit` holds each
 /// step to a refill from scratch.
 fn crowded() -> impl Strategy<Value = (Machine, Config, Vec<(u32, usize)>)> {
-    (
-        prop_oneof![
-            Just(PartitionerKind::FirstFit),
-            Just(PartitionerKind::BestFit),
-            Just(PartitionerKind::Buddy),
-            Just(PartitionerKind::Scatter),
-        ],
-        2u32..7,
-        8u32..48,
-        any::<bool>(),
-    )
-        .prop_flat_map(|(partitioner, mpl, procs, easy)| {
+    (partitioner(), 2u32..7, 8u32..48, any::<bool>()).prop_flat_map(
+        |(partitioner, mpl, procs, easy)| {
             let config = Config {
                 partitioner,
                 mpl,
@@ -460,7 +454,8 @@ fn crowded() -> impl Strategy<Value = (Machine, Config, Vec<(u32, usize)>)> {
                 Just(config),
                 proptest::collection::vec(event, 1..200),
             )
-        })
+        },
+    )
 }
 
 proptest! {

@@ -177,6 +177,13 @@ struct Running {
     slot_in_active: Option<usize>,
 }
 
+impl Running {
+    /// Whether a completion entry for `time` is this job's current one.
+    fn completes_at(&self, time: Micros) -> bool {
+        self.slot_in_active.is_some() && self.completion == time
+    }
+}
+
 struct Replay<'a> {
     config: &'a SimConfig,
     jobs: &'a [SimJob],
@@ -296,8 +303,10 @@ impl Replay<'_> {
         let same_turns = self.cycle.is_some_and(|old| old.slices == cycle.slices);
         let mut looked_at = match self.sched.take_changes() {
             PlanChanges::Jobs(jobs) if same_turns => {
+                let mut slices = Vec::new();
                 for &id in &jobs {
-                    let slices = self.sched.rows_of(id);
+                    slices.clear();
+                    self.sched.rows_of(id, &mut slices);
                     self.gather(id as usize, number, &slices);
                 }
                 jobs.into_iter().map(|id| id as usize).collect()
@@ -371,6 +380,13 @@ impl Replay<'_> {
                 }
             }
         }
+        // A changed completion leaves its old entry behind until it surfaces; with jobs
+        // re-based at every generation a heap of mostly dead entries made every pop slower.
+        if self.completions.len() > 2 * self.active.len() + 64 {
+            let state = &self.state;
+            self.completions
+                .retain(|&Reverse((time, index))| state[index].completes_at(time));
+        }
         debug_assert_eq!(
             self.rows_in_force(),
             sorted_rows(self.sched.plan_jobs()),
@@ -408,8 +424,7 @@ impl Replay<'_> {
     /// The earliest pending completion, skipping stale heap entries.
     fn next_completion(&mut self) -> Option<Micros> {
         while let Some(&Reverse((time, index))) = self.completions.peek() {
-            let job = &self.state[index];
-            if job.slot_in_active.is_some() && job.completion == time {
+            if self.state[index].completes_at(time) {
                 return Some(time);
             }
             self.completions.pop();
