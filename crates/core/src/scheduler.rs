@@ -13,6 +13,7 @@ use crate::partitioner::{lowest_free, NeverFits, PartitionerKind, ReleaseSearch,
 use crate::plan::{Plan, PlanEntry, PlanSlice, Role};
 use crate::procset::{ProcSet, Released};
 use crate::queue::{QueueKey, WaitQueue};
+use std::cell::OnceCell;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::ops::Bound;
@@ -151,25 +152,35 @@ impl Job {
     }
 }
 
-/// Which rows of the plan changed since the caller last asked ([`Scheduler::take_changes`]).
+/// How the plan's rows changed since the caller last asked ([`Scheduler::take_changes`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PlanChanges {
     /// The rows themselves changed (a slice opened or was dropped, a preempting job came or
     /// went, repacking moved own jobs): every row is to be read again.
     All,
-    /// Only these jobs may have entered or left rows (sorted, each once).
-    Jobs(Vec<JobId>),
+    /// Jobs entered or left rows, in this order. Taken as set changes (an entry for a job
+    /// already there, or a leave for one not there, changes nothing), they turn the last
+    /// plan's rows into this one's.
+    Moves(Vec<RowMove>),
 }
 
-/// The jobs whose rows changed since [`Scheduler::take_changes`], `None` for all of them: a
-/// caller that never asks (the daemon) stays at `None`, which costs nothing.
+/// Job `job` entered (`entered`) or left row `row` of the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowMove {
+    pub job: JobId,
+    pub row: usize,
+    pub entered: bool,
+}
+
+/// The row moves since [`Scheduler::take_changes`], `None` for "every row changed": a caller
+/// that never asks (the daemon) stays at `None`, which costs nothing.
 #[derive(Clone, Debug, Default)]
-struct Journal(Option<Vec<JobId>>);
+struct Journal(Option<Vec<RowMove>>);
 
 impl Journal {
-    fn job(&mut self, job: JobId) {
-        if let Some(jobs) = &mut self.0 {
-            jobs.push(job);
+    fn moved(&mut self, job: JobId, row: usize, entered: bool) {
+        if let Some(moves) = &mut self.0 {
+            moves.push(RowMove { job, row, entered });
         }
     }
 
@@ -178,14 +189,9 @@ impl Journal {
     }
 
     fn take(&mut self) -> PlanChanges {
-        match self.0.replace(Vec::new()) {
-            None => PlanChanges::All,
-            Some(mut jobs) => {
-                jobs.sort_unstable();
-                jobs.dedup();
-                PlanChanges::Jobs(jobs)
-            }
-        }
+        self.0
+            .replace(Vec::new())
+            .map_or(PlanChanges::All, PlanChanges::Moves)
     }
 }
 
@@ -230,9 +236,11 @@ impl Slice {
         self.ends.remove(&(end, id));
     }
 
-    /// Takes the standby jobs over `partition` out (a new job there outranks them).
+    /// Takes the standby jobs over `partition` out of the slice, row `row` of the plan (a new
+    /// job there outranks them).
     fn drop_standby_over(
         &mut self,
+        row: usize,
         partition: &Partition,
         jobs: &BTreeMap<JobId, Job>,
         journal: &mut Journal,
@@ -240,7 +248,7 @@ impl Slice {
         self.standby.retain(|&s| {
             let over = job_partition(jobs, s).overlaps(partition);
             if over {
-                journal.job(s);
+                journal.moved(s, row, false);
             }
             !over
         });
@@ -703,40 +711,6 @@ impl Scheduler {
     pub fn row_count(&self) -> usize {
         let lone_row = !self.preempting.is_empty() || !self.standby.is_empty();
         self.slices.len().max(usize::from(lone_row))
-    }
-
-    /// Appends to `rows` the rows of [`Scheduler::plan`] that job `job` is in, in increasing
-    /// order: what [`Scheduler::plan_jobs`] gives for one job, without building every row.
-    pub fn rows_of(&self, job: JobId, rows: &mut Vec<usize>) {
-        let Some(Job {
-            state: JobState::Placed {
-                partition, home, ..
-            },
-            placed_seq,
-            ..
-        }) = self.jobs.get(&job)
-        else {
-            return;
-        };
-        let unpreempted =
-            || self.preempting_procs.is_empty() || partition.is_clear_in(&self.preempting_procs);
-        if self.slices.is_empty() {
-            let in_row = match home {
-                Home::Preempting => true,
-                Home::Standby => unpreempted(),
-                Home::Slice(_) => unreachable!("a job of a slice with no slice"),
-            };
-            rows.extend(in_row.then_some(0));
-            return;
-        }
-        let in_row = |slice: &Slice| match *home {
-            Home::Preempting => true,
-            Home::Slice(id) => {
-                slice.id == id && unpreempted() || slice.alternates.contains_key(placed_seq)
-            }
-            Home::Standby => slice.standby.contains(&job),
-        };
-        rows.extend((0..self.slices.len()).filter(|&i| in_row(&self.slices[i])));
     }
 
     /// Which rows changed since the last call (the first call: all).
@@ -1235,16 +1209,17 @@ impl Scheduler {
         match home {
             Home::Preempting => self.refresh_all(),
             Home::Standby => {
-                self.journal_standby(id);
-                for slice in &mut self.slices {
+                self.lone_row_changes();
+                for (i, slice) in self.slices.iter_mut().enumerate() {
                     if slice.has_room_for(&partition) {
                         slice.standby.push(id);
+                        self.journal.moved(id, i, true);
                     }
                 }
             }
             Home::Slice(slice_id) => {
-                self.journal.job(id);
                 let index = self.slice_index(slice_id);
+                self.journal.moved(id, index, true);
                 let slice = &mut self.slices[index];
                 slice.add_own(id, seq, &partition, end);
                 if opened {
@@ -1253,12 +1228,12 @@ impl Scheduler {
                 } else if partition.is_clear_in(&slice.lent) {
                     // Nothing of the slice's greedy fill stood there: every alternate stays
                     // (none overlaps the job) and none rejected before can fit now.
-                    slice.drop_standby_over(&partition, &self.jobs, &mut self.journal);
+                    slice.drop_standby_over(index, &partition, &self.jobs, &mut self.journal);
                 } else {
-                    // Only the alternates it covers leave, and the jobs they kept out (no job
-                    // is placed after this one yet).
+                    // Only the alternates it covers leave, and the jobs they kept out: no job
+                    // over it can fit now, its processors are taken.
                     let words = self.placed[&seq].words.clone();
-                    self.refill_over(index, &words, self.next_seq);
+                    self.refill_over(index, &words, &OnceCell::from(Vec::new()), 0);
                 }
                 // The newest placement is last in alternate order: it only takes what is left.
                 if self.config.alternates {
@@ -1267,7 +1242,8 @@ impl Scheduler {
                         if i != index && slice.has_room_for(&partition) {
                             slice.alternates.insert(seq, id);
                             slice.lent.insert_words(words);
-                            slice.drop_standby_over(&partition, &self.jobs, &mut self.journal);
+                            self.journal.moved(id, i, true);
+                            slice.drop_standby_over(i, &partition, &self.jobs, &mut self.journal);
                         }
                     }
                 }
@@ -1277,11 +1253,9 @@ impl Scheduler {
 
     /// A standby job comes or goes: with no slice, the lone row it shares with preempting
     /// jobs may come or go with it.
-    fn journal_standby(&mut self, id: JobId) {
+    fn lone_row_changes(&mut self) {
         if self.slices.is_empty() {
             self.journal.all();
-        } else {
-            self.journal.job(id);
         }
     }
 
@@ -1305,18 +1279,21 @@ impl Scheduler {
                 self.refresh_all();
             }
             Home::Standby => {
-                self.journal_standby(id);
+                self.lone_row_changes();
                 self.standby.remove(&job.placed_seq);
                 partition.unmark(&mut self.standby_procs);
-                for slice in &mut self.slices {
-                    slice.standby.retain(|&s| s != id);
+                for (i, slice) in self.slices.iter_mut().enumerate() {
+                    if let Some(at) = slice.standby.iter().position(|&s| s == id) {
+                        slice.standby.remove(at);
+                        self.journal.moved(id, i, false);
+                    }
                 }
             }
             Home::Slice(slice_id) => {
-                self.journal.job(id);
                 let placed = self.placed.remove(&job.placed_seq).expect("a placed job");
                 self.coverage.remove(job.placed_seq, &placed.words);
                 let index = self.slice_index(slice_id);
+                self.journal.moved(id, index, false);
                 let end = self.planned_end(job);
                 self.slices[index].remove_own(id, job.placed_seq, end);
                 // Out of the alternates now, while its partition is at hand (a refill reads
@@ -1327,6 +1304,7 @@ impl Scheduler {
                 for (i, slice) in self.slices.iter_mut().enumerate() {
                     if slice.alternates.remove(&job.placed_seq).is_some() {
                         slice.lent.remove_words(&placed.words);
+                        self.journal.moved(id, i, false);
                         stale.push((i, job.placed_seq));
                     }
                 }
@@ -1349,8 +1327,10 @@ impl Scheduler {
                 if self.config.repack && self.repack() {
                     self.refresh_all();
                 } else {
+                    // The jobs over it are the same for every slice: looked up once.
+                    let over = OnceCell::new();
                     for (i, since) in stale {
-                        self.refill_over(i, &placed.words, since);
+                        self.refill_over(i, &placed.words, &over, since);
                     }
                 }
             }
@@ -1511,7 +1491,7 @@ impl Scheduler {
         let new = &slice.alternates;
         for (seq, &id) in old.iter().chain(new) {
             if old.contains_key(seq) != new.contains_key(seq) {
-                self.journal.job(id);
+                self.journal.moved(id, index, new.contains_key(seq));
             }
         }
         self.refill_standby(index);
@@ -1521,9 +1501,16 @@ impl Scheduler {
     /// processors were freed (an own job left, or an alternate placed at `since`) or taken
     /// (a new own job). The greedy pass can decide a job differently only if its processors
     /// meet ones whose state changed before its turn, so only these are decided again: the
-    /// jobs over `region` placed at `since` or later, the alternates a new own job covers,
-    /// and, whenever a decision changes, the later jobs over that job's processors.
-    fn refill_over(&mut self, index: usize, region: &[(usize, u64)], since: u64) {
+    /// jobs over `region` placed at `since` or later (`over`, once looked up), the alternates
+    /// a new own job covers, and, whenever a decision changes, the later jobs over that job's
+    /// processors.
+    fn refill_over(
+        &mut self,
+        index: usize,
+        region: &[(usize, u64)],
+        over: &OnceCell<Vec<u64>>,
+        since: u64,
+    ) {
         // Around more words than there are placed jobs (a wide job left or came), a refill
         // from scratch costs less: a job over thousands of processors meets every other one
         // once per word. Both give the same.
@@ -1542,7 +1529,17 @@ impl Scheduler {
                     self.evict(index, seq, &mut pending);
                 }
             }
-            self.placed_over(region, since, &mut pending);
+            let over = over.get_or_init(|| {
+                let mut over: Vec<u64> = self.coverage.over(region, None).collect();
+                over.sort_unstable();
+                over.dedup();
+                over
+            });
+            pending.extend(
+                over.iter()
+                    .filter(|&&seq| seq >= since)
+                    .map(|&seq| Reverse(seq)),
+            );
             while let Some(Reverse(seq)) = pending.pop() {
                 if last.replace(seq) == Some(seq) {
                     continue;
@@ -1566,7 +1563,7 @@ impl Scheduler {
                 for blocker in blockers {
                     self.evict(index, blocker, &mut pending);
                 }
-                self.journal.job(id);
+                self.journal.moved(id, index, true);
                 let slice = &mut self.slices[index];
                 slice.alternates.insert(seq, id);
                 slice.lent.insert_words(&words);
@@ -1613,7 +1610,7 @@ impl Scheduler {
         let slice = &mut self.slices[index];
         slice.alternates.remove(&seq);
         let job = &self.placed[&seq];
-        self.journal.job(job.id);
+        self.journal.moved(job.id, index, false);
         slice.lent.remove_words(&job.words);
         self.placed_over(&job.words, seq + 1, pending);
     }
@@ -1631,10 +1628,10 @@ impl Scheduler {
         let new = &self.slices[index].standby;
         // Both in placement order, seldom long: those in one and not the other changed rows.
         for &id in old.iter().filter(|id| !new.contains(id)) {
-            self.journal.job(id);
+            self.journal.moved(id, index, false);
         }
         for &id in new.iter().filter(|id| !old.contains(id)) {
-            self.journal.job(id);
+            self.journal.moved(id, index, true);
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::gantt::{Bar, Recorder};
 use crate::workload::{Dropped, SimJob};
 use cosched_core::{
     Backfill, Config, ConfigError, Cycle, Decision, JobId, JobRequest, JobState, Machine,
-    MachineError, Micros, PartitionerKind, PlanChanges, Rotation, Scheduler, Shape, Span,
+    MachineError, Micros, PartitionerKind, PlanChanges, Rotation, RowMove, Scheduler, Shape, Span,
     SubmitError, MICROS_PER_SEC,
 };
 use std::cmp::Reverse;
@@ -292,9 +292,9 @@ impl Replay<'_> {
     /// Time sharing: makes the matrix as it stands now the plan in force from `at` (a slot
     /// boundary). A job whose slices changed (or every job, when the number of slices did)
     /// is re-based at `at` with its ends recomputed; the others keep theirs. While the rows
-    /// stay, only the jobs the core's journal names can have changed slices: reading every
-    /// row and comparing every running job's slices at every generation cost more than the
-    /// scheduling itself with thousands of jobs running.
+    /// stay, only the jobs the core's journal moved can have changed slices, as it says:
+    /// reading every row and comparing every running job's slices at every generation cost
+    /// more than the scheduling itself with thousands of jobs running.
     fn apply_plan(&mut self, at: Micros) {
         self.generations += 1;
         let number = self.generations;
@@ -302,19 +302,34 @@ impl Replay<'_> {
         let cycle = Cycle::follow(self.cycle.as_ref(), rows, self.rotation.slot_at(at));
         let same_turns = self.cycle.is_some_and(|old| old.slices == cycle.slices);
         let mut looked_at = match self.sched.take_changes() {
-            PlanChanges::Jobs(jobs) if same_turns => {
-                let mut slices = Vec::new();
-                for &id in &jobs {
-                    slices.clear();
-                    self.sched.rows_of(id, &mut slices);
-                    self.gather(id as usize, number, &slices);
+            PlanChanges::Moves(moves) if same_turns => {
+                let mut moved = Vec::new();
+                for RowMove { job, row, entered } in moves {
+                    let index = job as usize;
+                    let Running {
+                        slices,
+                        incoming,
+                        gathered,
+                        ..
+                    } = &mut self.state[index];
+                    if *gathered != number {
+                        *gathered = number;
+                        incoming.clone_from(slices);
+                        moved.push(index);
+                    }
+                    match (incoming.binary_search(&row), entered) {
+                        (Err(at), true) => incoming.insert(at, row),
+                        (Ok(at), false) => _ = incoming.remove(at),
+                        _ => {}
+                    }
                 }
-                jobs.into_iter().map(|id| id as usize).collect()
+                moved.iter().for_each(|&index| self.activate(index));
+                moved
             }
-            PlanChanges::Jobs(_) | PlanChanges::All => {
+            PlanChanges::Moves(_) | PlanChanges::All => {
                 for (slice, row) in self.sched.plan_jobs().iter().enumerate() {
                     for &id in row {
-                        self.gather(id as usize, number, &[slice]);
+                        self.gather(id as usize, number, slice);
                     }
                 }
                 self.active.clone()
@@ -406,15 +421,20 @@ impl Replay<'_> {
         sorted_rows(rows)
     }
 
-    /// Adds `slices` to job `index`'s slices under generation `number`; a job in a plan for
-    /// the first time becomes active.
-    fn gather(&mut self, index: usize, number: u64, slices: &[usize]) {
+    /// Adds `slice` to job `index`'s slices under generation `number`.
+    fn gather(&mut self, index: usize, number: u64, slice: usize) {
         let job = &mut self.state[index];
         if job.gathered != number {
             job.gathered = number;
             job.incoming.clear();
         }
-        job.incoming.extend_from_slice(slices);
+        job.incoming.push(slice);
+        self.activate(index);
+    }
+
+    /// A job in a plan for the first time becomes active.
+    fn activate(&mut self, index: usize) {
+        let job = &mut self.state[index];
         if job.slot_in_active.is_none() && !job.incoming.is_empty() {
             job.slot_in_active = Some(self.active.len());
             self.active.push(index);
