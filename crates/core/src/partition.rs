@@ -133,11 +133,11 @@ impl Partition {
     }
 
     pub fn mark(&self, busy: &mut ProcSet) {
-        self.spans.iter().for_each(|&s| busy.insert_span(s));
+        busy.insert_spans(&self.spans);
     }
 
     pub fn unmark(&self, busy: &mut ProcSet) {
-        self.spans.iter().for_each(|&s| busy.remove_span(s));
+        busy.remove_spans(&self.spans);
     }
 
     /// How many of this partition's processors lie in `span`.
@@ -150,6 +150,32 @@ impl Partition {
                     .saturating_sub(s.start.max(span.start))
             })
             .sum()
+    }
+
+    /// Its processors word by word, in order: `(w, bits)` for each word of 64 processors it
+    /// has any of (bit `i`: processor `64 * w + i`).
+    pub fn word_masks(&self) -> Vec<(usize, u64)> {
+        let mut words: Vec<(usize, u64)> = Vec::new();
+        for span in self.spans.iter() {
+            let (first, last) = ((span.start / 64) as usize, ((span.end() - 1) / 64) as usize);
+            let low = u64::MAX << (span.start % 64);
+            let high = u64::MAX >> (63 - (span.end() - 1) % 64);
+            let (head, tail) = if first == last {
+                (low & high, None)
+            } else {
+                (low, Some(high))
+            };
+            // Runs are sorted, so a run can only share its first word with the run before.
+            match words.last_mut() {
+                Some((word, bits)) if *word == first => *bits |= head,
+                _ => words.push((first, head)),
+            }
+            if let Some(tail) = tail {
+                words.extend((first + 1..last).map(|word| (word, u64::MAX)));
+                words.push((last, tail));
+            }
+        }
+        words
     }
 
     pub fn overlaps(&self, other: &Partition) -> bool {
@@ -205,5 +231,25 @@ mod tests {
         assert_eq!(a.processors_in(Span::new(3, 10)), 1);
         assert_eq!(b.processors_in(Span::new(0, 11)), 2);
         assert_eq!(b.processors_in(Span::new(1, 9)), 0);
+    }
+
+    #[test]
+    fn word_masks_hold_the_processors_of_each_word() {
+        let p = Partition::from_spans(vec![
+            Span::new(3, 2),
+            Span::new(8, 1),
+            Span::new(60, 70),
+            Span::new(200, 1),
+        ]);
+        let masks = p.word_masks();
+        assert_eq!(
+            masks,
+            [
+                (0, 0b1_0001_1000 | (0b1111 << 60)),
+                (1, u64::MAX),
+                (2, 0b11),
+                (3, 1 << 8)
+            ]
+        );
     }
 }

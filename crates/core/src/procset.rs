@@ -184,24 +184,56 @@ impl ProcSet {
         self.blocks[block] = BlockRuns::measure(padded);
     }
 
-    /// Brings the block runs of the words `first..=last` up to date after a change that set
-    /// (`now_member`) or cleared every bit of the words strictly between them.
-    fn remeasure(&mut self, first: usize, last: usize, now_member: bool) {
+    /// Brings the block runs up to date after every processor of `spans` (sorted, disjoint,
+    /// not empty) was set (`now_member`) or cleared. Each block is measured once, however
+    /// many runs it holds: a scattered partition has many in one block.
+    fn remeasure(&mut self, spans: &[Span], now_member: bool) {
         if !self.measured {
             return;
         }
-        let (first_block, last_block) = (first / BLOCK_WORDS, last / BLOCK_WORDS);
-        self.measure_block(first_block);
-        if last_block > first_block {
-            let whole = if now_member {
-                BlockRuns::FULL
-            } else {
-                BlockRuns::FREE
-            };
-            // Blocks strictly inside the span are wholly set or wholly clear; only the last
-            // block may be short, and it is the span's last, which is measured.
-            self.blocks[first_block + 1..last_block].fill(whole);
-            self.measure_block(last_block);
+        let whole = if now_member {
+            BlockRuns::FULL
+        } else {
+            BlockRuns::FREE
+        };
+        let mut measured = None;
+        for &span in spans {
+            let (first, last) = Self::word_range(span);
+            let (first_block, last_block) = (first / BLOCK_WORDS, last / BLOCK_WORDS);
+            if measured != Some(first_block) {
+                self.measure_block(first_block);
+            }
+            if last_block > first_block {
+                // Blocks strictly inside the span are wholly set or wholly clear; only the
+                // last block may be short, and it is the span's last, which is measured.
+                self.blocks[first_block + 1..last_block].fill(whole);
+                self.measure_block(last_block);
+            }
+            measured = Some(last_block);
+        }
+    }
+
+    /// The members among processors `64 * index ..` the next 64, as bits (none past the end).
+    pub fn word(&self, index: usize) -> u64 {
+        self.words.get(index).copied().unwrap_or(0)
+    }
+
+    /// Adds `bits` to each word `(index, bits)` of `words`. Only for a set that keeps its
+    /// members only ([`ProcSet::members_only`]): no block is measured.
+    pub fn insert_words(&mut self, words: &[(usize, u64)]) {
+        debug_assert!(!self.measured, "insert_words on a measured set");
+        for &(index, bits) in words {
+            self.members += (bits & !self.words[index]).count_ones();
+            self.words[index] |= bits;
+        }
+    }
+
+    /// Takes `bits` out of each word `(index, bits)` of `words` (see [`ProcSet::insert_words`]).
+    pub fn remove_words(&mut self, words: &[(usize, u64)]) {
+        debug_assert!(!self.measured, "remove_words on a measured set");
+        for &(index, bits) in words {
+            self.members -= (bits & self.words[index]).count_ones();
+            self.words[index] &= !bits;
         }
     }
 
@@ -253,42 +285,55 @@ impl ProcSet {
     }
 
     pub fn insert_span(&mut self, span: Span) {
-        debug_assert!(span.end() <= self.len, "{span} outside 0..{}", self.len);
-        if span.len == 0 {
-            return;
+        if span.len > 0 {
+            self.insert_spans(&[span]);
         }
-        Self::for_span_words(span, |i, mask, bits| {
-            // Marking a free run is the common case: no bit count needed (no POPCNT on the
-            // baseline x86-64 target, and this runs for every word of every partition).
-            let added = match mask & self.words[i] {
-                0 => bits,
-                already => bits - already.count_ones(),
-            };
-            self.members += added;
-            self.words[i] |= mask;
-            true
-        });
-        let (first, last) = Self::word_range(span);
-        self.remeasure(first, last, true);
     }
 
     pub fn remove_span(&mut self, span: Span) {
-        debug_assert!(span.end() <= self.len, "{span} outside 0..{}", self.len);
-        if span.len == 0 {
+        if span.len > 0 {
+            self.remove_spans(&[span]);
+        }
+    }
+
+    /// Adds the processors of `spans`: sorted, disjoint and not empty (a partition's).
+    pub fn insert_spans(&mut self, spans: &[Span]) {
+        for &span in spans {
+            debug_assert!(span.end() <= self.len, "{span} outside 0..{}", self.len);
+            Self::for_span_words(span, |i, mask, bits| {
+                // Marking a free run is the common case: no bit count needed (no POPCNT on
+                // the baseline x86-64 target, and this runs for every word of every partition).
+                let added = match mask & self.words[i] {
+                    0 => bits,
+                    already => bits - already.count_ones(),
+                };
+                self.members += added;
+                self.words[i] |= mask;
+                true
+            });
+        }
+        self.remeasure(spans, true);
+    }
+
+    /// Takes out the processors of `spans`: sorted, disjoint and not empty (a partition's).
+    pub fn remove_spans(&mut self, spans: &[Span]) {
+        if spans.is_empty() {
             return;
         }
         self.longest_free.set(u32::MAX);
-        Self::for_span_words(span, |i, mask, bits| {
-            let removed = match mask & self.words[i] {
-                present if present == mask => bits,
-                present => present.count_ones(),
-            };
-            self.members -= removed;
-            self.words[i] &= !mask;
-            true
-        });
-        let (first, last) = Self::word_range(span);
-        self.remeasure(first, last, false);
+        for &span in spans {
+            debug_assert!(span.end() <= self.len, "{span} outside 0..{}", self.len);
+            Self::for_span_words(span, |i, mask, bits| {
+                let removed = match mask & self.words[i] {
+                    present if present == mask => bits,
+                    present => present.count_ones(),
+                };
+                self.members -= removed;
+                self.words[i] &= !mask;
+                true
+            });
+        }
+        self.remeasure(spans, false);
     }
 
     /// Adds every processor of `other` (same capacity).
@@ -566,13 +611,24 @@ mod tests {
                 let start = (state % u64::from(capacity)) as u32;
                 let len = ((state >> 20) % u64::from(capacity / 3)) as u32 % (capacity - start) + 1;
                 let insert = step % 3 != 0;
-                let span = Span::new(start, len);
-                if insert {
-                    set.insert_span(span);
+                // Every other step, the span cut into runs a few processors apart, several
+                // to a block, changed at once (as a scattered partition is).
+                let spans: Vec<Span> = if step % 2 == 0 {
+                    vec![Span::new(start, len)]
                 } else {
-                    set.remove_span(span);
+                    (start..start + len)
+                        .step_by(5)
+                        .map(|at| Span::new(at, 3.min(start + len - at)))
+                        .collect()
+                };
+                if insert {
+                    set.insert_spans(&spans);
+                } else {
+                    set.remove_spans(&spans);
                 }
-                (start..start + len).for_each(|p| model[p as usize] = insert);
+                for span in &spans {
+                    (span.start..span.end()).for_each(|p| model[p as usize] = insert);
+                }
                 if step % 7 == 0 {
                     let mut other = ProcSet::new(capacity);
                     other.insert_span(Span::new(capacity - 10, 10));

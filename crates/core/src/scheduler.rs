@@ -13,8 +13,11 @@ use crate::partitioner::{lowest_free, NeverFits, PartitionerKind, ReleaseSearch,
 use crate::plan::{Plan, PlanEntry, PlanSlice, Role};
 use crate::procset::{ProcSet, Released};
 use crate::queue::{QueueKey, WaitQueue};
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::OnceCell;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::ops::Bound;
+use std::sync::Arc;
 
 /// How the wait queue is served when its head does not fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,17 +152,62 @@ impl Job {
     }
 }
 
+/// How the plan's rows changed since the caller last asked ([`Scheduler::take_changes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanChanges {
+    /// The rows themselves changed (a slice opened or was dropped, a preempting job came or
+    /// went, repacking moved own jobs): every row is to be read again.
+    All,
+    /// Jobs entered or left rows, in this order. Taken as set changes (an entry for a job
+    /// already there, or a leave for one not there, changes nothing), they turn the last
+    /// plan's rows into this one's.
+    Moves(Vec<RowMove>),
+}
+
+/// Job `job` entered (`entered`) or left row `row` of the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowMove {
+    pub job: JobId,
+    pub row: usize,
+    pub entered: bool,
+}
+
+/// The row moves since [`Scheduler::take_changes`], `None` for "every row changed": a caller
+/// that never asks (the daemon) stays at `None`, which costs nothing.
+#[derive(Clone, Debug, Default)]
+struct Journal(Option<Vec<RowMove>>);
+
+impl Journal {
+    fn moved(&mut self, job: JobId, row: usize, entered: bool) {
+        if let Some(moves) = &mut self.0 {
+            moves.push(RowMove { job, row, entered });
+        }
+    }
+
+    fn all(&mut self) {
+        self.0 = None;
+    }
+
+    fn take(&mut self) -> PlanChanges {
+        self.0
+            .replace(Vec::new())
+            .map_or(PlanChanges::All, PlanChanges::Moves)
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Slice {
     id: SliceId,
-    own: Vec<JobId>,
+    /// By placement order (the plan's order), so that one leaves without a scan.
+    own: BTreeMap<u64, JobId>,
     /// Own jobs by planned end (see [`Scheduler::planned_end`]), with their sizes: EASY's
     /// reservation reads them in this order at every event, so they are kept sorted rather
     /// than sorted each time, and counted without a job lookup each.
     ends: BTreeMap<(Micros, JobId), u32>,
     /// Own jobs' processors plus every preempting job's: where nothing new may be placed.
     taken: ProcSet,
-    alternates: Vec<JobId>,
+    /// By placement order, the order of the greedy fill.
+    alternates: BTreeMap<u64, JobId>,
     /// The alternates' processors (none in `taken`): with `taken`, where no further alternate
     /// may go. Kept apart so that refilling unmarks the old alternates instead of copying
     /// `taken` (a copy of the whole machine, at every event).
@@ -171,6 +219,101 @@ impl Slice {
     /// Whether `partition` lies wholly outside `taken` and the alternates.
     fn has_room_for(&self, partition: &Partition) -> bool {
         fits_between(partition, &self.taken, &self.lent)
+    }
+
+    /// Makes a placed job one of the slice's own (`seq`: its placement order, `end`: its
+    /// planned end).
+    fn add_own(&mut self, id: JobId, seq: u64, partition: &Partition, end: Micros) {
+        self.own.insert(seq, id);
+        self.ends.insert((end, id), partition.size());
+        partition.mark(&mut self.taken);
+    }
+
+    /// Takes an own job out, all but its processors in `taken` (which a preempting job may
+    /// cover too: the caller knows).
+    fn remove_own(&mut self, id: JobId, seq: u64, end: Micros) {
+        self.own.remove(&seq);
+        self.ends.remove(&(end, id));
+    }
+
+    /// Takes the standby jobs over `partition` out of the slice, row `row` of the plan (a new
+    /// job there outranks them).
+    fn drop_standby_over(
+        &mut self,
+        row: usize,
+        partition: &Partition,
+        jobs: &BTreeMap<JobId, Job>,
+        journal: &mut Journal,
+    ) {
+        self.standby.retain(|&s| {
+            let over = job_partition(jobs, s).overlaps(partition);
+            if over {
+                journal.moved(s, row, false);
+            }
+            !over
+        });
+    }
+}
+
+/// A partition word by word (see [`Partition::word_masks`]), computed once when its job is
+/// placed: a refill tests and marks scattered partitions a word at a time, not a run at a time.
+type Words = Arc<[(usize, u64)]>;
+
+/// Whether none of `words` is in `set`.
+fn words_clear_in(words: &[(usize, u64)], set: &ProcSet) -> bool {
+    words.iter().all(|&(word, bits)| set.word(word) & bits == 0)
+}
+
+/// A job with a slice of its own, as the alternate fill reads it.
+#[derive(Clone, Debug)]
+struct PlacedJob {
+    id: JobId,
+    partition: Partition,
+    words: Words,
+}
+
+/// The placed jobs of slices (by placement order) with processors in each word of 64
+/// processors, with their bits there: a refill finds the jobs over the processors that changed
+/// without walking every placed job.
+#[derive(Clone, Debug, Default)]
+struct Coverage(Vec<Vec<(u64, u64)>>);
+
+impl Coverage {
+    fn add(&mut self, seq: u64, words: &[(usize, u64)]) {
+        for &(word, bits) in words {
+            if word >= self.0.len() {
+                self.0.resize_with(word + 1, Vec::new);
+            }
+            self.0[word].push((seq, bits));
+        }
+    }
+
+    fn remove(&mut self, seq: u64, words: &[(usize, u64)]) {
+        for &(word, _) in words {
+            let jobs = &mut self.0[word];
+            let at = jobs.iter().position(|&(j, _)| j == seq);
+            jobs.swap_remove(at.expect("a placed job is listed in every word it touches"));
+        }
+    }
+
+    /// The jobs with a processor in `region` and in `within` (`None`: anywhere), once per
+    /// word they share with both.
+    fn over<'a>(
+        &'a self,
+        region: &'a [(usize, u64)],
+        within: Option<&'a ProcSet>,
+    ) -> impl Iterator<Item = u64> + 'a {
+        region.iter().flat_map(move |&(word, bits)| {
+            let mask = bits & within.map_or(u64::MAX, |w| w.word(word));
+            let jobs = if mask == 0 {
+                &[][..]
+            } else {
+                self.0.get(word).map_or(&[][..], Vec::as_slice)
+            };
+            jobs.iter()
+                .filter(move |&&(_, bits)| bits & mask != 0)
+                .map(|&(seq, _)| seq)
+        })
     }
 }
 
@@ -189,8 +332,11 @@ pub struct Scheduler {
     queue: WaitQueue,
     slices: Vec<Slice>,
     /// Placed jobs with a slice of their own, by placement order (candidates for alternates),
-    /// with their partitions: refilling a slice reads every one, without a lookup each.
-    placed: BTreeMap<u64, (JobId, Partition)>,
+    /// with their partitions: refilling a slice from scratch reads every one, without a
+    /// lookup each.
+    placed: BTreeMap<u64, PlacedJob>,
+    /// Where the jobs of `placed` are.
+    coverage: Coverage,
     /// Jobs in every slice, by placement order.
     preempting: BTreeMap<u64, JobId>,
     preempting_procs: ProcSet,
@@ -211,6 +357,8 @@ pub struct Scheduler {
     /// The last EASY reservation, reused while nothing it depends on has changed (an arrival
     /// that starts nothing leaves it as it was: half the events of a loaded trace).
     reservation_memo: Option<ReservationMemo>,
+    /// Whose rows changed, for a caller that follows the plan by its changes (the simulator).
+    journal: Journal,
 }
 
 impl Scheduler {
@@ -233,6 +381,7 @@ impl Scheduler {
             queue: WaitQueue::default(),
             slices: Vec::new(),
             placed: BTreeMap::new(),
+            coverage: Coverage::default(),
             preempting: BTreeMap::new(),
             preempting_procs: ProcSet::new(procs),
             standby: BTreeMap::new(),
@@ -243,6 +392,7 @@ impl Scheduler {
             next_slice: 0,
             matrix_changes: 0,
             reservation_memo: None,
+            journal: Journal::default(),
         })
     }
 
@@ -557,6 +707,17 @@ impl Scheduler {
         self.rows(|id, _| id)
     }
 
+    /// How many rows [`Scheduler::plan`] has.
+    pub fn row_count(&self) -> usize {
+        let lone_row = !self.preempting.is_empty() || !self.standby.is_empty();
+        self.slices.len().max(usize::from(lone_row))
+    }
+
+    /// Which rows changed since the last call (the first call: all).
+    pub fn take_changes(&mut self) -> PlanChanges {
+        self.journal.take()
+    }
+
     /// Every slice as a row of `entry(job, role)`: preempting jobs, then the slice's own jobs
     /// (those no preempting job covers), alternates and standby jobs. With no slice, the
     /// preempting and standby jobs make one row.
@@ -581,7 +742,7 @@ impl Scheduler {
                 row.extend(
                     slice
                         .own
-                        .iter()
+                        .values()
                         .filter(|&&id| {
                             nothing_preempts
                                 || self.partition(id).is_clear_in(&self.preempting_procs)
@@ -591,7 +752,7 @@ impl Scheduler {
                 row.extend(
                     slice
                         .alternates
-                        .iter()
+                        .values()
                         .map(|&id| entry(id, Role::Alternate)),
                 );
                 row.extend(slice.standby.iter().map(|&id| entry(id, Role::Standby)));
@@ -1019,15 +1180,22 @@ impl Scheduler {
                     self.next_slice += 1;
                     self.slices.push(Slice {
                         id: slice_id,
-                        own: Vec::new(),
+                        own: BTreeMap::new(),
                         ends: BTreeMap::new(),
                         taken: self.preempting_procs.clone(),
-                        alternates: Vec::new(),
+                        alternates: BTreeMap::new(),
                         lent: ProcSet::members_only(self.machine.procs()),
                         standby: Vec::new(),
                     });
                 }
-                self.placed.insert(seq, (id, partition.clone()));
+                let words: Words = partition.word_masks().into();
+                self.coverage.add(seq, &words);
+                let placed = PlacedJob {
+                    id,
+                    partition: partition.clone(),
+                    words,
+                };
+                self.placed.insert(seq, placed);
             }
         }
         let job = self.jobs.get_mut(&id).expect("placing a known job");
@@ -1041,42 +1209,53 @@ impl Scheduler {
         match home {
             Home::Preempting => self.refresh_all(),
             Home::Standby => {
-                for slice in &mut self.slices {
+                self.lone_row_changes();
+                for (i, slice) in self.slices.iter_mut().enumerate() {
                     if slice.has_room_for(&partition) {
                         slice.standby.push(id);
+                        self.journal.moved(id, i, true);
                     }
                 }
             }
             Home::Slice(slice_id) => {
                 let index = self.slice_index(slice_id);
+                self.journal.moved(id, index, true);
                 let slice = &mut self.slices[index];
-                slice.own.push(id);
-                slice.ends.insert((end, id), partition.size());
-                partition.mark(&mut slice.taken);
-                if !opened && partition.is_clear_in(&slice.lent) {
+                slice.add_own(id, seq, &partition, end);
+                if opened {
+                    self.journal.all();
+                    self.refill(index);
+                } else if partition.is_clear_in(&slice.lent) {
                     // Nothing of the slice's greedy fill stood there: every alternate stays
                     // (none overlaps the job) and none rejected before can fit now.
-                    let jobs = &self.jobs;
-                    slice
-                        .standby
-                        .retain(|s| !job_partition(jobs, *s).overlaps(&partition));
+                    slice.drop_standby_over(index, &partition, &self.jobs, &mut self.journal);
                 } else {
-                    self.refill(index);
+                    // Only the alternates it covers leave, and the jobs they kept out: no job
+                    // over it can fit now, its processors are taken.
+                    let words = self.placed[&seq].words.clone();
+                    self.refill_over(index, &words, &OnceCell::from(Vec::new()), 0);
                 }
                 // The newest placement is last in alternate order: it only takes what is left.
                 if self.config.alternates {
+                    let words = &self.placed[&seq].words;
                     for (i, slice) in self.slices.iter_mut().enumerate() {
                         if i != index && slice.has_room_for(&partition) {
-                            slice.alternates.push(id);
-                            partition.mark(&mut slice.lent);
-                            let jobs = &self.jobs;
-                            slice
-                                .standby
-                                .retain(|s| !job_partition(jobs, *s).overlaps(&partition));
+                            slice.alternates.insert(seq, id);
+                            slice.lent.insert_words(words);
+                            self.journal.moved(id, i, true);
+                            slice.drop_standby_over(i, &partition, &self.jobs, &mut self.journal);
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// A standby job comes or goes: with no slice, the lone row it shares with preempting
+    /// jobs may come or go with it.
+    fn lone_row_changes(&mut self) {
+        if self.slices.is_empty() {
+            self.journal.all();
         }
     }
 
@@ -1100,35 +1279,43 @@ impl Scheduler {
                 self.refresh_all();
             }
             Home::Standby => {
+                self.lone_row_changes();
                 self.standby.remove(&job.placed_seq);
                 partition.unmark(&mut self.standby_procs);
-                for slice in &mut self.slices {
-                    slice.standby.retain(|&s| s != id);
+                for (i, slice) in self.slices.iter_mut().enumerate() {
+                    if let Some(at) = slice.standby.iter().position(|&s| s == id) {
+                        slice.standby.remove(at);
+                        self.journal.moved(id, i, false);
+                    }
                 }
             }
             Home::Slice(slice_id) => {
-                self.placed.remove(&job.placed_seq);
+                let placed = self.placed.remove(&job.placed_seq).expect("a placed job");
+                self.coverage.remove(job.placed_seq, &placed.words);
                 let index = self.slice_index(slice_id);
-                self.slices[index].own.retain(|&j| j != id);
+                self.journal.moved(id, index, false);
                 let end = self.planned_end(job);
-                self.slices[index].ends.remove(&(end, id));
-                // Out of the alternates now, while its partition is at hand: refilling
-                // unmarks the alternates it finds by looking their partitions up.
-                let mut stale = vec![index];
+                self.slices[index].remove_own(id, job.placed_seq, end);
+                // Out of the alternates now, while its partition is at hand (a refill reads
+                // only placed jobs). In its own slice any job over its processors may fit now;
+                // elsewhere only those after it in the greedy order (those before were decided
+                // before it took its processors there).
+                let mut stale = vec![(index, 0)];
                 for (i, slice) in self.slices.iter_mut().enumerate() {
-                    if let Some(at) = slice.alternates.iter().position(|&a| a == id) {
-                        slice.alternates.remove(at);
-                        partition.unmark(&mut slice.lent);
-                        stale.push(i);
+                    if slice.alternates.remove(&job.placed_seq).is_some() {
+                        slice.lent.remove_words(&placed.words);
+                        self.journal.moved(id, i, false);
+                        stale.push((i, job.placed_seq));
                     }
                 }
                 if self.slices[index].own.is_empty() {
                     self.slices.remove(index);
-                    stale.retain(|&i| i != index);
+                    self.journal.all();
+                    stale.retain(|&(i, _)| i != index);
                     stale
                         .iter_mut()
-                        .filter(|i| **i > index)
-                        .for_each(|i| *i -= 1);
+                        .filter(|(i, _)| *i > index)
+                        .for_each(|(i, _)| *i -= 1);
                 } else {
                     // Own partitions are disjoint; preempting jobs may cover any of them.
                     let taken = &mut self.slices[index].taken;
@@ -1140,7 +1327,11 @@ impl Scheduler {
                 if self.config.repack && self.repack() {
                     self.refresh_all();
                 } else {
-                    stale.into_iter().for_each(|i| self.refill(i));
+                    // The jobs over it are the same for every slice: looked up once.
+                    let over = OnceCell::new();
+                    for (i, since) in stale {
+                        self.refill_over(i, &placed.words, &over, since);
+                    }
                 }
             }
         }
@@ -1153,7 +1344,7 @@ impl Scheduler {
         let mut from = self.slices.len();
         while from > 1 {
             from -= 1;
-            for id in self.slices[from].own.clone() {
+            for (seq, id) in self.slices[from].own.clone() {
                 let partition = job_partition(&self.jobs, id).clone();
                 let Some(to) = (0..from).find(|&to| partition.is_clear_in(&self.slices[to].taken))
                 else {
@@ -1161,11 +1352,9 @@ impl Scheduler {
                 };
                 moved = true;
                 let end = self.planned_end(&self.jobs[&id]);
-                self.slices[from].own.retain(|&j| j != id);
-                self.slices[from].ends.remove(&(end, id));
-                self.slices[to].own.push(id);
-                self.slices[to].ends.insert((end, id), partition.size());
-                partition.mark(&mut self.slices[to].taken);
+                // `from`'s `taken` is recomputed once repacking is over.
+                self.slices[from].remove_own(id, seq, end);
+                self.slices[to].add_own(id, seq, &partition, end);
                 let to_id = self.slices[to].id;
                 if let JobState::Placed { home, .. } =
                     &mut self.jobs.get_mut(&id).expect("own jobs exist").state
@@ -1175,13 +1364,6 @@ impl Scheduler {
             }
             if self.slices[from].own.is_empty() {
                 self.slices.remove(from);
-            }
-        }
-        if moved {
-            // Keep each slice's own jobs in placement order, as alternates are.
-            for slice in &mut self.slices {
-                let jobs = &self.jobs;
-                slice.own.sort_by_key(|id| jobs[id].placed_seq);
             }
         }
         moved
@@ -1225,17 +1407,25 @@ impl Scheduler {
                 _ => {}
             }
         }
-        for (id, partition) in self.placed.values() {
+        for PlacedJob {
+            id,
+            partition,
+            words,
+        } in self.placed.values()
+        {
             if job_partition(&self.jobs, *id) != partition {
                 return Err(format!(
                     "job {id}: placed with {partition}, now on another partition"
                 ));
             }
+            if **words != *partition.word_masks() {
+                return Err(format!("job {id}: its words are not its partition's"));
+            }
         }
         for slice in &self.slices {
             let ends: BTreeMap<(Micros, JobId), u32> = slice
                 .own
-                .iter()
+                .values()
                 .map(|id| {
                     let end = self.planned_end(&self.jobs[id]);
                     ((end, *id), self.partition(*id).size())
@@ -1253,6 +1443,7 @@ impl Scheduler {
 
     /// Recomputes `taken` of every slice (preempting set changed) and refills all.
     fn refresh_all(&mut self) {
+        self.journal.all();
         for i in 0..self.slices.len() {
             self.retake(i);
             self.refill(i);
@@ -1262,7 +1453,7 @@ impl Scheduler {
     /// Recomputes a slice's `taken` from its own jobs and the preempting set.
     fn retake(&mut self, index: usize) {
         let mut taken = self.preempting_procs.clone();
-        for &id in &self.slices[index].own {
+        for &id in self.slices[index].own.values() {
             job_partition(&self.jobs, id).mark(&mut taken);
         }
         self.slices[index].taken = taken;
@@ -1275,7 +1466,7 @@ impl Scheduler {
         let borrows = self.config.alternates && self.slices.len() > 1;
         let slice = &mut self.slices[index];
         let mut lent = std::mem::replace(&mut slice.lent, ProcSet::members_only(0));
-        for &id in &slice.alternates {
+        for &id in slice.alternates.values() {
             job_partition(&self.jobs, id).unmark(&mut lent);
         }
         debug_assert!(
@@ -1284,26 +1475,164 @@ impl Scheduler {
             slice.id
         );
         let taken = &slice.taken;
-        let mut alternates = Vec::new();
+        let mut alternates = BTreeMap::new();
         if borrows {
-            for (id, partition) in self.placed.values() {
+            for (&seq, PlacedJob { id, partition, .. }) in &self.placed {
                 // Own jobs never qualify: their processors are already in `taken`.
                 if fits_between(partition, taken, &lent) {
                     partition.mark(&mut lent);
-                    alternates.push(*id);
+                    alternates.insert(seq, *id);
                 }
             }
         }
-        let standby = self
+        let slice = &mut self.slices[index];
+        slice.lent = lent;
+        let old = std::mem::replace(&mut slice.alternates, alternates);
+        let new = &slice.alternates;
+        for (seq, &id) in old.iter().chain(new) {
+            if old.contains_key(seq) != new.contains_key(seq) {
+                self.journal.moved(id, index, new.contains_key(seq));
+            }
+        }
+        self.refill_standby(index);
+    }
+
+    /// What [`Scheduler::refill`] gives, after `region` changed in slice `index`: its
+    /// processors were freed (an own job left, or an alternate placed at `since`) or taken
+    /// (a new own job). The greedy pass can decide a job differently only if its processors
+    /// meet ones whose state changed before its turn, so only these are decided again: the
+    /// jobs over `region` placed at `since` or later (`over`, once looked up), the alternates
+    /// a new own job covers, and, whenever a decision changes, the later jobs over that job's
+    /// processors.
+    fn refill_over(
+        &mut self,
+        index: usize,
+        region: &[(usize, u64)],
+        over: &OnceCell<Vec<u64>>,
+        since: u64,
+    ) {
+        // Around more words than there are placed jobs (a wide job left or came), a refill
+        // from scratch costs less: a job over thousands of processors meets every other one
+        // once per word. Both give the same.
+        if region.len() > self.placed.len() {
+            self.refill(index);
+            return;
+        }
+        if self.config.alternates && self.slices.len() > 1 {
+            // Jobs to decide again, smallest placement first; a job over several changed
+            // words comes up once per word (cheaper than a set), so repeats are skipped.
+            let mut pending = BinaryHeap::new();
+            let mut last = None;
+            if !words_clear_in(region, &self.slices[index].lent) {
+                let covered = self.alternates_over(index, region, 0);
+                for seq in covered.expect("no alternate is placed before 0") {
+                    self.evict(index, seq, &mut pending);
+                }
+            }
+            let over = over.get_or_init(|| {
+                let mut over: Vec<u64> = self.coverage.over(region, None).collect();
+                over.sort_unstable();
+                over.dedup();
+                over
+            });
+            pending.extend(
+                over.iter()
+                    .filter(|&&seq| seq >= since)
+                    .map(|&seq| Reverse(seq)),
+            );
+            while let Some(Reverse(seq)) = pending.pop() {
+                if last.replace(seq) == Some(seq) {
+                    continue;
+                }
+                let slice = &self.slices[index];
+                let job = &self.placed[&seq];
+                if slice.alternates.contains_key(&seq) || !job.partition.is_clear_in(&slice.taken) {
+                    continue;
+                }
+                // `lent` still holds later alternates the pass has not reached: those in
+                // the way come after this job in the greedy order, so they yield to it.
+                let blockers = if words_clear_in(&job.words, &slice.lent) {
+                    BTreeSet::new()
+                } else {
+                    match self.alternates_over(index, &job.words, seq) {
+                        Some(later) => later,
+                        None => continue,
+                    }
+                };
+                let (id, words) = (job.id, job.words.clone());
+                for blocker in blockers {
+                    self.evict(index, blocker, &mut pending);
+                }
+                self.journal.moved(id, index, true);
+                let slice = &mut self.slices[index];
+                slice.alternates.insert(seq, id);
+                slice.lent.insert_words(&words);
+            }
+        }
+        self.refill_standby(index);
+    }
+
+    /// Adds to `out` the placed jobs over `region` placed at `since` or later.
+    fn placed_over(&self, region: &[(usize, u64)], since: u64, out: &mut BinaryHeap<Reverse<u64>>) {
+        out.extend(
+            self.coverage
+                .over(region, None)
+                .filter(|&seq| seq >= since)
+                .map(Reverse),
+        );
+    }
+
+    /// Slice `index`'s alternates over `region`, or `None` if one of them was placed before
+    /// `before` (it keeps its place).
+    fn alternates_over(
+        &self,
+        index: usize,
+        region: &[(usize, u64)],
+        before: u64,
+    ) -> Option<BTreeSet<u64>> {
+        let slice = &self.slices[index];
+        let mut over = BTreeSet::new();
+        // Only where `region` meets `lent` (the alternates' processors).
+        for seq in self.coverage.over(region, Some(&slice.lent)) {
+            if slice.alternates.contains_key(&seq) {
+                if seq < before {
+                    return None;
+                }
+                over.insert(seq);
+            }
+        }
+        Some(over)
+    }
+
+    /// Takes the alternate placed at `seq` out of slice `index`; the jobs after it over its
+    /// processors are to be decided again.
+    fn evict(&mut self, index: usize, seq: u64, pending: &mut BinaryHeap<Reverse<u64>>) {
+        let slice = &mut self.slices[index];
+        slice.alternates.remove(&seq);
+        let job = &self.placed[&seq];
+        self.journal.moved(job.id, index, false);
+        slice.lent.remove_words(&job.words);
+        self.placed_over(&job.words, seq + 1, pending);
+    }
+
+    /// Recomputes a slice's standby jobs: those clear of its own jobs and alternates.
+    fn refill_standby(&mut self, index: usize) {
+        let slice = &self.slices[index];
+        let standby: Vec<JobId> = self
             .standby
             .values()
             .copied()
-            .filter(|&id| fits_between(job_partition(&self.jobs, id), taken, &lent))
+            .filter(|&id| fits_between(job_partition(&self.jobs, id), &slice.taken, &slice.lent))
             .collect();
-        let slice = &mut self.slices[index];
-        slice.lent = lent;
-        slice.alternates = alternates;
-        slice.standby = standby;
+        let old = std::mem::replace(&mut self.slices[index].standby, standby);
+        let new = &self.slices[index].standby;
+        // Both in placement order, seldom long: those in one and not the other changed rows.
+        for &id in old.iter().filter(|id| !new.contains(id)) {
+            self.journal.moved(id, index, false);
+        }
+        for &id in new.iter().filter(|id| !old.contains(id)) {
+            self.journal.moved(id, index, true);
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 use cosched_core::*;
 use proptest::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -62,14 +63,19 @@ fn op(nodes: u32, per_node: u32) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The 1-D partitioners (the machines here are lines).
+fn partitioner() -> impl Strategy<Value = PartitionerKind> {
+    prop_oneof![
+        Just(PartitionerKind::FirstFit),
+        Just(PartitionerKind::BestFit),
+        Just(PartitionerKind::Buddy),
+        Just(PartitionerKind::Scatter),
+    ]
+}
+
 fn config() -> impl Strategy<Value = Config> {
     (
-        prop_oneof![
-            Just(PartitionerKind::FirstFit),
-            Just(PartitionerKind::BestFit),
-            Just(PartitionerKind::Buddy),
-            Just(PartitionerKind::Scatter),
-        ],
+        partitioner(),
         1u32..6,
         any::<bool>(),
         any::<bool>(),
@@ -183,7 +189,10 @@ fn run(machine: &Machine, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, Test
         }
         check(&s, config, !gone.is_empty())
             .map_err(|e| TestCaseError::fail(format!("after step {step} ({op:?}): {e}")))?;
-        plans.push(s.plan());
+        let plan = s.plan();
+        journal_covers(plans.last(), &plan, s.take_changes())
+            .map_err(|e| TestCaseError::fail(format!("after step {step} ({op:?}): {e}")))?;
+        plans.push(plan);
     }
     for id in live.drain(..) {
         s.remove(id, 0).unwrap();
@@ -199,10 +208,60 @@ fn run(machine: &Machine, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, Test
     Ok(plans)
 }
 
+/// The rows each job of `plan` is in.
+fn rows_by_job(plan: &Plan) -> BTreeMap<JobId, BTreeSet<usize>> {
+    let mut rows: BTreeMap<JobId, BTreeSet<usize>> = BTreeMap::new();
+    for (index, slice) in plan.slices.iter().enumerate() {
+        for entry in &slice.entries {
+            rows.entry(entry.job).or_default().insert(index);
+        }
+    }
+    rows
+}
+
+/// The journal's moves, applied to `before`'s rows, give `after`'s; when the rows themselves
+/// changed it must say so.
+fn journal_covers(before: Option<&Plan>, after: &Plan, changes: PlanChanges) -> Result<(), String> {
+    let (Some(before), PlanChanges::Moves(moves)) = (before, changes) else {
+        return Ok(());
+    };
+    if before.slices.len() != after.slices.len() {
+        return Err(format!(
+            "{} rows became {} but the journal has moves {moves:?}",
+            before.slices.len(),
+            after.slices.len()
+        ));
+    }
+    let mut rows = rows_by_job(before);
+    for RowMove { job, row, entered } in &moves {
+        let of_job = rows.entry(*job).or_default();
+        if *entered {
+            of_job.insert(*row);
+        } else {
+            of_job.remove(row);
+        }
+    }
+    rows.retain(|_, of_job| !of_job.is_empty());
+    let expected = rows_by_job(after);
+    if rows != expected {
+        return Err(format!(
+            "the journal's moves {moves:?} give rows {rows:?}, the plan {expected:?}"
+        ));
+    }
+    Ok(())
+}
+
 /// `withheld`: some node has left, so a job may wait on an otherwise empty machine.
 fn check(s: &Scheduler, config: &Config, withheld: bool) -> Result<(), String> {
     s.audit()?;
     let plan = s.plan();
+    if s.row_count() != plan.slices.len() {
+        return Err(format!(
+            "{} rows counted, {} in the plan",
+            s.row_count(),
+            plan.slices.len()
+        ));
+    }
     let procs = s.machine().procs();
     if s.slice_count() > config.mpl as usize {
         return Err(format!(
@@ -365,5 +424,54 @@ proptest! {
         let first = run(&machine, &config, &ops)?;
         let second = run(&machine, &config, &ops)?;
         prop_assert_eq!(first, second);
+    }
+}
+
+/// Crowded matrices of small batch jobs: many alternates per slice, so an ending or new job
+/// changes the greedy fill in chains (a job newly fitting evicts later ones, whose processors
+/// let others in). Slices are refilled only where their processors changed; `audit` holds each
+/// step to a refill from scratch.
+fn crowded() -> impl Strategy<Value = (Machine, Config, Vec<(u32, usize)>)> {
+    (partitioner(), 2u32..7, 8u32..48, any::<bool>()).prop_flat_map(
+        |(partitioner, mpl, procs, easy)| {
+            let config = Config {
+                partitioner,
+                mpl,
+                backfill: if easy { Backfill::Easy } else { Backfill::None },
+                ..Config::default()
+            };
+            // (size, 0): a submission; (0, pick): an end.
+            let event = prop_oneof![
+                3 => (1..=procs / 2).prop_map(|size| (size, 0)),
+                2 => any::<usize>().prop_map(|pick| (0, pick)),
+            ];
+            (
+                Just(Machine::line(procs).unwrap()),
+                Just(config),
+                proptest::collection::vec(event, 1..200),
+            )
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn partial_refills_equal_refills_from_scratch((machine, config, events) in crowded()) {
+        let mut s = Scheduler::new(machine, config).unwrap();
+        let mut live: Vec<JobId> = Vec::new();
+        for (step, &(size, pick)) in events.iter().enumerate() {
+            let now = step as Micros * 10;
+            if size > 0 {
+                let id = step as JobId;
+                let estimate = 10 + (step as i64 * 37) % 500;
+                s.submit(JobRequest::new(id, Shape::Count(size)).estimate(estimate), now).unwrap();
+                live.push(id);
+            } else if !live.is_empty() {
+                s.remove(live.remove(pick % live.len()), now).unwrap();
+            }
+            s.audit().map_err(|e| TestCaseError::fail(format!("after step {step}: {e}")))?;
+        }
     }
 }

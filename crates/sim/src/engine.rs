@@ -9,8 +9,8 @@ use crate::gantt::{Bar, Recorder};
 use crate::workload::{Dropped, SimJob};
 use cosched_core::{
     Backfill, Config, ConfigError, Cycle, Decision, JobId, JobRequest, JobState, Machine,
-    MachineError, Micros, PartitionerKind, Rotation, Scheduler, Shape, Span, SubmitError,
-    MICROS_PER_SEC,
+    MachineError, Micros, PartitionerKind, PlanChanges, Rotation, RowMove, Scheduler, Shape, Span,
+    SubmitError, MICROS_PER_SEC,
 };
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -177,6 +177,13 @@ struct Running {
     slot_in_active: Option<usize>,
 }
 
+impl Running {
+    /// Whether a completion entry for `time` is this job's current one.
+    fn completes_at(&self, time: Micros) -> bool {
+        self.slot_in_active.is_some() && self.completion == time
+    }
+}
+
 struct Replay<'a> {
     config: &'a SimConfig,
     jobs: &'a [SimJob],
@@ -284,31 +291,58 @@ impl Replay<'_> {
 
     /// Time sharing: makes the matrix as it stands now the plan in force from `at` (a slot
     /// boundary). A job whose slices changed (or every job, when the number of slices did)
-    /// is re-based at `at` with its ends recomputed; the others keep theirs.
+    /// is re-based at `at` with its ends recomputed; the others keep theirs. While the rows
+    /// stay, only the jobs the core's journal moved can have changed slices, as it says:
+    /// reading every row and comparing every running job's slices at every generation cost
+    /// more than the scheduling itself with thousands of jobs running.
     fn apply_plan(&mut self, at: Micros) {
-        let rows = self.sched.plan_jobs();
         self.generations += 1;
         let number = self.generations;
-        for (slice, row) in rows.iter().enumerate() {
-            for &id in row {
-                let index = id as usize;
-                let job = &mut self.state[index];
-                if job.gathered != number {
-                    job.gathered = number;
-                    job.incoming.clear();
-                }
-                job.incoming.push(slice);
-                if job.slot_in_active.is_none() {
-                    job.slot_in_active = Some(self.active.len());
-                    self.active.push(index);
-                }
-            }
-        }
-        let cycle = Cycle::follow(self.cycle.as_ref(), rows.len(), self.rotation.slot_at(at));
+        let rows = self.sched.row_count();
+        let cycle = Cycle::follow(self.cycle.as_ref(), rows, self.rotation.slot_at(at));
         let same_turns = self.cycle.is_some_and(|old| old.slices == cycle.slices);
+        let mut looked_at = match self.sched.take_changes() {
+            PlanChanges::Moves(moves) if same_turns => {
+                let mut moved = Vec::new();
+                for RowMove { job, row, entered } in moves {
+                    let index = job as usize;
+                    let Running {
+                        slices,
+                        incoming,
+                        gathered,
+                        ..
+                    } = &mut self.state[index];
+                    if *gathered != number {
+                        *gathered = number;
+                        incoming.clone_from(slices);
+                        moved.push(index);
+                    }
+                    match (incoming.binary_search(&row), entered) {
+                        (Err(at), true) => incoming.insert(at, row),
+                        (Ok(at), false) => _ = incoming.remove(at),
+                        _ => {}
+                    }
+                }
+                moved.iter().for_each(|&index| self.activate(index));
+                moved
+            }
+            PlanChanges::Moves(_) | PlanChanges::All => {
+                for (slice, row) in self.sched.plan_jobs().iter().enumerate() {
+                    for &id in row {
+                        self.gather(id as usize, number, slice);
+                    }
+                }
+                self.active.clone()
+            }
+        };
+        // Job order, whichever way they were found: the chart's bars close in this order.
+        looked_at.sort_unstable();
         let mut changed = Vec::new();
-        for &index in &self.active {
+        for index in looked_at {
             let job = &self.state[index];
+            if job.slot_in_active.is_none() {
+                continue; // finished, or named by the journal without having run
+            }
             let incoming: &[usize] = if job.gathered == number {
                 &job.incoming
             } else {
@@ -361,13 +395,56 @@ impl Replay<'_> {
                 }
             }
         }
+        // A changed completion leaves its old entry behind until it surfaces; with jobs
+        // re-based at every generation a heap of mostly dead entries made every pop slower.
+        if self.completions.len() > 2 * self.active.len() + 64 {
+            let state = &self.state;
+            self.completions
+                .retain(|&Reverse((time, index))| state[index].completes_at(time));
+        }
+        debug_assert_eq!(
+            self.rows_in_force(),
+            sorted_rows(self.sched.plan_jobs()),
+            "generation {number} at {at}: the jobs' slices are not the plan's"
+        );
+    }
+
+    /// The plan's rows as the jobs' slices say, each sorted: the journal's shortcut must give
+    /// what reading every row gives (checked in debug builds, so by every replay test).
+    fn rows_in_force(&self) -> Vec<Vec<JobId>> {
+        let mut rows = vec![Vec::new(); self.slices()];
+        for &index in &self.active {
+            for &slice in &self.state[index].slices {
+                rows[slice].push(index as JobId);
+            }
+        }
+        sorted_rows(rows)
+    }
+
+    /// Adds `slice` to job `index`'s slices under generation `number`.
+    fn gather(&mut self, index: usize, number: u64, slice: usize) {
+        let job = &mut self.state[index];
+        if job.gathered != number {
+            job.gathered = number;
+            job.incoming.clear();
+        }
+        job.incoming.push(slice);
+        self.activate(index);
+    }
+
+    /// A job in a plan for the first time becomes active.
+    fn activate(&mut self, index: usize) {
+        let job = &mut self.state[index];
+        if job.slot_in_active.is_none() && !job.incoming.is_empty() {
+            job.slot_in_active = Some(self.active.len());
+            self.active.push(index);
+        }
     }
 
     /// The earliest pending completion, skipping stale heap entries.
     fn next_completion(&mut self) -> Option<Micros> {
         while let Some(&Reverse((time, index))) = self.completions.peek() {
-            let job = &self.state[index];
-            if job.slot_in_active.is_some() && job.completion == time {
+            if self.state[index].completes_at(time) {
                 return Some(time);
             }
             self.completions.pop();
@@ -417,6 +494,11 @@ impl Replay<'_> {
             Policy::Fcfs | Policy::Easy => now,
         }
     }
+}
+
+fn sorted_rows(mut rows: Vec<Vec<JobId>>) -> Vec<Vec<JobId>> {
+    rows.iter_mut().for_each(|row| row.sort_unstable());
+    rows
 }
 
 /// The latest time the replay may reach: a quarter of the `i64` microsecond range (73,000
