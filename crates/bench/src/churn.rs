@@ -12,7 +12,7 @@ use crate::workloads;
 use anyhow::{bail, Context, Result};
 use cosched_agent::boundaries::{read_log, start_delays};
 use cosched_proto::api::{NodeView, StatsView};
-use cosched_proto::{Histogram, HISTOGRAM_BOUNDS_US};
+use cosched_proto::{BoundaryRecord, Histogram, HISTOGRAM_BOUNDS_US};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -67,7 +67,7 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         args.every_ms, args.seconds
     );
     println!(
-        "{:<6} {:>4} {:>5} {:>7} {:>6} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>8} {:>8} {:>6}",
+        "{:<6} {:>4} {:>5} {:>7} {:>6} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>6}",
         "case",
         "ms",
         "round",
@@ -80,6 +80,7 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         "start p99",
         "start max",
         ">1ms",
+        "1st>1ms",
         "swtch p50",
         "swtch p99",
         "skew p50",
@@ -93,7 +94,7 @@ pub fn run(args: ChurnArgs) -> Result<()> {
                 let row = measure(&args, quantum_ms, case)?;
                 let stats = &row.stats;
                 println!(
-                    "{:<6} {:>4} {:>5} {:>7} {:>6.3} {:>7}µs {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>6}µs {:>6}µs {:>6}",
+                    "{:<6} {:>4} {:>5} {:>7} {:>6.3} {:>7}µs {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>7} {:>7} {:>7}µs {:>7}µs {:>6}µs {:>6}µs {:>6}",
                     case.name(),
                     quantum_ms,
                     round,
@@ -106,6 +107,7 @@ pub fn run(args: ChurnArgs) -> Result<()> {
                     row.start_p99,
                     row.start_max,
                     row.late_starts,
+                    row.first_late_starts,
                     stats.switch_us.p50,
                     stats.switch_us.p99,
                     stats.skew_us.p50,
@@ -127,6 +129,7 @@ pub fn run(args: ChurnArgs) -> Result<()> {
                     "start_delay_p99_us": row.start_p99,
                     "start_delay_max_us": row.start_max,
                     "starts_over_1ms": row.late_starts,
+                    "first_job_starts_over_1ms": row.first_late_starts,
                     "stats": stats,
                     "lateness_p99_under_100us": stats.lateness_us.p99 < 100,
                     "no_boundary_over_1ms": row.late_boundaries == 0 && row.late_starts == 0,
@@ -136,7 +139,7 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         }
     }
     println!(
-        "added: short jobs submitted (churn) or sleeping processes forked (crowd); share: the first compute job's CPU time over its 2 processors' wall time (ideal 0.5); late: the clock's wakeup after each boundary; start: each job's thaw after its boundary (boundary log)"
+        "added: short jobs submitted (churn) or sleeping processes forked (crowd); share: the first compute job's CPU time over its 2 processors' wall time (ideal 0.5); late: the clock's wakeup after each boundary; start: each job's thaw after its boundary (boundary log); 1st: the first compute job's starts alone"
     );
     println!(
         "targets: lateness p99 < 100 µs and no boundary (wakeup or start) later than 1 ms under churn; skew p99 < 200 µs"
@@ -162,6 +165,7 @@ struct Row {
     start_p99: u64,
     start_max: u64,
     late_starts: usize,
+    first_late_starts: usize,
 }
 
 fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
@@ -208,6 +212,10 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
     let mut records = read_log(&daemon.dir().join("state"));
     records.retain(|r| r.woke_us >= since);
     let delays = start_delays(&records);
+    let first_late_starts = start_delays(&records_of(&records, first))
+        .into_iter()
+        .filter(|&d| d > LATE_US)
+        .count();
     let crowd = match case {
         Case::Crowd => Some(crowd_size(&daemon.dir().join("crowd.out"))?),
         _ => None,
@@ -224,7 +232,19 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
         start_p99: starts.p99,
         start_max: starts.max,
         late_starts: delays.iter().filter(|&&d| d > LATE_US).count(),
+        first_late_starts,
     })
+}
+
+/// The records with only `job`'s starts in them.
+fn records_of(records: &[BoundaryRecord], job: u64) -> Vec<BoundaryRecord> {
+    records
+        .iter()
+        .map(|r| BoundaryRecord {
+            started: r.started.iter().filter(|m| m.job == job).cloned().collect(),
+            ..r.clone()
+        })
+        .collect()
 }
 
 /// How many sleeping processes the crowd forked, from its output.

@@ -1227,7 +1227,14 @@ impl Controller {
             }
             return;
         }
+        let cancelling = record.cancel_requested;
         self.tell(Command::Adopt { job, suspended });
+        if cancelling {
+            // The cancel's SIGKILL timer died with the process that sent its SIGTERM: a job
+            // that ignores SIGTERM would run on, out of the rotation. Cancel it again.
+            self.tell(Command::Cancel { job });
+            return;
+        }
         if suspended {
             return;
         }
@@ -1613,8 +1620,8 @@ impl Controller {
             .iter()
             .filter(|job| !waiting.iter().any(|r| r.id == **job))
             .collect();
-        // A cancelled job that runs is out of the rotation until its end is heard (or a
-        // restart takes it back).
+        // A cancelled job that runs is out of the rotation until its end is heard (a restart
+        // cancels it again).
         let cancelling = |r: &JobRecord| r.cancel_requested && r.launched;
         let missing: Vec<JobId> = waiting
             .iter()

@@ -87,6 +87,26 @@ fn a_restarted_controller_takes_jobs_back_from_the_store_and_launches_none_twice
 }
 
 #[test]
+fn a_job_cancelled_before_a_restart_is_cancelled_again_and_stays_out_of_the_rotation() {
+    let mut h = Harness::machine(2);
+    let job = h.run(UID, 2).unwrap();
+    let who = Harness::user(UID);
+    h.controller.cancel(&who, job, h.now).unwrap();
+    assert!(h
+        .orders()
+        .contains(&("local".into(), Command::Cancel { job })));
+    // The job ignored SIGTERM, and the daemon died before its SIGKILL.
+    h.restart();
+    let orders = h.orders();
+    let cancel = ("local".to_string(), Command::Cancel { job });
+    assert!(orders.contains(&cancel), "{orders:?}");
+    assert!(Harness::starts(&orders).is_empty(), "{orders:?}");
+    h.controller.audit().unwrap();
+    h.event(exited(job, 143));
+    assert_eq!(status(&h, job), JobStatus::Cancelled);
+}
+
+#[test]
 fn a_job_the_agent_finds_never_started_is_launched_when_next_placed() {
     let mut h = Harness::machine(2);
     let job = h.run(UID, 2).unwrap();
