@@ -380,11 +380,7 @@ impl clock::SlotWork for Gangs {
 
 #[test]
 fn two_gangs_never_run_at_the_same_moment_and_both_finish() {
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "needs root (CI runs as root)"
-    );
+    cosched_os::require_root("the gang tests of real processes");
     let (control_looks, control_seen) = control_overlaps();
     assert!(
         control_seen > control_looks / 10,

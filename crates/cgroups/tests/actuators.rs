@@ -198,11 +198,7 @@ fn suite<A: Actuator>(act: &mut A, job: &str, real: bool, flag: impl Fn(&A) -> b
 }
 
 fn real(freezer: Freezer) {
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "the cgroup tests need root (CI runs as root)"
-    );
+    cosched_os::require_root("the tests of real cgroups");
     let layout = Layout::detect().unwrap();
     let parent = format!("cosched-test-{}-{freezer:?}", std::process::id());
     // What the mounts promise; a v2 tree on a kernel before 5.2 has no freezer and fails here.
@@ -260,7 +256,7 @@ fn fake() {
 
 #[test]
 fn the_best_freezer_is_chosen_and_described() {
-    assert_eq!(unsafe { libc::geteuid() }, 0, "needs root");
+    cosched_os::require_root("the tests of real cgroups");
     let layout = Layout::detect().unwrap();
     let parent = format!("cosched-test-{}-best", std::process::id());
     let act = Cgroups::open(&layout, &parent, None).unwrap();

@@ -29,7 +29,7 @@ impl Lab {
     /// Two one-CPU nodes (a: CPU 0, b: CPU 1), 100 ms slots.
     fn up(tag: &str) -> Lab {
         let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-        assert_eq!(unsafe { libc::geteuid() }, 0, "the lab needs root");
+        cosched_os::require_root("the cluster lab's tests");
         let name = format!("{tag}{}", std::process::id() % 100_000);
         let lab = Lab {
             _serial: serial,

@@ -27,3 +27,30 @@ pub fn now_micros() -> Micros {
 pub fn usable_cpus() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
 }
+
+/// For test binaries whose tests need root (real cgroups, real-time priority, network
+/// namespaces, other users' processes): run as anyone else, says so in one line and ends the
+/// binary (exit status 2), rather than letting each test fail on a permission error deep in
+/// it. CI runs as root and runs them all.
+pub fn require_root(what: &str) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return;
+    }
+    // Tests run on several threads: one says it, the others wait for the exit.
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
+    let program = std::env::args().next().unwrap_or_default();
+    let line = format!(
+        "{program}: {what} need root (CI runs them as root); as another user, `cargo test --lib` \
+         and the tests of cosched-controller, -core, -sim and -proto run\n"
+    );
+    // Straight to the descriptor: the test harness captures `eprintln!`, and would lose it
+    // at the exit.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    std::process::exit(2);
+}

@@ -67,7 +67,7 @@ impl Daemon {
     }
 
     pub fn start_with(args: &[&str], env: &[(&str, &str)], nofile: Option<u64>) -> Daemon {
-        assert_eq!(unsafe { libc::geteuid() }, 0, "the daemon tests need root");
+        cosched_os::require_root("the daemon's tests");
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let dir = PathBuf::from(format!("/tmp/cosched-it-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
