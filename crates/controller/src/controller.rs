@@ -136,10 +136,6 @@ fn internal(error: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(error.to_string())
 }
 
-fn class_of(record: &JobRecord) -> Class {
-    record.class.parse().unwrap_or(Class::Batch)
-}
-
 impl Controller {
     pub fn new(
         settings: Settings,
@@ -360,7 +356,7 @@ impl Controller {
                 .clone()
                 .unwrap_or_else(|| program_name(&run.argv[0])),
             owner: who.clone(),
-            class: class.name().to_string(),
+            class,
             procs: run.procs,
             node_count: run.node_count,
             argv: run.argv,
@@ -438,7 +434,7 @@ impl Controller {
     /// Hands a job to the scheduler and acts on what it decides.
     fn enqueue(&mut self, job: JobId, now: Micros) -> Result<(), ApiError> {
         let record = &self.records[&job];
-        let request = JobRequest::new(job, self.shape_of(record)?).class(class_of(record));
+        let request = JobRequest::new(job, self.shape_of(record)?).class(record.class);
         let decisions = self.scheduler.submit(request, now).map_err(internal)?;
         self.apply(decisions, now);
         Ok(())
@@ -925,14 +921,14 @@ impl Controller {
                 action: "change the class of",
             });
         }
-        let old = class_of(record);
+        let old = record.class;
         // Classes are ordered from most to least urgent: a smaller one is a raise.
         if class < old && !who.is_root() {
             return Err(ApiError::Forbidden(format!(
                 "only root may raise a job's class ({old} to {class}); owners may lower it"
             )));
         }
-        self.update(job, |record| record.class = class.name().to_string())?;
+        self.update(job, |record| record.class = class)?;
         if self.scheduler.state(job).is_some() {
             let decisions = self.scheduler.set_class(job, class, now).expect("present");
             self.apply(decisions, now);
@@ -1012,7 +1008,7 @@ impl Controller {
             name: r.name.clone(),
             uid: r.owner.uid,
             user: user_name(r.owner.uid),
-            class: class_of(r).into(),
+            class: r.class,
             procs: r.procs,
             node_count: r.node_count,
             state: state_of(r.status, r.launched),

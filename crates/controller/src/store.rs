@@ -2,7 +2,7 @@
 //! The controller sees only the [`Store`] trait: the daemon keeps records in SQLite (one
 //! machine) or etcd (a cluster), the harness in memory.
 
-use cosched_core::JobId;
+use cosched_core::{Class, JobId};
 use cosched_os::unix::Credentials;
 use cosched_proto::ExitInfo;
 use serde::{Deserialize, Serialize};
@@ -54,7 +54,7 @@ pub struct JobRecord {
     pub id: JobId,
     pub name: String,
     pub owner: Credentials,
-    pub class: String,
+    pub class: Class,
     pub procs: u32,
     /// The distinct nodes `procs` are spread over evenly, when the job asked for a spread.
     #[serde(default, skip_serializing_if = "Option::is_none")]

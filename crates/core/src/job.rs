@@ -13,7 +13,11 @@ pub type Micros = i64;
 pub const MICROS_PER_SEC: Micros = 1_000_000;
 
 /// Job classes of the LLNL gang scheduler, highest priority first (the derived order is that).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Written by its name on the wire and in stored records.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum Class {
     /// Runs at once in every slot until done, preempting what it overlaps. Root only.
     Express,

@@ -222,7 +222,7 @@ mod tests {
                 gid: 1000,
                 groups: vec![1000, 27],
             },
-            class: "batch".into(),
+            class: cosched_core::Class::Batch,
             procs: 2,
             node_count: None,
             argv: vec!["sleep".into(), "1".into()],
@@ -304,6 +304,26 @@ mod tests {
         let error = store.insert(&record(1)).expect_err("job 1 exists");
         assert!(error.to_string().contains("UNIQUE"), "{error}");
         assert_eq!(store.get(1).unwrap().unwrap().name, "job1");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_record_of_an_unknown_class_is_named_not_read_as_batch() {
+        let dir = scratch("class");
+        let mut store = SqliteStore::open(&dir.join("jobs.sqlite")).unwrap();
+        store.insert(&record(1)).unwrap();
+        let text = serde_json::to_string(&record(1))
+            .unwrap()
+            .replace("\"batch\"", "\"urgent\"");
+        store
+            .db
+            .execute("UPDATE jobs SET record = ?1 WHERE id = 1", [text])
+            .unwrap();
+        let error = store.get(1).expect_err("no such class").to_string();
+        assert!(
+            error.contains("job 1 is unreadable") && error.contains("urgent"),
+            "{error}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -5,43 +5,8 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// A job class (the core's [`cosched_core::Class`], on the wire).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Class {
-    Express,
-    Interactive,
-    Batch,
-    Standby,
-}
-
-impl From<cosched_core::Class> for Class {
-    fn from(class: cosched_core::Class) -> Self {
-        match class {
-            cosched_core::Class::Express => Class::Express,
-            cosched_core::Class::Interactive => Class::Interactive,
-            cosched_core::Class::Batch => Class::Batch,
-            cosched_core::Class::Standby => Class::Standby,
-        }
-    }
-}
-
-impl fmt::Display for Class {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(cosched_core::Class::from(*self).name())
-    }
-}
-
-impl From<Class> for cosched_core::Class {
-    fn from(class: Class) -> Self {
-        match class {
-            Class::Express => cosched_core::Class::Express,
-            Class::Interactive => cosched_core::Class::Interactive,
-            Class::Batch => cosched_core::Class::Batch,
-            Class::Standby => cosched_core::Class::Standby,
-        }
-    }
-}
+/// A job class: the core's own, which the wire and the stored records write by its name.
+pub use cosched_core::Class;
 
 /// Where a job is in its life, as `ps` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,13 +104,10 @@ mod tests {
 
     #[test]
     fn names_on_the_wire_are_the_printed_names() {
-        for class in cosched_core::Class::ALL {
-            let wire = Class::from(class);
-            assert_eq!(
-                serde_json::to_string(&wire).unwrap(),
-                format!("\"{class}\"")
-            );
-            assert_eq!(cosched_core::Class::from(wire), class);
+        for class in Class::ALL {
+            let wire = serde_json::to_string(&class).unwrap();
+            assert_eq!(wire, format!("\"{class}\""));
+            assert_eq!(serde_json::from_str::<Class>(&wire).unwrap(), class);
         }
         for state in [JobState::Waiting, JobState::Cancelled] {
             assert_eq!(

@@ -5,7 +5,7 @@ use super::Harness;
 use crate::clients::ClientId;
 use crate::store::{submitted_bytes, JobStatus};
 use crate::ApiError;
-use cosched_core::JobId;
+use cosched_core::{Class, JobId};
 use cosched_proto::api::{RegisterRequest, Reply};
 use cosched_proto::{Command, Ending, Event, ExitInfo, NodeChange};
 
@@ -148,7 +148,7 @@ fn nothing_is_acknowledged_before_the_store_has_it() {
     let record = h.controller.record_of(job).unwrap();
     assert_eq!(record.status, JobStatus::Running);
     assert_eq!(
-        (record.cancel_requested, record.class.as_str()),
+        (record.cancel_requested, record.class.name()),
         (false, "batch")
     );
     h.controller.audit().unwrap();
@@ -228,7 +228,7 @@ fn owners_may_lower_a_class_and_only_root_raise_it() {
         Err(ApiError::Invalid(_))
     ));
     c.set_class(&root, job, "interactive", now).unwrap();
-    assert_eq!(h.stored(job).unwrap().class, "interactive");
+    assert_eq!(h.stored(job).unwrap().class, Class::Interactive);
     let mut express = Harness::request(1, &["true"]);
     express.class = Some("express".into());
     let refused = h.controller.submit(&owner, express.clone(), None, now);
