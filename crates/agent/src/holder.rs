@@ -5,7 +5,7 @@
 //! registrant's `job_end` or a cancel, once every one left, joined or not), and
 //! [`NONE_JOINED`] when none joined in time.
 
-use crate::job_name;
+use crate::job_group;
 use cosched_cgroups::Layout;
 use cosched_core::JobId;
 use std::io;
@@ -74,7 +74,7 @@ pub fn hold(join_within: Duration) -> Result<i32, HoldError> {
 fn own_procs_files(job: JobId) -> Result<Vec<PathBuf>, HoldError> {
     let layout = Layout::detect().map_err(HoldError::Cgroup)?;
     let mine = std::fs::read_to_string("/proc/self/cgroup").map_err(HoldError::Cgroup)?;
-    let suffix = format!("/{}", job_name(job));
+    let suffix = format!("/{}", job_group(job));
     let files: Vec<PathBuf> = mine
         .lines()
         .filter_map(|line| {

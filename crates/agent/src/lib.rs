@@ -27,7 +27,7 @@ pub use node::{NodeAgent, NodeSettings, STATE_SUBDIRS};
 pub use process::{serve_node, NodeConfig};
 pub use stats::{Samples, Summary};
 
-use cosched_cgroups::{Actuator, CgroupError, ReleaseStep};
+use cosched_cgroups::{Actuator, CgroupError, JobGroup, ReleaseStep};
 use cosched_core::{Generation, JobId, Micros, Partition};
 use cosched_os::now_micros;
 use cosched_proto::JobMoment;
@@ -48,9 +48,9 @@ pub enum AgentError {
     Actuator { job: JobId, source: CgroupError },
 }
 
-/// The cgroup name of a job.
-pub fn job_name(job: JobId) -> String {
-    format!("job-{job}")
+/// A job's group in the cgroup trees (the actuator takes nothing else).
+pub fn job_group(job: JobId) -> JobGroup {
+    JobGroup::of(job)
 }
 
 /// What one slot boundary did.
@@ -185,7 +185,7 @@ impl<A: Actuator> Applier<A> {
     /// charge of it: frozen until its slot in gang mode, continued in the other modes (a job
     /// suspended earlier must run again).
     pub fn admit(&mut self, job: JobId, cpus: Option<&Partition>) -> Result<(), AgentError> {
-        let name = job_name(job);
+        let name = job_group(job);
         let fail = |source| AgentError::Actuator { job, source };
         self.actuator.create(&name).map_err(fail)?;
         if let (Some(cpus), false) = (cpus, self.mode == Mode::Local) {
@@ -207,7 +207,7 @@ impl<A: Actuator> Applier<A> {
         self.running.remove(&job);
         self.jobs.remove(&job);
         self.actuator
-            .freeze(&job_name(job))
+            .freeze(&job_group(job))
             .map(|_| ())
             .map_err(|source| AgentError::Actuator { job, source })
     }
@@ -217,7 +217,7 @@ impl<A: Actuator> Applier<A> {
     /// call again later.
     pub fn discard(&mut self, job: JobId) -> Result<(), AgentError> {
         self.release(job)?;
-        let name = job_name(job);
+        let name = job_group(job);
         let fail = |source| AgentError::Actuator { job, source };
         if !self.actuator.pids(&name).map_err(fail)?.is_empty() {
             self.actuator.kill(&name).map_err(fail)?;
@@ -301,7 +301,7 @@ impl<A: Actuator> Applier<A> {
         let asked = now_micros();
         let confirmed = if self.mode == Mode::Gang {
             self.actuator
-                .ask_freeze(&job_name(job))
+                .ask_freeze(&job_group(job))
                 .map_err(|source| AgentError::Actuator { job, source })?;
             None
         } else {
@@ -334,7 +334,7 @@ impl<A: Actuator> Applier<A> {
             });
             let confirmed = self
                 .actuator
-                .frozen_by(&job_name(job), deadline)
+                .frozen_by(&job_group(job), deadline)
                 .map_err(|source| AgentError::Actuator { job, source })?;
             if confirmed {
                 let at_us = now_micros();
@@ -457,7 +457,7 @@ impl<A: Actuator> Applier<A> {
         if matches!(self.mode, Mode::Gang | Mode::Moderate) {
             for &job in self.running.iter().filter(|job| !start.contains(job)) {
                 self.actuator
-                    .spread(&job_name(job))
+                    .spread(&job_group(job))
                     .map_err(|source| AgentError::Actuator { job, source })?;
             }
         }
@@ -472,7 +472,7 @@ impl<A: Actuator> Applier<A> {
     /// Lets a job run (`run`) or holds it back, as the mode does it. Returns when that took
     /// effect (true clock): after the thaw or the confirmed freeze, before any spreading.
     fn steer(&mut self, job: JobId, run: bool) -> Result<Micros, AgentError> {
-        let name = job_name(job);
+        let name = job_group(job);
         let actuator = &mut self.actuator;
         let outcome = match (self.mode, run) {
             // Thawed tasks wake where they last ran, often two on one processor: the second
@@ -510,7 +510,7 @@ impl<A: Actuator> Applier<A> {
                 // The cgroup is written only when the processors change.
                 if last.as_ref() != Some(&entry.partition) {
                     self.actuator
-                        .set_cpus(&job_name(entry.job), &entry.partition.to_string())
+                        .set_cpus(&job_group(entry.job), &entry.partition.to_string())
                         .map_err(|source| AgentError::Actuator {
                             job: entry.job,
                             source,
@@ -539,7 +539,7 @@ impl<A: Actuator> Applier<A> {
     /// Undoes what the mode did to a job: thawed (gang) or back at normal weight (moderate),
     /// and its threads unpinned.
     fn let_loose(&mut self, job: JobId) -> Result<(), AgentError> {
-        let name = job_name(job);
+        let name = job_group(job);
         let outcome = match self.mode {
             Mode::Gang => self
                 .actuator
@@ -558,7 +558,7 @@ impl<A: Actuator> Applier<A> {
     /// the daemon dies): the actuator's steps, and unpinning its threads in the modes that
     /// pin them.
     pub fn release_steps(&self, job: JobId) -> Result<Vec<ReleaseStep>, AgentError> {
-        let name = job_name(job);
+        let name = job_group(job);
         let fail = |source| AgentError::Actuator { job, source };
         let mut steps = self.actuator.release_steps(&name).map_err(fail)?;
         if matches!(self.mode, Mode::Gang | Mode::Moderate) {

@@ -14,7 +14,7 @@ use crate::door::{Door, DOOR_ENV};
 use crate::join;
 use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
-use crate::{job_name, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
+use crate::{job_group, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
 use cosched_cgroups::{procfs, Actuator, CgroupError, Cgroups};
 use cosched_core::{JobId, Micros, Rotation};
 use cosched_os::{fault, now_micros, unix};
@@ -84,7 +84,7 @@ impl NodeSettings {
     fn file(&self, dir: &str, job: JobId, suffix: &str) -> PathBuf {
         self.state_dir
             .join(dir)
-            .join(format!("{}{suffix}", job_name(job)))
+            .join(format!("{}{suffix}", job_group(job)))
     }
 
     pub fn exit_file(&self, job: JobId) -> PathBuf {
@@ -395,7 +395,7 @@ impl<A: Actuator> NodeAgent<A> {
                 if let Err(error) = self.let_loose(job) {
                     self.trouble(job, error);
                 }
-                if let Ok(pids) = self.applier.actuator().pids(&job_name(job)) {
+                if let Ok(pids) = self.applier.actuator().pids(&job_group(job)) {
                     for pid in pids {
                         // SAFETY: kill(2) has no memory-safety preconditions.
                         unsafe { libc::kill(pid, libc::SIGTERM) };
@@ -498,7 +498,7 @@ impl<A: Actuator> NodeAgent<A> {
         let born = join::start_time(pid)?;
         let pidfd = unix::pidfd_open(pid).map_err(|e| e.to_string())?;
         for other in self.placed.keys() {
-            let pids = self.applier.actuator().pids(&job_name(*other));
+            let pids = self.applier.actuator().pids(&job_group(*other));
             if pids.is_ok_and(|pids| pids.contains(&pid)) {
                 return match *other == job {
                     true => Ok(()),
@@ -515,7 +515,7 @@ impl<A: Actuator> NodeAgent<A> {
         let room = self
             .applier
             .actuator()
-            .task_room(&job_name(job))
+            .task_room(&job_group(job))
             .map_err(|e| e.to_string())?;
         let tasks = procfs::tasks(pid).len() as u64;
         if let Some(room) = room.filter(|&room| tasks > room) {
@@ -560,7 +560,7 @@ impl<A: Actuator> NodeAgent<A> {
             match self
                 .applier
                 .actuator_mut()
-                .limit_tasks(&job_name(job), most)
+                .limit_tasks(&job_group(job), most)
             {
                 Ok(()) | Err(CgroupError::Unsupported(_)) => {}
                 Err(error) => return Err(error.to_string()),
@@ -578,7 +578,7 @@ impl<A: Actuator> NodeAgent<A> {
     fn join_files(&self, job: JobId) -> Result<Vec<PathBuf>, String> {
         self.applier
             .actuator()
-            .join_files(&job_name(job))
+            .join_files(&job_group(job))
             .map_err(|e| e.to_string())
     }
 
@@ -851,7 +851,7 @@ impl<A: Actuator> NodeAgent<A> {
 
     fn discard(&mut self, job: JobId) {
         // Known again after a restart: creating is idempotent.
-        let name = job_name(job);
+        let name = job_group(job);
         let created = self.applier.actuator_mut().create(&name);
         match created
             .map_err(|e| e.to_string())
@@ -869,7 +869,7 @@ impl<A: Actuator> NodeAgent<A> {
     }
 
     fn usage(&self, job: JobId) -> Option<Duration> {
-        self.applier.actuator().cpu_usage(&job_name(job)).ok()
+        self.applier.actuator().cpu_usage(&job_group(job)).ok()
     }
 
     fn tick(&mut self, tick: Tick) {
@@ -1038,7 +1038,7 @@ impl<A: Actuator> NodeAgent<A> {
             .collect();
         for job in due {
             self.kill_at.remove(&job);
-            if let Err(error) = self.applier.actuator_mut().kill(&job_name(job)) {
+            if let Err(error) = self.applier.actuator_mut().kill(&job_group(job)) {
                 log(format_args!("job {job}: {error}"));
             }
         }
@@ -1050,7 +1050,7 @@ impl<A: Actuator> NodeAgent<A> {
             return;
         }
         for job in self.applier.entrants(next_slot) {
-            let Ok(pids) = self.applier.actuator().pids(&job_name(job)) else {
+            let Ok(pids) = self.applier.actuator().pids(&job_group(job)) else {
                 continue;
             };
             let mut baseline = Baseline::capture(&pids);
@@ -1072,7 +1072,7 @@ impl<A: Actuator> NodeAgent<A> {
         }
         let suspended = std::mem::take(&mut self.suspended);
         for &job in &suspended {
-            if let Err(error) = self.applier.actuator_mut().thaw(&job_name(job)) {
+            if let Err(error) = self.applier.actuator_mut().thaw(&job_group(job)) {
                 first_error.get_or_insert(error.to_string());
             }
         }
@@ -1086,7 +1086,7 @@ impl<A: Actuator> NodeAgent<A> {
                 .chain(self.kill_at.keys().copied())
                 .collect();
             for job in jobs {
-                if let Err(error) = self.applier.actuator_mut().kill(&job_name(job)) {
+                if let Err(error) = self.applier.actuator_mut().kill(&job_group(job)) {
                     first_error.get_or_insert(error.to_string());
                 }
             }
@@ -1102,7 +1102,10 @@ pub fn strangers(
     cgroups: &Cgroups,
     known: &BTreeSet<JobId>,
 ) -> Result<Vec<(String, usize)>, CgroupError> {
-    let known: BTreeSet<String> = known.iter().map(|&job| job_name(job)).collect();
+    let known: BTreeSet<String> = known
+        .iter()
+        .map(|&job| job_group(job).to_string())
+        .collect();
     Ok(cgroups
         .existing_jobs()?
         .into_iter()

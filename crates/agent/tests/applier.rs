@@ -29,7 +29,7 @@ fn two_slices() -> Scheduler {
 fn applier(mode: Mode) -> Applier<Fake> {
     let mut fake = Fake::default();
     for job in [1, 2] {
-        fake.create(&job_name(job)).unwrap();
+        fake.create(&job_group(job)).unwrap();
     }
     let mut a = Applier::new(fake, mode);
     a.adopt(1).unwrap();
@@ -392,9 +392,9 @@ fn two_gangs_never_run_at_the_same_moment_and_both_finish() {
     let jobs: [(JobId, i32); 2] = [(1, 7), (2, 9)];
     let mut children = Vec::new();
     for (job, code) in jobs {
-        cgroups.create(&job_name(job)).unwrap();
+        cgroups.create(&job_group(job)).unwrap();
         let child = job_process(code);
-        cgroups.add(&job_name(job), child.id() as Pid).unwrap();
+        cgroups.add(&job_group(job), child.id() as Pid).unwrap();
         children.push(child);
     }
     let applier = Arc::new(Mutex::new(Applier::new(cgroups, Mode::Gang)));
@@ -439,7 +439,7 @@ fn two_gangs_never_run_at_the_same_moment_and_both_finish() {
             .lock()
             .unwrap()
             .actuator()
-            .pids(&job_name(job))
+            .pids(&job_group(job))
             .unwrap()
     };
     // Each job forks its second process in its first slot.
@@ -458,7 +458,7 @@ fn two_gangs_never_run_at_the_same_moment_and_both_finish() {
     applier.release_all().unwrap();
     let mut cgroups = applier.into_actuator();
     for (job, _) in jobs {
-        cgroups.remove(&job_name(job)).unwrap();
+        cgroups.remove(&job_group(job)).unwrap();
     }
     cgroups.close().unwrap();
 

@@ -162,7 +162,7 @@ impl Daemon {
             .context("no cgroup v2 tree to read a job's CPU time from")?;
         let file = root
             .join(&self.parent)
-            .join(format!("job-{id}"))
+            .join(cosched_cgroups::JobGroup::of(id))
             .join("cpu.stat");
         let text = std::fs::read_to_string(&file)
             .with_context(|| format!("reading {}", file.display()))?;

@@ -5,7 +5,7 @@
 //!
 //!   switch_latency RAW_SWITCH_BINARY [SWITCHES] [N...]
 
-use cosched_cgroups::{Actuator, Cgroups, Freezer, Layout, Pid};
+use cosched_cgroups::{Actuator, Cgroups, Freezer, JobGroup, Layout, Pid};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -25,12 +25,17 @@ fn spinners(n: usize) -> Vec<Child> {
         .collect()
 }
 
+/// The two groups the comparison switches between.
+fn pair() -> [JobGroup; 2] {
+    ["job-a", "job-b"].map(|name| JobGroup::named(name).expect("a valid group name"))
+}
+
 /// (p50, p99) in µs of `switches` actuator switches, alternating direction.
 fn actuator_round(act: &mut Cgroups, switches: usize) -> (f64, f64) {
-    let jobs = ["job-a", "job-b"];
+    let jobs = pair();
     let mut times: Vec<f64> = (0..switches)
         .map(|i| {
-            let (leave, enter) = (jobs[i % 2], jobs[(i + 1) % 2]);
+            let (leave, enter) = (&jobs[i % 2], &jobs[(i + 1) % 2]);
             let start = std::time::Instant::now();
             act.freeze(leave).expect("freeze");
             act.thaw(enter).expect("thaw");
@@ -45,14 +50,14 @@ fn actuator_round(act: &mut Cgroups, switches: usize) -> (f64, f64) {
 
 /// Kills both groups' processes, reaps them, and removes the groups.
 fn cleanup(act: &mut Cgroups, children: &mut Vec<Child>) {
-    for job in ["job-a", "job-b"] {
+    for job in &pair() {
         let _ = act.kill(job);
     }
     for mut child in children.drain(..) {
         let _ = child.kill();
         let _ = child.wait();
     }
-    for job in ["job-a", "job-b"] {
+    for job in &pair() {
         for _ in 0..400 {
             if act.pids(job).map_or(true, |p| p.is_empty()) {
                 break;
@@ -129,7 +134,7 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     for n in sizes {
         let mut children = Vec::new();
-        for job in ["job-a", "job-b"] {
+        for job in &pair() {
             act.create(job).unwrap();
             for child in spinners(n) {
                 let added = act.add(job, child.id() as Pid);
@@ -141,7 +146,7 @@ fn main() {
             }
         }
         let measured = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            act.freeze("job-b").unwrap();
+            act.freeze(&pair()[1]).unwrap();
             let (mut raw_p50, mut raw_p99, mut ours_p50, mut ours_p99) =
                 (vec![], vec![], vec![], vec![]);
             for _ in 0..3 {

@@ -8,7 +8,7 @@
 use crate::affinity;
 use crate::layout::Layout;
 use crate::procfs;
-use crate::{check_name, Actuator, CgroupError, Pid, Result, CONFIRM_TIMEOUT};
+use crate::{check_name, Actuator, CgroupError, JobGroup, Pid, Result, CONFIRM_TIMEOUT};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs;
@@ -426,7 +426,7 @@ impl Cgroups {
     }
 
     /// The job's directory in every hierarchy in use, v2 first.
-    fn dirs(&self, job: &str) -> impl Iterator<Item = PathBuf> + '_ {
+    fn dirs(&self, job: &JobGroup) -> impl Iterator<Item = PathBuf> + '_ {
         let job = job.to_string();
         self.parents()
             .into_iter()
@@ -435,7 +435,7 @@ impl Cgroups {
     }
 
     /// The job's directory in the tree that holds its cpuset, if any tree does.
-    fn cpuset_dir(&self, job: &str) -> Option<PathBuf> {
+    fn cpuset_dir(&self, job: &JobGroup) -> Option<PathBuf> {
         self.cpuset_parent().map(|parent| parent.join(job))
     }
 
@@ -458,7 +458,7 @@ impl Cgroups {
     }
 
     /// The processors the job may use: its effective cpuset, or every online one.
-    fn usable_cpus(&self, job: &str) -> Result<Vec<usize>> {
+    fn usable_cpus(&self, job: &JobGroup) -> Result<Vec<usize>> {
         self.known(job)?;
         let file = match self.cpuset {
             Some(Tree::V2) => self
@@ -480,15 +480,15 @@ impl Cgroups {
         })
     }
 
-    fn known(&self, job: &str) -> Result<()> {
-        if self.jobs.contains(job) {
+    fn known(&self, job: &JobGroup) -> Result<()> {
+        if self.jobs.contains(&**job) {
             Ok(())
         } else {
             Err(CgroupError::UnknownJob(job.to_string()))
         }
     }
 
-    fn signal_all(&self, job: &str, sig: libc::c_int) -> Result<()> {
+    fn signal_all(&self, job: &JobGroup, sig: libc::c_int) -> Result<()> {
         for pid in self.pids(job)? {
             match signal(pid, sig) {
                 Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
@@ -505,7 +505,12 @@ impl Cgroups {
 
     /// Waits until every process of the job is (or is no longer) stopped by a signal, or until
     /// `until` (false); with no `until`, an error past [`CONFIRM_TIMEOUT`].
-    fn confirm_signals(&self, job: &str, stopped: bool, until: Option<Instant>) -> Result<bool> {
+    fn confirm_signals(
+        &self,
+        job: &JobGroup,
+        stopped: bool,
+        until: Option<Instant>,
+    ) -> Result<bool> {
         let started = Instant::now();
         let wanted = if stopped { "stopped" } else { "running" };
         for pid in self.pids(job)? {
@@ -535,7 +540,7 @@ impl Cgroups {
     }
 
     /// Asks the chosen mechanism to freeze or thaw a job, without waiting.
-    fn ask_frozen(&mut self, job: &str, frozen: bool) -> Result<()> {
+    fn ask_frozen(&mut self, job: &JobGroup, frozen: bool) -> Result<()> {
         self.known(job)?;
         match self.freezer {
             Freezer::V2 => ask_v2(&self.v2_dir(job), frozen),
@@ -547,7 +552,7 @@ impl Cgroups {
     }
 
     /// Waits for the kernel to confirm what `ask_frozen` asked, until `until` (see `confirm`).
-    fn confirm_frozen(&self, job: &str, frozen: bool, until: Option<Instant>) -> Result<bool> {
+    fn confirm_frozen(&self, job: &JobGroup, frozen: bool, until: Option<Instant>) -> Result<bool> {
         self.known(job)?;
         match self.freezer {
             Freezer::V2 => confirm_v2(&self.v2_dir(job), frozen, until),
@@ -557,7 +562,7 @@ impl Cgroups {
     }
 
     /// The job's group in the tree with the pids controller, if there is one.
-    fn tasks_dir(&self, job: &str) -> Result<Option<PathBuf>> {
+    fn tasks_dir(&self, job: &JobGroup) -> Result<Option<PathBuf>> {
         self.known(job)?;
         let parent = match self.tasks {
             Some(Tree::V2) => self.v2.as_ref(),
@@ -567,11 +572,11 @@ impl Cgroups {
         Ok(parent.map(|parent| parent.join(job)))
     }
 
-    fn v2_dir(&self, job: &str) -> PathBuf {
+    fn v2_dir(&self, job: &JobGroup) -> PathBuf {
         self.v2.as_ref().expect("v2 freezer has a v2 dir").join(job)
     }
 
-    fn v1_freezer_dir(&self, job: &str) -> PathBuf {
+    fn v1_freezer_dir(&self, job: &JobGroup) -> PathBuf {
         self.v1_freezer
             .as_ref()
             .expect("v1 freezer has a v1 dir")
@@ -580,7 +585,7 @@ impl Cgroups {
 
     /// The file and value that give a job `weight` (cgroup v2 scale) in the tree with the cpu
     /// controller.
-    fn weight_write(&self, job: &str, weight: u32) -> Result<(PathBuf, String)> {
+    fn weight_write(&self, job: &JobGroup, weight: u32) -> Result<(PathBuf, String)> {
         let weight = weight.clamp(1, 10_000);
         match (self.weight, &self.v2, &self.v1_cpu) {
             (Some(Tree::V2), Some(dir), _) => {
@@ -654,14 +659,14 @@ impl Actuator for Cgroups {
         )
     }
 
-    fn limit_tasks(&mut self, job: &str, most: u64) -> Result<()> {
+    fn limit_tasks(&mut self, job: &JobGroup, most: u64) -> Result<()> {
         let dir = self
             .tasks_dir(job)?
             .ok_or_else(|| CgroupError::Unsupported("no pids controller on this machine".into()))?;
         write(&dir.join("pids.max"), &most.to_string())
     }
 
-    fn task_room(&self, job: &str) -> Result<Option<u64>> {
+    fn task_room(&self, job: &JobGroup) -> Result<Option<u64>> {
         let Some(dir) = self.tasks_dir(job)? else {
             return Ok(None);
         };
@@ -680,8 +685,7 @@ impl Actuator for Cgroups {
         Ok(Some(most.saturating_sub(current)))
     }
 
-    fn create(&mut self, job: &str) -> Result<()> {
-        check_name(job)?;
+    fn create(&mut self, job: &JobGroup) -> Result<()> {
         for dir in self.dirs(job).collect::<Vec<_>>() {
             mkdir(&dir)?;
         }
@@ -692,7 +696,7 @@ impl Actuator for Cgroups {
         Ok(())
     }
 
-    fn add(&mut self, job: &str, pid: Pid) -> Result<()> {
+    fn add(&mut self, job: &JobGroup, pid: Pid) -> Result<()> {
         self.known(job)?;
         for dir in self.dirs(job) {
             write(&dir.join("cgroup.procs"), &pid.to_string())?;
@@ -700,43 +704,43 @@ impl Actuator for Cgroups {
         Ok(())
     }
 
-    fn pids(&self, job: &str) -> Result<Vec<Pid>> {
+    fn pids(&self, job: &JobGroup) -> Result<Vec<Pid>> {
         self.known(job)?;
         let dir = self.dirs(job).next().expect("open() ensures one hierarchy");
         Ok(parse_pids(&read(&dir.join("cgroup.procs"))?))
     }
 
-    fn set_cpus(&mut self, job: &str, cpus: &str) -> Result<()> {
+    fn set_cpus(&mut self, job: &JobGroup, cpus: &str) -> Result<()> {
         self.known(job)?;
         let dir = self.cpuset_dir(job).ok_or_else(|| {
             CgroupError::Unsupported("no cpuset controller on this machine".into())
         })?;
-        self.spread_due.remove(job);
+        self.spread_due.remove(&**job);
         write(&dir.join("cpuset.cpus"), cpus)
     }
 
-    fn set_weight(&mut self, job: &str, weight: u32) -> Result<()> {
+    fn set_weight(&mut self, job: &JobGroup, weight: u32) -> Result<()> {
         self.known(job)?;
         let (file, value) = self.weight_write(job, weight)?;
         write(&file, &value)
     }
 
-    fn ask_freeze(&mut self, job: &str) -> Result<()> {
+    fn ask_freeze(&mut self, job: &JobGroup) -> Result<()> {
         self.ask_frozen(job, true)
     }
 
-    fn frozen_by(&mut self, job: &str, until: Option<Instant>) -> Result<bool> {
+    fn frozen_by(&mut self, job: &JobGroup, until: Option<Instant>) -> Result<bool> {
         self.confirm_frozen(job, true, until)
     }
 
-    fn thaw(&mut self, job: &str) -> Result<Duration> {
+    fn thaw(&mut self, job: &JobGroup) -> Result<Duration> {
         let asked = Instant::now();
         self.ask_frozen(job, false)?;
         self.confirm_frozen(job, false, None)?;
         Ok(asked.elapsed())
     }
 
-    fn kill(&mut self, job: &str) -> Result<()> {
+    fn kill(&mut self, job: &JobGroup) -> Result<()> {
         self.known(job)?;
         let cgroup_kill = self.v2.as_ref().map(|d| d.join(job).join("cgroup.kill"));
         match cgroup_kill.filter(|f| f.exists()) {
@@ -747,7 +751,7 @@ impl Actuator for Cgroups {
         self.thaw(job).map(|_| ())
     }
 
-    fn remove(&mut self, job: &str) -> Result<()> {
+    fn remove(&mut self, job: &JobGroup) -> Result<()> {
         self.known(job)?;
         self.thaw(job)?;
         for dir in self.dirs(job).collect::<Vec<_>>() {
@@ -756,17 +760,17 @@ impl Actuator for Cgroups {
                 _ => {}
             }
         }
-        self.jobs.remove(job);
-        self.spread_due.remove(job);
+        self.jobs.remove(&**job);
+        self.spread_due.remove(&**job);
         Ok(())
     }
 
-    fn join_files(&self, job: &str) -> Result<Vec<PathBuf>> {
+    fn join_files(&self, job: &JobGroup) -> Result<Vec<PathBuf>> {
         self.known(job)?;
         Ok(self.dirs(job).map(|d| d.join("cgroup.procs")).collect())
     }
 
-    fn release_steps(&self, job: &str) -> Result<Vec<ReleaseStep>> {
+    fn release_steps(&self, job: &JobGroup) -> Result<Vec<ReleaseStep>> {
         self.known(job)?;
         let first_dir = self.dirs(job).next().expect("open() ensures one hierarchy");
         let mut steps = vec![match self.freezer {
@@ -791,7 +795,7 @@ impl Actuator for Cgroups {
         Ok(steps)
     }
 
-    fn spread(&mut self, job: &str) -> Result<()> {
+    fn spread(&mut self, job: &JobGroup) -> Result<()> {
         // Pinned threads stay pinned while frozen: once a job's ranks are spread, looking again
         // at every thaw only costs (~250 us a switch for an MPI job's ~14 threads, the clock
         // thread's CPU taken from the job). Look at every thaw at first, then at doubling
@@ -799,7 +803,7 @@ impl Actuator for Cgroups {
         // starts its ranks, a job that runs one program after another).
         let now = Instant::now();
         let pids = self.pids(job)?;
-        let waited = match self.spread_due.get(job) {
+        let waited = match self.spread_due.get(&**job) {
             Some(seen) if seen.pids != pids => Duration::ZERO,
             Some(seen) if now < seen.due => return Ok(()),
             Some(seen) => seen.wait,
@@ -817,12 +821,12 @@ impl Actuator for Cgroups {
         Ok(())
     }
 
-    fn unpin(&mut self, job: &str) -> Result<()> {
-        self.spread_due.remove(job);
+    fn unpin(&mut self, job: &JobGroup) -> Result<()> {
+        self.spread_due.remove(&**job);
         affinity::unpin(&self.pids(job)?)
     }
 
-    fn cpu_usage(&self, job: &str) -> Result<Duration> {
+    fn cpu_usage(&self, job: &JobGroup) -> Result<Duration> {
         self.known(job)?;
         if let Some(v2) = &self.v2 {
             let file = v2.join(job).join("cpu.stat");

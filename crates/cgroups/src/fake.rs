@@ -1,7 +1,7 @@
 //! An in-memory actuator for tests of logic: it records every call and keeps the state a real
 //! one would (members, processors, weight, frozen), and refuses what a real one refuses.
 
-use crate::{check_name, Actuator, CgroupError, Pid, ReleaseStep, Result};
+use crate::{Actuator, CgroupError, JobGroup, Pid, ReleaseStep, Result};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -45,9 +45,9 @@ pub struct Fake {
 }
 
 impl Fake {
-    fn job(&mut self, job: &str) -> Result<&mut FakeJob> {
+    fn job(&mut self, job: &JobGroup) -> Result<&mut FakeJob> {
         self.jobs
-            .get_mut(job)
+            .get_mut(&**job)
             .ok_or_else(|| CgroupError::UnknownJob(job.to_string()))
     }
 
@@ -66,8 +66,7 @@ impl Actuator for Fake {
         "fake (in memory)".to_string()
     }
 
-    fn create(&mut self, job: &str) -> Result<()> {
-        check_name(job)?;
+    fn create(&mut self, job: &JobGroup) -> Result<()> {
         self.calls.push(FakeCall::Create(job.to_string()));
         self.jobs.entry(job.to_string()).or_insert(FakeJob {
             weight: 100,
@@ -76,50 +75,50 @@ impl Actuator for Fake {
         Ok(())
     }
 
-    fn add(&mut self, job: &str, pid: Pid) -> Result<()> {
+    fn add(&mut self, job: &JobGroup, pid: Pid) -> Result<()> {
         self.job(job)?.pids.push(pid);
         self.calls.push(FakeCall::Add(job.to_string(), pid));
         Ok(())
     }
 
-    fn pids(&self, job: &str) -> Result<Vec<Pid>> {
+    fn pids(&self, job: &JobGroup) -> Result<Vec<Pid>> {
         self.jobs
-            .get(job)
+            .get(&**job)
             .map(|j| j.pids.clone())
             .ok_or_else(|| CgroupError::UnknownJob(job.to_string()))
     }
 
-    fn set_cpus(&mut self, job: &str, cpus: &str) -> Result<()> {
+    fn set_cpus(&mut self, job: &JobGroup, cpus: &str) -> Result<()> {
         self.job(job)?.cpus = Some(cpus.to_string());
         self.calls
             .push(FakeCall::SetCpus(job.to_string(), cpus.to_string()));
         Ok(())
     }
 
-    fn set_weight(&mut self, job: &str, weight: u32) -> Result<()> {
+    fn set_weight(&mut self, job: &JobGroup, weight: u32) -> Result<()> {
         self.job(job)?.weight = weight.clamp(1, 10_000);
         self.calls
             .push(FakeCall::SetWeight(job.to_string(), weight));
         Ok(())
     }
 
-    fn limit_tasks(&mut self, job: &str, most: u64) -> Result<()> {
+    fn limit_tasks(&mut self, job: &JobGroup, most: u64) -> Result<()> {
         self.job(job)?.most_tasks = Some(most);
         self.calls.push(FakeCall::LimitTasks(job.to_string(), most));
         Ok(())
     }
 
-    fn task_room(&self, job: &str) -> Result<Option<u64>> {
+    fn task_room(&self, job: &JobGroup) -> Result<Option<u64>> {
         let entry = self
             .jobs
-            .get(job)
+            .get(&**job)
             .ok_or_else(|| CgroupError::UnknownJob(job.to_string()))?;
         Ok(entry
             .most_tasks
             .map(|most| most.saturating_sub(entry.pids.len() as u64)))
     }
 
-    fn ask_freeze(&mut self, job: &str) -> Result<()> {
+    fn ask_freeze(&mut self, job: &JobGroup) -> Result<()> {
         let entry = self.job(job)?;
         entry.frozen = true;
         entry.freeze_asked = Some(Instant::now());
@@ -127,7 +126,7 @@ impl Actuator for Fake {
         Ok(())
     }
 
-    fn frozen_by(&mut self, job: &str, until: Option<Instant>) -> Result<bool> {
+    fn frozen_by(&mut self, job: &JobGroup, until: Option<Instant>) -> Result<bool> {
         let entry = self.job(job)?;
         let done = entry.freeze_asked.unwrap_or_else(Instant::now) + entry.freeze_takes;
         let waited_until = until.map_or(done, |until| until.min(done));
@@ -135,13 +134,13 @@ impl Actuator for Fake {
         Ok(waited_until == done)
     }
 
-    fn thaw(&mut self, job: &str) -> Result<Duration> {
+    fn thaw(&mut self, job: &JobGroup) -> Result<Duration> {
         self.job(job)?.frozen = false;
         self.calls.push(FakeCall::Thaw(job.to_string()));
         Ok(Duration::ZERO)
     }
 
-    fn kill(&mut self, job: &str) -> Result<()> {
+    fn kill(&mut self, job: &JobGroup) -> Result<()> {
         let entry = self.job(job)?;
         entry.pids.clear();
         entry.frozen = false;
@@ -149,7 +148,7 @@ impl Actuator for Fake {
         Ok(())
     }
 
-    fn remove(&mut self, job: &str) -> Result<()> {
+    fn remove(&mut self, job: &JobGroup) -> Result<()> {
         let entry = self.job(job)?;
         entry.frozen = false;
         if !entry.pids.is_empty() {
@@ -158,34 +157,34 @@ impl Actuator for Fake {
                 source: std::io::Error::from_raw_os_error(libc::EBUSY),
             });
         }
-        self.jobs.remove(job);
+        self.jobs.remove(&**job);
         self.calls.push(FakeCall::Remove(job.to_string()));
         Ok(())
     }
 
-    fn join_files(&self, job: &str) -> Result<Vec<PathBuf>> {
+    fn join_files(&self, job: &JobGroup) -> Result<Vec<PathBuf>> {
         self.pids(job).map(|_| Vec::new())
     }
 
-    fn release_steps(&self, job: &str) -> Result<Vec<ReleaseStep>> {
+    fn release_steps(&self, job: &JobGroup) -> Result<Vec<ReleaseStep>> {
         self.pids(job).map(|_| Vec::new())
     }
 
-    fn spread(&mut self, job: &str) -> Result<()> {
+    fn spread(&mut self, job: &JobGroup) -> Result<()> {
         self.job(job)?.spread = true;
         self.calls.push(FakeCall::Spread(job.to_string()));
         Ok(())
     }
 
-    fn unpin(&mut self, job: &str) -> Result<()> {
+    fn unpin(&mut self, job: &JobGroup) -> Result<()> {
         self.job(job)?.spread = false;
         self.calls.push(FakeCall::Unpin(job.to_string()));
         Ok(())
     }
 
-    fn cpu_usage(&self, job: &str) -> Result<Duration> {
+    fn cpu_usage(&self, job: &JobGroup) -> Result<Duration> {
         self.jobs
-            .get(job)
+            .get(&**job)
             .map(|j| j.cpu)
             .ok_or_else(|| CgroupError::UnknownJob(job.to_string()))
     }

@@ -65,28 +65,65 @@ pub enum CgroupError {
 
 pub type Result<T, E = CgroupError> = std::result::Result<T, E>;
 
+/// A job's name in the cgroup trees (`job-42`): made from its id, or checked when given, so
+/// no path an actuator builds from it can leave the parent.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobGroup(String);
+
+impl JobGroup {
+    /// The group of job `job`.
+    pub fn of(job: u64) -> JobGroup {
+        JobGroup(format!("job-{job}"))
+    }
+
+    /// A group by name (tests and benchmarks name theirs): letters, digits, '-', '_', '.'.
+    pub fn named(name: &str) -> Result<JobGroup> {
+        check_name(name)?;
+        Ok(JobGroup(name.to_string()))
+    }
+}
+
+impl std::ops::Deref for JobGroup {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for JobGroup {
+    fn as_ref(&self) -> &std::path::Path {
+        self.0.as_ref()
+    }
+}
+
+impl std::fmt::Display for JobGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// What an actuator does to one job's processes. Jobs are named by the caller (`job-42`).
 pub trait Actuator {
     /// A one-line description: which mechanism does what.
     fn describe(&self) -> String;
     /// Makes the job's (empty) groups.
-    fn create(&mut self, job: &str) -> Result<()>;
+    fn create(&mut self, job: &JobGroup) -> Result<()>;
     /// Moves a process into the job; its future children follow.
-    fn add(&mut self, job: &str, pid: Pid) -> Result<()>;
+    fn add(&mut self, job: &JobGroup, pid: Pid) -> Result<()>;
     /// Every process of the job.
-    fn pids(&self, job: &str) -> Result<Vec<Pid>>;
+    fn pids(&self, job: &JobGroup) -> Result<Vec<Pid>>;
     /// Restricts the job to processors given in cpuset list syntax (`0-3,8`).
-    fn set_cpus(&mut self, job: &str, cpus: &str) -> Result<()>;
+    fn set_cpus(&mut self, job: &JobGroup, cpus: &str) -> Result<()>;
     /// Sets the job's CPU weight on the cgroup v2 scale, 1 to 10,000 (100 is the default).
-    fn set_weight(&mut self, job: &str, weight: u32) -> Result<()>;
+    fn set_weight(&mut self, job: &JobGroup, weight: u32) -> Result<()>;
     /// Caps the job's tasks (processes and threads) at `most`: a fork or thread past it fails.
     /// Thousands of a job's tasks would make its every freeze and thaw long.
-    fn limit_tasks(&mut self, job: &str, most: u64) -> Result<()>;
+    fn limit_tasks(&mut self, job: &JobGroup, most: u64) -> Result<()>;
     /// How many more tasks the job may take under that cap (`None`: no cap). Moving a process
     /// in is not held to the cap by the kernel (only forks are): a join asks first.
-    fn task_room(&self, job: &str) -> Result<Option<u64>>;
+    fn task_room(&self, job: &JobGroup) -> Result<Option<u64>>;
     /// Stops every process of the job; returns once the kernel confirms it, with the wait.
-    fn freeze(&mut self, job: &str) -> Result<Duration> {
+    fn freeze(&mut self, job: &JobGroup) -> Result<Duration> {
         let asked = Instant::now();
         self.ask_freeze(job)?;
         self.frozen_by(job, None)?;
@@ -95,32 +132,32 @@ pub trait Actuator {
     /// Asks the kernel to stop every process of the job and returns at once (`frozen_by`
     /// waits for the confirmation). A running task stops within microseconds; one waiting for
     /// a processor stops when it next gets one, before it runs any of its own code.
-    fn ask_freeze(&mut self, job: &str) -> Result<()>;
+    fn ask_freeze(&mut self, job: &JobGroup) -> Result<()>;
     /// Waits for the freeze `ask_freeze` asked to be confirmed, until `until`: whether it
     /// was. With no `until`, not confirmed within [`CONFIRM_TIMEOUT`] is an error.
-    fn frozen_by(&mut self, job: &str, until: Option<Instant>) -> Result<bool>;
+    fn frozen_by(&mut self, job: &JobGroup, until: Option<Instant>) -> Result<bool>;
     /// Lets every process run again; returns once the kernel confirms it, with the wait.
-    fn thaw(&mut self, job: &str) -> Result<Duration>;
+    fn thaw(&mut self, job: &JobGroup) -> Result<Duration>;
     /// Kills every process of the job (continuing them first, so a stopped job dies too).
-    fn kill(&mut self, job: &str) -> Result<()>;
+    fn kill(&mut self, job: &JobGroup) -> Result<()>;
     /// Removes the job's groups. They must be empty; the job is continued first regardless,
     /// so an error never leaves it stopped.
-    fn remove(&mut self, job: &str) -> Result<()>;
+    fn remove(&mut self, job: &JobGroup) -> Result<()>;
     /// The `cgroup.procs` files a new process writes itself into (before it executes the job),
     /// so that nothing it starts can escape the job by forking early.
-    fn join_files(&self, job: &str) -> Result<Vec<PathBuf>>;
+    fn join_files(&self, job: &JobGroup) -> Result<Vec<PathBuf>>;
     /// What lets the job run freely again, as steps another process can take without this
     /// actuator ([`release`]): the job's supervisor takes them when the daemon dies.
-    fn release_steps(&self, job: &str) -> Result<Vec<ReleaseStep>>;
+    fn release_steps(&self, job: &JobGroup) -> Result<Vec<ReleaseStep>>;
     /// CPU time used so far by every process of the job.
-    fn cpu_usage(&self, job: &str) -> Result<Duration>;
+    fn cpu_usage(&self, job: &JobGroup) -> Result<Duration>;
     /// Pins the job's runnable threads one per processor of its cpuset, moving as few as it
     /// can ([`affinity::spread_plan`]): the kernel may leave two busy threads stacked on one
     /// processor for tens of milliseconds after a weight change. Pins last until `unpin` or a
     /// cpuset change, so an implementation may skip calls soon after one that looked.
-    fn spread(&mut self, job: &str) -> Result<()>;
+    fn spread(&mut self, job: &JobGroup) -> Result<()>;
     /// Lets every thread of the job use every processor of its cpuset again.
-    fn unpin(&mut self, job: &str) -> Result<()>;
+    fn unpin(&mut self, job: &JobGroup) -> Result<()>;
 }
 
 fn check_name(job: &str) -> Result<()> {

@@ -66,7 +66,7 @@ fn allowed_cpus(pid: Pid) -> Vec<usize> {
 /// Two spinners stacked on processor 0, then given every processor: `spread` pins them one
 /// per processor (on distinct ones when there are two), `unpin` and the release steps' unpin
 /// give them all back.
-fn spread_and_unpin<A: Actuator>(act: &mut A, job: &str, pids: &[Pid]) {
+fn spread_and_unpin<A: Actuator>(act: &mut A, job: &JobGroup, pids: &[Pid]) {
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
     let every = affinity::parse_cpu_list(&online).unwrap();
     act.set_cpus(job, online.trim()).unwrap();
@@ -102,7 +102,7 @@ fn spread_and_unpin<A: Actuator>(act: &mut A, job: &str, pids: &[Pid]) {
 }
 
 /// `flag` reads the fake's own idea of frozen; real actuators are judged by CPU time alone.
-fn suite<A: Actuator>(act: &mut A, job: &str, real: bool, flag: impl Fn(&A) -> bool) {
+fn suite<A: Actuator>(act: &mut A, job: &JobGroup, real: bool, flag: impl Fn(&A) -> bool) {
     // The fake touches no process: it gets a made-up pid.
     let mut child = real.then(spinner);
     let pid = child.as_ref().map_or(4242, |c| c.id() as Pid);
@@ -192,7 +192,7 @@ fn suite<A: Actuator>(act: &mut A, job: &str, real: bool, flag: impl Fn(&A) -> b
     assert!(matches!(act.pids(job), Err(CgroupError::UnknownJob(_))));
     assert!(matches!(act.freeze(job), Err(CgroupError::UnknownJob(_))));
     assert!(matches!(
-        act.create("../escape"),
+        JobGroup::named("../escape"),
         Err(CgroupError::BadJobName(_))
     ));
 }
@@ -216,7 +216,7 @@ fn real(freezer: Freezer) {
         Err(e) => panic!("{freezer} on {layout}: {e}"),
     };
     assert_eq!(act.freezer(), freezer);
-    let job = "job-1";
+    let job = &JobGroup::of(1);
     let outcome = catch_unwind(AssertUnwindSafe(|| suite(&mut act, job, true, |_| false)));
     // Whatever happened, leave nothing frozen or running behind.
     let _ = act.kill(job);
@@ -247,7 +247,9 @@ fn signals() {
 #[test]
 fn fake() {
     let mut fake = Fake::default();
-    suite(&mut fake, "job-1", false, |f| !f.frozen().is_empty());
+    suite(&mut fake, &JobGroup::of(1), false, |f| {
+        !f.frozen().is_empty()
+    });
     assert_eq!(fake.calls.first(), Some(&FakeCall::Create("job-1".into())));
     assert!(fake
         .calls
