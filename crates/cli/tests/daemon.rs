@@ -569,3 +569,48 @@ fn time_suspended_adds_up_over_suspensions_and_stops_at_resume() {
     assert_eq!(suspended(job), total, "not counted while it runs");
     assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
 }
+
+#[test]
+fn a_daemon_refuses_a_cgroup_parent_holding_jobs_its_store_does_not_know() {
+    let mut d = Daemon::start(&["--quantum-ms", "100"]);
+    let job = d.submit(&["-n", "1", "--", "sleep", "60"]);
+    assert!(wait_until(Duration::from_secs(10), || d.job(job)["state"] == "running"));
+    // The daemon dies; its job runs on in its group.
+    d.signal(libc::SIGKILL);
+    d.wait_exit();
+    // A daemon with a store of its own on the same parent would give its own job 1 that group,
+    // and freeze the stranger with it.
+    let group = d.cgroup(job);
+    let parent = group
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap();
+    let other = std::env::temp_dir().join(format!("cosched-it-other-{}", std::process::id()));
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Command::new(COSCHED)
+        .arg("daemon")
+        .arg("--state-dir")
+        .arg(other.join("state"))
+        .arg("--socket")
+        .arg(other.join("cosched.sock"))
+        .args(["--cgroup-parent", parent, "--quantum-ms", "100"])
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&other).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains(&format!("{parent}/job-{job} holds"))
+            && stderr.contains("does not know"),
+        "{out:?}"
+    );
+    // Its own daemon takes it back, and may end it.
+    d.launch();
+    assert!(wait_until(Duration::from_secs(10), || d.job(job)["state"] == "running"));
+    assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+    d.wait_end(job, Duration::from_secs(30));
+}
