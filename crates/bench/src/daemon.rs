@@ -160,16 +160,10 @@ impl Daemon {
         let root = layout
             .v2
             .context("no cgroup v2 tree to read a job's CPU time from")?;
-        let file = root
+        let group = root
             .join(&self.parent)
-            .join(cosched_cgroups::JobGroup::of(id))
-            .join("cpu.stat");
-        let text = std::fs::read_to_string(&file)
-            .with_context(|| format!("reading {}", file.display()))?;
-        text.lines()
-            .find_map(|l| l.strip_prefix("usage_usec "))
-            .and_then(|v| v.trim().parse().ok())
-            .with_context(|| format!("{}: no usage_usec line", file.display()))
+            .join(cosched_cgroups::JobGroup::of(id));
+        Ok(cosched_cgroups::cpu_usage_of(&group)?.as_micros() as u64)
     }
 
     pub fn jobs(&self) -> Result<Vec<JobView>> {

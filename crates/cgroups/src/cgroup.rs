@@ -203,6 +203,21 @@ fn poll(
     }
 }
 
+/// CPU time used so far by every process of the cgroup v2 group at `dir` (`cpu.stat`, which
+/// v2 keeps whatever controllers are enabled).
+pub fn cpu_usage_of(dir: &Path) -> Result<Duration> {
+    let file = dir.join("cpu.stat");
+    let text = read(&file)?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_micros)
+        .ok_or_else(|| CgroupError::Io {
+            path: file.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "no usage_usec line"),
+        })
+}
+
 /// Asks the v2 freezer of the group at `dir` to freeze or thaw it.
 fn ask_v2(dir: &Path, frozen: bool) -> Result<()> {
     write(&dir.join("cgroup.freeze"), if frozen { "1" } else { "0" })
@@ -829,20 +844,7 @@ impl Actuator for Cgroups {
     fn cpu_usage(&self, job: &JobGroup) -> Result<Duration> {
         self.known(job)?;
         if let Some(v2) = &self.v2 {
-            let file = v2.join(job).join("cpu.stat");
-            let text = read(&file)?;
-            let usec = text
-                .lines()
-                .find_map(|l| l.strip_prefix("usage_usec "))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or_else(|| CgroupError::Io {
-                    path: file.clone(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "no usage_usec line",
-                    ),
-                })?;
-            return Ok(Duration::from_micros(usec));
+            return cpu_usage_of(&v2.join(job));
         }
         // No v2 tree: add up the processes' own counters (clock-tick resolution; the time of
         // processes that already exited is lost, which only makes a job look idler).

@@ -11,7 +11,7 @@ mod fake;
 mod layout;
 pub mod procfs;
 
-pub use cgroup::{release, Cgroups, Freezer, ReleaseStep};
+pub use cgroup::{cpu_usage_of, release, Cgroups, Freezer, ReleaseStep};
 pub use fake::{Fake, FakeCall};
 pub use layout::Layout;
 

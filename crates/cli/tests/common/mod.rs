@@ -430,14 +430,7 @@ pub fn remove_cgroups(name: &str) {
 
 /// CPU time (µs) of the processes in a cgroup v2 directory (0 when it is gone).
 pub fn cgroup_cpu_us(cgroup: &Path) -> i64 {
-    std::fs::read_to_string(cgroup.join("cpu.stat"))
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("usage_usec "))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
+    cosched_cgroups::cpu_usage_of(cgroup).map_or(0, |used| used.as_micros() as i64)
 }
 
 pub fn v2_root() -> PathBuf {
