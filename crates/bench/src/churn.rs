@@ -175,8 +175,8 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
         freezer: None,
     })?;
     let output = daemon.dir().join("jobs.out");
-    let first = if case == Case::Crowd {
-        let first = workloads::submit_endless_gang(&daemon, &output)?;
+    let first = workloads::submit_endless_gang(&daemon, &output)?;
+    if case == Case::Crowd {
         let program = workloads::dir().join("crowd.py");
         let crowd = vec![
             "python3".into(),
@@ -185,12 +185,9 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
         ];
         daemon.submit(2, &daemon.dir().join("crowd.out"), &crowd)?;
         std::thread::sleep(CROWD_WARMUP);
-        first
     } else {
-        let first = workloads::submit_endless_gang(&daemon, &output)?;
         workloads::submit_endless_gang(&daemon, &output)?;
-        first
-    };
+    }
     let since = cosched_os::now_micros();
     let used_before = daemon.cpu_usage_us(first)?;
     let short: Vec<String> = ["sh", "-c", "exit 7"].map(String::from).into();
