@@ -136,6 +136,18 @@ fn internal(error: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(error.to_string())
 }
 
+/// An ended job cannot be `action`ed.
+fn unended(record: &JobRecord, action: &'static str) -> Result<(), ApiError> {
+    if record.status.ended() {
+        return Err(ApiError::WrongState {
+            job: record.id,
+            state: "already ended",
+            action,
+        });
+    }
+    Ok(())
+}
+
 impl Controller {
     pub fn new(
         settings: Settings,
@@ -826,13 +838,7 @@ impl Controller {
         now: Micros,
     ) -> Result<String, ApiError> {
         let record = self.owned(job, who, "cancel")?;
-        if record.status.ended() {
-            return Err(ApiError::WrongState {
-                job,
-                state: "already ended",
-                action: "cancel",
-            });
-        }
+        unended(record, "cancel")?;
         let launched = record.launched;
         self.update(job, |record| record.cancel_requested = true)?;
         if !launched {
@@ -914,13 +920,7 @@ impl Controller {
             .parse()
             .map_err(|e: cosched_core::UnknownClass| ApiError::Invalid(e.to_string()))?;
         let record = self.owned(job, who, "change the class of")?;
-        if record.status.ended() {
-            return Err(ApiError::WrongState {
-                job,
-                state: "already ended",
-                action: "change the class of",
-            });
-        }
+        unended(record, "change the class of")?;
         let old = record.class;
         // Classes are ordered from most to least urgent: a smaller one is a raise.
         if class < old && !who.is_root() {

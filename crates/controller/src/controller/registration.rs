@@ -4,7 +4,7 @@
 //! the end are any job's. `proc_add` has the job's node agent move a process into the job's
 //! cgroup; the holder exits when every process that joined has left, or on `job_end`.
 
-use super::{ApiError, Controller};
+use super::{unended, ApiError, Controller};
 use crate::clients::{ClientId, Until};
 use crate::store::JobStatus;
 use cosched_core::{JobId, JobState, Micros};
@@ -115,13 +115,7 @@ impl Controller {
                  (a job started by `cosched run` has its own)"
             )));
         }
-        if record.status.ended() {
-            return Err(ApiError::WrongState {
-                job,
-                state: "already ended",
-                action: "add processes to",
-            });
-        }
+        unended(record, "add processes to")?;
         if !record.launched {
             return Err(ApiError::Invalid(format!(
                 "job {job} is not running yet: processes join once it runs (its registrant \
@@ -181,13 +175,7 @@ impl Controller {
                 "job {job} was not registered: end it with cancel"
             )));
         }
-        if record.status.ended() {
-            return Err(ApiError::WrongState {
-                job,
-                state: "already ended",
-                action: "end",
-            });
-        }
+        unended(record, "end")?;
         if !record.launched {
             self.cancel(who, job, now)?;
             return Ok(format!("job {job} ended before it started"));
