@@ -111,12 +111,19 @@ impl Drop for Agent {
 /// A one-member etcd, a controller, and agents `a` (CPU 0, its jobs' cgroups where `Daemon`
 /// reads them) and `b` (CPU 1), which let their jobs loose `DEADLINE_MS` after losing etcd.
 fn cluster(name: &str) -> (Serial, Etcd, Daemon, Agent, Agent) {
-    let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let serial = serial();
     let (etcd, d, a, b) = cluster_on(Etcd::start(name), name, DEADLINE_MS, ONE_CPU_EACH);
     (serial, etcd, d, a, b)
 }
 
 type Serial = MutexGuard<'static, ()>;
+
+/// One cluster test at a time. As root only, said before any etcd starts: one started and then
+/// left behind by the refusal's exit would outlive the test binary.
+fn serial() -> Serial {
+    cosched_os::require_root("the cluster tests");
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Nodes `a` and `b`: each agent's options besides its name.
 type Nodes<'a> = [&'a [&'a str]; 2];
@@ -258,7 +265,7 @@ fn jobs_across_two_nodes_take_turns_and_run_loose_while_etcd_is_gone() {
 #[test]
 fn scheduling_goes_on_when_a_three_member_etcd_loses_its_leader() {
     // The agents' default deadline (5 s): longer than the election's write outage (~2 s).
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = serial();
     let (mut etcd, d, a, b) = cluster_on(
         Etcd::start_members("three", 3),
         "three",
@@ -567,7 +574,7 @@ fn a_cluster_job_writes_its_output_where_it_was_submitted_opened_as_its_user() {
 
 #[test]
 fn minus_capital_n_spreads_a_job_over_distinct_nodes() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = serial();
     // Two nodes of two CPUs (the same two: nothing here measures CPU time).
     let (_etcd, d, _a, _b) = cluster_on(
         Etcd::start("spread"),
@@ -647,7 +654,7 @@ fn a_job_taken_back_into_the_rotation_stays_on_the_nodes_its_processes_live_on()
 
 #[test]
 fn a_node_that_joins_later_serves_the_waiting_jobs_at_once() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = serial();
     // Without auth (--etcd-insecure): the rest of the tests run with it.
     let etcd = Etcd::start("late");
     let cluster = format!("late-{}", std::process::id());
