@@ -24,7 +24,7 @@ pub mod supervisor;
 
 pub use idle::IdleTracker;
 pub use node::{NodeAgent, NodeSettings, STATE_SUBDIRS};
-pub use process::{serve_node, NodeConfig};
+pub use process::{renewal_period, serve_node, NodeConfig};
 pub use stats::{Samples, Summary};
 
 use cosched_cgroups::{Actuator, CgroupError, JobGroup, ReleaseStep};

@@ -21,7 +21,7 @@ use cosched_os::{fault, now_micros, unix};
 use cosched_proto::{
     BoundaryRecord, Command, CpuSet, Ending, Event, EventSink, Launch, NodeHistograms, NodeStatus,
     Order, PlanSource, ProcessRef, Received, SlotStart, CANCEL_GRACE, MAX_REPORTED_STARTS,
-    STATUS_PERIOD_US,
+    SPREAD_SAMPLE_US,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
@@ -71,6 +71,13 @@ pub struct NodeSettings {
     /// Each job may have this many tasks (processes and threads) per processor it has here
     /// (`--tasks-per-cpu`); none: no cap.
     pub tasks_per_cpu: Option<u64>,
+    /// How often it reports its figures when nothing else made it report (µs): every second
+    /// on one machine, once per lease in a cluster (`NodeInfo::status_period_us`).
+    pub status_every: Micros,
+    /// Whether the clock thread asks for real-time priority (every agent does; the control
+    /// plane's benchmark runs a thousand agents in one process on a few CPUs, where a thousand
+    /// real-time threads would starve the etcd and controller it measures).
+    pub realtime: bool,
 }
 
 /// Where in the state directory supervisors keep markers and exit statuses, and listen for a
@@ -207,13 +214,15 @@ impl<A: Actuator> NodeAgent<A> {
     /// Runs until the source closes. Every job is let loose by then (by `Stop`, or at the
     /// close itself). Returns the actuator and what the stop gave.
     pub fn run(mut self, source: impl PlanSource) -> (A, Result<(), String>) {
-        let realtime = clock::make_realtime(50);
-        if let Err(error) = &realtime {
-            log(format_args!(
-                "no real-time priority for the clock thread ({error}): switches may be late by milliseconds"
-            ));
+        if self.settings.realtime {
+            let realtime = clock::make_realtime(50);
+            if let Err(error) = &realtime {
+                log(format_args!(
+                    "no real-time priority for the clock thread ({error}): switches may be late by milliseconds"
+                ));
+            }
+            self.stats.realtime = realtime.is_ok();
         }
-        self.stats.realtime = realtime.is_ok();
         self.report_status(now_micros());
         let mut source = source;
         while !self.closed {
@@ -242,7 +251,7 @@ impl<A: Actuator> NodeAgent<A> {
     /// Before any generation there is no clock to keep: orders are carried out as they come.
     fn await_rotation(&mut self, source: &mut impl PlanSource) {
         while self.rotation.is_none() && !self.closed {
-            match source.next_order(now_micros() + STATUS_PERIOD_US) {
+            match source.next_order(now_micros() + self.settings.status_every) {
                 Received::Order(order) => self.handle(order),
                 Received::Timeout => self.report_status(now_micros()),
                 Received::Closed => self.close(),
@@ -278,7 +287,7 @@ impl<A: Actuator> NodeAgent<A> {
     fn quiet_tick(&mut self, now: Micros) {
         self.enforce_cancels(now);
         self.retry_discards();
-        if now - self.last_status >= STATUS_PERIOD_US {
+        if now - self.last_status >= self.settings.status_every {
             self.report_status(now);
         }
     }
@@ -929,8 +938,12 @@ impl<A: Actuator> NodeAgent<A> {
             return;
         }
         // Starts on a boundary (not a generation applied within a slot) are the ones the
-        // nodes make at the same moment: the controller compares them across nodes.
-        if lateness_us.is_some() {
+        // nodes make at the same moment: the controller compares them across nodes, on the
+        // boundaries every node samples.
+        let sampled = self
+            .rotation
+            .is_some_and(|r| record.slot % (SPREAD_SAMPLE_US / r.quantum).max(1) == 0);
+        if lateness_us.is_some() && sampled {
             for start in &record.started {
                 if self.starts.len() == MAX_REPORTED_STARTS {
                     self.starts.pop_front();

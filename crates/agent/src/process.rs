@@ -61,6 +61,14 @@ impl Drop for Unclaimed {
     }
 }
 
+/// How often an agent renews its lease (and so learns that etcd answers): a few times per
+/// lease, and twice per deadline, so that a healthy link is never older than the deadline.
+/// Each renewal is a request to etcd: 1,000 agents renewing every 1.25 s (a quarter of the
+/// default deadline) kept etcd busy for most of a CPU here.
+pub fn renewal_period(deadline: Micros, lease_ttl: i64) -> Duration {
+    Duration::from_micros((deadline / 2).clamp(20_000, lease_ttl * 1_000_000 / 3) as u64)
+}
+
 /// Runs the node's agent until SIGTERM or SIGINT. `ready` is called once it has joined.
 pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), StartError> {
     if !cosched_proto::valid_node_name(&config.node) {
@@ -115,10 +123,8 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         address: config.address.clone(),
         lease_ttl_s: config.lease_ttl,
     };
-    // Renewed a few times per lease, and often enough to notice a loss well within the deadline.
-    let check = Duration::from_micros(
-        (config.deadline / 4).clamp(20_000, config.lease_ttl * 1_000_000 / 3) as u64,
-    );
+    let check = renewal_period(config.deadline, config.lease_ttl);
+    let status_every = info.status_period_us();
     let membership = join(client, &keys, info, config.lease_ttl, check)?;
     let (source, closer) = membership.orders(config.deadline)?;
     let events: Arc<dyn EventSink> = Arc::new(membership.events());
@@ -143,6 +149,8 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
             supervisor_exe: config.supervisor_exe.clone(),
             clock_shift_us: config.clock_shift_us,
             tasks_per_cpu: config.tasks_per_cpu,
+            status_every,
+            realtime: true,
         },
         unclaimed.0.take().expect("claimed once"),
         events,

@@ -173,6 +173,7 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
         mode: "gang".into(),
         quantum_ms,
         freezer: None,
+        extra: Vec::new(),
     })?;
     let output = daemon.dir().join("jobs.out");
     let first = workloads::submit_endless_gang(&daemon, &output)?;

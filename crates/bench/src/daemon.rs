@@ -48,6 +48,8 @@ pub struct DaemonSpec {
     pub mode: String,
     pub quantum_ms: u64,
     pub freezer: Option<String>,
+    /// More `cosched daemon` options (a cluster's `--etcd ...`).
+    pub extra: Vec<String>,
 }
 
 impl Daemon {
@@ -80,6 +82,7 @@ impl Daemon {
         if let Some(freezer) = &spec.freezer {
             command.args(["--freezer", freezer]);
         }
+        command.args(&spec.extra);
         let child = command.spawn().context("starting cosched daemon")?;
         let mut daemon = Daemon {
             cosched,
@@ -101,6 +104,10 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(daemon)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn socket(&self) -> PathBuf {

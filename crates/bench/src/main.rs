@@ -5,6 +5,7 @@
 mod churn;
 mod cluster;
 mod compare;
+mod control_plane;
 mod daemon;
 mod figures;
 mod overhead;
@@ -36,6 +37,8 @@ enum Command {
     Compare(compare::CompareArgs),
     /// The cluster lab: cross-node skew at several clock offsets, MPI jobs across nodes
     Cluster(cluster::ClusterArgs),
+    /// The control plane alone at 10 to 1,000 nodes: fan-out, etcd writes, controller CPU
+    ControlPlane(control_plane::ControlPlaneArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -46,6 +49,7 @@ fn main() -> std::process::ExitCode {
         Command::Overhead(args) => overhead::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Cluster(args) => cluster::run(args),
+        Command::ControlPlane(args) => control_plane::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -143,6 +143,7 @@ fn measure(case: Case, argv: &[String]) -> Result<(f64, u64)> {
         mode: "gang".into(),
         quantum_ms,
         freezer: None,
+        extra: Vec::new(),
     })?;
     let output = daemon.dir().join("jobs.out");
     let patience = Duration::from_secs(600);

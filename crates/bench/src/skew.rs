@@ -48,6 +48,7 @@ pub fn run(args: SkewArgs) -> Result<()> {
             mode: "gang".into(),
             quantum_ms: args.quantum_ms,
             freezer: Some(freezer.clone()),
+            extra: Vec::new(),
         };
         let daemon = match Daemon::start(&spec) {
             Ok(daemon) => daemon,

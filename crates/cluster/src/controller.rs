@@ -5,10 +5,13 @@ use crate::follow::{follow, Change};
 use crate::{decode, encode, whoami, ClusterError, Keys, LeaderInfo, Outbox};
 use cosched_etcd::{Client, Compare};
 use cosched_os::now_micros;
-use cosched_proto::{Event, NodeChange, NodeInfo, NodeStatus, Order, OrderSink, WriteWatch};
-use std::collections::BTreeMap;
+use cosched_proto::{
+    Command, Event, Generation, NodeChange, NodeInfo, NodeStatus, Order, OrderSink, Slice,
+    WriteWatch,
+};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn log(message: impl std::fmt::Display) {
@@ -206,6 +209,8 @@ pub struct EtcdOrders {
     keys: Keys,
     session: String,
     sequence: AtomicU64,
+    /// Each node's entries as last written (trailing empty slices left out).
+    parts: Mutex<HashMap<String, Vec<Slice>>>,
 }
 
 impl EtcdOrders {
@@ -215,6 +220,7 @@ impl EtcdOrders {
             keys,
             session: leadership.session.clone(),
             sequence: AtomicU64::new(0),
+            parts: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -226,13 +232,50 @@ impl OrderSink for EtcdOrders {
         self.outbox.put(key, encode(&order.command));
     }
 
+    /// The parts that changed (all of them `again`), then the header: an agent that sees the
+    /// header first applies it to the part it has, which is the part in force unless a new
+    /// one is on its way, and that one comes with its own header.
+    fn publish(&self, parts: Vec<(String, Generation)>, again: bool) {
+        let mut written = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(header) = parts.first().map(|(_, g)| Generation {
+            slices: vec![Slice::default(); g.slices.len()],
+            ..*g
+        }) else {
+            return;
+        };
+        for (node, part) in parts {
+            let entries = without_trailing_empties(&part.slices);
+            if again || written.get(&node) != Some(&entries) {
+                written.insert(node.clone(), entries);
+                let order = Command::Publish { generation: part };
+                self.outbox.put(self.keys.generation(&node), encode(&order));
+            }
+        }
+        self.outbox
+            .put(self.keys.generation_header(), encode(&header));
+    }
+
     fn carries_stdio(&self) -> bool {
         false
     }
 
     fn forget(&self, node: &str) {
+        self.parts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(node);
         self.outbox.delete_prefix(self.keys.orders(node));
     }
+}
+
+/// A node's entries slice by slice, without the empty slices at the end: a part that only
+/// gained or lost empty slices is told by the header alone.
+fn without_trailing_empties(slices: &[Slice]) -> Vec<Slice> {
+    let used = slices
+        .iter()
+        .rposition(|s| !s.entries.is_empty())
+        .map_or(0, |last| last + 1);
+    slices[..used].to_vec()
 }
 
 /// What the agents say, for the controller to handle.
@@ -246,7 +289,7 @@ impl EventFeed {
     /// Hands each queued job event to `handle`, in the order written, and deletes it once
     /// handled; returns only if `handle` returns false.
     pub fn job_events(&self, mut handle: impl FnMut(Event) -> bool) {
-        follow(&self.client, &self.keys.events(), None, |change| {
+        follow(&self.client, &self.keys.events(), None, None, |change| {
             let Change::Put(kv) = change else {
                 return true;
             };
@@ -268,6 +311,7 @@ impl EventFeed {
             &self.client,
             &self.keys.statuses(),
             None,
+            None,
             |change| match change {
                 Change::Put(kv) => match decode::<NodeStatus>(&kv.key, &kv.value) {
                     Ok(status) => handle(status),
@@ -285,7 +329,7 @@ impl EventFeed {
     /// etcd does not answer (then nobody's silence can be told from etcd's).
     pub fn status_revisions(&self) -> Option<BTreeMap<String, i64>> {
         let prefix = self.keys.statuses();
-        let (statuses, _) = self.client.get_prefix(&prefix).ok()?;
+        let (statuses, _) = self.client.get_prefix_keys(&prefix).ok()?;
         Some(
             statuses
                 .into_iter()
@@ -297,7 +341,7 @@ impl EventFeed {
     /// Hands each node joining or leaving to `handle` (the nodes present first).
     pub fn nodes(&self, mut handle: impl FnMut(NodeChange) -> bool) {
         let prefix = self.keys.nodes();
-        follow(&self.client, &prefix, None, |change| match change {
+        follow(&self.client, &prefix, None, None, |change| match change {
             Change::Put(kv) => match decode::<NodeInfo>(&kv.key, &kv.value) {
                 Ok(info) => handle(NodeChange::Joined(info)),
                 Err(error) => {

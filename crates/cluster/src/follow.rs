@@ -4,6 +4,7 @@
 
 use cosched_etcd::{Client, EtcdError, KeyValue, WatchEvent, WatchStopper};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -12,14 +13,17 @@ pub(crate) enum Change {
     Delete(String),
 }
 
-/// Calls `on` for each change under `prefix` until it returns false. The watch's stopper is
-/// left in `stopper` so that another thread can cut a watch a silent network cut left hanging.
+/// Calls `on` for each change under `prefix` until it returns false, or `quit` is set when
+/// the watch breaks. The watch's stopper is left in `stopper` so that another thread can cut
+/// a watch a silent network cut left hanging (or end the following, with `quit`).
 pub(crate) fn follow(
     client: &Client,
     prefix: &str,
     stopper: Option<&Mutex<Option<WatchStopper>>>,
+    quit: Option<&AtomicBool>,
     mut on: impl FnMut(Change) -> bool,
 ) {
+    let quitting = || quit.is_some_and(|q| q.load(Ordering::Relaxed));
     // The last write passed on, per key: a replayed write is not passed on again.
     let mut seen: BTreeMap<String, i64> = BTreeMap::new();
     let mut pass = |change: Change| -> bool {
@@ -43,11 +47,15 @@ pub(crate) fn follow(
         *backoff = (*backoff * 2).min(Duration::from_secs(1));
     };
     loop {
+        if quitting() {
+            return;
+        }
         let start = match from {
             Some(revision) => revision,
             None => match client.get_prefix(prefix) {
                 Ok((mut present, revision)) => {
-                    present.sort_by_key(|kv| kv.create_revision);
+                    // In the order written: a key rewritten in place comes at its last write.
+                    present.sort_by_key(|kv| kv.mod_revision);
                     for kv in present {
                         if !pass(Change::Put(kv)) {
                             return;

@@ -6,15 +6,26 @@
 //! | `nodes/<node>`          | [`NodeInfo`]    | its agent  | the node's     |
 //! | `status/<node>`         | `NodeStatus`    | its agent  | the node's     |
 //! | `orders/<node>/<id>`    | `Command`       | controller | none: the agent deletes it once carried out |
+//! | `orders/<node>/generation` | `Command::Publish` | controller | none: the node's part, rewritten when it changes |
+//! | `generation`            | `Generation`, no entries | controller | none: the generation in force, for every node |
 //! | `events/<node>/<id>`    | `Event`         | its agent  | none: the controller deletes it once handled |
 //! | `leader`                | [`LeaderInfo`]  | controller | the leader's   |
 //! | `rotation`              | epoch, quantum  | controller | none           |
 //! | `jobs/<id, 20 digits>`  | job record      | leader     | none: written only while its leader key holds |
 //! | `job-counter`           | last id given   | leader     | none           |
 //!
-//! Orders and events are queues: each side reads what is left on (re)start, in creation order,
-//! then follows a watch resumed by revision, so nothing is lost or carried out twice by one
-//! reader. Writes go through an [`Outbox`] thread that retries until etcd takes them, so the
+//! Orders and events are queues: each side reads what is left on (re)start, in the order
+//! written, then follows a watch resumed by revision, so nothing is lost or carried out twice
+//! by one reader.
+//!
+//! A generation is two keys deep: the `generation` key every agent watches (number, slot
+//! clock, first slot, how many slices, no entries: one write however many nodes), and each
+//! node's part, rewritten only when the node's entries change. At 1,000 nodes a part per node
+//! per generation was 1,000 writes, 250 ms (p50) before the last node had it; most changes
+//! touch a few nodes' entries, and a new or gone slice only the slice count. An agent applies
+//! its latest part under the latest header (whichever came first). The part keys sit among
+//! the node's orders, so a part keeps its place in their order (a start before the first
+//! generation naming the job), and are rewritten in place: only the latest matters. Writes go through an [`Outbox`] thread that retries until etcd takes them, so the
 //! agent's clock thread never waits for etcd.
 //!
 //! [`NodeInfo`]: cosched_proto::NodeInfo
@@ -90,6 +101,16 @@ impl Keys {
 
     pub fn orders(&self, node: &str) -> String {
         format!("{}orders/{node}/", self.prefix)
+    }
+
+    /// The key of the node's part of the generation in force, in its queue of orders.
+    pub fn generation(&self, node: &str) -> String {
+        format!("{}generation", self.orders(node))
+    }
+
+    /// The generation in force, without entries: what every agent follows.
+    pub fn generation_header(&self) -> String {
+        format!("{}generation", self.prefix)
     }
 
     pub fn events(&self) -> String {

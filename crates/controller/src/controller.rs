@@ -238,7 +238,7 @@ impl Controller {
         }
     }
 
-    /// Sends an order to the nodes it concerns: a generation or a stop to every node, an
+    /// Sends an order to the nodes it concerns: a stop to every node, an
     /// adoption or a registered job's end to the job's first node (where its supervisor is),
     /// the rest to the job's nodes.
     pub fn tell(&self, command: Command) {
@@ -537,9 +537,15 @@ impl Controller {
             rotation.next_boundary(now)
         };
         let generation = Generation::follow(self.generation.as_ref(), plan, first_slot);
-        let wire = self.on_the_wire(&generation, now);
         self.generation = Some(generation);
-        self.tell(Command::Publish { generation: wire });
+        let nodes: Vec<&str> = self
+            .settings
+            .nodes
+            .nodes()
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect();
+        self.send_generation_in_force(&nodes, now, false);
     }
 
     /// A generation as agents take it, stamped with when it was sent.
@@ -1074,8 +1080,10 @@ impl Controller {
     /// A node's report: the latest is kept.
     pub fn heard_from(&mut self, mut status: NodeStatus, now: Micros) {
         let starts = std::mem::take(&mut status.starts);
+        // Nodes report a period apart at most: a boundary waits for every report of it.
+        let patience = 2 * self.longest_status_period();
         self.start_spreads
-            .heard(&starts, now, &mut self.counts.start_spread);
+            .heard(&starts, now, patience, &mut self.counts.start_spread);
         let joined_us = self.nodes.get(&status.node).map_or(now, |n| n.joined_us);
         let node = status.node.clone();
         self.nodes.insert(
@@ -1092,6 +1100,14 @@ impl Controller {
                 self.node_changed(NodeChange::Joined(info), now);
             }
         }
+    }
+
+    /// The longest time any node may go without a report (one machine's agent: a second).
+    fn longest_status_period(&self) -> Micros {
+        self.members
+            .values()
+            .map(NodeInfo::status_period_us)
+            .fold(STATUS_PERIOD_US, Micros::max)
     }
 
     /// Gives up as gone every node whose status etcd has not seen change for longer than its
@@ -1112,7 +1128,7 @@ impl Controller {
                 continue;
             }
             let revision = revisions.get(name).copied().unwrap_or(0);
-            let limit = (info.lease_ttl_s * 1_000_000).max(3 * STATUS_PERIOD_US);
+            let limit = 3 * info.status_period_us();
             let watch = self.quiet.entry(name.clone()).or_default();
             if let Some(silent_for) = watch.unchanged_for(revision, limit, now) {
                 gone.push((name.clone(), silent_for));
@@ -1347,7 +1363,7 @@ impl Controller {
                 if self.absent.remove(&info.node) {
                     log(format_args!("node {} is back ({})", info.node, info.agent));
                     // Its queue was dropped when it left: the plan in force, again.
-                    self.send_generation_in_force(&info.node, now);
+                    self.send_generation_in_force(&[&info.node], now, true);
                     let decisions = self
                         .scheduler
                         .restore_node(self.node_number(&info.node).expect("known"), now)
@@ -1436,20 +1452,17 @@ impl Controller {
             info.agent,
             self.scheduler.machine().procs()
         ));
-        self.send_generation_in_force(&info.node, now);
+        self.send_generation_in_force(&[&info.node], now, true);
         self.apply(decisions, now);
     }
 
-    /// Tells `node` the generation in force (it had none, or lost its queue of orders).
-    fn send_generation_in_force(&self, node: &str, now: Micros) {
-        if let Some(generation) = &self.generation {
-            let order = Order {
-                command: Command::Publish {
-                    generation: self.on_the_wire(generation, now),
-                },
-                stdio: None,
-            };
-            self.send(node, order);
+    /// Tells `nodes` the generation in force, each its own part: a new one, or `again` to
+    /// nodes that had none or lost their orders.
+    fn send_generation_in_force(&self, nodes: &[&str], now: Micros, again: bool) {
+        if let (Some(generation), Some(agents)) = (&self.generation, &self.agents) {
+            let parts = self.on_the_wire(generation, now).parts(nodes);
+            let named = nodes.iter().map(|n| n.to_string()).zip(parts).collect();
+            agents.publish(named, again);
         }
     }
 

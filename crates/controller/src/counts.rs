@@ -40,10 +40,6 @@ impl WaitHistogram {
     }
 }
 
-/// How long the controller waits for every node's report of a boundary before it takes the
-/// spread of the starts it has (nodes report about once a second).
-const SPREAD_PATIENCE_US: i64 = 5_000_000;
-
 /// Across nodes: for each (slot, job) that several nodes started, how far apart their starts
 /// were (true clock), gathered from the nodes' reports into a histogram.
 #[derive(Debug, Default)]
@@ -53,9 +49,15 @@ pub struct StartSpreads {
 }
 
 impl StartSpreads {
-    /// Takes a node's starts; boundaries heard from long enough ago are closed into `spreads`
-    /// (those only one node started are no spread).
-    pub fn heard(&mut self, starts: &[SlotStart], now: Micros, spreads: &mut Histogram) {
+    /// Takes a node's starts; boundaries first heard of `patience` ago (time for every node's
+    /// report of them) are closed into `spreads` (those only one node started are no spread).
+    pub fn heard(
+        &mut self,
+        starts: &[SlotStart],
+        now: Micros,
+        patience: Micros,
+        spreads: &mut Histogram,
+    ) {
         for start in starts {
             let entry = self.open.entry((start.slot, start.job)).or_insert((
                 start.at_us,
@@ -68,7 +70,7 @@ impl StartSpreads {
             entry.2 += 1;
         }
         self.open.retain(|_, &mut (first, last, nodes, heard)| {
-            let waiting = now - heard < SPREAD_PATIENCE_US;
+            let waiting = now - heard < patience;
             if !waiting && nodes >= 2 {
                 spreads.record((last - first).max(0) as u64);
             }
@@ -105,6 +107,8 @@ pub struct Scrape {
 mod tests {
     use super::*;
 
+    const PATIENCE: Micros = 2_000_000;
+
     #[test]
     fn a_boundary_two_nodes_started_gives_their_spread_once_both_have_reported() {
         let start = |slot, at_us| SlotStart {
@@ -117,12 +121,13 @@ mod tests {
         spreads.heard(
             &[start(1, 1_000_000), start(2, 2_000_000)],
             0,
+            PATIENCE,
             &mut histogram,
         );
-        spreads.heard(&[start(1, 1_000_300)], 900_000, &mut histogram);
+        spreads.heard(&[start(1, 1_000_300)], 900_000, PATIENCE, &mut histogram);
         assert_eq!(histogram.count, 0, "still waiting for late reports");
         // Slot 2 only one node started (a job on one node): no spread.
-        spreads.heard(&[], SPREAD_PATIENCE_US + 1, &mut histogram);
+        spreads.heard(&[], PATIENCE + 1, PATIENCE, &mut histogram);
         assert_eq!((histogram.count, histogram.sum_us), (1, 300));
         assert!(spreads.open.is_empty());
     }

@@ -428,6 +428,8 @@ fn local_agent(
             supervisor_exe: config.supervisor_exe.clone(),
             clock_shift_us: 0,
             tasks_per_cpu: config.tasks_per_cpu,
+            status_every: cosched_proto::STATUS_PERIOD_US,
+            realtime: true,
         },
         actuator,
         Arc::new(event_tx),

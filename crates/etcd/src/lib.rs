@@ -83,6 +83,24 @@ pub enum Compare<'a> {
     Leased(&'a str, i64),
 }
 
+/// One write of a batch ([`Client::write_all`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write<'a> {
+    Put(&'a str, &'a [u8]),
+    Delete(&'a str),
+}
+
+impl Write<'_> {
+    pub fn key(&self) -> &str {
+        match self {
+            Write::Put(key, _) | Write::Delete(key) => key,
+        }
+    }
+}
+
+/// Most operations etcd takes in one transaction (its `--max-txn-ops` default).
+pub const MAX_TXN_OPS: usize = 128;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchEvent {
     Put(KeyValue),
@@ -113,6 +131,9 @@ pub struct Client {
     credentials: Option<Arc<Credentials>>,
     /// The token of the last authentication, shared by the copies `with_timeout` makes.
     token: Arc<Mutex<Option<String>>>,
+    /// A connection left open by the last answer read whole, and its member's index: the next
+    /// request goes on it.
+    idle: Mutex<Option<(usize, TcpStream)>>,
 }
 
 /// A user of etcd's auth and its password.
@@ -193,6 +214,7 @@ impl Client {
             preferred: AtomicUsize::new(0),
             credentials: None,
             token: Arc::default(),
+            idle: Mutex::new(None),
         })
     }
 
@@ -213,7 +235,15 @@ impl Client {
             preferred: AtomicUsize::new(self.preferred.load(Ordering::Relaxed)),
             credentials: self.credentials.clone(),
             token: Arc::clone(&self.token),
+            idle: Mutex::new(None),
         }
+    }
+
+    /// The kept connection to member `index`, if any (one to another member is dropped).
+    fn take_idle(&self, index: usize) -> Option<TcpStream> {
+        let kept = self.idle.lock().unwrap_or_else(|p| p.into_inner()).take();
+        kept.filter(|(member, _)| *member == index)
+            .map(|(_, stream)| stream)
     }
 
     /// A token from `endpoint` for the credentials, if any (the one held, unless `fresh`).
@@ -233,6 +263,7 @@ impl Client {
             "/v3/auth/authenticate",
             body.to_string().as_bytes(),
             Some(self.timeout),
+            None,
             None,
         )
         .map_err(|e| format!("{endpoint}: authenticating: {e}"))?;
@@ -263,13 +294,16 @@ impl Client {
     /// (not yet read) and the member that gave it.
     /// With `fresh`, authenticates anew first (a watch: etcd answers one with a stale token
     /// 200, then ends its stream).
+    /// With `reuse`, on the connection an earlier answer left open (a watch takes one of its
+    /// own).
     fn send(
         &self,
         path: &'static str,
         body: &Value,
         timeout: Option<Duration>,
         fresh: bool,
-    ) -> Result<(http::Response, Endpoint), EtcdError> {
+        reuse: bool,
+    ) -> Result<(http::Response, Endpoint, usize), EtcdError> {
         let body = body.to_string();
         let first = self.preferred.load(Ordering::Relaxed);
         let mut last = String::new();
@@ -280,8 +314,16 @@ impl Client {
             // once.
             let attempt = |fresh| {
                 let token = self.token(endpoint, fresh)?;
-                http::post(endpoint, path, body.as_bytes(), timeout, token.as_deref())
-                    .map_err(|e| format!("{endpoint}: {e}"))
+                let idle = if reuse { self.take_idle(index) } else { None };
+                http::post(
+                    endpoint,
+                    path,
+                    body.as_bytes(),
+                    timeout,
+                    token.as_deref(),
+                    idle,
+                )
+                .map_err(|e| format!("{endpoint}: {e}"))
             };
             let sent = match attempt(fresh) {
                 Ok(response) if response.status == 401 && self.credentials.is_some() => {
@@ -295,7 +337,7 @@ impl Client {
                 }
                 Ok(response) => {
                     self.preferred.store(index, Ordering::Relaxed);
-                    return Ok((response, endpoint.clone()));
+                    return Ok((response, endpoint.clone(), index));
                 }
                 Err(error) => last = error,
             }
@@ -316,9 +358,10 @@ impl Client {
 
     /// One request: its whole JSON answer and the member that gave it.
     fn answer(&self, path: &'static str, body: Value) -> Result<(Value, Endpoint), EtcdError> {
-        let (mut response, endpoint) = self.send(path, &body, Some(self.timeout), false)?;
+        let (mut response, endpoint, index) =
+            self.send(path, &body, Some(self.timeout), false, true)?;
         let mut text = Vec::new();
-        response
+        let read = response
             .body
             .by_ref()
             .take(64 << 20)
@@ -327,6 +370,10 @@ impl Client {
                 tried: endpoint.to_string(),
                 last: format!("reading the answer to {path}: {e}"),
             })?;
+        // Read whole (a body past the cap leaves bytes behind: that connection goes).
+        if response.reusable && read < 64 << 20 {
+            *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Some((index, response.stream));
+        }
         let garbled = |why: String| EtcdError::Garbled {
             endpoint: endpoint.clone(),
             path,
@@ -395,6 +442,14 @@ impl Client {
     /// from the next revision misses nothing and repeats nothing).
     pub fn get_prefix(&self, prefix: &str) -> Result<(Vec<KeyValue>, i64), EtcdError> {
         self.range(json!({"key": b64(prefix.as_bytes()), "range_end": b64(&prefix_end(prefix))}))
+    }
+
+    /// The same without the values (left empty): who wrote when, for the price of the keys.
+    pub fn get_prefix_keys(&self, prefix: &str) -> Result<(Vec<KeyValue>, i64), EtcdError> {
+        self.range(
+            json!({"key": b64(prefix.as_bytes()), "range_end": b64(&prefix_end(prefix)),
+                          "keys_only": true}),
+        )
     }
 
     /// A range read: the keys and the revision it saw.
@@ -472,6 +527,23 @@ impl Client {
         Ok(answer["succeeded"].as_bool().unwrap_or(false))
     }
 
+    /// Makes every write of `writes` at once, as one revision (one raft proposal instead of
+    /// one per key): a controller fanning a generation out to every node's key. etcd refuses
+    /// a batch of more than [`MAX_TXN_OPS`] or one naming a key twice.
+    pub fn write_all(&self, writes: &[Write<'_>]) -> Result<(), EtcdError> {
+        let success: Vec<Value> = writes
+            .iter()
+            .map(|write| match write {
+                Write::Put(key, value) => {
+                    json!({"request_put": {"key": b64(key.as_bytes()), "value": b64(value)}})
+                }
+                Write::Delete(key) => json!({"request_delete_range": {"key": b64(key.as_bytes())}}),
+            })
+            .collect();
+        self.call("/v3/kv/txn", json!({"success": success}))?;
+        Ok(())
+    }
+
     /// A lease of `ttl` seconds: keys attached to it go when it is not kept alive.
     pub fn grant(&self, ttl: i64) -> Result<Lease, EtcdError> {
         let answer = self.call("/v3/lease/grant", json!({"TTL": ttl.to_string()}))?;
@@ -506,28 +578,87 @@ impl Client {
     }
 
     /// Watches every key under `prefix` from revision `from` on (events of that revision
-    /// included). Blocks only in [`Watch::next_batch`].
+    /// included). Waits (a request's timeout at most) for etcd to say the watch is made;
+    /// then blocks only in [`Watch::next_batch`].
+    ///
+    /// With auth, the token held is tried first and a fresh one only if etcd refuses the
+    /// watch: etcd checks a password with bcrypt (tens of milliseconds of its CPU), and
+    /// 1,000 agents authenticating for every watch they start made etcd too slow to answer.
     pub fn watch(&self, prefix: &str, from: i64) -> Result<Watch, EtcdError> {
-        let body = json!({"create_request": {
-            "key": b64(prefix.as_bytes()),
-            "range_end": b64(&prefix_end(prefix)),
-            "start_revision": from.to_string(),
-        }});
-        let (response, endpoint) = self.send("/v3/watch", &body, None, true)?;
-        if response.status != 200 {
-            return Err(EtcdError::Refused {
-                endpoint,
-                path: "/v3/watch",
-                status: response.status,
-                message: String::new(),
+        self.watch_made(
+            json!({"create_request": {
+                "key": b64(prefix.as_bytes()),
+                "range_end": b64(&prefix_end(prefix)),
+                "start_revision": from.to_string(),
+            }}),
+            from,
+        )
+    }
+
+    /// Watches `key`'s deletion from revision `from` on: its writes are not sent (a key
+    /// rewritten every second, watched by a thousand clients, is a thousand messages a
+    /// second for etcd to send).
+    pub fn watch_deletes(&self, key: &str, from: i64) -> Result<Watch, EtcdError> {
+        self.watch_made(
+            json!({"create_request": {
+                "key": b64(key.as_bytes()),
+                "start_revision": from.to_string(),
+                "filters": ["NOPUT"],
+            }}),
+            from,
+        )
+    }
+
+    fn watch_made(&self, body: Value, from: i64) -> Result<Watch, EtcdError> {
+        let mut fresh = false;
+        loop {
+            let (response, endpoint, _) = self.send("/v3/watch", &body, None, fresh, false)?;
+            if response.status != 200 {
+                return Err(EtcdError::Refused {
+                    endpoint,
+                    path: "/v3/watch",
+                    status: response.status,
+                    message: String::new(),
+                });
+            }
+            let stream = response.stream;
+            let mut messages = serde_json::Deserializer::from_reader(response.body).into_iter();
+            let ended = |why: String| EtcdError::WatchEnded(format!("{endpoint}: {why}"));
+            stream
+                .set_read_timeout(Some(self.timeout))
+                .map_err(|e| ended(e.to_string()))?;
+            let created: Value = match messages.next() {
+                Some(Ok(message)) => message,
+                Some(Err(error)) => return Err(ended(error.to_string())),
+                None => return Err(ended("closed before the watch was made".into())),
+            };
+            stream
+                .set_read_timeout(None)
+                .map_err(|e| ended(e.to_string()))?;
+            let result = &created["result"];
+            let compacted = int(&result["compact_revision"]);
+            if compacted > 0 {
+                return Err(EtcdError::Compacted { from, compacted });
+            }
+            // etcd refuses a watch whose token it no longer knows: made, then cancelled.
+            if result["canceled"].as_bool() == Some(true) {
+                if !fresh && self.credentials.is_some() {
+                    fresh = true;
+                    continue;
+                }
+                let why = result["cancel_reason"].as_str().unwrap_or("cancelled");
+                return Err(ended(why.to_string()));
+            }
+            if let Some(error) = created.get("error") {
+                return Err(ended(error.to_string()));
+            }
+            return Ok(Watch {
+                messages: Box::new(messages),
+                stream,
+                from,
+                next: from,
             });
         }
-        Ok(Watch {
-            messages: Box::new(serde_json::Deserializer::from_reader(response.body).into_iter()),
-            stream: response.stream,
-            from,
-            next: from,
-        })
     }
 }
 

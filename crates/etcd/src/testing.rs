@@ -41,6 +41,13 @@ impl Etcd {
 
     /// Starts an etcd cluster of `count` members and waits until every member answers.
     pub fn start_members(name: &str, count: usize) -> Etcd {
+        // Tokens die after a second unused: clients' renewal runs in every test.
+        Etcd::start_with(name, count, 1)
+    }
+
+    /// The same, with auth tokens that die after `token_ttl_s` unused (etcd's default is 300:
+    /// each authentication is a write, which a benchmark of writes must not be made of).
+    pub fn start_with(name: &str, count: usize, token_ttl_s: u32) -> Etcd {
         let base = if std::path::Path::new("/dev/shm").is_dir() {
             PathBuf::from("/dev/shm")
         } else {
@@ -79,8 +86,7 @@ impl Etcd {
                         &format!("{name}-{}", std::process::id()),
                     ])
                     .args(["--log-level", "error"])
-                    // Tokens die after a second unused: clients' renewal runs in every test.
-                    .args(["--auth-token-ttl", "1"])
+                    .args(["--auth-token-ttl", &token_ttl_s.to_string()])
                     .stdout(Stdio::null())
                     .stderr(Stdio::null());
                 // etcd reads every ETCD_* variable as a flag.
@@ -179,6 +185,14 @@ impl Etcd {
             None => flags.push("--etcd-insecure".into()),
         }
         flags
+    }
+
+    /// The process ids of the members still running.
+    pub fn pids(&self) -> Vec<u32> {
+        self.members
+            .iter()
+            .filter_map(|m| m.child.as_ref().map(Child::id))
+            .collect()
     }
 
     /// Stops (SIGSTOP) or continues (SIGCONT) every member: a silent cut, as a hung machine.

@@ -2,7 +2,7 @@
 //! of its own with its data on tmpfs, killed by pid at the end.
 
 use cosched_etcd::testing::{free_port, Etcd};
-use cosched_etcd::{Client, EtcdError, WatchEvent};
+use cosched_etcd::{Client, EtcdError, WatchEvent, Write, MAX_TXN_OPS};
 use std::time::Duration;
 
 #[test]
@@ -21,6 +21,12 @@ fn keys_prefixes_and_compare_and_create() {
     let keys: Vec<&str> = under.iter().map(|kv| kv.key.as_str()).collect();
     assert_eq!(keys, ["/t/a", "/t/b"]);
     assert!(revision > second);
+    let (keys_only, _) = c.get_prefix_keys("/t/").unwrap();
+    assert_eq!(keys_only.len(), 2);
+    assert!(keys_only
+        .iter()
+        .all(|kv| kv.value.is_empty() && kv.mod_revision > 0));
+    assert_eq!(keys_only[0].mod_revision, second);
     assert!(c.delete("/t/a").unwrap());
     assert!(!c.delete("/t/a").unwrap());
     assert!(c.create("/t/leader", b"me", None).unwrap());
@@ -201,5 +207,92 @@ fn a_compaction_keeps_the_keys_and_ends_watches_from_before_it() {
     assert!(
         matches!(old.next_batch(), Err(EtcdError::Compacted { .. })),
         "a watch from a forgotten revision"
+    );
+}
+
+#[test]
+fn a_batch_of_writes_is_one_revision_and_etcd_refuses_one_too_big() {
+    let etcd = Etcd::start("batch");
+    let c = etcd.client();
+    c.put("/b/gone", b"x", None).unwrap();
+    let keys: Vec<String> = (0..MAX_TXN_OPS - 1).map(|i| format!("/b/{i:03}")).collect();
+    let mut writes: Vec<Write> = keys.iter().map(|k| Write::Put(k, b"v")).collect();
+    writes.push(Write::Delete("/b/gone"));
+    c.write_all(&writes).unwrap();
+    let (under, _) = c.get_prefix("/b/").unwrap();
+    assert_eq!(
+        under.len(),
+        MAX_TXN_OPS - 1,
+        "every put made, the delete too"
+    );
+    let revisions: std::collections::BTreeSet<i64> =
+        under.iter().map(|kv| kv.mod_revision).collect();
+    assert_eq!(revisions.len(), 1, "one revision for the whole batch");
+    let too_many: Vec<String> = (0..=MAX_TXN_OPS).map(|i| format!("/c/{i}")).collect();
+    let writes: Vec<Write> = too_many.iter().map(|k| Write::Put(k, b"v")).collect();
+    assert!(matches!(
+        c.write_all(&writes),
+        Err(EtcdError::Refused { .. })
+    ));
+    let twice = [Write::Put("/d", b"1"), Write::Put("/d", b"2")];
+    assert!(matches!(
+        c.write_all(&twice),
+        Err(EtcdError::Refused { .. })
+    ));
+}
+
+/// Sockets in TIME_WAIT towards `port` (a connection closed by this side lingers there).
+fn time_wait_towards(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = fields[2].rsplit(':').next().unwrap();
+            let local_port = fields[1].rsplit(':').next().unwrap();
+            // 06: TIME_WAIT, on whichever side closed first.
+            fields[3] == "06"
+                && (u16::from_str_radix(remote_port, 16) == Ok(port)
+                    || u16::from_str_radix(local_port, 16) == Ok(port))
+        })
+        .count()
+}
+
+#[test]
+fn requests_share_one_kept_connection() {
+    let mut etcd = Etcd::start("kept");
+    etcd.enable_auth();
+    let c = etcd.client();
+    let port: u16 = etcd.url.rsplit(':').next().unwrap().parse().unwrap();
+    c.put("/k", b"v", None).unwrap();
+    let lease = c.grant(30).unwrap();
+    let before = time_wait_towards(port);
+    for _ in 0..150 {
+        assert_eq!(c.get("/k").unwrap().unwrap().value, b"v");
+        // Through the gateway a stream: a chunked answer.
+        assert!(c.keep_alive(lease.id).unwrap().ttl > 0);
+    }
+    // A connection per request left 300 sockets in TIME_WAIT here.
+    let after = time_wait_towards(port);
+    assert!(after < before + 10, "{before} then {after} in TIME_WAIT");
+}
+
+#[test]
+fn a_deletes_only_watch_hears_no_writes() {
+    let etcd = Etcd::start("noput");
+    let c = etcd.client();
+    let first = c.put("/l/leader", b"1", None).unwrap();
+    let mut watch = c.watch_deletes("/l/leader", first + 1).unwrap();
+    for value in [b"2", b"3"] {
+        c.put("/l/leader", value, None).unwrap();
+    }
+    c.put("/l/leader-not", b"x", None).unwrap();
+    c.delete("/l/leader-not").unwrap();
+    c.delete("/l/leader").unwrap();
+    let events = watch.next_batch().unwrap();
+    assert!(
+        matches!(&events[..], [WatchEvent::Delete { key, .. }] if key == "/l/leader"),
+        "{events:?}"
     );
 }

@@ -25,7 +25,7 @@ pub use order::{
 pub use seam::{EventSink, Order, OrderSink, PlanSource, Received};
 pub use status::{
     BoundaryRecord, Histogram, JobMoment, NodeHistograms, NodeStatus, SlotStart, Summary,
-    HISTOGRAM_BOUNDS_US, MAX_REPORTED_STARTS, STATUS_PERIOD_US,
+    HISTOGRAM_BOUNDS_US, MAX_REPORTED_STARTS, SPREAD_SAMPLE_US, STATUS_PERIOD_US,
 };
 
 /// Bumped whenever a wire type changes meaning; a reader refuses another version.

@@ -29,6 +29,13 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
+    /// How often the node's agent reports its status when nothing else made it report: once
+    /// per lease, a second at least. A controller that hears nothing from a node for three
+    /// periods knows its agent stopped, whatever its lease says.
+    pub fn status_period_us(&self) -> Micros {
+        (self.lease_ttl_s * 1_000_000).max(crate::STATUS_PERIOD_US)
+    }
+
     /// The node as the machine knows it: MPI reaches it at its address, else its name.
     pub fn to_node(&self) -> Node {
         Node {

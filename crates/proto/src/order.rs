@@ -80,7 +80,8 @@ pub const CANCEL_GRACE: Micros = 3_000_000;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "order", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Command {
-    /// A new matrix generation, applied at its first slot.
+    /// A new matrix generation, applied at its first slot: each node is sent its own part
+    /// ([`Generation::parts`]).
     Publish { generation: Generation },
     /// The job is placed on `cpus` of this node: its cgroup is made (or found again) and
     /// taken into the rotation; with `launch`, its supervisor starts it (once: the

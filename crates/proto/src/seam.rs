@@ -3,7 +3,7 @@
 //! come back through an [`EventSink`]. Nothing is answered, so one machine puts channels
 //! here and a cluster puts etcd queues (`cosched-cluster`), and neither side links the other.
 
-use crate::{Command, Event};
+use crate::{Command, Event, Generation};
 use cosched_core::Micros;
 use cosched_os::now_micros;
 use std::os::fd::OwnedFd;
@@ -69,6 +69,16 @@ impl PlanSource for Receiver<Order> {
 /// Where the controller's orders go: to one node's agent each.
 pub trait OrderSink: Send {
     fn deliver(&self, node: &str, order: Order);
+    /// A generation: each node's part (`Generation::parts`), for every node when it is new,
+    /// for the nodes listed when they (re)joined (`again`: they have nothing to compare
+    /// with). One order per node, unless the sink can do better (etcd: one shared write and
+    /// only the parts that changed).
+    fn publish(&self, parts: Vec<(String, Generation)>, again: bool) {
+        let _ = again;
+        for (node, generation) in parts {
+            self.deliver(&node, Command::Publish { generation }.into());
+        }
+    }
     /// Whether a job's client descriptors reach its processes (only inside one process;
     /// elsewhere a job writes to its output file, `Launch::output_path`).
     fn carries_stdio(&self) -> bool;

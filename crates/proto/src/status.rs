@@ -118,12 +118,19 @@ pub struct NodeStatus {
     pub starts: Vec<SlotStart>,
 }
 
-/// How often an agent reports its status (µs): a controller that hears nothing from a node
-/// for several periods knows its agent stopped, whatever its lease says.
+/// How often the agent of one machine reports its status (µs). A cluster's agents report once
+/// per lease instead ([`crate::NodeInfo::status_period_us`]): each report is an etcd write,
+/// and 1,000 nodes reporting every second would be 1,000 writes a second with nothing changed.
 pub const STATUS_PERIOD_US: i64 = 1_000_000;
 
-/// Most boundary starts one status carries (a second of 20 ms slots with ten jobs).
+/// Most boundary starts one status carries: the starts of sampled boundaries
+/// ([`SPREAD_SAMPLE_US`]) for a 10 s period with five jobs each.
 pub const MAX_REPORTED_STARTS: usize = 512;
+
+/// The boundaries whose starts are reported are about this far apart (µs): the same slots on
+/// every node (`slot % (SPREAD_SAMPLE_US / quantum) == 0`), so that reports sent seconds apart
+/// still describe the same boundaries.
+pub const SPREAD_SAMPLE_US: i64 = 100_000;
 
 /// A job started at the boundary into `slot`, at `at_us` (true clock).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -175,6 +175,7 @@ fn run_cosched(
         mode: mode.to_string(),
         quantum_ms,
         freezer: None,
+        extra: Vec::new(),
     })?;
     let start = Instant::now();
     let start_us = (epoch_s() * 1e6) as i64;

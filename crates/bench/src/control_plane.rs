@@ -1,0 +1,628 @@
+//! `cosched-bench control-plane`: the cluster's control plane alone, at 10, 100 and 1,000
+//! nodes: a real etcd (auth on, data on tmpfs), the real controller (`cosched daemon --etcd`)
+//! and N node agents in this process, each the real agent (its lease, its order watch, its
+//! outbox, its clock thread) on the fake actuator, so no job has processes. Jobs run
+//! `sleep S`: the agent of a job's first node reports it ended S seconds after its start.
+//!
+//! - Fan-out: for each generation, from the controller's stamp (`published_us`) to the last
+//!   node taking it (every node is sent its part of every generation).
+//! - etcd: writes (raft proposals committed), puts, deletes, transactions, reads and client
+//!   bytes per second, from etcd's own `/metrics`; its CPU and memory.
+//! - The controller: CPU (a share of one CPU) and resident memory, from `/proc`.
+//!
+//! Two phases per size: steady (the machine full, nothing submitted or ending) and churn (a
+//! job submitted every `1/rate` s, each ending 5 s later).
+
+use crate::daemon::{Daemon, DaemonSpec};
+use crate::figures::{command_line, summary, Provenance};
+use anyhow::{bail, Context, Result};
+use cosched_agent::{renewal_period, NodeAgent, NodeSettings};
+use cosched_cgroups::Fake;
+use cosched_cluster::{etcd_client, join, whoami, Closer, EtcdSink, Keys, Membership};
+use cosched_core::{JobId, Micros};
+use cosched_etcd::testing::Etcd;
+use cosched_etcd::Credentials;
+use cosched_os::now_micros;
+use cosched_proto::{
+    Command, CpuSet, Ending, Event, EventSink, ExitInfo, Mode, NodeInfo, PlanSource, Received,
+    Summary,
+};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct ControlPlaneArgs {
+    /// Cluster sizes to measure, in nodes
+    #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
+    nodes: Vec<usize>,
+    /// CPUs each (fake) node offers
+    #[arg(long, default_value_t = 2)]
+    cpus_per_node: u32,
+    /// Nodes each job spans
+    #[arg(long, default_value_t = 4)]
+    job_nodes: u32,
+    /// Slot length of the rotation
+    #[arg(long, default_value_t = 100)]
+    quantum_ms: u64,
+    /// Seconds measured with the machine full and nothing changing
+    #[arg(long, default_value_t = 60)]
+    steady_s: u64,
+    /// Seconds measured while jobs start and end
+    #[arg(long, default_value_t = 60)]
+    churn_s: u64,
+    /// Jobs submitted per second while churning (each ends 5 s after it starts)
+    #[arg(long, default_value_t = 1.0)]
+    churn_rate: f64,
+    /// Also write the figures as JSON here
+    #[arg(long, default_value = "target/bench/control-plane.json")]
+    json: PathBuf,
+}
+
+/// How long the agents may lose the control plane before letting jobs loose, and their
+/// lease: the product's defaults (`cosched agent --deadline-ms 5000 --lease-ttl 10`).
+const DEADLINE_US: Micros = 5_000_000;
+const LEASE_TTL_S: i64 = 10;
+/// How long a churn job runs.
+const CHURN_JOB_S: u64 = 5;
+const CLUSTER: &str = "bench";
+
+pub fn run(args: ControlPlaneArgs) -> Result<()> {
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the control-plane benchmark needs root (the controller's state, etcd's auth file)");
+    }
+    raise_descriptor_limit()?;
+    let mut rows = Vec::new();
+    println!(
+        "control plane: N agents on the fake actuator in this process, the real controller and \
+         a real etcd; {} CPUs per node, jobs of {} nodes, {} ms slots; steady {} s, churn {} s at \
+         {} jobs/s",
+        args.cpus_per_node,
+        args.job_nodes,
+        args.quantum_ms,
+        args.steady_s,
+        args.churn_s,
+        args.churn_rate
+    );
+    for &nodes in &args.nodes {
+        let row = measure(&args, nodes).with_context(|| format!("{nodes} nodes"))?;
+        print_row(&row);
+        rows.push(row);
+    }
+    let report = Report {
+        provenance: Provenance::now(command_line("bench/control-plane")),
+        rows,
+    };
+    if let Some(dir) = args.json.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.json, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", args.json.display()))?;
+    println!("figures in {}", args.json.display());
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct Report {
+    provenance: Provenance,
+    rows: Vec<Row>,
+}
+
+#[derive(Serialize)]
+struct Row {
+    nodes: usize,
+    /// Seconds from the first agent's start to the controller seeing them all.
+    join_s: f64,
+    jobs_running: usize,
+    steady: Phase,
+    churn: Phase,
+}
+
+#[derive(Serialize)]
+struct Phase {
+    seconds: f64,
+    /// Generations every node took in the phase.
+    generations: usize,
+    /// From the controller's stamp to the last node taking it (µs).
+    fan_out_us: Summary,
+    /// From the stamp to each node taking it (µs).
+    delivery_us: Summary,
+    etcd: EtcdRates,
+    controller: ProcessLoad,
+    etcd_process: ProcessLoad,
+    /// This process: the N agents.
+    agents: ProcessLoad,
+}
+
+#[derive(Serialize, Default)]
+struct EtcdRates {
+    /// Raft proposals committed per second: every write, lease grants and revocations.
+    writes_per_s: f64,
+    writes_per_node_per_s: f64,
+    puts_per_s: f64,
+    deletes_per_s: f64,
+    txns_per_s: f64,
+    reads_per_s: f64,
+    lease_renewals_per_s: f64,
+    received_bytes_per_s: f64,
+    sent_bytes_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct ProcessLoad {
+    /// CPU time over wall time (1.0: one CPU busy).
+    cpu: f64,
+    rss_mb: f64,
+}
+
+fn print_row(row: &Row) {
+    for (name, phase) in [("steady", &row.steady), ("churn", &row.churn)] {
+        println!(
+            "{:>6} nodes {:<6} gens {:>4}  fan-out p50/p99/max {:>6.1}/{:>6.1}/{:>6.1} ms  \
+             etcd writes/s {:>7.1} ({:.3}/node)  bytes in/out/s {:>9.0}/{:>10.0}  \
+             controller {:.3} CPU {:>5.1} MB  etcd {:.3} CPU  agents {:.3} CPU",
+            row.nodes,
+            name,
+            phase.generations,
+            phase.fan_out_us.p50 as f64 / 1e3,
+            phase.fan_out_us.p99 as f64 / 1e3,
+            phase.fan_out_us.max as f64 / 1e3,
+            phase.etcd.writes_per_s,
+            phase.etcd.writes_per_node_per_s,
+            phase.etcd.received_bytes_per_s,
+            phase.etcd.sent_bytes_per_s,
+            phase.controller.cpu,
+            phase.controller.rss_mb,
+            phase.etcd_process.cpu,
+            phase.agents.cpu,
+        );
+    }
+}
+
+fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
+    // etcd's own token lifetime: a second's (the tests') would make re-authentication, a
+    // write, most of what is measured.
+    let mut etcd = Etcd::start_with("control-plane", 1, 300);
+    let credentials = etcd.enable_auth();
+    let urls: Vec<String> = etcd.url.split(',').map(String::from).collect();
+    let keys = Keys::new(CLUSTER)?;
+    let state = PathBuf::from(format!("/dev/shm/cosched-cp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let arrivals = Arc::new(Arrivals::default());
+    let fleet = Fleet {
+        urls,
+        credentials,
+        keys,
+        cpus: args.cpus_per_node,
+        state: state.clone(),
+        arrivals: Arc::clone(&arrivals),
+    };
+    let joining = Instant::now();
+    // One node first: the controller waits for one before it serves.
+    let mut agents = vec![fleet.start(0)?];
+    let mut extra = etcd.flags();
+    extra.extend(["--cluster", CLUSTER, "--wait-nodes", "1", "--mpl", "4"].map(String::from));
+    let daemon = Daemon::start(&DaemonSpec {
+        mode: "gang".into(),
+        quantum_ms: args.quantum_ms,
+        freezer: None,
+        extra,
+    })?;
+    for i in 1..nodes {
+        agents.push(fleet.start(i)?);
+        if (i + 1) % 250 == 0 {
+            eprintln!("  {} agents joined", i + 1);
+        }
+    }
+    wait_for_nodes(&daemon, nodes)?;
+    let join_s = joining.elapsed().as_secs_f64();
+
+    // Two slices' worth of long jobs: every node busy, nothing changing.
+    let width = args.job_nodes * args.cpus_per_node;
+    let fill = (2 * nodes as u32 * args.cpus_per_node).div_ceil(width);
+    let output = daemon.dir().join("jobs.out");
+    let long = ["sleep".to_string(), "1000000".to_string()];
+    for _ in 0..fill {
+        daemon.submit(width, &output, &long)?;
+    }
+    let jobs_running = settle(&daemon, fill as usize)?;
+    eprintln!("  {jobs_running} of {fill} jobs running; measuring");
+    let steady = phase(&etcd, &daemon, nodes, &arrivals, args.steady_s, || Ok(()))?;
+
+    let short = ["sleep".to_string(), CHURN_JOB_S.to_string()];
+    let every = Duration::from_secs_f64(1.0 / args.churn_rate);
+    let mut next = Instant::now();
+    let churn = phase(&etcd, &daemon, nodes, &arrivals, args.churn_s, || {
+        if Instant::now() >= next {
+            daemon.submit(width, &output, &short)?;
+            next += every;
+        }
+        Ok(())
+    })?;
+
+    // The controller's log, beside the figures: what it said of the nodes and jobs.
+    let log = args
+        .json
+        .with_file_name(format!("control-plane-{nodes}.log"));
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::copy(daemon.dir().join("daemon.log"), &log)
+        .with_context(|| format!("keeping the controller's log in {}", log.display()))?;
+    daemon.stop()?;
+    for agent in agents {
+        agent.stop();
+    }
+    drop(etcd);
+    let _ = std::fs::remove_dir_all(&state);
+    Ok(Row {
+        nodes,
+        join_s,
+        jobs_running,
+        steady,
+        churn,
+    })
+}
+
+/// Waits (a minute at most) until the controller lists `wanted` nodes, none of them gone.
+fn wait_for_nodes(daemon: &Daemon, wanted: usize) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let out = daemon.command(&["nodes", "--json"]).output()?;
+        let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let present = listed.as_array().map_or(0, |nodes| {
+            nodes.iter().filter(|n| n["left"] != true).count()
+        });
+        if present == wanted {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            bail!("the controller lists {present} of {wanted} nodes after a minute");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Waits until `submitted` jobs are placed (or two minutes); returns how many run.
+fn settle(daemon: &Daemon, submitted: usize) -> Result<usize> {
+    let start = Instant::now();
+    loop {
+        let running = daemon
+            .jobs()?
+            .iter()
+            .filter(|j| j.state.to_string() == "running")
+            .count();
+        if running == submitted || start.elapsed() > Duration::from_secs(120) {
+            // Every node has had time to take the last generation.
+            std::thread::sleep(Duration::from_secs(3));
+            return Ok(running);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Measures `seconds` of the control plane while `act` is called every 50 ms.
+fn phase(
+    etcd: &Etcd,
+    daemon: &Daemon,
+    nodes: usize,
+    arrivals: &Arrivals,
+    seconds: u64,
+    mut act: impl FnMut() -> Result<()>,
+) -> Result<Phase> {
+    let etcd_pid = etcd.pids()[0];
+    let before = (
+        etcd_metrics(&etcd.url)?,
+        cpu_seconds(daemon.pid())?,
+        cpu_seconds(etcd_pid)?,
+        cpu_seconds(std::process::id())?,
+    );
+    let start_us = now_micros();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(seconds) {
+        act()?;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let after = (
+        etcd_metrics(&etcd.url)?,
+        cpu_seconds(daemon.pid())?,
+        cpu_seconds(etcd_pid)?,
+        cpu_seconds(std::process::id())?,
+    );
+    let end_us = now_micros();
+    let rate = |name: &str| (after.0.get(name) - before.0.get(name)) / wall;
+    let writes = rate("etcd_server_proposals_committed_total");
+    let (fan_out, delivery, generations) = arrivals.between(start_us, end_us, nodes);
+    Ok(Phase {
+        seconds: wall,
+        generations,
+        fan_out_us: summary(&fan_out),
+        delivery_us: summary(&delivery),
+        etcd: EtcdRates {
+            writes_per_s: writes,
+            writes_per_node_per_s: writes / nodes as f64,
+            puts_per_s: rate("etcd_mvcc_put_total"),
+            deletes_per_s: rate("etcd_mvcc_delete_total"),
+            txns_per_s: rate("etcd_mvcc_txn_total"),
+            reads_per_s: rate("etcd_mvcc_range_total"),
+            lease_renewals_per_s: rate("etcd_debugging_lease_renewed_total"),
+            received_bytes_per_s: rate("etcd_network_client_grpc_received_bytes_total"),
+            sent_bytes_per_s: rate("etcd_network_client_grpc_sent_bytes_total"),
+        },
+        controller: ProcessLoad {
+            cpu: (after.1 - before.1) / wall,
+            rss_mb: rss_mb(daemon.pid()),
+        },
+        etcd_process: ProcessLoad {
+            cpu: (after.2 - before.2) / wall,
+            rss_mb: rss_mb(etcd_pid),
+        },
+        agents: ProcessLoad {
+            cpu: (after.3 - before.3) / wall,
+            rss_mb: rss_mb(std::process::id()),
+        },
+    })
+}
+
+/// What the node agents need to join the bench's cluster.
+struct Fleet {
+    urls: Vec<String>,
+    credentials: Credentials,
+    keys: Keys,
+    cpus: u32,
+    state: PathBuf,
+    arrivals: Arc<Arrivals>,
+}
+
+/// One agent of the fleet, running.
+struct FakeNode {
+    membership: Membership,
+    closer: Closer,
+    clock: JoinHandle<(Fake, Result<(), String>)>,
+}
+
+impl Fleet {
+    fn start(&self, i: usize) -> Result<FakeNode> {
+        let node = format!("n{i:04}");
+        let client = Arc::new(etcd_client(&self.urls, &Some(self.credentials.clone()))?);
+        let info = NodeInfo {
+            protocol: cosched_proto::PROTOCOL_VERSION,
+            node: node.clone(),
+            cpus: CpuSet::from_cpus(0..self.cpus),
+            mode: Mode::Gang,
+            agent: whoami(),
+            joined_us: now_micros(),
+            address: None,
+            lease_ttl_s: LEASE_TTL_S,
+        };
+        let status_every = info.status_period_us();
+        let membership = join(
+            client,
+            &self.keys,
+            info,
+            LEASE_TTL_S,
+            renewal_period(DEADLINE_US, LEASE_TTL_S),
+        )?;
+        let (orders, closer) = membership.orders(DEADLINE_US)?;
+        let events = Arc::new(membership.events());
+        let state_dir = self.state.join(&node);
+        for sub in cosched_agent::STATE_SUBDIRS {
+            std::fs::create_dir_all(state_dir.join(sub))?;
+        }
+        let agent = NodeAgent::new(
+            NodeSettings {
+                node: node.clone(),
+                cpus: CpuSet::from_cpus(0..self.cpus),
+                mode: Mode::Gang,
+                idle_after: None,
+                state_dir,
+                supervisor_exe: "/nonexistent".into(),
+                clock_shift_us: 0,
+                tasks_per_cpu: None,
+                status_every,
+                realtime: false,
+            },
+            Fake::default(),
+            Arc::clone(&events) as Arc<dyn EventSink>,
+        );
+        let source = Simulated {
+            orders,
+            events,
+            ends: BTreeSet::new(),
+            arrivals: Arc::clone(&self.arrivals),
+        };
+        let clock = std::thread::Builder::new()
+            .name(format!("clock-{node}"))
+            .spawn(move || agent.run(source))?;
+        Ok(FakeNode {
+            membership,
+            closer,
+            clock,
+        })
+    }
+}
+
+impl FakeNode {
+    fn stop(self) {
+        self.closer.close();
+        let _ = self.clock.join();
+        self.membership.leave(Duration::from_secs(1));
+    }
+}
+
+/// The node's orders as the agent takes them, with what the fake actuator cannot do done
+/// here: a job's launch is dropped (no processes), and `sleep S` is reported ended S seconds
+/// after its start; each generation's arrival is noted.
+struct Simulated {
+    orders: cosched_cluster::EtcdSource,
+    events: Arc<EtcdSink>,
+    ends: BTreeSet<(Micros, JobId)>,
+    arrivals: Arc<Arrivals>,
+}
+
+impl PlanSource for Simulated {
+    fn next_order(&mut self, until: Micros) -> Received {
+        loop {
+            let now = now_micros();
+            if let Some(&(at, job)) = self.ends.first().filter(|(at, _)| *at <= now) {
+                self.ends.remove(&(at, job));
+                let ending = Ending {
+                    exit: ExitInfo {
+                        code: Some(0),
+                        signal: None,
+                    },
+                    note: None,
+                    at_us: Some(now),
+                };
+                self.events.report(Event::Ended { job, ending });
+                continue;
+            }
+            let wake = self.ends.first().map_or(until, |&(at, _)| at.min(until));
+            match self.orders.next_order(wake) {
+                Received::Timeout if wake < until => continue,
+                Received::Order(mut order) => {
+                    match &mut order.command {
+                        Command::Publish { generation } => self.arrivals.note(
+                            generation.number,
+                            generation.published_us,
+                            now_micros(),
+                        ),
+                        Command::Start { job, launch, .. } => {
+                            let seconds = launch.take().and_then(|l| sleep_seconds(&l.argv));
+                            if let Some(seconds) = seconds {
+                                self.ends.insert((now + seconds * 1_000_000, *job));
+                            }
+                        }
+                        _ => {}
+                    }
+                    return Received::Order(order);
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// `S` of `sleep S`.
+fn sleep_seconds(argv: &[String]) -> Option<i64> {
+    match argv {
+        [sleep, seconds] if sleep == "sleep" => seconds.parse().ok(),
+        _ => None,
+    }
+}
+
+/// When each node took each generation: (number, stamp) to the moments it arrived.
+#[derive(Default)]
+struct Arrivals(Mutex<BTreeMap<(u64, Micros), Vec<Micros>>>);
+
+impl Arrivals {
+    fn note(&self, number: u64, published_us: Micros, now: Micros) {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.entry((number, published_us)).or_default().push(now);
+    }
+
+    /// Of the generations stamped between `from` and `to` that all `nodes` took: each one's
+    /// fan-out, every delivery, and how many.
+    fn between(&self, from: Micros, to: Micros, nodes: usize) -> (Vec<u64>, Vec<u64>, usize) {
+        let seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut fan_out, mut delivery) = (Vec::new(), Vec::new());
+        for (&(_, stamp), arrived) in seen.range((0, 0)..) {
+            if stamp < from || stamp > to || arrived.len() < nodes {
+                continue;
+            }
+            let took = |at: &Micros| (at - stamp).max(0) as u64;
+            fan_out.push(arrived.iter().map(took).max().unwrap_or(0));
+            delivery.extend(arrived.iter().map(took));
+        }
+        let count = fan_out.len();
+        (fan_out, delivery, count)
+    }
+}
+
+/// etcd's counters by name (labels summed), from its `/metrics`.
+struct Metrics(BTreeMap<String, f64>);
+
+impl Metrics {
+    fn get(&self, name: &str) -> f64 {
+        self.0.get(name).copied().unwrap_or(0.0)
+    }
+}
+
+fn etcd_metrics(url: &str) -> Result<Metrics> {
+    let address = url
+        .split(',')
+        .next()
+        .and_then(|u| u.strip_prefix("http://"))
+        .context("etcd's URL")?;
+    let mut stream = std::net::TcpStream::connect(address)?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.0\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    let mut counters = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let name = name.split('{').next().unwrap_or(name);
+        if let Ok(value) = value.parse::<f64>() {
+            *counters.entry(name.to_string()).or_insert(0.0) += value;
+        }
+    }
+    Ok(Metrics(counters))
+}
+
+/// User plus system CPU time of process `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command name (which may hold spaces), from field 3 on.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: f64 = fields
+        .get(11..13)
+        .context("short /proc stat")?
+        .iter()
+        .map(|f| f.parse::<f64>().unwrap_or(0.0))
+        .sum();
+    // SAFETY: sysconf has no memory-safety preconditions.
+    Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// A thousand agents hold a few thousand sockets and files; etcd, started from here, as many.
+fn raise_descriptor_limit() -> Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit write and read the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            bail!("getrlimit: {}", std::io::Error::last_os_error());
+        }
+        limit.rlim_cur = limit.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+            bail!("setrlimit: {}", std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

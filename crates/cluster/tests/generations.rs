@@ -1,0 +1,136 @@
+//! A generation through etcd, as the controller writes it and an agent takes it: the header for
+//! every node, and a node's part only when its entries change (real etcd, scripts/deps).
+
+use cosched_cluster::{become_leader, join, EtcdOrders, Keys, Outbox};
+use cosched_core::{Partition, Plan, PlanEntry, PlanSlice, Role, Rotation};
+use cosched_etcd::testing::Etcd;
+use cosched_os::now_micros;
+use cosched_proto::{
+    Command, CpuSet, Generation, Mode, Node, NodeInfo, NodeMap, OrderSink, PlanSource, Received,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn nodes() -> NodeMap {
+    let node = |name: &str| Node {
+        name: name.into(),
+        cpus: "0".parse().unwrap(),
+        address: None,
+    };
+    NodeMap::new(vec![node("a"), node("b")]).unwrap()
+}
+
+/// Jobs given as (job, first processor, processors), one slice each.
+fn generation(
+    previous: Option<&cosched_core::Generation>,
+    slices: &[(u64, u32, u32)],
+) -> cosched_core::Generation {
+    let plan = Plan {
+        slices: slices
+            .iter()
+            .map(|&(job, first, size)| PlanSlice {
+                entries: vec![PlanEntry {
+                    job,
+                    partition: Partition::block(first, size),
+                    role: Role::Own,
+                }],
+            })
+            .collect(),
+    };
+    cosched_core::Generation::follow(previous, plan, 10)
+}
+
+fn publish(orders: &EtcdOrders, core: &cosched_core::Generation) {
+    let wire = Generation::new(core, Rotation::new(0, 100_000), &nodes());
+    let parts = wire.parts(&["a", "b"]);
+    orders.publish(
+        vec![
+            ("a".into(), parts[0].clone()),
+            ("b".into(), parts[1].clone()),
+        ],
+        false,
+    );
+}
+
+/// The next generation node `name`'s source hands out (10 s at most).
+fn next_generation(source: &mut impl PlanSource) -> Generation {
+    let until = now_micros() + 10_000_000;
+    loop {
+        match source.next_order(until) {
+            Received::Order(order) => {
+                if let Command::Publish { generation } = order.command {
+                    return generation;
+                }
+            }
+            Received::Timeout => panic!("no generation within 10 s"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_node_runs_its_latest_part_under_the_newest_header() {
+    let etcd = Etcd::start("generations");
+    let client = Arc::new(etcd.client());
+    let keys = Keys::new(&format!("gen-{}", std::process::id())).unwrap();
+    let leadership = become_leader(Arc::clone(&client), &keys, 5, |_| {}).unwrap();
+    let outbox = Arc::new(Outbox::start(Arc::clone(&client), "test").unwrap());
+    let orders = EtcdOrders::new(Arc::clone(&outbox), keys.clone(), &leadership);
+    let member = |node: &str| NodeInfo {
+        protocol: cosched_proto::PROTOCOL_VERSION,
+        node: node.into(),
+        cpus: CpuSet::from_cpus(0..1),
+        mode: Mode::Gang,
+        agent: "test".into(),
+        joined_us: now_micros(),
+        address: None,
+        lease_ttl_s: 5,
+    };
+    let b = join(
+        Arc::clone(&client),
+        &keys,
+        member("b"),
+        5,
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let (mut source, _closer) = b.orders(5_000_000).unwrap();
+
+    // Job 1 on both nodes.
+    let first = generation(None, &[(1, 0, 2)]);
+    publish(&orders, &first);
+    let got = next_generation(&mut source);
+    assert_eq!((got.number, got.slices.len()), (first.number, 1));
+    assert_eq!(got.slices[0].entries[0].job, 1);
+
+    // Job 2 in a new slice on node a alone: b's entries are unchanged, only the header
+    // (slice count) reaches it, and b runs its part under it.
+    let second = generation(Some(&first), &[(1, 0, 2), (2, 0, 1)]);
+    publish(&orders, &second);
+    let got = next_generation(&mut source);
+    assert_eq!(got.number, second.number);
+    assert_eq!(got.slices.len(), 2, "the new slice, empty on b");
+    assert_eq!(got.slices[0].entries[0].job, 1);
+    assert!(got.slices[1].entries.is_empty());
+    let parts = client.get_prefix(&keys.orders("b")).unwrap().0;
+    assert_eq!(parts.len(), 1, "b's one part key");
+    let part: Command = serde_json::from_slice(&parts[0].value).unwrap();
+    assert!(
+        matches!(part, Command::Publish { generation } if generation.number == first.number),
+        "b's part was not rewritten"
+    );
+
+    // Job 3 on b: its part changes and comes with its own header. The header comes on a
+    // watch of its own and may come first: b then runs its last part under it until its new
+    // part comes (written first, it is there within milliseconds).
+    let third = generation(Some(&second), &[(1, 0, 2), (2, 0, 1), (3, 1, 1)]);
+    publish(&orders, &third);
+    let mut got = next_generation(&mut source);
+    if got.slices[2].entries.is_empty() {
+        got = next_generation(&mut source);
+    }
+    assert_eq!(got.number, third.number);
+    assert_eq!(got.slices.len(), 3);
+    assert_eq!(got.slices[2].entries[0].job, 3);
+    b.leave(Duration::from_secs(1));
+}
