@@ -564,7 +564,7 @@ impl Controller {
             )));
         }
         let nodes: Vec<String> = placed.iter().map(|p| p.node.clone()).collect();
-        let cpus_on_nodes: Vec<u32> = placed.iter().map(|p| p.cpus.len()).collect();
+        let cpus_on_nodes: Vec<u32> = placed.iter().map(|p| p.cpus.size()).collect();
         if self.pins_jobs() {
             // Placed again from here on (a class change), it stays where its processes are.
             self.scheduler.pin(job).map_err(internal)?;
@@ -635,7 +635,7 @@ impl Controller {
                     .nodes()
                     .iter()
                     .find(|n| n.name == p.node)?;
-                Some(format!("{}:{}", node.address.as_ref()?, p.cpus.len()))
+                Some(format!("{}:{}", node.address.as_ref()?, p.cpus.size()))
             })
             .collect();
         let Some(hosts) = addresses.map(|a| a.join(",")) else {
