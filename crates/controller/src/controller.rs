@@ -517,25 +517,9 @@ impl Controller {
         if self.generation.as_ref().is_some_and(|g| g.plan == plan) {
             return;
         }
-        // A slot whose jobs all left (ended, idle, suspended) gives way at once rather than
-        // leave its processors idle until the boundary: up to a quantum per job end.
-        let rotation = &self.settings.rotation;
-        let current = rotation.slot_at(now);
-        let vacant = self.generation.as_ref().is_none_or(|g| {
-            g.slice_for_slot(current).is_none_or(|s| {
-                g.plan.slices[s].jobs().all(|job| {
-                    !plan
-                        .slices
-                        .iter()
-                        .any(|slice| slice.jobs().any(|j| j == job))
-                })
-            })
-        });
-        let first_slot = if vacant {
-            current
-        } else {
-            rotation.next_boundary(now)
-        };
+        // A slot whose jobs all left (ended, idle, suspended) gives way at once.
+        let first_slot =
+            Generation::first_slot(self.generation.as_ref(), &plan, self.settings.rotation, now);
         let generation = Generation::follow(self.generation.as_ref(), plan, first_slot);
         let wire = self.on_the_wire(&generation, now);
         self.generation = Some(generation);
