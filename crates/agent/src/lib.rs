@@ -189,9 +189,7 @@ impl<A: Actuator> Applier<A> {
         let fail = |source| AgentError::Actuator { job, source };
         self.actuator.create(&name).map_err(fail)?;
         if let (Some(cpus), false) = (cpus, self.mode == Mode::Local) {
-            self.actuator
-                .set_cpus(&name, &cpus.to_string())
-                .map_err(fail)?;
+            self.actuator.set_cpus(&name, cpus).map_err(fail)?;
         }
         if self.mode != Mode::Gang {
             self.actuator.thaw(&name).map_err(fail)?;
@@ -510,7 +508,7 @@ impl<A: Actuator> Applier<A> {
                 // The cgroup is written only when the processors change.
                 if last.as_ref() != Some(&entry.partition) {
                     self.actuator
-                        .set_cpus(&job_group(entry.job), &entry.partition.to_string())
+                        .set_cpus(&job_group(entry.job), &entry.partition)
                         .map_err(|source| AgentError::Actuator {
                             job: entry.job,
                             source,

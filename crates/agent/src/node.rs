@@ -16,11 +16,11 @@ use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
 use crate::{job_group, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
 use cosched_cgroups::{procfs, Actuator, CgroupError, Cgroups};
-use cosched_core::{JobId, Micros, Rotation};
+use cosched_core::{JobId, Micros, Partition, Rotation};
 use cosched_os::{fault, now_micros, unix};
 use cosched_proto::{
-    BoundaryRecord, Command, CpuSet, Ending, Event, EventSink, Launch, NodeHistograms, NodeStatus,
-    Order, PlanSource, ProcessRef, Received, SlotStart, CANCEL_GRACE, MAX_REPORTED_STARTS,
+    BoundaryRecord, Command, Ending, Event, EventSink, Launch, NodeHistograms, NodeStatus, Order,
+    PlanSource, ProcessRef, Received, SlotStart, CANCEL_GRACE, MAX_REPORTED_STARTS,
     SPREAD_SAMPLE_US,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -56,7 +56,7 @@ pub struct NodeSettings {
     /// The node's name in generations (its entries are the ones it applies).
     pub node: String,
     /// The CPUs it schedules (reported in its status).
-    pub cpus: CpuSet,
+    pub cpus: Partition,
     pub mode: Mode,
     /// A job using no CPU in its own slots this long leaves the rotation (gang, moderate).
     pub idle_after: Option<Micros>,
@@ -144,7 +144,7 @@ pub struct NodeAgent<A: Actuator> {
     /// Connections to the supervisors, on which a stored end is confirmed.
     supervisors: BTreeMap<JobId, UnixStream>,
     /// The CPUs of each job placed here (its processes added later go there too).
-    placed: BTreeMap<JobId, CpuSet>,
+    placed: BTreeMap<JobId, Partition>,
     /// Where the jobs' processes ask for processes on other nodes (a cluster's agents).
     door: Option<Arc<Door>>,
     /// Set by `Stop`: no more switching; what the stop gave.
@@ -558,14 +558,14 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    fn admit(&mut self, job: JobId, cpus: &CpuSet) -> Result<(), String> {
+    fn admit(&mut self, job: JobId, cpus: &Partition) -> Result<(), String> {
         self.applier
-            .admit(job, Some(&cpus.to_partition()))
+            .admit(job, Some(cpus))
             .map_err(|e| e.to_string())?;
         if let Some(per_cpu) = self.settings.tasks_per_cpu {
             // Before any process starts: a job of thousands of tasks makes its every switch
             // long. A machine with no pids controller runs jobs uncapped (`daemon --check`).
-            let most = per_cpu.saturating_mul(u64::from(cpus.len()));
+            let most = per_cpu.saturating_mul(u64::from(cpus.size()));
             match self
                 .applier
                 .actuator_mut()
@@ -575,7 +575,7 @@ impl<A: Actuator> NodeAgent<A> {
                 Err(error) => return Err(error.to_string()),
             }
         }
-        self.sizes.insert(job, cpus.len() as usize);
+        self.sizes.insert(job, cpus.size() as usize);
         self.placed.insert(job, cpus.clone());
         if let Some(door) = &self.door {
             let files = self.join_files(job)?;
@@ -594,7 +594,7 @@ impl<A: Actuator> NodeAgent<A> {
     /// What the node adds to the environment of a job's processes: who they are, where they
     /// run, how they wait in implicit mode, and (in a cluster) how an MPI launcher starts its
     /// remote daemons through this agent. Values a user set are kept where they only tune.
-    fn node_env(&self, job: JobId, cpus: &CpuSet, env: &mut Vec<(String, String)>) {
+    fn node_env(&self, job: JobId, cpus: &Partition, env: &mut Vec<(String, String)>) {
         let mut set_default = |key: &str, value: &str| {
             if !env.iter().any(|(k, _)| k == key) {
                 env.push((key.to_string(), value.to_string()));
@@ -683,7 +683,7 @@ impl<A: Actuator> NodeAgent<A> {
     fn spec(
         &self,
         job: JobId,
-        cpus: &CpuSet,
+        cpus: &Partition,
         mut launch: Launch,
         [exit_file, started_file, socket]: [PathBuf; 3],
     ) -> Result<LaunchSpec, String> {
@@ -718,7 +718,7 @@ impl<A: Actuator> NodeAgent<A> {
     fn launch(
         &mut self,
         job: JobId,
-        cpus: &CpuSet,
+        cpus: &Partition,
         launch: Launch,
         stdio: Option<[OwnedFd; 3]>,
     ) -> Result<(), String> {

@@ -10,9 +10,9 @@ use crate::start::{
 use crate::{NodeAgent, NodeSettings};
 use cosched_cgroups::{Actuator, Freezer};
 use cosched_cluster::{etcd_client, join, whoami, Keys};
-use cosched_core::Micros;
+use cosched_core::{Micros, Partition};
 use cosched_os::now_micros;
-use cosched_proto::{CpuSet, EventSink, Mode, NodeInfo};
+use cosched_proto::{EventSink, Mode, NodeInfo};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +24,7 @@ pub struct NodeConfig {
     pub etcd_credentials: Option<cosched_etcd::Credentials>,
     pub cluster: String,
     pub node: String,
-    pub cpus: CpuSet,
+    pub cpus: Partition,
     pub mode: Mode,
     pub state_dir: PathBuf,
     pub cgroup_parent: String,
@@ -104,7 +104,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     let (signals, _max_files, state_dir) = take_charge(&config.state_dir)?;
     let mut unclaimed = Unclaimed(Some(open_cgroups(&config.cgroup_parent, config.freezer)?));
     let actuator = unclaimed.0.as_ref().expect("just opened");
-    actuator.confine(&config.cpus.to_string()).map_err(|e| {
+    actuator.confine(&config.cpus).map_err(|e| {
         StartError::Config(format!(
             "keeping the node's jobs on --cpus {} (cgroup {}): {e}",
             config.cpus, config.cgroup_parent

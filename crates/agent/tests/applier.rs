@@ -79,7 +79,7 @@ fn gang_freezes_the_leavers_before_thawing_the_entrants() {
     );
     // Processors were set once, from the plan.
     let cpus = a.actuator().jobs["job-1"].cpus.clone();
-    assert_eq!(cpus.as_deref(), Some("0-1"));
+    assert_eq!(cpus, Some(cosched_core::Partition::block(0, 2)));
     a.release_all().unwrap();
     assert!(a.actuator().frozen().is_empty());
 }

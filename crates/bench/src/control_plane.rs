@@ -19,13 +19,12 @@ use anyhow::{bail, Context, Result};
 use cosched_agent::{renewal_period, NodeAgent, NodeSettings};
 use cosched_cgroups::Fake;
 use cosched_cluster::{etcd_client, join, whoami, Closer, EtcdSink, Keys, Membership};
-use cosched_core::{JobId, Micros};
+use cosched_core::{JobId, Micros, Partition};
 use cosched_etcd::testing::Etcd;
 use cosched_etcd::Credentials;
 use cosched_os::now_micros;
 use cosched_proto::{
-    Command, CpuSet, Ending, Event, EventSink, ExitInfo, Mode, NodeInfo, PlanSource, Received,
-    Summary,
+    Command, Ending, Event, EventSink, ExitInfo, Mode, NodeInfo, PlanSource, Received, Summary,
 };
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -393,7 +392,7 @@ impl Fleet {
         let info = NodeInfo {
             protocol: cosched_proto::PROTOCOL_VERSION,
             node: node.clone(),
-            cpus: CpuSet::from_cpus(0..self.cpus),
+            cpus: Partition::block(0, self.cpus),
             mode: Mode::Gang,
             agent: whoami(),
             joined_us: now_micros(),
@@ -417,7 +416,7 @@ impl Fleet {
         let agent = NodeAgent::new(
             NodeSettings {
                 node: node.clone(),
-                cpus: CpuSet::from_cpus(0..self.cpus),
+                cpus: Partition::block(0, self.cpus),
                 mode: Mode::Gang,
                 idle_after: None,
                 state_dir,

@@ -7,27 +7,7 @@
 //! ran. Pinning a job's working threads one per processor when its slot begins removes that.
 
 use crate::{procfs, CgroupError, Pid, Result};
-
-/// Parses the kernel's processor list syntax (`0-3,8`, possibly empty or with a newline).
-pub fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        let (low, high): (usize, usize) = match part.split_once('-') {
-            Some((low, high)) => (low.parse().ok()?, high.parse().ok()?),
-            None => {
-                let one = part.parse().ok()?;
-                (one, one)
-            }
-        };
-        if low > high {
-            return None;
-        }
-        cpus.extend(low..=high);
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Some(cpus)
-}
+use cosched_core::Partition;
 
 /// Which processor each thread gets. `threads` holds each thread and the processor it last ran
 /// on, busiest first. The busiest threads, as many as there are processors, get one processor
@@ -120,11 +100,13 @@ fn workers(threads: &[(Pid, procfs::Stat)]) -> Vec<(Pid, usize)> {
 }
 
 /// Pins the working threads of `pids` one per processor of `cpus` ([`spread_plan`]).
-pub fn spread(pids: &[Pid], cpus: &[usize]) -> Result<()> {
+pub fn spread(pids: &[Pid], cpus: &Partition) -> Result<()> {
+    // Indexed by position in the plan, and compared with `/proc`'s processor numbers.
+    let cpus: Vec<usize> = cpus.processors().map(|cpu| cpu as usize).collect();
     let threads: Vec<(Pid, procfs::Stat)> = threads_of(pids)
         .filter_map(|(pid, tid)| procfs::thread_stat(pid, tid).ok().map(|s| (tid, s)))
         .collect();
-    for (tid, cpu) in spread_plan(&workers(&threads), cpus) {
+    for (tid, cpu) in spread_plan(&workers(&threads), &cpus) {
         apply(tid, &mask([cpu]), || cpu.to_string())?;
     }
     Ok(())
@@ -140,15 +122,6 @@ pub fn unpin(pids: &[Pid]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,8\n"), Some(vec![0, 1, 2, 3, 8]));
-        assert_eq!(parse_cpu_list("5"), Some(vec![5]));
-        assert_eq!(parse_cpu_list(""), Some(vec![]));
-        assert_eq!(parse_cpu_list("3-1"), None);
-        assert_eq!(parse_cpu_list("a"), None);
-    }
 
     #[test]
     fn workers_are_the_threads_that_used_cpu() {

@@ -9,6 +9,7 @@ use crate::affinity;
 use crate::layout::Layout;
 use crate::procfs;
 use crate::{check_name, Actuator, CgroupError, JobGroup, Pid, Result, CONFIRM_TIMEOUT};
+use cosched_core::Partition;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs;
@@ -465,15 +466,15 @@ impl Cgroups {
     /// Keeps every job under this parent on `cpus` (a cluster node's processors) in every
     /// mode, also those that place no job on processors of its own (`local`): without it a
     /// node's jobs would run on another node's processors of the same machine.
-    pub fn confine(&self, cpus: &str) -> Result<()> {
+    pub fn confine(&self, cpus: &Partition) -> Result<()> {
         let parent = self.cpuset_parent().ok_or_else(|| {
             CgroupError::Unsupported("no cpuset controller on this machine".into())
         })?;
-        write(&parent.join("cpuset.cpus"), cpus)
+        write(&parent.join("cpuset.cpus"), &cpus.to_string())
     }
 
     /// The processors the job may use: its effective cpuset, or every online one.
-    fn usable_cpus(&self, job: &JobGroup) -> Result<Vec<usize>> {
+    fn usable_cpus(&self, job: &JobGroup) -> Result<Partition> {
         self.known(job)?;
         let file = match self.cpuset {
             Some(Tree::V2) => self
@@ -486,12 +487,9 @@ impl Cgroups {
         }
         .unwrap_or_else(|| PathBuf::from("/sys/devices/system/cpu/online"));
         let text = read(&file)?;
-        affinity::parse_cpu_list(&text).ok_or_else(|| CgroupError::Io {
+        Partition::from_kernel_list(&text).map_err(|e| CgroupError::Io {
             path: file,
-            source: std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("not a processor list: '{}'", text.trim()),
-            ),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
         })
     }
 
@@ -725,13 +723,13 @@ impl Actuator for Cgroups {
         Ok(parse_pids(&read(&dir.join("cgroup.procs"))?))
     }
 
-    fn set_cpus(&mut self, job: &JobGroup, cpus: &str) -> Result<()> {
+    fn set_cpus(&mut self, job: &JobGroup, cpus: &Partition) -> Result<()> {
         self.known(job)?;
         let dir = self.cpuset_dir(job).ok_or_else(|| {
             CgroupError::Unsupported("no cpuset controller on this machine".into())
         })?;
         self.spread_due.remove(&**job);
-        write(&dir.join("cpuset.cpus"), cpus)
+        write(&dir.join("cpuset.cpus"), &cpus.to_string())
     }
 
     fn set_weight(&mut self, job: &JobGroup, weight: u32) -> Result<()> {

@@ -2,6 +2,7 @@
 //! one would (members, processors, weight, frozen), and refuses what a real one refuses.
 
 use crate::{Actuator, CgroupError, JobGroup, Pid, ReleaseStep, Result};
+use cosched_core::Partition;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 pub enum FakeCall {
     Create(String),
     Add(String, Pid),
-    SetCpus(String, String),
+    SetCpus(String, Partition),
     SetWeight(String, u32),
     LimitTasks(String, u64),
     Freeze(String),
@@ -24,7 +25,7 @@ pub enum FakeCall {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FakeJob {
     pub pids: Vec<Pid>,
-    pub cpus: Option<String>,
+    pub cpus: Option<Partition>,
     pub weight: u32,
     pub frozen: bool,
     /// What `cpu_usage` reports; tests set it.
@@ -88,10 +89,10 @@ impl Actuator for Fake {
             .ok_or_else(|| CgroupError::UnknownJob(job.to_string()))
     }
 
-    fn set_cpus(&mut self, job: &JobGroup, cpus: &str) -> Result<()> {
-        self.job(job)?.cpus = Some(cpus.to_string());
+    fn set_cpus(&mut self, job: &JobGroup, cpus: &Partition) -> Result<()> {
+        self.job(job)?.cpus = Some(cpus.clone());
         self.calls
-            .push(FakeCall::SetCpus(job.to_string(), cpus.to_string()));
+            .push(FakeCall::SetCpus(job.to_string(), cpus.clone()));
         Ok(())
     }
 

@@ -15,6 +15,7 @@ pub use cgroup::{cpu_usage_of, release, Cgroups, Freezer, ReleaseStep};
 pub use fake::{Fake, FakeCall};
 pub use layout::Layout;
 
+use cosched_core::Partition;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -112,8 +113,8 @@ pub trait Actuator {
     fn add(&mut self, job: &JobGroup, pid: Pid) -> Result<()>;
     /// Every process of the job.
     fn pids(&self, job: &JobGroup) -> Result<Vec<Pid>>;
-    /// Restricts the job to processors given in cpuset list syntax (`0-3,8`).
-    fn set_cpus(&mut self, job: &JobGroup, cpus: &str) -> Result<()>;
+    /// Restricts the job to these CPUs of this machine.
+    fn set_cpus(&mut self, job: &JobGroup, cpus: &Partition) -> Result<()>;
     /// Sets the job's CPU weight on the cgroup v2 scale, 1 to 10,000 (100 is the default).
     fn set_weight(&mut self, job: &JobGroup, weight: u32) -> Result<()>;
     /// Caps the job's tasks (processes and threads) at `most`: a fork or thread past it fails.

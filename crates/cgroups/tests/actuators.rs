@@ -4,6 +4,7 @@
 
 use cosched_cgroups::procfs;
 use cosched_cgroups::*;
+use cosched_core::Partition;
 use std::io::Write;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::process::{Child, Command, Stdio};
@@ -54,13 +55,13 @@ fn burns_within(pids: &[Pid], patience: Duration) -> bool {
 }
 
 /// The processors a process may run on, as `/proc/PID/status` lists them.
-fn allowed_cpus(pid: Pid) -> Vec<usize> {
+fn allowed_cpus(pid: Pid) -> Partition {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let list = status
         .lines()
         .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
         .unwrap();
-    affinity::parse_cpu_list(list).unwrap()
+    Partition::from_kernel_list(list).unwrap()
 }
 
 /// Two spinners stacked on processor 0, then given every processor: `spread` pins them one
@@ -68,23 +69,23 @@ fn allowed_cpus(pid: Pid) -> Vec<usize> {
 /// give them all back.
 fn spread_and_unpin<A: Actuator>(act: &mut A, job: &JobGroup, pids: &[Pid]) {
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-    let every = affinity::parse_cpu_list(&online).unwrap();
-    act.set_cpus(job, online.trim()).unwrap();
+    let every = Partition::from_kernel_list(&online).unwrap();
+    act.set_cpus(job, &every).unwrap();
     act.spread(job).unwrap();
-    let pinned: Vec<Vec<usize>> = pids.iter().map(|&p| allowed_cpus(p)).collect();
-    assert!(pinned.iter().all(|c| c.len() == 1), "{pinned:?}");
-    if every.len() >= 2 {
+    let pinned: Vec<Partition> = pids.iter().map(|&p| allowed_cpus(p)).collect();
+    assert!(pinned.iter().all(|c| c.size() == 1), "{pinned:?}");
+    if every.size() >= 2 {
         assert_ne!(pinned[0], pinned[1], "both spinners on one processor");
         // Someone stacks them again; a cpuset change makes the next spread look afresh (a
         // spread right after another may rely on its pins).
         let taskset = Command::new("taskset")
-            .args(["-p", "-c", &pinned[0][0].to_string(), &pids[1].to_string()])
+            .args(["-p", "-c", &pinned[0].to_string(), &pids[1].to_string()])
             .output()
             .unwrap();
         assert!(taskset.status.success(), "{taskset:?}");
-        act.set_cpus(job, online.trim()).unwrap();
+        act.set_cpus(job, &every).unwrap();
         act.spread(job).unwrap();
-        let again: Vec<Vec<usize>> = pids.iter().map(|&p| allowed_cpus(p)).collect();
+        let again: Vec<Partition> = pids.iter().map(|&p| allowed_cpus(p)).collect();
         assert_ne!(
             again[0], again[1],
             "spread after a cpuset change left them stacked"
@@ -98,7 +99,7 @@ fn spread_and_unpin<A: Actuator>(act: &mut A, job: &JobGroup, pids: &[Pid]) {
     }])
     .unwrap();
     assert!(pids.iter().all(|&p| allowed_cpus(p) == every));
-    act.set_cpus(job, "0").unwrap();
+    act.set_cpus(job, &Partition::block(0, 1)).unwrap();
 }
 
 /// `flag` reads the fake's own idea of frozen; real actuators are judged by CPU time alone.
@@ -139,7 +140,7 @@ fn suite<A: Actuator>(act: &mut A, job: &JobGroup, real: bool, flag: impl Fn(&A)
         }
     };
 
-    act.set_cpus(job, "0").unwrap();
+    act.set_cpus(job, &Partition::block(0, 1)).unwrap();
     act.set_weight(job, 50).unwrap();
     for round in 0..3 {
         if round == 1 {
@@ -253,7 +254,7 @@ fn fake() {
     assert_eq!(fake.calls.first(), Some(&FakeCall::Create("job-1".into())));
     assert!(fake
         .calls
-        .contains(&FakeCall::SetCpus("job-1".into(), "0".into())));
+        .contains(&FakeCall::SetCpus("job-1".into(), Partition::block(0, 1))));
 }
 
 #[test]

@@ -4,8 +4,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use cosched_agent::NodeConfig;
 use cosched_cgroups::Freezer;
+use cosched_core::Partition;
 use cosched_daemon::{check, ClusterConfig, DaemonConfig, OnStop};
-use cosched_proto::CpuSet;
 use cosched_proto::Mode;
 use std::path::{Path, PathBuf};
 
@@ -278,7 +278,7 @@ pub struct AgentArgs {
     node: String,
     /// The CPUs cosched schedules here, e.g. 0-7 or 2,3 [default: every CPU this process may use]
     #[arg(long, value_name = "LIST")]
-    cpus: Option<CpuSet>,
+    cpus: Option<Partition>,
     /// gang, moderate, implicit or local (the controller's --mode must be the same)
     #[arg(long, default_value = "gang")]
     mode: Mode,
@@ -344,7 +344,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
     }
     let cpus = args
         .cpus
-        .unwrap_or_else(|| CpuSet::from_cpus(0..cosched_os::usable_cpus()));
+        .unwrap_or_else(|| Partition::block(0, cosched_os::usable_cpus()));
     let config = NodeConfig {
         etcd_credentials: args.cluster.credentials()?,
         etcd: args.cluster.etcd,

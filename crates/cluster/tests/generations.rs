@@ -6,7 +6,7 @@ use cosched_core::{Partition, Plan, PlanEntry, PlanSlice, Role, Rotation};
 use cosched_etcd::testing::Etcd;
 use cosched_os::now_micros;
 use cosched_proto::{
-    Command, CpuSet, Generation, Mode, Node, NodeInfo, NodeMap, OrderSink, PlanSource, Received,
+    Command, Generation, Mode, Node, NodeInfo, NodeMap, OrderSink, PlanSource, Received,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,7 +79,7 @@ fn a_node_runs_its_latest_part_under_the_newest_header() {
     let member = |node: &str| NodeInfo {
         protocol: cosched_proto::PROTOCOL_VERSION,
         node: node.into(),
-        cpus: CpuSet::from_cpus(0..1),
+        cpus: Partition::block(0, 1),
         mode: Mode::Gang,
         agent: "test".into(),
         joined_us: now_micros(),

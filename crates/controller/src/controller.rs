@@ -6,10 +6,10 @@
 
 use crate::clients::{ClientId, Clients, Until};
 use crate::counts::{Counts, Scrape, StartSpreads};
-use crate::store::{submitted_bytes, JobRecord, JobStatus, Store, StoreError};
+use crate::store::{submitted_bytes, JobRecord, Store, StoreError};
 use cosched_core::{
-    Class, Decision, Generation, JobId, JobRequest, JobState, Micros, NodeShare, Partition,
-    Rotation, Scheduler, Shape,
+    Class, Decision, Generation, JobId, JobRequest, Micros, NodeShare, Partition, Rotation,
+    Scheduler, Shape,
 };
 use cosched_os::fault;
 use cosched_os::unix::{user_name, Credentials};
@@ -18,8 +18,8 @@ use cosched_proto::api::{
     RunRequest, StatsView, LISTED_COMMAND_BYTES,
 };
 use cosched_proto::{
-    Command, Ending, Event, ExitInfo, JobState as StateView, Launch, Mode, NodeChange, NodeCpus,
-    NodeInfo, NodeMap, NodeStatus, Order, OrderSink, ProcessRef, Summary, WriteWatch, CANCEL_GRACE,
+    Command, Ending, Event, ExitInfo, JobState, Launch, Mode, NodeChange, NodeCpus, NodeInfo,
+    NodeMap, NodeStatus, Order, OrderSink, ProcessRef, Summary, WriteWatch, CANCEL_GRACE,
     STATUS_PERIOD_US,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -377,7 +377,7 @@ impl Controller {
             cwd: run.cwd,
             output: run.output,
             registered,
-            status: JobStatus::Queued,
+            status: JobState::Queued,
             launched: false,
             cancel_requested: false,
             submitted_us: now,
@@ -517,25 +517,9 @@ impl Controller {
         if self.generation.as_ref().is_some_and(|g| g.plan == plan) {
             return;
         }
-        // A slot whose jobs all left (ended, idle, suspended) gives way at once rather than
-        // leave its processors idle until the boundary: up to a quantum per job end.
-        let rotation = &self.settings.rotation;
-        let current = rotation.slot_at(now);
-        let vacant = self.generation.as_ref().is_none_or(|g| {
-            g.slice_for_slot(current).is_none_or(|s| {
-                g.plan.slices[s].jobs().all(|job| {
-                    !plan
-                        .slices
-                        .iter()
-                        .any(|slice| slice.jobs().any(|j| j == job))
-                })
-            })
-        });
-        let first_slot = if vacant {
-            current
-        } else {
-            rotation.next_boundary(now)
-        };
+        // A slot whose jobs all left (ended, idle, suspended) gives way at once.
+        let first_slot =
+            Generation::first_slot(self.generation.as_ref(), &plan, self.settings.rotation, now);
         let generation = Generation::follow(self.generation.as_ref(), plan, first_slot);
         self.generation = Some(generation);
         let nodes: Vec<&str> = self
@@ -570,7 +554,7 @@ impl Controller {
             )));
         }
         let nodes: Vec<String> = placed.iter().map(|p| p.node.clone()).collect();
-        let cpus_on_nodes: Vec<u32> = placed.iter().map(|p| p.cpus.len()).collect();
+        let cpus_on_nodes: Vec<u32> = placed.iter().map(|p| p.cpus.size()).collect();
         if self.pins_jobs() {
             // Placed again from here on (a class change), it stays where its processes are.
             self.scheduler.pin(job).map_err(internal)?;
@@ -579,7 +563,7 @@ impl Controller {
         // the agent for the supervisor, its exit status or its started marker, and launches
         // again only when none is there.
         self.update(job, |record| {
-            record.status = JobStatus::Running;
+            record.status = JobState::Running;
             record.launched = true;
             record.nodes = nodes;
             record.cpus_on_nodes = cpus_on_nodes;
@@ -641,7 +625,7 @@ impl Controller {
                     .nodes()
                     .iter()
                     .find(|n| n.name == p.node)?;
-                Some(format!("{}:{}", node.address.as_ref()?, p.cpus.len()))
+                Some(format!("{}:{}", node.address.as_ref()?, p.cpus.size()))
             })
             .collect();
         let Some(hosts) = addresses.map(|a| a.join(",")) else {
@@ -677,7 +661,7 @@ impl Controller {
         log(format_args!("job {job}: {why}"));
         self.end(
             job,
-            JobStatus::Lost,
+            JobState::Lost,
             Ending {
                 note: Some(why.to_string()),
                 ..Ending::default()
@@ -688,7 +672,7 @@ impl Controller {
 
     /// Records how a job ended, frees its cells and answers whoever waits for it. The agent
     /// is told whether the end is stored (its supervisor keeps the exit status until it is).
-    pub fn end(&mut self, job: JobId, status: JobStatus, ending: Ending, now: Micros) {
+    pub fn end(&mut self, job: JobId, status: JobState, ending: Ending, now: Micros) {
         let ended_before = match self.latest(job) {
             // Ended and out of memory already: stored.
             None => match self.store.get(job) {
@@ -711,8 +695,8 @@ impl Controller {
         };
         self.tally(&record, false);
         let launched = record.launched;
-        record.status = if record.cancel_requested && status == JobStatus::Done {
-            JobStatus::Cancelled
+        record.status = if record.cancel_requested && status == JobState::Done {
+            JobState::Cancelled
         } else {
             status
         };
@@ -724,9 +708,9 @@ impl Controller {
         record.suspended_since_us = None;
         record.shed_for_history();
         let result = match record.status {
-            JobStatus::Done if record.exit.is_some_and(|e| e.code == Some(0)) => "ok",
-            JobStatus::Cancelled => "cancelled",
-            JobStatus::Lost => "lost",
+            JobState::Done if record.exit.is_some_and(|e| e.code == Some(0)) => "ok",
+            JobState::Cancelled => "cancelled",
+            JobState::Lost => "lost",
             _ => "failed",
         };
         *self.counts.ended.entry(result).or_default() += 1;
@@ -848,7 +832,7 @@ impl Controller {
         let launched = record.launched;
         self.update(job, |record| record.cancel_requested = true)?;
         if !launched {
-            self.end(job, JobStatus::Cancelled, Ending::default(), now);
+            self.end(job, JobState::Cancelled, Ending::default(), now);
             return Ok(format!("job {job} cancelled before it started"));
         }
         self.unschedule(job, now);
@@ -866,18 +850,18 @@ impl Controller {
         now: Micros,
     ) -> Result<String, ApiError> {
         let record = self.owned(job, who, "suspend")?;
-        match (record.status, record.launched) {
-            (JobStatus::Running | JobStatus::Idle, _) | (JobStatus::Queued, true) => {}
-            (status, _) => {
+        match record.status.shown(record.launched) {
+            JobState::Running | JobState::Idle | JobState::Waiting => {}
+            state => {
                 return Err(ApiError::WrongState {
                     job,
-                    state: state_of(status, record.launched).name(),
+                    state: state.name(),
                     action: "suspend",
                 })
             }
         }
         self.update(job, |record| {
-            record.status = JobStatus::Suspended;
+            record.status = JobState::Suspended;
             record.suspended_since_us = Some(now);
         })?;
         self.unschedule(job, now);
@@ -892,15 +876,15 @@ impl Controller {
         now: Micros,
     ) -> Result<String, ApiError> {
         let record = self.owned(job, who, "resume")?;
-        if record.status != JobStatus::Suspended {
+        if record.status != JobState::Suspended {
             return Err(ApiError::WrongState {
                 job,
-                state: state_of(record.status, record.launched).name(),
+                state: record.status.shown(record.launched).name(),
                 action: "resume",
             });
         }
         self.update(job, |record| {
-            record.status = JobStatus::Queued;
+            record.status = JobState::Queued;
             record.suspended_us += suspended_for(record, now);
             record.suspended_since_us = None;
         })?;
@@ -955,10 +939,10 @@ impl Controller {
 
     /// The agent found a running job idle: its cells go to others; it runs unscheduled.
     pub fn went_idle(&mut self, job: JobId, now: Micros) {
-        if self.latest(job).map(|r| r.status) != Some(JobStatus::Running) {
+        if self.latest(job).map(|r| r.status) != Some(JobState::Running) {
             return;
         }
-        if let Err(error) = self.update(job, |record| record.status = JobStatus::Idle) {
+        if let Err(error) = self.update(job, |record| record.status = JobState::Idle) {
             log(error);
             return;
         }
@@ -969,10 +953,10 @@ impl Controller {
 
     /// An idle job computes again: back into the rotation (or the queue).
     pub fn woke(&mut self, job: JobId, now: Micros) {
-        if self.latest(job).map(|r| r.status) != Some(JobStatus::Idle) {
+        if self.latest(job).map(|r| r.status) != Some(JobState::Idle) {
             return;
         }
-        if let Err(error) = self.update(job, |record| record.status = JobStatus::Queued) {
+        if let Err(error) = self.update(job, |record| record.status = JobState::Queued) {
             log(error);
             return;
         }
@@ -1017,9 +1001,11 @@ impl Controller {
             class: r.class,
             procs: r.procs,
             node_count: r.node_count,
-            state: state_of(r.status, r.launched),
+            state: r.status.shown(r.launched),
             cpus: match self.scheduler.state(r.id) {
-                Some(JobState::Placed { partition, .. }) => Some(partition.to_string()),
+                Some(cosched_core::JobState::Placed { partition, .. }) => {
+                    Some(partition.to_string())
+                }
                 _ => None,
             },
             slices: plan.map(|p| p.slices_of(r.id)).unwrap_or_default(),
@@ -1197,8 +1183,8 @@ impl Controller {
             switch_us: worst(|s| &s.switch_us),
             skew_us: worst(|s| &s.skew_us),
             missed_slots: statuses.iter().map(|s| s.missed_slots).sum(),
-            jobs_running: count(|r| r.status == JobStatus::Running),
-            jobs_queued: count(|r| r.status == JobStatus::Queued),
+            jobs_running: count(|r| r.status == JobState::Running),
+            jobs_queued: count(|r| r.status == JobState::Queued),
             jobs_ended: count(|r| r.status.ended()),
             idle_departures: self.idle_departures,
             clients_waiting: self.clients.waiting(),
@@ -1232,7 +1218,7 @@ impl Controller {
     /// What the agent finds comes back as an event: never a second launch.
     fn readopt(&mut self, job: JobId, now: Micros) {
         let record = &self.records[&job];
-        let suspended = record.status == JobStatus::Suspended;
+        let suspended = record.status == JobState::Suspended;
         if !record.launched {
             if let Err(error) = self.enqueue(job, now) {
                 self.fail(job, &error.to_string(), now);
@@ -1252,7 +1238,7 @@ impl Controller {
         }
         let queued = self
             .update(job, |record| {
-                record.status = JobStatus::Queued;
+                record.status = JobState::Queued;
                 // Records from before launch times were stored with the intent.
                 record.started_us.get_or_insert(now);
             })
@@ -1278,7 +1264,7 @@ impl Controller {
         let relaunched = self
             .update(job, |record| {
                 record.launched = false;
-                record.status = JobStatus::Queued;
+                record.status = JobState::Queued;
             })
             .and_then(|()| self.enqueue(job, now));
         if let Err(error) = relaunched {
@@ -1288,7 +1274,7 @@ impl Controller {
 
     /// The job's supervisor reported its end (or left it in its exit file).
     pub fn exited(&mut self, job: JobId, ending: Ending, now: Micros) {
-        self.end(job, JobStatus::Done, ending, now);
+        self.end(job, JobState::Done, ending, now);
     }
 
     /// The agent cannot run or find the job.
@@ -1314,7 +1300,7 @@ impl Controller {
             if self.records[&job].launched {
                 running += 1;
             } else {
-                self.end(job, JobStatus::Cancelled, Ending::default(), now);
+                self.end(job, JobState::Cancelled, Ending::default(), now);
             }
         }
         running
@@ -1435,7 +1421,7 @@ impl Controller {
         let placed: Vec<JobId> = self
             .scheduler
             .jobs()
-            .filter(|(_, _, state)| matches!(state, JobState::Placed { .. }))
+            .filter(|(_, _, state)| matches!(state, cosched_core::JobState::Placed { .. }))
             .map(|(job, _, _)| job)
             .collect();
         for job in placed {
@@ -1623,7 +1609,7 @@ impl Controller {
         let scheduled: BTreeSet<JobId> = self.scheduler.jobs().map(|(job, _, _)| job).collect();
         let waiting: Vec<&JobRecord> = self
             .current()
-            .filter(|r| matches!(r.status, JobStatus::Queued | JobStatus::Running))
+            .filter(|r| matches!(r.status, JobState::Queued | JobState::Running))
             .collect();
         let strays: Vec<&JobId> = scheduled
             .iter()
@@ -1662,22 +1648,9 @@ fn ended_reply(record: &JobRecord) -> Reply {
     Reply::Ended {
         ok: true,
         job: record.id,
-        state: state_of(record.status, record.launched),
+        state: record.status.shown(record.launched),
         exit: record.exit,
         note: record.note.clone(),
-    }
-}
-
-fn state_of(status: JobStatus, launched: bool) -> StateView {
-    match (status, launched) {
-        (JobStatus::Queued, false) => StateView::Queued,
-        (JobStatus::Queued, true) => StateView::Waiting,
-        (JobStatus::Running, _) => StateView::Running,
-        (JobStatus::Suspended, _) => StateView::Suspended,
-        (JobStatus::Idle, _) => StateView::Idle,
-        (JobStatus::Done, _) => StateView::Done,
-        (JobStatus::Cancelled, _) => StateView::Cancelled,
-        (JobStatus::Lost, _) => StateView::Lost,
     }
 }
 

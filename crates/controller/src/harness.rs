@@ -7,11 +7,11 @@
 use crate::clients::{ClientId, Clients, Until};
 use crate::store::{JobRecord, Store, StoreError};
 use crate::{ApiError, Controller, Settings};
-use cosched_core::{Config, JobId, Micros, Rotation, Scheduler};
+use cosched_core::{Config, JobId, Micros, Partition, Rotation, Scheduler};
 use cosched_os::unix::Credentials;
 use cosched_proto::api::{Reply, RunRequest};
 use cosched_proto::{
-    Command, CpuSet, Event, Mode, Node, NodeInfo, NodeMap, Order, OrderSink, PROTOCOL_VERSION,
+    Command, Event, Mode, Node, NodeInfo, NodeMap, Order, OrderSink, PROTOCOL_VERSION,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -207,7 +207,7 @@ impl Harness {
             .iter()
             .map(|&(name, procs)| Node {
                 name: name.to_string(),
-                cpus: CpuSet::from_cpus(0..procs),
+                cpus: Partition::block(0, procs),
                 address: (!carries_stdio).then(|| name.to_string()),
             })
             .collect();
@@ -289,7 +289,7 @@ impl Harness {
         NodeInfo {
             protocol: PROTOCOL_VERSION,
             node: name.into(),
-            cpus: CpuSet::from_cpus(0..procs),
+            cpus: Partition::block(0, procs),
             mode: Mode::Gang,
             agent: format!("{name}:1"),
             joined_us: now,

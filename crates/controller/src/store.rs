@@ -4,49 +4,8 @@
 
 use cosched_core::{Class, JobId};
 use cosched_os::unix::Credentials;
-use cosched_proto::ExitInfo;
+use cosched_proto::{ExitInfo, JobState};
 use serde::{Deserialize, Serialize};
-
-/// Where a job is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobStatus {
-    /// Waiting for processors; `launched` says whether its processes exist (held frozen).
-    Queued,
-    /// In the matrix.
-    Running,
-    /// Stopped by its owner, out of the rotation.
-    Suspended,
-    /// Out of the rotation because it used no CPU in its slots; runs unscheduled.
-    Idle,
-    /// Ended by itself.
-    Done,
-    /// Ended by `cancel` (or the daemon's `--on-stop cancel`).
-    Cancelled,
-    /// Its supervisor and exit status were gone when the daemon came back.
-    Lost,
-}
-
-impl JobStatus {
-    pub fn name(self) -> &'static str {
-        match self {
-            JobStatus::Queued => "queued",
-            JobStatus::Running => "running",
-            JobStatus::Suspended => "suspended",
-            JobStatus::Idle => "idle",
-            JobStatus::Done => "done",
-            JobStatus::Cancelled => "cancelled",
-            JobStatus::Lost => "lost",
-        }
-    }
-
-    pub fn ended(self) -> bool {
-        matches!(
-            self,
-            JobStatus::Done | JobStatus::Cancelled | JobStatus::Lost
-        )
-    }
-}
 
 /// Everything known of a job: enough to launch it again after a restart, and its outcome.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +30,8 @@ pub struct JobRecord {
     /// Its processes are started elsewhere and join it (`register`); its own is a holder.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub registered: bool,
-    pub status: JobStatus,
+    /// Never `Waiting`: a queued job's `launched` says whether its processes exist.
+    pub status: JobState,
     /// Its supervisor (and so its processes) exists.
     pub launched: bool,
     pub cancel_requested: bool,

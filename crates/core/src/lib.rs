@@ -15,7 +15,7 @@ pub mod scheduler;
 
 pub use job::{Class, JobId, JobRequest, Micros, UnknownClass, MICROS_PER_SEC};
 pub use machine::{Machine, MachineError, Topology};
-pub use partition::{NodeShare, Partition, Shape, Span};
+pub use partition::{CpuListError, NodeShare, Partition, Shape, Span};
 pub use partitioner::{NeverFits, PartitionerKind, ReleaseSearch, RunRule, UnknownPartitioner};
 pub use plan::{Cycle, Generation, Plan, PlanEntry, PlanSlice, Role, Rotation, Switch};
 pub use procset::{ProcSet, Released};

@@ -1,7 +1,12 @@
 //! Partitions: the processors a job holds, as sorted runs of consecutive processor numbers.
+//! The same type is every CPU set of cosched: a node's CPU numbers on the wire, what an agent
+//! writes to a job's cpuset, what the kernel's cpuset files list. Only the numbers' meaning
+//! changes (the core's processors, or one node's CPUs), so nothing converts between types.
 
 use crate::procset::ProcSet;
+use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::str::FromStr;
 use std::sync::Arc;
 
 /// Consecutive processors `start..start + len`.
@@ -83,8 +88,9 @@ impl fmt::Display for Shape {
 /// processors has exactly one representation.
 /// One run for a 1-D block; one run per row for a submesh; several for a scattered set.
 /// Shared, immutable spans: plans copy partitions into every slice a job is in, so a clone
-/// must not allocate.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// must not allocate. On the wire: `[[first, last], ...]`, refused unless in that one form.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "Vec<[u32; 2]>", into = "Vec<[u32; 2]>")]
 pub struct Partition {
     spans: Arc<[Span]>,
     /// Processors in all spans, counted once at construction.
@@ -114,12 +120,62 @@ impl Partition {
         Partition::from_spans(vec![Span::new(start, len)])
     }
 
+    /// The partition of these processors (in any order, repeats ignored).
+    pub fn from_processors(processors: impl IntoIterator<Item = u32>) -> Self {
+        let mut processors: Vec<u32> = processors.into_iter().collect();
+        processors.sort_unstable();
+        processors.dedup();
+        let mut spans: Vec<Span> = Vec::new();
+        for p in processors {
+            match spans.last_mut() {
+                Some(last) if last.end() == p => last.len += 1,
+                _ => spans.push(Span::new(p, 1)),
+            }
+        }
+        Partition::from_spans(spans)
+    }
+
+    /// A CPU list as the kernel writes it (`cpuset.cpus.effective`, `Cpus_allowed_list`):
+    /// ranges and single CPUs in any order, overlaps merged, surrounding blanks ignored, and
+    /// possibly nothing at all (a cpuset with no CPUs), which is the empty partition. A list
+    /// a person gives is read by `FromStr`, which refuses the empty one.
+    pub fn from_kernel_list(text: &str) -> Result<Self, CpuListError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(Partition::from_spans(Vec::new()));
+        }
+        let syntax = || CpuListError::Syntax(text.chars().take(80).collect());
+        let mut spans = Vec::new();
+        for part in text.split(',') {
+            let (first, last) = part.split_once('-').unwrap_or((part, part));
+            let first: u32 = first.trim().parse().map_err(|_| syntax())?;
+            let last: u32 = last.trim().parse().map_err(|_| syntax())?;
+            spans.push(cpu_range(first, last)?);
+        }
+        // People write overlaps ("0-3,2-5"); `from_spans` takes disjoint runs only.
+        spans.sort_unstable();
+        let mut merged: Vec<Span> = Vec::with_capacity(spans.len());
+        for span in spans {
+            match merged.last_mut() {
+                Some(last) if last.end() >= span.start => {
+                    last.len = last.end().max(span.end()) - last.start;
+                }
+                _ => merged.push(span),
+            }
+        }
+        Ok(Partition::from_spans(merged))
+    }
+
     pub fn spans(&self) -> &[Span] {
         &self.spans
     }
 
     pub fn size(&self) -> u32 {
         self.size
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
     }
 
     pub fn processors(&self) -> impl Iterator<Item = u32> + '_ {
@@ -208,9 +264,116 @@ impl fmt::Display for Partition {
     }
 }
 
+/// Why a text or the wire's ranges are not a CPU list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CpuListError {
+    #[error("an empty CPU list names no CPU (give one like 0-3,8)")]
+    Empty,
+    #[error("CPU range {0}-{1} runs backwards")]
+    Reversed(u32, u32),
+    #[error("CPU range {0}-{1} is larger than any node")]
+    TooLarge(u32, u32),
+    #[error("CPU ranges are not in order, apart and not touching at {0}-{1}")]
+    NotCanonical(u32, u32),
+    #[error("'{0}' is not a CPU list (like 0-3,8)")]
+    Syntax(String),
+}
+
+/// CPUs `first..=last` as a run. A node has thousands of CPUs at most: a wider range is a
+/// mistake, and one ending at `u32::MAX` would overflow the run's end.
+fn cpu_range(first: u32, last: u32) -> Result<Span, CpuListError> {
+    if first > last {
+        return Err(CpuListError::Reversed(first, last));
+    }
+    if last - first > 1 << 16 || last == u32::MAX {
+        return Err(CpuListError::TooLarge(first, last));
+    }
+    Ok(Span::new(first, last - first + 1))
+}
+
+impl FromStr for Partition {
+    type Err = CpuListError;
+    /// A CPU list a person or a setting gives (`--cpus 0-3,8`): the kernel's syntax, but an
+    /// empty list is refused, since a node or job with no CPU is always a mistake there.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.trim().is_empty() {
+            return Err(CpuListError::Empty);
+        }
+        Partition::from_kernel_list(text)
+    }
+}
+
+impl TryFrom<Vec<[u32; 2]>> for Partition {
+    type Error = CpuListError;
+    /// The wire's form: one set has one form, so two equal sets compare equal as JSON too.
+    fn try_from(ranges: Vec<[u32; 2]>) -> Result<Self, Self::Error> {
+        for pair in ranges.windows(2) {
+            if pair[0][1].saturating_add(1) >= pair[1][0] {
+                return Err(CpuListError::NotCanonical(pair[1][0], pair[1][1]));
+            }
+        }
+        let spans = ranges
+            .into_iter()
+            .map(|[first, last]| cpu_range(first, last))
+            .collect::<Result<_, _>>()?;
+        Ok(Partition::from_spans(spans))
+    }
+}
+
+impl From<Partition> for Vec<[u32; 2]> {
+    fn from(partition: Partition) -> Self {
+        partition
+            .spans
+            .iter()
+            .map(|s| [s.start, s.end() - 1])
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_parse_print_and_round_trip_on_the_wire() {
+        let set: Partition = "8,0-3,4".parse().unwrap();
+        assert_eq!(set.to_string(), "0-4,8");
+        assert_eq!(set.size(), 6);
+        assert_eq!("0-3,2-5".parse::<Partition>().unwrap().to_string(), "0-5");
+        assert_eq!(
+            Partition::from_processors([5, 1, 2, 1]).to_string(),
+            "1-2,5"
+        );
+        let json = serde_json::to_string(&set).unwrap();
+        assert_eq!(json, "[[0,4],[8,8]]");
+        assert_eq!(serde_json::from_str::<Partition>(&json).unwrap(), set);
+        for bad in [
+            "[[3,1]]",
+            "[[0,2],[3,4]]",
+            "[[4,5],[0,1]]",
+            "[[0,4294967295]]",
+        ] {
+            assert!(serde_json::from_str::<Partition>(bad).is_err(), "{bad}");
+        }
+        for bad in ["a", "3-1", "1-", "1,,2", "0-99999999", "4294967295"] {
+            assert!(bad.parse::<Partition>().is_err(), "{bad}");
+            assert!(Partition::from_kernel_list(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_empty_list_is_the_kernels_no_cpus_and_a_persons_mistake() {
+        assert_eq!(
+            Partition::from_kernel_list("\n"),
+            Ok(Partition::from_spans(vec![]))
+        );
+        assert_eq!(Partition::from_kernel_list("0-3,8\n").unwrap().size(), 5);
+        for empty in ["", " ", "\n"] {
+            let refused = empty.parse::<Partition>().unwrap_err();
+            assert_eq!(refused, CpuListError::Empty);
+        }
+        assert!(!CpuListError::Empty.to_string().contains('\n'));
+    }
 
     #[test]
     fn displays_as_a_cpuset_list() {

@@ -115,13 +115,41 @@ impl Rotation {
         (t - self.epoch).div_euclid(self.quantum)
     }
 
-    /// The first slot starting at or after `t`: where a change made at `t` can take effect.
+    /// The first slot starting at or after `t`.
     pub fn next_boundary(&self, t: Micros) -> i64 {
         let slot = self.slot_at(t);
         if self.slot_start(slot) == t {
             slot
         } else {
             slot + 1
+        }
+    }
+
+    /// The one rule for when a plan changed at `now` takes effect, the daemon's and the
+    /// simulator's: the first slot of the generation that follows the one whose cycle is
+    /// `previous`. That is the next boundary, or the slot under way when its slice is vacant
+    /// (`vacated(slice)`: every job of that slice is gone from the new plan), so a slot whose
+    /// jobs all left gives its processors away at once rather than idle until the boundary
+    /// (up to a quantum per job end). [`Generation::first_slot`] reads vacancy from plans; the
+    /// simulator, which keeps no plans, from its count of jobs per slice.
+    pub fn first_slot(
+        &self,
+        previous: Option<&Cycle>,
+        now: Micros,
+        vacated: impl FnOnce(usize) -> bool,
+    ) -> i64 {
+        let current = self.slot_at(now);
+        let vacant = match previous {
+            None => true,
+            // Not begun yet: an older generation runs the slot under way, whose jobs this one
+            // does not show, so only waiting for the boundary is sure to stop none mid-slot.
+            Some(cycle) if cycle.first_slot > current => false,
+            Some(cycle) => cycle.slice_for_slot(current).is_none_or(vacated),
+        };
+        if vacant {
+            current
+        } else {
+            self.next_boundary(now)
         }
     }
 }
@@ -151,6 +179,25 @@ impl Generation {
             first_slice: cycle.first_slice,
             plan,
         }
+    }
+
+    /// The first slot of the generation that follows `previous` with `plan`, made at `now`
+    /// ([`Rotation::first_slot`], a slice vacated when none of its jobs is in `plan`).
+    pub fn first_slot(
+        previous: Option<&Generation>,
+        plan: &Plan,
+        rotation: Rotation,
+        now: Micros,
+    ) -> i64 {
+        let Some(previous) = previous else {
+            return rotation.first_slot(None, now, |_| true);
+        };
+        rotation.first_slot(Some(&previous.cycle()), now, |slice| {
+            let jobs = plan.jobs();
+            previous.plan.slices[slice]
+                .jobs()
+                .all(|job| !jobs.contains(&job))
+        })
     }
 
     /// Which slice runs in which slot under this generation.
@@ -262,6 +309,67 @@ mod tests {
         assert_eq!(g2.slice_for_slot(16), Some(0));
         assert_eq!(g2.position_of(2), 0);
         assert_eq!(g2.position_of(0), 1);
+    }
+
+    #[test]
+    fn a_plan_takes_effect_at_the_boundary_unless_the_slot_under_way_is_vacant() {
+        let r = Rotation::new(0, 100);
+        let plan = |rows: &[&[JobId]]| Plan {
+            slices: rows.iter().map(|jobs| slice(jobs)).collect(),
+        };
+        let first = |previous: Option<&Generation>, next: &Plan, now| {
+            Generation::first_slot(previous, next, r, now)
+        };
+        // Nothing before, or nothing planned: at once.
+        assert_eq!(first(None, &plan(&[&[1]]), 250), 2);
+        let empty = Generation::follow(None, plan(&[]), 2);
+        assert_eq!(first(Some(&empty), &plan(&[&[1]]), 250), 2);
+        // Slot 2 runs slice 0 (jobs 1 and 2) of g; slot 3 slice 1 (job 3).
+        let g = Generation::follow(None, plan(&[&[1, 2], &[3]]), 2);
+        // Job 2 is still planned (in another slice even): the boundary.
+        assert_eq!(first(Some(&g), &plan(&[&[3], &[2]]), 250), 3);
+        // Jobs 1 and 2 both gone: slot 2 is vacant and goes at once.
+        assert_eq!(first(Some(&g), &plan(&[&[3], &[4]]), 250), 2);
+        // On a boundary, that slot in any case.
+        assert_eq!(first(Some(&g), &plan(&[&[1, 2, 4]]), 300), 3);
+        // A generation not begun yet (from slot 4): an older one runs slot 3, unseen here.
+        let later = Generation::follow(Some(&g), plan(&[&[3]]), 4);
+        assert_eq!(first(Some(&later), &plan(&[&[3], &[5]]), 350), 4);
+    }
+
+    proptest::proptest! {
+        /// Whatever the plans, a new generation starts on the next boundary or in the slot
+        /// under way, never before its predecessor, and in the slot under way only when no
+        /// job of the slice running there is still planned (none is stopped mid-slot).
+        #[test]
+        fn a_generation_never_stops_a_planned_job_mid_slot(
+            old in proptest::collection::vec(proptest::collection::vec(0u64..8, 0..4), 0..4),
+            new in proptest::collection::vec(proptest::collection::vec(0u64..8, 0..4), 0..4),
+            old_first in 0i64..12,
+            now in 0i64..1_000,
+        ) {
+            let r = Rotation::new(0, 100);
+            // The predecessor was made earlier: it starts by the boundary at `now` at the latest.
+            let old_first = old_first % (r.next_boundary(now) + 1);
+            let plan = |rows: &[Vec<JobId>]| Plan {
+                slices: rows.iter().map(|jobs| slice(jobs)).collect(),
+            };
+            let previous = Generation::follow(None, plan(&old), old_first);
+            let next = plan(&new);
+            let first = Generation::first_slot(Some(&previous), &next, r, now);
+            let current = r.slot_at(now);
+            proptest::prop_assert!(first == current || first == r.next_boundary(now));
+            proptest::prop_assert!(first >= previous.first_slot);
+            if first == current && r.slot_start(current) < now {
+                let running = previous.slice_for_slot(current);
+                let planned = next.jobs();
+                let vacant = running.is_none_or(|s| {
+                    previous.plan.slices[s].jobs().all(|j| !planned.contains(&j))
+                });
+                proptest::prop_assert!(vacant);
+                proptest::prop_assert!(previous.first_slot <= current);
+            }
+        }
     }
 
     #[test]

@@ -421,7 +421,7 @@ fn local_agent(
     let agent = NodeAgent::new(
         NodeSettings {
             node: LOCAL_NODE.to_string(),
-            cpus: cosched_proto::CpuSet::from_cpus(0..procs),
+            cpus: cosched_core::Partition::block(0, procs),
             mode: config.mode,
             idle_after: config.idle_after,
             state_dir: config.state_dir.clone(),

@@ -1,8 +1,9 @@
 //! The single machine's job store: an SQLite file in WAL mode with synchronous commits, so a
 //! killed daemon loses no record (a cluster's records are in etcd: `etcd_store`).
 
-use cosched_controller::store::{JobRecord, JobStatus, Store, StoreError};
+use cosched_controller::store::{JobRecord, Store, StoreError};
 use cosched_core::JobId;
+use cosched_proto::JobState;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
 
@@ -136,15 +137,18 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     fn load(&self, ended: usize) -> Result<Vec<JobRecord>, StoreError> {
-        let ended_names =
-            [JobStatus::Done, JobStatus::Cancelled, JobStatus::Lost].map(|s| s.name());
+        // One placeholder per way of ending, so a new one needs no change here.
+        let names = JobState::ENDED.map(JobState::name);
+        let marks = vec!["?"; names.len()].join(", ");
         let mut records = self.query(
-            "SELECT id, record FROM jobs WHERE status NOT IN (?1, ?2, ?3)",
-            params![ended_names[0], ended_names[1], ended_names[2]],
+            &format!("SELECT id, record FROM jobs WHERE status NOT IN ({marks})"),
+            rusqlite::params_from_iter(names),
         )?;
         records.extend(self.query(
-            "SELECT id, record FROM jobs WHERE status IN (?1, ?2, ?3) ORDER BY id DESC LIMIT ?4",
-            params![ended_names[0], ended_names[1], ended_names[2], ended as i64],
+            &format!(
+                "SELECT id, record FROM jobs WHERE status IN ({marks}) ORDER BY id DESC LIMIT {ended}"
+            ),
+            rusqlite::params_from_iter(names),
         )?);
         records.sort_by_key(|r| r.id);
         Ok(records)
@@ -231,7 +235,7 @@ mod tests {
             cwd: "/tmp".into(),
             output: None,
             registered: false,
-            status: JobStatus::Queued,
+            status: JobState::Queued,
             launched: false,
             cancel_requested: false,
             submitted_us: 5,
@@ -258,7 +262,7 @@ mod tests {
             assert_eq!(store.next_id().unwrap(), 2);
             let mut r = record(2);
             store.put(&r).unwrap();
-            r.status = JobStatus::Done;
+            r.status = JobState::Done;
             r.exit = Some(ExitInfo {
                 code: Some(3),
                 signal: None,
@@ -269,7 +273,7 @@ mod tests {
         let mut store = SqliteStore::open(&path).unwrap();
         let records = store.load(10).unwrap();
         assert_eq!(records.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1, 2]);
-        assert_eq!(records[1].status, JobStatus::Done);
+        assert_eq!(records[1].status, JobState::Done);
         assert_eq!(records[1].exit.unwrap().code, Some(3));
         assert_eq!(store.next_id().unwrap(), 3, "ids are never reused");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -359,7 +363,7 @@ mod tests {
         for id in 1..=6 {
             let mut r = record(id);
             if id != 2 {
-                r.status = JobStatus::Done;
+                r.status = JobState::Done;
             }
             store.insert(&r).unwrap();
         }

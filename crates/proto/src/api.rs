@@ -5,8 +5,8 @@
 //! terminal, even while the daemon is down. Replies are `{"ok": true, ...}` or
 //! `{"ok": false, "error": "..."}`; `run` and `wait` send a second reply when the job ends.
 
-use crate::{BoundaryRecord, Class, CpuSet, ExitInfo, JobState, Mode, NodeStatus, Role, Summary};
-use cosched_core::{JobId, Micros, Shape};
+use crate::{BoundaryRecord, Class, ExitInfo, JobState, Mode, NodeStatus, Role, Summary};
+use cosched_core::{JobId, Micros, Partition, Shape};
 use serde::{Deserialize, Serialize};
 
 /// Longest request line: a command line and environment fit easily; anything larger is refused.
@@ -316,9 +316,9 @@ pub struct MatrixEntryView {
 impl MatrixEntryView {
     /// Its processors, from the cpuset list (`0-2,5`; none if it does not parse).
     pub fn processors(&self) -> Vec<usize> {
-        self.cpus.parse::<CpuSet>().map_or_else(
+        self.cpus.parse::<Partition>().map_or_else(
             |_| Vec::new(),
-            |set| set.cpus().map(|cpu| cpu as usize).collect(),
+            |set| set.processors().map(|cpu| cpu as usize).collect(),
         )
     }
 }

@@ -2,7 +2,7 @@
 //! split by node and written as that node's CPU numbers, pinned to a first slot of the shared
 //! rotation.
 
-use crate::{CpuSet, ProtoError, PROTOCOL_VERSION};
+use crate::{ProtoError, PROTOCOL_VERSION};
 use cosched_core::{
     JobId, Machine, MachineError, Micros, Partition, PlanEntry, PlanSlice, Rotation,
 };
@@ -51,7 +51,7 @@ impl From<Role> for cosched_core::Role {
 #[serde(deny_unknown_fields)]
 pub struct Node {
     pub name: String,
-    pub cpus: CpuSet,
+    pub cpus: Partition,
     /// Where the node's MPI daemons are reached (an address or host name, as a hostfile
     /// gives it); none on one machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,7 +99,7 @@ pub fn valid_node_name(name: &str) -> bool {
 impl NodeMap {
     pub fn new(nodes: Vec<Node>) -> Result<NodeMap, NodeMapError> {
         let first = nodes.first().ok_or(NodeMapError::NoNodes)?;
-        let per_node = first.cpus.len();
+        let per_node = first.cpus.size();
         for (i, node) in nodes.iter().enumerate() {
             if !valid_node_name(&node.name) {
                 return Err(NodeMapError::BadName(node.name.clone()));
@@ -107,10 +107,10 @@ impl NodeMap {
             if nodes[..i].iter().any(|other| other.name == node.name) {
                 return Err(NodeMapError::Duplicate(node.name.clone()));
             }
-            if node.cpus.len() != per_node {
+            if node.cpus.size() != per_node {
                 return Err(NodeMapError::Uneven {
                     node: node.name.clone(),
-                    has: node.cpus.len(),
+                    has: node.cpus.size(),
                     first: first.name.clone(),
                     want: per_node,
                 });
@@ -119,7 +119,10 @@ impl NodeMap {
         let total = u64::from(per_node) * nodes.len() as u64;
         Machine::line(u32::try_from(total).unwrap_or(u32::MAX))?;
         Ok(NodeMap {
-            cpus: nodes.iter().map(|n| n.cpus.cpus().collect()).collect(),
+            cpus: nodes
+                .iter()
+                .map(|n| n.cpus.processors().collect())
+                .collect(),
             nodes,
             per_node,
         })
@@ -138,7 +141,7 @@ impl NodeMap {
     pub fn single(name: &str, procs: u32) -> Result<NodeMap, NodeMapError> {
         NodeMap::new(vec![Node {
             name: name.to_string(),
-            cpus: CpuSet::from_cpus(0..procs),
+            cpus: Partition::block(0, procs),
             address: None,
         }])
     }
@@ -174,7 +177,7 @@ impl NodeMap {
             .filter(|(cpus, _)| !cpus.is_empty())
             .map(|(cpus, node)| NodeCpus {
                 node: node.name.clone(),
-                cpus: CpuSet::from_cpus(cpus),
+                cpus: Partition::from_processors(cpus),
             })
             .collect()
     }
@@ -185,7 +188,7 @@ impl NodeMap {
 #[serde(deny_unknown_fields)]
 pub struct NodeCpus {
     pub node: String,
-    pub cpus: CpuSet,
+    pub cpus: Partition,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -315,7 +318,7 @@ impl Generation {
                         let here = entry.cpus.iter().find(|c| c.node == node)?;
                         Some(PlanEntry {
                             job: entry.job,
-                            partition: here.cpus.to_partition(),
+                            partition: here.cpus.clone(),
                             role: entry.role.into(),
                         })
                     })

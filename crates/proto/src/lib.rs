@@ -5,7 +5,6 @@
 //! here, never formatted strings.
 
 pub mod api;
-mod cpuset;
 mod generation;
 mod membership;
 mod names;
@@ -13,7 +12,6 @@ mod order;
 mod seam;
 mod status;
 
-pub use cpuset::{CpuSet, CpuSetError};
 pub use generation::{
     valid_node_name, Entry, Generation, Node, NodeCpus, NodeMap, NodeMapError, Role, Slice,
 };

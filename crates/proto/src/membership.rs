@@ -2,8 +2,8 @@
 //! controller learns of them, and how a silent writer is told apart from a live one. Both
 //! sides and the store between them (etcd, `cosched-cluster`) read these.
 
-use crate::{CpuSet, Mode, Node};
-use cosched_core::Micros;
+use crate::{Mode, Node};
+use cosched_core::{Micros, Partition};
 use serde::{Deserialize, Serialize};
 
 /// A node as its agent registers it.
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 pub struct NodeInfo {
     pub protocol: u32,
     pub node: String,
-    pub cpus: CpuSet,
+    pub cpus: Partition,
     /// How it steers jobs (the controller must use the same).
     pub mode: Mode,
     /// Host name and process id of the agent (for messages).

@@ -8,7 +8,11 @@ use std::str::FromStr;
 /// A job class: the core's own, which the wire and the stored records write by its name.
 pub use cosched_core::Class;
 
-/// Where a job is in its life, as `ps` shows it.
+/// Where a job is in its life: the one lifecycle, kept in the controller's records and shown
+/// by the API's views and `ps`. (The core's `JobState`, queued or placed in the matrix, is
+/// the scheduler's placement of a job that has not ended, not this.) A record is never
+/// `Waiting`: it keeps `Queued` and whether the job's processes exist (`launched`), as stored
+/// records always have; views show that as `Waiting` ([`JobState::shown`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
@@ -41,9 +45,22 @@ impl JobState {
         }
     }
 
+    /// The states a job ends in. A new way of ending goes here: `ended` and the stores'
+    /// queries of unfinished jobs read this list.
+    pub const ENDED: [JobState; 3] = [JobState::Done, JobState::Cancelled, JobState::Lost];
+
     /// Whether a job in this state is over.
     pub fn ended(self) -> bool {
-        matches!(self, JobState::Done | JobState::Cancelled | JobState::Lost)
+        JobState::ENDED.contains(&self)
+    }
+
+    /// The state a view shows for a record in this state: a queued job whose processes exist
+    /// (`launched`: queued again, held stopped) is waiting.
+    pub fn shown(self, launched: bool) -> JobState {
+        match self {
+            JobState::Queued if launched => JobState::Waiting,
+            state => state,
+        }
     }
 }
 
@@ -124,5 +141,24 @@ mod tests {
         }
         assert!("fast".parse::<Mode>().is_err());
         assert_eq!(format!("{:<6}|", JobState::Done), "done  |");
+    }
+
+    #[test]
+    fn a_records_state_is_shown_as_views_name_it() {
+        assert_eq!(JobState::Queued.shown(true), JobState::Waiting);
+        assert_eq!(JobState::Queued.shown(false), JobState::Queued);
+        assert_eq!(JobState::Suspended.shown(true), JobState::Suspended);
+        // Records and views write every state by its one name.
+        let running = [JobState::Queued, JobState::Waiting, JobState::Running];
+        let held = [JobState::Suspended, JobState::Idle];
+        for state in running.into_iter().chain(held) {
+            assert!(!state.ended(), "{state}");
+        }
+        for state in running.into_iter().chain(held).chain(JobState::ENDED) {
+            let wire = serde_json::to_string(&state).unwrap();
+            assert_eq!(wire, format!("\"{}\"", state.name()));
+            assert_eq!(serde_json::from_str::<JobState>(&wire).unwrap(), state);
+        }
+        assert!(JobState::ENDED.iter().all(|s| s.ended()));
     }
 }

@@ -2,8 +2,8 @@
 //! and events are one-way: nothing waits for an answer, so the same agent runs in the
 //! controller's process (a channel) or on its own node (through etcd).
 
-use crate::{CpuSet, Generation, NodeStatus};
-use cosched_core::{JobId, Micros};
+use crate::{Generation, NodeStatus};
+use cosched_core::{JobId, Micros, Partition};
 use serde::{Deserialize, Serialize};
 
 /// How a job ended.
@@ -88,7 +88,7 @@ pub enum Command {
     /// controller stored the intent first).
     Start {
         job: JobId,
-        cpus: CpuSet,
+        cpus: Partition,
         launch: Option<Launch>,
     },
     /// After a controller restart: find the job's supervisor again (or its kept exit status);

@@ -1,7 +1,7 @@
 //! What a node's agent reports about itself, about once a second and when it stops.
 
-use crate::{CpuSet, Mode};
-use cosched_core::{JobId, Micros};
+use crate::Mode;
+use cosched_core::{JobId, Micros, Partition};
 use serde::{Deserialize, Serialize};
 
 /// Percentiles of a measure, in microseconds.
@@ -79,7 +79,7 @@ pub struct NodeHistograms {
 pub struct NodeStatus {
     pub node: String,
     /// The CPUs this node schedules.
-    pub cpus: CpuSet,
+    pub cpus: Partition,
     pub mode: Mode,
     /// How it stops and starts jobs (the cgroup freezer and which hierarchy, or signals).
     pub actuator: String,

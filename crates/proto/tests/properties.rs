@@ -1,7 +1,7 @@
 //! A partition split by node and read back by each node names every processor exactly once.
 
 use cosched_core::{Generation, Partition, Plan, PlanEntry, PlanSlice, Role, Rotation, Span};
-use cosched_proto::{CpuSet, Node, NodeMap};
+use cosched_proto::{Node, NodeMap};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -20,7 +20,7 @@ fn machine_and_processors() -> impl Strategy<Value = (NodeMap, BTreeSet<u32>)> {
                     .enumerate()
                     .map(|(i, cpus)| Node {
                         name: format!("n{i}"),
-                        cpus: CpuSet::from_cpus(cpus),
+                        cpus: Partition::from_processors(cpus),
                         address: None,
                     })
                     .collect();
@@ -35,14 +35,14 @@ proptest! {
         let machine = nodes.machine().unwrap();
         let partition = Partition::from_spans(processors.iter().map(|&p| Span::new(p, 1)).collect());
         let placed = nodes.place(&partition);
-        let total: u32 = placed.iter().map(|p| p.cpus.len()).sum();
+        let total: u32 = placed.iter().map(|p| p.cpus.size()).sum();
         prop_assert_eq!(total, partition.size());
         for share in &placed {
             let node = nodes.nodes().iter().position(|n| n.name == share.node).unwrap();
             let wanted = processors.iter().filter(|&&p| machine.node_of(p) as usize == node).count();
-            prop_assert_eq!(share.cpus.len() as usize, wanted);
-            let node_cpus: BTreeSet<u32> = nodes.nodes()[node].cpus.cpus().collect();
-            prop_assert!(share.cpus.cpus().all(|cpu| node_cpus.contains(&cpu)));
+            prop_assert_eq!(share.cpus.size() as usize, wanted);
+            let node_cpus: BTreeSet<u32> = nodes.nodes()[node].cpus.processors().collect();
+            prop_assert!(share.cpus.processors().all(|cpu| node_cpus.contains(&cpu)));
         }
         // Each node reads back from a wire generation exactly its share.
         let plan = Plan {
@@ -54,8 +54,8 @@ proptest! {
         let wire = cosched_proto::Generation::new(&core, Rotation::new(0, 1_000), &nodes);
         for node in nodes.nodes() {
             let mine = wire.for_node(&node.name);
-            let got = mine.plan.slices[0].entries.first().map(|e| e.partition.to_string());
-            let want = placed.iter().find(|p| p.node == node.name).map(|p| p.cpus.to_string());
+            let got = mine.plan.slices[0].entries.first().map(|e| &e.partition);
+            let want = placed.iter().find(|p| p.node == node.name).map(|p| &p.cpus);
             prop_assert_eq!(got, want);
         }
     }

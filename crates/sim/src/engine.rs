@@ -1,5 +1,6 @@
 //! The virtual-clock replay: arrivals and completions drive the core; every change becomes a
-//! plan generation at the next slot boundary, exactly as the daemon will apply it.
+//! plan generation where the daemon's rule puts it (the core's `Rotation::first_slot`: the
+//! next slot boundary, or at once in a vacant slot), exactly as the daemon applies it.
 //!
 //! Quanta are never stepped one by one. Between two generations the matrix is fixed, so a job
 //! in `k` of `R` slices runs in known slot positions of every cycle, and its completion time
@@ -190,6 +191,9 @@ struct Replay<'a> {
     sched: Scheduler,
     rotation: Rotation,
     cycle: Option<Cycle>,
+    /// How many unfinished jobs each slice of `cycle` holds: a slice with none is vacant
+    /// (the core's `Rotation::first_slot`), found without building the plan.
+    members: Vec<usize>,
     /// Generations applied so far.
     generations: u64,
     state: Vec<Running>,
@@ -289,17 +293,22 @@ impl Replay<'_> {
         }
     }
 
-    /// Time sharing: makes the matrix as it stands now the plan in force from `at` (a slot
-    /// boundary). A job whose slices changed (or every job, when the number of slices did)
-    /// is re-based at `at` with its ends recomputed; the others keep theirs. While the rows
-    /// stay, only the jobs the core's journal moved can have changed slices, as it says:
+    /// Time sharing: makes the matrix as it stands now the plan in force from `at`: a slot
+    /// boundary, or inside a vacant slot, which the new plan's slice then runs from `at` to
+    /// its end. A job whose slices changed (or every job, when the number of slices did) is
+    /// re-based at the slot's start with its ends recomputed; the others keep theirs. While
+    /// the rows stay, only the jobs the core's journal moved can have changed slices, as it says:
     /// reading every row and comparing every running job's slices at every generation cost
     /// more than the scheduling itself with thousands of jobs running.
     fn apply_plan(&mut self, at: Micros) {
         self.generations += 1;
         let number = self.generations;
         let rows = self.sched.row_count();
-        let cycle = Cycle::follow(self.cycle.as_ref(), rows, self.rotation.slot_at(at));
+        let slot = self.rotation.slot_at(at);
+        // Work up to the slot's start is work up to `at`: a slot that gives way mid-way was
+        // vacant, so no job that is still here ran in it.
+        let slot_start = self.rotation.slot_start(slot);
+        let cycle = Cycle::follow(self.cycle.as_ref(), rows, slot);
         let same_turns = self.cycle.is_some_and(|old| old.slices == cycle.slices);
         let mut looked_at = match self.sched.take_changes() {
             PlanChanges::Moves(moves) if same_turns => {
@@ -350,11 +359,22 @@ impl Replay<'_> {
             };
             if !same_turns || incoming != job.slices.as_slice() {
                 // Work done under the old cycle, up to the switch.
-                changed.push((index, self.work_done(job, at)));
+                changed.push((index, self.work_done(job, slot_start)));
             }
         }
         self.cycle = Some(cycle);
+        if !same_turns {
+            // Every job is re-based below, and counted again.
+            self.members = vec![0; rows];
+        }
         let (slices, quantum) = (cycle.slices, self.config.quantum);
+        // What the slice under way lost before `at` (with several slices, at most the slot's
+        // useful time: its switch overhead is counted anyway), owed by its jobs as extra work,
+        // so that their completions stay in closed form from the slot's start.
+        let lost = match slices {
+            1 => at - slot_start,
+            _ => (at - slot_start).min(self.useful_per_slot()),
+        };
         for (index, work) in changed {
             let job = &mut self.state[index];
             job.remaining -= work;
@@ -362,15 +382,22 @@ impl Replay<'_> {
                 job.remaining > 0,
                 "job {index} finished before {at} unnoticed"
             );
-            job.base = at;
+            job.base = slot_start;
+            if same_turns {
+                job.slices.iter().for_each(|&s| self.members[s] -= 1);
+            }
             if job.gathered == number {
                 std::mem::swap(&mut job.slices, &mut job.incoming);
             } else {
                 job.slices.clear();
             }
+            job.slices.iter().for_each(|&s| self.members[s] += 1);
             job.positions.clear();
             job.positions
                 .extend(job.slices.iter().map(|&s| cycle.position_of(s)));
+            if job.positions.contains(&0) {
+                job.remaining += lost;
+            }
             if self.chart.is_some() {
                 let slices = self.state[index].slices.clone();
                 self.chart(index, &slices, at);
@@ -383,7 +410,7 @@ impl Replay<'_> {
             }
             if let (None, Some(&first)) = (job.start, job.positions.first()) {
                 let offset = if slices > 1 { first as i64 } else { 0 };
-                job.start = Some(at + offset * quantum);
+                job.start = Some((slot_start + offset * quantum).max(at));
             }
             let completion = self.completion(&self.state[index]);
             // An unchanged completion is already in the heap: pushing it again would only
@@ -406,6 +433,14 @@ impl Replay<'_> {
             self.rows_in_force(),
             sorted_rows(self.sched.plan_jobs()),
             "generation {number} at {at}: the jobs' slices are not the plan's"
+        );
+        debug_assert_eq!(
+            self.members,
+            self.rows_in_force()
+                .iter()
+                .map(Vec::len)
+                .collect::<Vec<_>>(),
+            "generation {number} at {at}: the slices' counts are not their jobs'"
         );
     }
 
@@ -456,6 +491,7 @@ impl Replay<'_> {
         while self.next_completion() == Some(now) {
             let Reverse((_, index)) = self.completions.pop().expect("peeked");
             let job = std::mem::take(&mut self.state[index]);
+            job.slices.iter().for_each(|&s| self.members[s] -= 1);
             let at = job.slot_in_active.expect("validated");
             self.active.swap_remove(at);
             if let Some(&moved) = self.active.get(at) {
@@ -487,10 +523,16 @@ impl Replay<'_> {
         }));
     }
 
-    /// Where a change made at `now` takes effect.
-    fn boundary(&self, now: Micros) -> Micros {
+    /// When a change made at `now` takes effect: by the daemon's rule under gang scheduling
+    /// (the next boundary, or at once in a vacant slot), at once when sharing space.
+    fn takes_effect(&self, now: Micros) -> Micros {
         match self.config.policy {
-            Policy::Gang => self.rotation.slot_start(self.rotation.next_boundary(now)),
+            Policy::Gang => {
+                let slot = self
+                    .rotation
+                    .first_slot(self.cycle.as_ref(), now, |s| self.members[s] == 0);
+                self.rotation.slot_start(slot).max(now)
+            }
             Policy::Fcfs | Policy::Easy => now,
         }
     }
@@ -550,6 +592,7 @@ pub fn simulate(
         sched: Scheduler::new(machine, config.core_config())?,
         rotation: Rotation::new(0, config.quantum),
         cycle: None,
+        members: Vec::new(),
         generations: 0,
         state: jobs
             .iter()
@@ -603,7 +646,7 @@ pub fn simulate(
             }
         }
         if changed && pending.is_none() {
-            pending = Some(replay.boundary(now));
+            pending = Some(replay.takes_effect(now));
         }
         if pending == Some(now) {
             replay.apply(now);

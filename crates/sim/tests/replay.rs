@@ -72,13 +72,27 @@ fn gang_slices_alternate_each_quantum() {
     let w = jobs(&[(0, 10, 2, 10), (0, 5, 2, 5)]);
     // A runs in even slots, B in odd ones: B's 5 s end in slot 9; A finishes alone after.
     assert_eq!(replay(&w, &gang(2, 2)), [(0.0, 15.0), (1.0, 10.0)]);
-    // With 0.1 s lost per switch, B needs 6 slots (the last 0.5 s long); A has 5.4 s done
-    // at the boundary at 12 s and runs its last 4.6 s alone, without switches.
+    // With 0.1 s lost per switch, B needs 6 slots (its last work ends at 11.6 s): its slot
+    // is vacant then and goes to A at once, which has 5.4 s done and runs its last 4.6 s
+    // alone, without switches.
     let overhead = SimConfig {
         switch_overhead: S / 10,
         ..gang(2, 2)
     };
-    assert_eq!(replay(&w, &overhead), [(0.0, 16.6), (1.0, 11.6)]);
+    assert_eq!(replay(&w, &overhead), [(0.0, 16.2), (1.0, 11.6)]);
+}
+
+#[test]
+fn a_vacant_slot_gives_way_at_once_not_at_the_boundary() {
+    // A (1.5 s) in slice 0, B (10 s) in slice 1: A's last half second ends mid-way through
+    // slot 2, whose slice is then vacant, so B runs from 2.5 s, not from the boundary at 3 s.
+    let mut w = jobs(&[(0, 2, 2, 2), (0, 10, 2, 10)]);
+    w[0].run = 3 * S / 2;
+    assert_eq!(replay(&w, &gang(2, 2)), [(0.0, 2.5), (1.0, 11.5)]);
+    // A job arriving mid-slot on an empty machine starts then, as the daemon starts it.
+    let mut late = jobs(&[(0, 1, 2, 1)]);
+    late[0].submit = S / 2;
+    assert_eq!(replay(&late, &gang(2, 2)), [(0.5, 1.5)]);
 }
 
 #[test]

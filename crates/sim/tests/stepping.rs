@@ -1,11 +1,12 @@
 //! The simulator computes completions in closed form instead of stepping quanta. This test
 //! replays random small workloads twice, once through `simulate` and once through a reference
-//! written here that steps every slot of every slice, driving the same core, and demands
-//! identical start and end times for every job.
+//! written here that steps every slot of every slice, driving the same core and deciding when
+//! a plan takes effect from whole plans (`Generation::first_slot`, as the daemon does), and
+//! demands identical start and end times for every job.
 
 use cosched_core::{
-    Backfill, Config, Generation, JobId, JobRequest, Machine, Micros, PartitionerKind, Scheduler,
-    Shape,
+    Backfill, Config, Generation, JobId, JobRequest, Machine, Micros, PartitionerKind, Rotation,
+    Scheduler, Shape,
 };
 use cosched_sim::*;
 use proptest::prelude::*;
@@ -35,6 +36,7 @@ fn stepped(jobs: &[SimJob], config: &SimConfig) -> Vec<(Micros, Micros)> {
     let mut generation: Option<Generation> = None;
     let mut next = 0;
     let mut changed = false;
+    let mut waiting = false;
     let submit = |sched: &mut Scheduler, i: usize, now: Micros| {
         let job = &jobs[i];
         let request = JobRequest::new(i as JobId, Shape::Count(job.procs)).estimate(job.estimate);
@@ -43,9 +45,10 @@ fn stepped(jobs: &[SimJob], config: &SimConfig) -> Vec<(Micros, Micros)> {
             .iter()
             .any(|d| matches!(d, cosched_core::Decision::Placed { .. }))
     };
+    let rotation = Rotation::new(0, Q);
     let mut slot: i64 = 0;
     while end.iter().any(Option::is_none) {
-        let slot_start = slot * Q;
+        let (slot_start, slot_end) = (slot * Q, slot * Q + Q);
         // Arrivals at the boundary itself join before the switch.
         while next < jobs.len() && jobs[next].submit == slot_start {
             changed |= submit(&mut sched, next, slot_start);
@@ -55,40 +58,68 @@ fn stepped(jobs: &[SimJob], config: &SimConfig) -> Vec<(Micros, Micros)> {
             generation = Some(Generation::follow(generation.as_ref(), sched.plan(), slot));
             changed = false;
         }
-        // Events inside the slot: completions of the running slice's jobs, and arrivals.
-        let mut events: Vec<(Micros, u8, usize)> = Vec::new();
-        if let Some(g) = &generation {
-            if let Some(slice) = g.slice_for_slot(slot) {
-                let switching = g.plan.slices.len() > 1;
-                let useful_from = slot_start + if switching { config.switch_overhead } else { 0 };
-                for id in g.plan.slices[slice].jobs() {
-                    let i = id as usize;
-                    if end[i].is_some() {
-                        continue;
-                    }
-                    start[i].get_or_insert(slot_start);
-                    let work = (slot_start + Q - useful_from).min(remaining[i]);
-                    remaining[i] -= work;
-                    if remaining[i] == 0 {
-                        events.push((useful_from + work, 0, i));
-                    }
-                }
+        // The slot from `from`, event after event (completions of the running slice's jobs,
+        // then arrivals, at each time); a change that finds the slot vacant switches in it.
+        // Lost to a switch while more than one slice takes turns.
+        let overhead = |g: &Option<Generation>| match g {
+            Some(g) if g.plan.slices.len() > 1 => config.switch_overhead,
+            _ => 0,
+        };
+        // The slice under way runs from `from`; its jobs' work is counted up to `useful`.
+        let mut from = slot_start;
+        let mut useful = (from + overhead(&generation)).min(slot_end);
+        loop {
+            let running: Vec<usize> = generation
+                .as_ref()
+                .and_then(|g| Some(g.plan.slices[g.slice_for_slot(slot)?].jobs()))
+                .into_iter()
+                .flatten()
+                .map(|id| id as usize)
+                .filter(|&i| end[i].is_none())
+                .collect();
+            for &i in &running {
+                start[i].get_or_insert(from);
             }
-        }
-        while next < jobs.len() && jobs[next].submit < slot_start + Q {
-            events.push((jobs[next].submit, 1, next));
-            next += 1;
-        }
-        events.sort_unstable();
-        for (time, kind, i) in events {
-            if kind == 0 {
+            let finish = running.iter().map(|&i| useful + remaining[i]).min();
+            let arrival = jobs.get(next).map(|j| j.submit);
+            let time = [finish, arrival, Some(slot_end)]
+                .into_iter()
+                .flatten()
+                .min()
+                .expect("the slot's end");
+            for &i in &running {
+                remaining[i] -= (time - useful).max(0);
+            }
+            useful = useful.max(time);
+            let mut ended: Vec<usize> =
+                running.into_iter().filter(|&i| remaining[i] == 0).collect();
+            ended.sort_unstable();
+            for &i in &ended {
                 end[i] = Some(time);
                 sched.remove(i as JobId, time).unwrap();
                 changed = true;
-            } else {
-                changed |= submit(&mut sched, i, time);
+            }
+            if time == slot_end {
+                break;
+            }
+            while next < jobs.len() && jobs[next].submit == time {
+                changed |= submit(&mut sched, next, time);
+                next += 1;
+            }
+            // A change waiting for the boundary already: later ones in the slot wait with it.
+            if changed && !waiting {
+                let plan = sched.plan();
+                if Generation::first_slot(generation.as_ref(), &plan, rotation, time) == slot {
+                    generation = Some(Generation::follow(generation.as_ref(), plan, slot));
+                    changed = false;
+                    from = time;
+                    useful = (from + overhead(&generation)).min(slot_end);
+                } else {
+                    waiting = true;
+                }
             }
         }
+        waiting = false;
         slot += 1;
         assert!(slot < 1_000_000, "the reference did not finish");
     }
@@ -112,7 +143,8 @@ fn scenario() -> impl Strategy<Value = (Vec<SimJob>, SimConfig)> {
             any::<bool>(),
             any::<bool>(),
             any::<bool>(),
-            prop_oneof![Just(0), Just(Q / 4)],
+            // Most of a slot lost to a switch: a slot given away after its useful part.
+            prop_oneof![Just(0), Just(Q / 4), Just(3 * Q / 4)],
         )
             .prop_map(
                 move |(mpl, partitioner, alternates, backfill, repack, overhead)| SimConfig {

@@ -6,11 +6,10 @@
 
 use super::{unended, ApiError, Controller};
 use crate::clients::{ClientId, Until};
-use crate::store::JobStatus;
-use cosched_core::{JobId, JobState, Micros};
+use cosched_core::{JobId, Micros};
 use cosched_os::unix::Credentials;
 use cosched_proto::api::{RegisterRequest, Reply, RunRequest, JOIN_WITHIN_S, MAX_JOIN_WITHIN_S};
-use cosched_proto::Command;
+use cosched_proto::{Command, JobState};
 
 /// Joins one user (root aside) may have in flight: each holds its client until the agent
 /// answers.
@@ -91,11 +90,13 @@ impl Controller {
     pub(super) fn started_reply(&self, job: JobId) -> Option<Reply> {
         let record = self.records.get(&job)?;
         match self.scheduler.state(job) {
-            Some(JobState::Placed { partition, .. }) if record.launched => Some(Reply::Started {
-                ok: true,
-                job,
-                cpus: partition.to_string(),
-            }),
+            Some(cosched_core::JobState::Placed { partition, .. }) if record.launched => {
+                Some(Reply::Started {
+                    ok: true,
+                    job,
+                    cpus: partition.to_string(),
+                })
+            }
             _ => None,
         }
     }
@@ -181,7 +182,7 @@ impl Controller {
             return Ok(format!("job {job} ended before it started"));
         }
         // As an idle job: out of the rotation, its processors free for others.
-        self.update(job, |record| record.status = JobStatus::Idle)?;
+        self.update(job, |record| record.status = JobState::Idle)?;
         self.unschedule(job, now);
         self.tell(Command::Finish { job });
         Ok(format!(

@@ -3,10 +3,11 @@
 
 use super::Harness;
 use crate::clients::ClientId;
-use crate::store::{submitted_bytes, JobStatus};
+use crate::store::submitted_bytes;
 use crate::ApiError;
 use cosched_core::{Class, JobId};
 use cosched_proto::api::{RegisterRequest, Reply};
+use cosched_proto::JobState;
 use cosched_proto::{Command, Ending, Event, ExitInfo, NodeChange};
 
 const UID: u32 = 1000;
@@ -24,7 +25,7 @@ fn exited(job: JobId, code: i32) -> Event {
     }
 }
 
-fn status(h: &Harness, job: JobId) -> JobStatus {
+fn status(h: &Harness, job: JobId) -> JobState {
     h.stored(job).expect("stored").status
 }
 
@@ -48,7 +49,7 @@ fn a_restarted_controller_takes_jobs_back_from_the_store_and_launches_none_twice
     let orders = h.orders();
     assert_eq!(Harness::starts(&orders), [(a, true), (b, true), (c, true)]);
     let d = h.run(UID, 4).unwrap();
-    assert_eq!(status(&h, d), JobStatus::Queued);
+    assert_eq!(status(&h, d), JobState::Queued);
 
     h.advance(5_000_000);
     h.restart();
@@ -64,13 +65,13 @@ fn a_restarted_controller_takes_jobs_back_from_the_store_and_launches_none_twice
     let mut starts = Harness::starts(&orders);
     starts.sort();
     assert_eq!(starts, [(a, false), (c, false)]);
-    assert_eq!(status(&h, b), JobStatus::Suspended);
-    assert_eq!(status(&h, d), JobStatus::Queued);
+    assert_eq!(status(&h, b), JobState::Suspended);
+    assert_eq!(status(&h, d), JobState::Queued);
     h.event(exited(a, 0));
     assert_eq!(Harness::starts(&h.orders()), [(d, true)]);
     // Ended jobs stay ended; the one launched since is adopted.
     h.restart();
-    assert_eq!(status(&h, a), JobStatus::Done);
+    assert_eq!(status(&h, a), JobState::Done);
     let orders = h.orders();
     assert!(orders.contains(&(
         "local".into(),
@@ -103,7 +104,7 @@ fn a_job_cancelled_before_a_restart_is_cancelled_again_and_stays_out_of_the_rota
     assert!(Harness::starts(&orders).is_empty(), "{orders:?}");
     h.controller.audit().unwrap();
     h.event(exited(job, 143));
-    assert_eq!(status(&h, job), JobStatus::Cancelled);
+    assert_eq!(status(&h, job), JobState::Cancelled);
 }
 
 #[test]
@@ -146,7 +147,7 @@ fn nothing_is_acknowledged_before_the_store_has_it() {
     assert!(h.controller.set_class(&who, job, "standby", now).is_err());
     assert!(h.orders().is_empty(), "no order for a change not recorded");
     let record = h.controller.record_of(job).unwrap();
-    assert_eq!(record.status, JobStatus::Running);
+    assert_eq!(record.status, JobState::Running);
     assert_eq!(
         (record.cancel_requested, record.class.name()),
         (false, "batch")
@@ -164,9 +165,9 @@ fn a_node_that_leaves_loses_its_jobs_and_lends_nothing_until_it_is_back() {
     h.controller.node_changed(NodeChange::Left("b".into()), now);
     assert_eq!(h.forgotten(), ["b"]);
     let lost = h.stored(spread).unwrap();
-    assert_eq!(lost.status, JobStatus::Lost);
+    assert_eq!(lost.status, JobState::Lost);
     assert!(lost.note.unwrap().contains("node b left the cluster"));
-    assert_eq!(status(&h, on_a), JobStatus::Running);
+    assert_eq!(status(&h, on_a), JobState::Running);
     let waiting = h.run(UID, 4).unwrap();
     assert!(
         started_on(&h.orders(), waiting).is_empty(),
@@ -343,7 +344,7 @@ fn a_registrant_hears_when_its_job_runs_and_processes_join_only_its_owners_runni
     assert!(h
         .orders()
         .contains(&("local".into(), Command::Finish { job })));
-    assert_eq!(status(&h, job), JobStatus::Idle);
+    assert_eq!(status(&h, job), JobState::Idle);
     h.controller.audit().unwrap();
 }
 
@@ -434,10 +435,10 @@ fn an_end_the_store_refuses_is_acted_on_but_changes_memory_only_once_stored() {
     assert!(matches!(&h.heard(next)[..], [Reply::Ended { .. }]));
     // Memory still holds what the store has.
     assert_eq!(h.controller.record_of(job), h.stored(job).as_ref());
-    assert_eq!(status(&h, job), JobStatus::Running);
+    assert_eq!(status(&h, job), JobState::Running);
     h.controller.audit().unwrap();
     h.controller.retry_unsaved();
-    assert_eq!(status(&h, job), JobStatus::Running);
+    assert_eq!(status(&h, job), JobState::Running);
 
     h.refuse_writes(false);
     h.controller.retry_unsaved();
@@ -447,7 +448,7 @@ fn an_end_the_store_refuses_is_acted_on_but_changes_memory_only_once_stored() {
     let stored = h.stored(job).unwrap();
     assert_eq!(
         (stored.status, stored.exit.unwrap().code),
-        (JobStatus::Done, Some(5))
+        (JobState::Done, Some(5))
     );
     assert_eq!(h.controller.record_of(job), Some(&stored));
     assert!(!h.controller.has_unsaved());
