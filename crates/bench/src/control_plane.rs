@@ -57,7 +57,8 @@ pub struct ControlPlaneArgs {
     /// Jobs submitted per second while churning (each ends 5 s after it starts)
     #[arg(long, default_value_t = 1.0)]
     churn_rate: f64,
-    /// Also write the figures as JSON here
+    /// Also write the figures as JSON here (the controller's log of each size goes to
+    /// target/bench/control-plane-N.log)
     #[arg(long, default_value = "target/bench/control-plane.json")]
     json: PathBuf,
 }
