@@ -23,7 +23,9 @@
 //! node's part, rewritten only when the node's entries change. At 1,000 nodes a part per node
 //! per generation was 1,000 writes, 250 ms (p50) before the last node had it; most changes
 //! touch a few nodes' entries, and a new or gone slice only the slice count. An agent applies
-//! its latest part under the latest header (whichever came first). The part keys sit among
+//! its latest part under the latest header when etcd wrote the header after the part
+//! (whichever comes first; revisions, since a new leader numbers generations from 1 again).
+//! The part keys sit among
 //! the node's orders, so a part keeps its place in their order (a start before the first
 //! generation naming the job), and are rewritten in place: only the latest matters. Writes go through an [`Outbox`] thread that retries until etcd takes them, so the
 //! agent's clock thread never waits for etcd.

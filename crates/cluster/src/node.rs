@@ -290,12 +290,14 @@ fn watch_leader(client: &Client, key: &str, health: &Health, check: Duration) {
 }
 
 enum Incoming {
+    /// An order and etcd's revision of its write.
     Order {
         key: String,
         command: Command,
+        revision: i64,
     },
-    /// The generation in force, without entries.
-    Header(Generation),
+    /// The generation in force, without entries, and the revision of its write.
+    Header(Generation, i64),
     Close,
 }
 
@@ -331,6 +333,7 @@ fn follow_orders(
                     .send(Incoming::Order {
                         key: kv.key,
                         command,
+                        revision: kv.mod_revision,
                     })
                     .is_ok(),
                 Err(error) => {
@@ -355,7 +358,9 @@ fn follow_headers(client: &Client, key: &str, incoming: &Sender<Incoming>, healt
                 return true;
             };
             match decode::<Generation>(&kv.key, &kv.value) {
-                Ok(header) => incoming.send(Incoming::Header(header)).is_ok(),
+                Ok(header) => incoming
+                    .send(Incoming::Header(header, kv.mod_revision))
+                    .is_ok(),
                 Err(error) => {
                     log(format_args!("{error}: generation header dropped"));
                     true
@@ -377,18 +382,19 @@ pub struct EtcdSource {
     carried_out: Option<String>,
     /// The node's generation key: rewritten by the controller, never deleted here.
     generation_key: String,
-    /// The node's latest part and the latest header: what it runs is the part under the
-    /// header when the header is newer.
-    part: Option<Generation>,
-    header: Option<Generation>,
+    /// The node's latest part and the latest header, with the revisions of their writes:
+    /// what it runs is the part under the header when the header was written after it.
+    /// Revisions, not generation numbers: a new leader numbers its generations from 1 again.
+    part: Option<(Generation, i64)>,
+    header: Option<(Generation, i64)>,
 }
 
 impl EtcdSource {
     /// The generation the node runs, if the part or header just taken changes it.
     fn in_force(&self) -> Option<Generation> {
-        let part = self.part.as_ref()?;
+        let (part, written) = self.part.as_ref()?;
         Some(match &self.header {
-            Some(header) if header.number > part.number => {
+            Some((header, revision)) if revision > written => {
                 let mut slices = part.slices.clone();
                 // The controller sends a part whenever the node's entries change, so the
                 // slices cut off here are empty ones.
@@ -427,10 +433,14 @@ impl PlanSource for EtcdSource {
                 .incoming
                 .recv_timeout(Duration::from_micros(wait as u64))
             {
-                Ok(Incoming::Order { key, command }) => {
+                Ok(Incoming::Order {
+                    key,
+                    command,
+                    revision,
+                }) => {
                     if key == self.generation_key {
                         if let Command::Publish { generation } = command {
-                            self.part = Some(generation);
+                            self.part = Some((generation, revision));
                             if let Some(generation) = self.in_force() {
                                 return Received::Order(Command::Publish { generation }.into());
                             }
@@ -440,18 +450,13 @@ impl PlanSource for EtcdSource {
                     self.carried_out = Some(key);
                     return Received::Order(Order::from(command));
                 }
-                Ok(Incoming::Header(header)) => {
-                    let newer = self
-                        .header
-                        .as_ref()
-                        .is_none_or(|h| header.number > h.number);
-                    let behind = self.part.as_ref().is_some_and(|p| header.number > p.number);
-                    if newer {
-                        self.header = Some(header);
-                        if behind {
-                            if let Some(generation) = self.in_force() {
-                                return Received::Order(Command::Publish { generation }.into());
-                            }
+                Ok(Incoming::Header(header, revision)) => {
+                    // Written after the part: it changes what the node runs.
+                    let after_part = self.part.as_ref().is_some_and(|(_, p)| revision > *p);
+                    self.header = Some((header, revision));
+                    if after_part {
+                        if let Some(generation) = self.in_force() {
+                            return Received::Order(Command::Publish { generation }.into());
                         }
                     }
                 }

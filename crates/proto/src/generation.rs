@@ -426,28 +426,27 @@ mod tests {
         assert_eq!(nodes.nodes().len(), 3, "a refused node is not added");
     }
 
+    /// Job 7 on all four processors, then job 9 (an alternate) on `nine` from processor 2.
+    fn job_7_then_9(nine: u32) -> Plan {
+        let slice = |job, partition, role| PlanSlice {
+            entries: vec![PlanEntry {
+                job,
+                partition,
+                role,
+            }],
+        };
+        Plan {
+            slices: vec![
+                slice(7, Partition::block(0, 4), cosched_core::Role::Own),
+                slice(9, Partition::block(2, nine), cosched_core::Role::Alternate),
+            ],
+        }
+    }
+
     #[test]
     fn each_node_is_sent_its_part_and_sees_what_the_whole_shows_it() {
         let nodes = two_nodes();
-        let plan = Plan {
-            slices: vec![
-                PlanSlice {
-                    entries: vec![PlanEntry {
-                        job: 7,
-                        partition: Partition::block(0, 4),
-                        role: cosched_core::Role::Own,
-                    }],
-                },
-                PlanSlice {
-                    entries: vec![PlanEntry {
-                        job: 9,
-                        partition: Partition::block(2, 2),
-                        role: cosched_core::Role::Alternate,
-                    }],
-                },
-            ],
-        };
-        let core = cosched_core::Generation::follow(None, plan, 40);
+        let core = cosched_core::Generation::follow(None, job_7_then_9(2), 40);
         let whole = Generation::new(&core, Rotation::new(1_000, 100), &nodes);
         let parts = whole.parts(&["a", "b", "absent"]);
         for (part, node) in parts.iter().zip(["a", "b", "absent"]) {
@@ -466,25 +465,7 @@ mod tests {
     #[test]
     fn a_generation_crosses_the_wire_and_each_node_sees_its_part() {
         let nodes = two_nodes();
-        let plan = Plan {
-            slices: vec![
-                PlanSlice {
-                    entries: vec![PlanEntry {
-                        job: 7,
-                        partition: Partition::block(0, 4),
-                        role: cosched_core::Role::Own,
-                    }],
-                },
-                PlanSlice {
-                    entries: vec![PlanEntry {
-                        job: 9,
-                        partition: Partition::block(2, 1),
-                        role: cosched_core::Role::Alternate,
-                    }],
-                },
-            ],
-        };
-        let core = cosched_core::Generation::follow(None, plan, 40);
+        let core = cosched_core::Generation::follow(None, job_7_then_9(1), 40);
         let wire = Generation::new(&core, Rotation::new(1_000, 100), &nodes);
         let text = serde_json::to_string(&wire).unwrap();
         assert!(text.contains(r#""role":"alternate""#), "{text}");
