@@ -9,6 +9,7 @@
 //! - etcd: writes (raft proposals committed), puts, deletes, transactions, reads and client
 //!   bytes per second, from etcd's own `/metrics`; its CPU and memory.
 //! - The controller: CPU (a share of one CPU) and resident memory, from `/proc`.
+//! - etcd's own floor, before any agent starts: one put to a key N watchers follow.
 //!
 //! Two phases per size: steady (the machine full, nothing submitted or ending) and churn (a
 //! job submitted every `1/rate` s, each ending 5 s later).
@@ -115,6 +116,9 @@ struct Report {
 #[derive(Serialize)]
 struct Row {
     nodes: usize,
+    /// etcd alone, before any agent: one put to a key `nodes` watchers follow (threads of this
+    /// process, nothing else running), from the put to the last watcher having it (µs).
+    watch_floor_us: Summary,
     /// Seconds from the first agent's start to the controller seeing them all.
     join_s: f64,
     jobs_running: usize,
@@ -160,6 +164,14 @@ struct ProcessLoad {
 }
 
 fn print_row(row: &Row) {
+    println!(
+        "{:>6} nodes etcd alone: one put to {} watchers, fan-out p50/p99/max {:.1}/{:.1}/{:.1} ms",
+        row.nodes,
+        row.nodes,
+        row.watch_floor_us.p50 as f64 / 1e3,
+        row.watch_floor_us.p99 as f64 / 1e3,
+        row.watch_floor_us.max as f64 / 1e3,
+    );
     for (name, phase) in [("steady", &row.steady), ("churn", &row.churn)] {
         println!(
             "{:>6} nodes {:<6} gens {:>4}  fan-out p50/p99/max {:>6.1}/{:>6.1}/{:>6.1} ms  \
@@ -188,6 +200,7 @@ fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
     // write, most of what is measured.
     let mut etcd = Etcd::start_with("control-plane", 1, 300);
     let credentials = etcd.enable_auth();
+    let watch_floor_us = watch_floor(&etcd, nodes)?;
     let urls: Vec<String> = etcd.url.split(',').map(String::from).collect();
     let keys = Keys::new(CLUSTER)?;
     let state = PathBuf::from(format!("/dev/shm/cosched-cp-{}", std::process::id()));
@@ -261,11 +274,71 @@ fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
     let _ = std::fs::remove_dir_all(&state);
     Ok(Row {
         nodes,
+        watch_floor_us,
         join_s,
         jobs_running,
         steady,
         churn,
     })
+}
+
+/// How many puts the watch floor times.
+const FLOOR_PUTS: usize = 20;
+
+/// etcd's fan-out alone: `watchers` threads each follow one key on a watch of its own (one
+/// client, so one authentication), and 20 puts 200 ms apart carry their own time; for each
+/// put, how long until the last watcher had it.
+fn watch_floor(etcd: &Etcd, watchers: usize) -> Result<Summary> {
+    const KEY: &str = "/floor/key";
+    let client = Arc::new(etcd.client());
+    let from = client.put(KEY, b"0", None)? + 1;
+    let arrivals: Arc<Mutex<BTreeMap<Micros, Micros>>> = Arc::default();
+    let ready = Arc::new(std::sync::Barrier::new(watchers + 1));
+    let threads: Vec<JoinHandle<()>> = (0..watchers)
+        .map(|_| {
+            let (client, arrivals, ready) = (
+                Arc::clone(&client),
+                Arc::clone(&arrivals),
+                Arc::clone(&ready),
+            );
+            std::thread::spawn(move || {
+                let watch = client.watch(KEY, from);
+                ready.wait();
+                let Ok(mut watch) = watch else { return };
+                let mut seen = 0;
+                while seen < FLOOR_PUTS {
+                    let Ok(batch) = watch.next_batch() else {
+                        return;
+                    };
+                    let now = now_micros();
+                    for event in batch {
+                        if let cosched_etcd::WatchEvent::Put(kv) = event {
+                            let stamp: Micros =
+                                String::from_utf8_lossy(&kv.value).parse().unwrap_or(0);
+                            let mut last = arrivals.lock().unwrap_or_else(|p| p.into_inner());
+                            let latest = last.entry(stamp).or_insert(now);
+                            *latest = (*latest).max(now);
+                            seen += 1;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    ready.wait();
+    for _ in 0..FLOOR_PUTS {
+        std::thread::sleep(Duration::from_millis(200));
+        client.put(KEY, now_micros().to_string().as_bytes(), None)?;
+    }
+    for thread in threads {
+        let _ = thread.join();
+    }
+    let last = arrivals.lock().unwrap_or_else(|p| p.into_inner());
+    let fan_out: Vec<u64> = last
+        .iter()
+        .map(|(stamp, latest)| (latest - stamp).max(0) as u64)
+        .collect();
+    Ok(summary(&fan_out))
 }
 
 /// Waits (a minute at most) until the controller lists `wanted` nodes, none of them gone.
