@@ -378,6 +378,25 @@ fn settle(daemon: &Daemon, submitted: usize) -> Result<usize> {
     }
 }
 
+/// etcd's counters and the CPU seconds of the controller, etcd and this process (the agents).
+struct Snapshot {
+    etcd: Metrics,
+    controller_s: f64,
+    etcd_s: f64,
+    agents_s: f64,
+}
+
+impl Snapshot {
+    fn take(etcd: &Etcd, daemon: &Daemon, etcd_pid: u32) -> Result<Snapshot> {
+        Ok(Snapshot {
+            etcd: etcd_metrics(&etcd.url)?,
+            controller_s: cpu_seconds(daemon.pid())?,
+            etcd_s: cpu_seconds(etcd_pid)?,
+            agents_s: cpu_seconds(std::process::id())?,
+        })
+    }
+}
+
 /// Measures `seconds` of the control plane while `act` is called every 50 ms.
 fn phase(
     etcd: &Etcd,
@@ -388,12 +407,7 @@ fn phase(
     mut act: impl FnMut() -> Result<()>,
 ) -> Result<Phase> {
     let etcd_pid = etcd.pids()[0];
-    let before = (
-        etcd_metrics(&etcd.url)?,
-        cpu_seconds(daemon.pid())?,
-        cpu_seconds(etcd_pid)?,
-        cpu_seconds(std::process::id())?,
-    );
+    let before = Snapshot::take(etcd, daemon, etcd_pid)?;
     let start_us = now_micros();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(seconds) {
@@ -401,14 +415,9 @@ fn phase(
         std::thread::sleep(Duration::from_millis(50));
     }
     let wall = start.elapsed().as_secs_f64();
-    let after = (
-        etcd_metrics(&etcd.url)?,
-        cpu_seconds(daemon.pid())?,
-        cpu_seconds(etcd_pid)?,
-        cpu_seconds(std::process::id())?,
-    );
+    let after = Snapshot::take(etcd, daemon, etcd_pid)?;
     let end_us = now_micros();
-    let rate = |name: &str| (after.0.get(name) - before.0.get(name)) / wall;
+    let rate = |name: &str| (after.etcd.get(name) - before.etcd.get(name)) / wall;
     let writes = rate("etcd_server_proposals_committed_total");
     let (fan_out, delivery, generations) = arrivals.between(start_us, end_us, nodes);
     Ok(Phase {
@@ -428,15 +437,15 @@ fn phase(
             sent_bytes_per_s: rate("etcd_network_client_grpc_sent_bytes_total"),
         },
         controller: ProcessLoad {
-            cpu: (after.1 - before.1) / wall,
+            cpu: (after.controller_s - before.controller_s) / wall,
             rss_mb: rss_mb(daemon.pid()),
         },
         etcd_process: ProcessLoad {
-            cpu: (after.2 - before.2) / wall,
+            cpu: (after.etcd_s - before.etcd_s) / wall,
             rss_mb: rss_mb(etcd_pid),
         },
         agents: ProcessLoad {
-            cpu: (after.3 - before.3) / wall,
+            cpu: (after.agents_s - before.agents_s) / wall,
             rss_mb: rss_mb(std::process::id()),
         },
     })

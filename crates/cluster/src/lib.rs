@@ -25,10 +25,12 @@
 //! touch a few nodes' entries, and a new or gone slice only the slice count. An agent applies
 //! its latest part under the latest header when etcd wrote the header after the part
 //! (whichever comes first; revisions, since a new leader numbers generations from 1 again).
-//! The part keys sit among
-//! the node's orders, so a part keeps its place in their order (a start before the first
-//! generation naming the job), and are rewritten in place: only the latest matters. Writes go through an [`Outbox`] thread that retries until etcd takes them, so the
-//! agent's clock thread never waits for etcd.
+//! The part keys sit among the node's orders, so a part keeps its place in their order (a
+//! start before the first generation naming the job), and are rewritten in place: only the
+//! latest matters.
+//!
+//! Writes go through an [`Outbox`] thread that retries until etcd takes them, so the agent's
+//! clock thread never waits for etcd.
 //!
 //! [`NodeInfo`]: cosched_proto::NodeInfo
 

@@ -136,7 +136,8 @@ impl Membership {
     /// its timeout, and the agent's deadline counts from the last look that succeeded.
     ///
     /// The leader key is watched, not read at each renewal: at 1,000 nodes those reads were
-    /// 800 requests a second, with the renewals most of etcd's work in a steady cluster.
+    /// about 720 requests a second (bench/control-plane), with as many renewals most of etcd's
+    /// work in a steady cluster.
     fn keep(&self, lease_ttl: i64, check: Duration) -> Result<(), ClusterError> {
         let (watcher, leader_key, watched) = (
             Arc::clone(&self.client),
@@ -265,6 +266,9 @@ impl Membership {
 /// read again after a deletion or a break, every `check` while nobody holds it.
 fn watch_leader(client: &Client, key: &str, health: &Health, check: Duration) {
     while !health.left.load(Ordering::Relaxed) {
+        // The store's revision, not the key's: a key a stuck leader stopped rewriting may be
+        // older than the history kept, and a watch from there would fail at once, again and
+        // again.
         match client.get_prefix(key) {
             Ok((held, revision)) if held.iter().any(|kv| kv.key == key) => {
                 health.leader.store(true, Ordering::Relaxed);
@@ -389,21 +393,20 @@ pub struct EtcdSource {
     header: Option<(Generation, i64)>,
 }
 
-impl EtcdSource {
-    /// The generation the node runs, if the part or header just taken changes it.
-    fn in_force(&self) -> Option<Generation> {
-        let (part, written) = self.part.as_ref()?;
-        Some(match &self.header {
-            Some((header, revision)) if revision > written => {
-                let mut slices = part.slices.clone();
-                // The controller sends a part whenever the node's entries change, so the
-                // slices cut off here are empty ones.
-                slices.resize(header.slices.len(), Default::default());
-                Generation { slices, ..*header }
-            }
-            _ => part.clone(),
-        })
-    }
+/// The generation a node runs: its part, under the header if etcd wrote that after it.
+fn in_force(part: &(Generation, i64), header: Option<&(Generation, i64)>) -> Received {
+    let (part, written) = part;
+    let generation = match header {
+        Some((header, revision)) if revision > written => {
+            let mut slices = part.slices.clone();
+            // The controller sends a part whenever the node's entries change, so the slices
+            // cut off here are empty ones.
+            slices.resize(header.slices.len(), Default::default());
+            Generation { slices, ..*header }
+        }
+        _ => part.clone(),
+    };
+    Received::Order(Command::Publish { generation }.into())
 }
 
 /// How often a source waiting for orders looks at the link's health.
@@ -440,10 +443,8 @@ impl PlanSource for EtcdSource {
                 }) => {
                     if key == self.generation_key {
                         if let Command::Publish { generation } = command {
-                            self.part = Some((generation, revision));
-                            if let Some(generation) = self.in_force() {
-                                return Received::Order(Command::Publish { generation }.into());
-                            }
+                            let part = self.part.insert((generation, revision));
+                            return in_force(part, self.header.as_ref());
                         }
                         continue;
                     }
@@ -451,13 +452,10 @@ impl PlanSource for EtcdSource {
                     return Received::Order(Order::from(command));
                 }
                 Ok(Incoming::Header(header, revision)) => {
+                    let header = self.header.insert((header, revision));
                     // Written after the part: it changes what the node runs.
-                    let after_part = self.part.as_ref().is_some_and(|(_, p)| revision > *p);
-                    self.header = Some((header, revision));
-                    if after_part {
-                        if let Some(generation) = self.in_force() {
-                            return Received::Order(Command::Publish { generation }.into());
-                        }
+                    if let Some(part) = self.part.as_ref().filter(|(_, p)| revision > *p) {
+                        return in_force(part, Some(header));
                     }
                 }
                 Ok(Incoming::Close) | Err(RecvTimeoutError::Disconnected) => {

@@ -154,27 +154,25 @@ impl Pending {
         self.ops.push_back(Some(op));
     }
 
-    fn pop(&mut self) -> Option<Op> {
-        while let Some(slot) = self.ops.pop_front() {
-            let seq = self.first;
-            self.first += 1;
-            let Some(op) = slot else { continue };
-            if let Op::Put { key, .. } = &op {
-                if self.puts.get(key) == Some(&seq) {
-                    self.puts.remove(key);
-                }
-            }
-            return Some(op);
-        }
-        None
-    }
-
-    fn front_batchable(&mut self) -> Option<&Op> {
+    /// The next write, past those replaced.
+    fn front(&mut self) -> Option<&Op> {
         while matches!(self.ops.front(), Some(None)) {
             self.ops.pop_front();
             self.first += 1;
         }
         self.ops.front()?.as_ref()
+    }
+
+    fn pop(&mut self) -> Option<Op> {
+        self.front()?;
+        let op = self.ops.pop_front()??;
+        if let Op::Put { key, .. } = &op {
+            if self.puts.get(key) == Some(&self.first) {
+                self.puts.remove(key);
+            }
+        }
+        self.first += 1;
+        Some(op)
     }
 
     /// The next write, and what follows it that may share its transaction: up to etcd's
@@ -189,7 +187,7 @@ impl Pending {
         let mut keys = BTreeSet::from([key]);
         let mut batch = vec![first];
         while batch.len() < MAX_TXN_OPS {
-            let next = self.front_batchable().and_then(Op::batched);
+            let next = self.front().and_then(Op::batched);
             match next.map(|w| w.key().to_string()) {
                 Some(key) if !keys.contains(&key) => {
                     keys.insert(key);

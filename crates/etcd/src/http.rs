@@ -3,9 +3,9 @@
 //! chunked body).
 //!
 //! Why keep connections: a connection per request leaves each in TIME_WAIT for a minute.
-//! 1,000 agents renewing their leases made about 1,600 requests a second, past what one
-//! machine's ports allow (28,000 a minute): connecting failed with EAGAIN, and a real etcd
-//! host would hold 100,000 sockets in TIME_WAIT and pay a handshake per request.
+//! 1,000 agents renewing their leases made about 1,600 requests a second (bench/control-plane),
+//! past what one machine's ports allow (28,000 a minute): connecting failed with EAGAIN. An
+//! etcd host would keep a socket in TIME_WAIT per request and pay a handshake for each.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};

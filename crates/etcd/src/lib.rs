@@ -635,22 +635,18 @@ impl Client {
             stream
                 .set_read_timeout(None)
                 .map_err(|e| ended(e.to_string()))?;
-            let result = &created["result"];
-            let compacted = int(&result["compact_revision"]);
-            if compacted > 0 {
-                return Err(EtcdError::Compacted { from, compacted });
-            }
             // etcd refuses a watch whose token it no longer knows: made, then cancelled.
-            if result["canceled"].as_bool() == Some(true) {
-                if !fresh && self.credentials.is_some() {
+            let cancelled = created["result"]["canceled"].as_bool() == Some(true);
+            match ending(&created, from) {
+                Some(EtcdError::WatchEnded(_))
+                    if cancelled && !fresh && self.credentials.is_some() =>
+                {
                     fresh = true;
                     continue;
                 }
-                let why = result["cancel_reason"].as_str().unwrap_or("cancelled");
-                return Err(ended(why.to_string()));
-            }
-            if let Some(error) = created.get("error") {
-                return Err(ended(error.to_string()));
+                Some(EtcdError::WatchEnded(why)) => return Err(ended(why)),
+                Some(other) => return Err(other),
+                None => {}
             }
             return Ok(Watch {
                 messages: Box::new(messages),
@@ -660,6 +656,23 @@ impl Client {
             });
         }
     }
+}
+
+/// What ends a watch, if `message` says it ended: an error, a compaction past `from`, or a
+/// cancellation (a refused watch is made, then cancelled).
+fn ending(message: &Value, from: i64) -> Option<EtcdError> {
+    if let Some(error) = message.get("error") {
+        return Some(EtcdError::WatchEnded(error.to_string()));
+    }
+    let result = &message["result"];
+    let compacted = int(&result["compact_revision"]);
+    if compacted > 0 {
+        return Some(EtcdError::Compacted { from, compacted });
+    }
+    (result["canceled"].as_bool() == Some(true)).then(|| {
+        let why = result["cancel_reason"].as_str().unwrap_or("cancelled");
+        EtcdError::WatchEnded(why.to_string())
+    })
 }
 
 /// A stream of changes under a prefix, in revision order.
@@ -698,25 +711,10 @@ impl Watch {
                 Some(Err(error)) => return Err(EtcdError::WatchEnded(error.to_string())),
                 None => return Err(EtcdError::WatchEnded("closed by etcd".into())),
             };
-            if let Some(error) = message.get("error") {
-                return Err(EtcdError::WatchEnded(error.to_string()));
+            if let Some(ended) = ending(&message, self.from) {
+                return Err(ended);
             }
             let result = &message["result"];
-            let compacted = int(&result["compact_revision"]);
-            if compacted > 0 {
-                return Err(EtcdError::Compacted {
-                    from: self.from,
-                    compacted,
-                });
-            }
-            if result["canceled"].as_bool() == Some(true) {
-                return Err(EtcdError::WatchEnded(
-                    result["cancel_reason"]
-                        .as_str()
-                        .unwrap_or("cancelled")
-                        .to_string(),
-                ));
-            }
             let Some(events) = result["events"].as_array() else {
                 continue; // created, or a progress notice
             };
