@@ -333,7 +333,8 @@ fn read_request(stream: &UnixStream) -> Result<ProcessRequest, String> {
         .map_err(|e| e.to_string())?
         .ok_or("the connection closed before a request arrived")?
         .0;
-    serde_json::from_slice(&line).map_err(|e| format!("a malformed request: {e}"))
+    serde_json::from_slice(&line)
+        .map_err(|e| cosched_os::one_line(&format!("a malformed request: {e}")))
 }
 
 /// Tells a caller how its process ended; a caller that left is not waited for.

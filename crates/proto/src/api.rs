@@ -187,7 +187,10 @@ impl Request {
 
 /// Reads one request line; the error is the one-line reply for the client.
 pub fn parse_request(line: &[u8]) -> Result<Request, String> {
-    serde_json::from_slice(line).map_err(|error| format!("bad request: {error}"))
+    // serde quotes what it could not match after decoding escapes: `"c\ncel"` as an op
+    // puts a newline in the message.
+    serde_json::from_slice(line)
+        .map_err(|error| cosched_os::one_line(&format!("bad request: {error}")))
 }
 
 /// What the core is asked for: `procs` processors, spread evenly over `node_count` nodes

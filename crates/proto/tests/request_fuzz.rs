@@ -75,6 +75,12 @@ proptest! {
 }
 
 #[test]
+fn an_escaped_newline_in_a_name_stays_escaped_in_the_answer() {
+    // Found by the fuzzer in CI: serde quotes the decoded variant name.
+    one_line(&answer(br#"{"op":"c\ncel","job":1}"#));
+}
+
+#[test]
 fn the_valid_requests_are_valid() {
     for text in VALID {
         assert!(answer(text.as_bytes()).is_ok(), "{text}");
