@@ -5,6 +5,7 @@
 //! drive this same code. See ARCHITECTURE.md for the invariants it keeps.
 
 pub mod job;
+pub mod limits;
 pub mod machine;
 pub mod partition;
 pub mod partitioner;
@@ -14,6 +15,10 @@ pub mod queue;
 pub mod scheduler;
 
 pub use job::{Class, JobId, JobRequest, Micros, UnknownClass, MICROS_PER_SEC};
+pub use limits::{
+    parse_duration, parse_size, ClassTimes, Clock, DurationError, OverMaxTime, SizeError,
+    TimeLimits, UserLimits,
+};
 pub use machine::{Machine, MachineError, Topology};
 pub use partition::{CpuListError, NodeShare, Partition, Shape, Span};
 pub use partitioner::{NeverFits, PartitionerKind, ReleaseSearch, RunRule, UnknownPartitioner};

@@ -27,6 +27,10 @@ pub enum JobState {
     Idle,
     Done,
     Cancelled,
+    /// Killed at its time limit.
+    Timeout,
+    /// Ended by cosched for what it did (over its memory), the reason in its record's note.
+    Failed,
     /// Its supervisor and exit status were gone, or it could not start.
     Lost,
 }
@@ -41,13 +45,21 @@ impl JobState {
             JobState::Idle => "idle",
             JobState::Done => "done",
             JobState::Cancelled => "cancelled",
+            JobState::Timeout => "timeout",
+            JobState::Failed => "failed",
             JobState::Lost => "lost",
         }
     }
 
     /// The states a job ends in. A new way of ending goes here: `ended` and the stores'
     /// queries of unfinished jobs read this list.
-    pub const ENDED: [JobState; 3] = [JobState::Done, JobState::Cancelled, JobState::Lost];
+    pub const ENDED: [JobState; 5] = [
+        JobState::Done,
+        JobState::Cancelled,
+        JobState::Timeout,
+        JobState::Failed,
+        JobState::Lost,
+    ];
 
     /// Whether a job in this state is over.
     pub fn ended(self) -> bool {
