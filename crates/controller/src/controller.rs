@@ -9,7 +9,7 @@ use crate::counts::{Counts, Scrape, StartSpreads};
 use crate::store::{submitted_bytes, JobRecord, Store, StoreError};
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, Micros, NodeShare, Partition, Rotation,
-    Scheduler, Shape,
+    Scheduler, Shape, TimeLimits, UserLimits,
 };
 use cosched_os::fault;
 use cosched_os::unix::{user_name, Credentials};
@@ -68,6 +68,10 @@ pub struct Settings {
     /// With registration allowed (`--allow-registration`), the program a registered job runs
     /// as its holder (this very binary's `hold`); `None`: `register` is refused.
     pub registration: Option<PathBuf>,
+    /// Each class's default and longest time limit (the policy file's `[classes]`).
+    pub time_limits: TimeLimits,
+    /// What one user (root aside) may hold at once (the policy file's `[limits]`).
+    pub user_limits: UserLimits,
 }
 
 /// Queued jobs one user (root aside) may have holding their client's stdio descriptors.
@@ -179,6 +183,13 @@ impl Controller {
             joining: BTreeMap::new(),
             next_join: 0,
         }
+    }
+
+    /// The limits a policy reload (SIGHUP) may change while jobs run: they bind what is
+    /// submitted or started from now on.
+    pub fn set_limits(&mut self, time_limits: TimeLimits, user_limits: UserLimits) {
+        self.settings.time_limits = time_limits;
+        self.settings.user_limits = user_limits;
     }
 
     /// Changes a job's record: in memory only once the store has it.

@@ -218,6 +218,8 @@ impl Harness {
             keep_ended: 1_000,
             max_files: 1 << 20,
             registration: Some("/usr/bin/cosched".into()),
+            time_limits: Default::default(),
+            user_limits: Default::default(),
         };
         let config = Config {
             mpl: 2,

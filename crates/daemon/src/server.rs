@@ -234,6 +234,8 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         registration: config
             .allow_registration
             .then(|| config.supervisor_exe.clone()),
+        time_limits: Default::default(),
+        user_limits: Default::default(),
     };
     let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
     let clients = SocketClients::new(waiters);
