@@ -436,8 +436,7 @@ mod tests {
                 code: Some(3),
                 signal: None,
             },
-            note: None,
-            at_us: None,
+            ..Ending::default()
         };
         fixture.door.answer(process.request, &ended);
         assert_eq!(ending(&caller), ended);

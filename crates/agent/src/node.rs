@@ -645,6 +645,7 @@ impl<A: Actuator> NodeAgent<A> {
             .get(&job)
             .cloned()
             .ok_or_else(|| format!("job {job} is not placed on node {}", self.settings.node))?;
+        self.limit_memory(job, &launch)?;
         let files = self.settings.process_files(job, process);
         let mut spec = self.spec(job, &cpus, launch, files)?;
         let stdio = Self::output_to_file(&mut spec)?;
@@ -697,7 +698,29 @@ impl<A: Actuator> NodeAgent<A> {
             started_file,
             socket,
             output_file: None,
+            usage: self
+                .applier
+                .actuator()
+                .usage_files(&job_group(job))
+                .map_err(|e| e.to_string())?,
         })
+    }
+
+    /// Holds the job's cgroup here to the memory its launch asks for, before any process of
+    /// it starts (each process added on this node asks again: the same limit).
+    fn limit_memory(&mut self, job: JobId, launch: &Launch) -> Result<(), String> {
+        let Some(bytes) = launch.memory else {
+            return Ok(());
+        };
+        self.applier
+            .actuator_mut()
+            .limit_memory(&job_group(job), bytes.get())
+            .map_err(|error| {
+                format!(
+                    "node {} cannot hold job {job} to {bytes} bytes of memory: {error}",
+                    self.settings.node
+                )
+            })
     }
 
     /// Starts a supervisor with a fresh listening socket for a restarted agent.
@@ -727,6 +750,7 @@ impl<A: Actuator> NodeAgent<A> {
             self.settings.started_file(job),
             self.settings.socket_file(job),
         ];
+        self.limit_memory(job, &launch)?;
         let mut spec = self.spec(job, cpus, launch, files)?;
         let stdio = match stdio {
             Some(stdio) => stdio,

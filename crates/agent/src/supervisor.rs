@@ -13,7 +13,7 @@
 //! can escape), takes the submitter's uid, gid and groups, and enters the submitter's working
 //! directory. No shell is involved, and no descriptor but its stdio reaches it.
 
-use cosched_cgroups::ReleaseStep;
+use cosched_cgroups::{ReleaseStep, UsageFiles};
 use cosched_core::JobId;
 use cosched_proto::{Ending, ExitInfo, Launch};
 use serde::{Deserialize, Serialize};
@@ -42,6 +42,10 @@ pub struct LaunchSpec {
     /// directory) when no client's descriptors reach it.
     #[serde(default)]
     pub output_file: Option<String>,
+    /// Where the job's CPU time, peak memory and OOM kills are read once its process ends,
+    /// for its [`Ending`] (and so kept with the exit status across a daemon's restart).
+    #[serde(default)]
+    pub usage: UsageFiles,
 }
 
 /// The listening socket (`run/job-N.sock`) for a restarted daemon.
@@ -470,7 +474,20 @@ pub fn supervise() -> Result<(), SupervisorError> {
                 eprintln!("cosched: job {job}: {note}");
             }
             let at_us = Some(cosched_os::now_micros());
-            return state.finish(Ending { exit, note, at_us }, &listener);
+            // Read before the end is told: the cgroup goes once the controller records it.
+            let (usage, error) = cosched_cgroups::usage(&spec.usage);
+            if let Some(error) = error {
+                eprintln!("cosched: job {job}: its cgroup's figures: {error}");
+            }
+            let ending = Ending {
+                exit,
+                note,
+                at_us,
+                cpu_us: usage.cpu_us,
+                peak_memory_bytes: usage.peak_memory_bytes,
+                oom_kills: usage.oom_kills.unwrap_or(0),
+            };
+            return state.finish(ending, &listener);
         }
     }
 }

@@ -558,8 +558,8 @@ impl PlanSource for Simulated {
                         code: Some(0),
                         signal: None,
                     },
-                    note: None,
                     at_us: Some(now),
+                    ..Ending::default()
                 };
                 self.events.report(Event::Ended { job, ending });
                 continue;

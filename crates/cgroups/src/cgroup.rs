@@ -109,10 +109,14 @@ pub struct Cgroups {
     v1_cpuset: Option<PathBuf>,
     v1_cpu: Option<PathBuf>,
     v1_pids: Option<PathBuf>,
+    v1_memory: Option<PathBuf>,
+    v1_cpuacct: Option<PathBuf>,
     cpuset: Option<Tree>,
     weight: Option<Tree>,
     /// Where a job's task limit is set, if any tree has the pids controller.
     tasks: Option<Tree>,
+    /// Where a job's memory limit is set and its peak and OOM kills read, if anywhere.
+    memory: Option<Tree>,
     jobs: BTreeSet<String>,
     /// Per job, what `spread` last saw: when it may look again, the wait after that, and the
     /// job's processes (a new one means a look at once).
@@ -207,16 +211,90 @@ fn poll(
 /// CPU time used so far by every process of the cgroup v2 group at `dir` (`cpu.stat`, which
 /// v2 keeps whatever controllers are enabled).
 pub fn cpu_usage_of(dir: &Path) -> Result<Duration> {
-    let file = dir.join("cpu.stat");
-    let text = read(&file)?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("usage_usec "))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_micros)
-        .ok_or_else(|| CgroupError::Io {
-            path: file.clone(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "no usage_usec line"),
-        })
+    keyed(&dir.join("cpu.stat"), "usage_usec").map(Duration::from_micros)
+}
+
+fn invalid(path: &Path, why: String) -> CgroupError {
+    CgroupError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, why),
+    }
+}
+
+/// The number on the `key value` line of a flat-keyed file (`cpu.stat`, `memory.events`).
+fn keyed(path: &Path, key: &str) -> Result<u64> {
+    read(path)?
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| invalid(path, format!("no '{key}' line with a number")))
+}
+
+/// The number a single-value file holds (`memory.peak`, `cpuacct.usage`).
+fn number(path: &Path) -> Result<u64> {
+    let text = read(path)?;
+    text.trim()
+        .parse()
+        .map_err(|_| invalid(path, format!("'{}' is not a number", text.trim())))
+}
+
+/// Where a job's figures are read as it ends, each a job's directory in the tree that keeps
+/// them: the supervisor, which has no actuator, reads them (as it takes [`ReleaseStep`]s).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UsageFiles {
+    /// A v2 group: `cpu.stat` (`usage_usec`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_v2: Option<PathBuf>,
+    /// A v1 cpuacct group: `cpuacct.usage` (ns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_v1: Option<PathBuf>,
+    /// A v2 group with the memory controller: `memory.peak`, `memory.events` (`oom_kill`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_v2: Option<PathBuf>,
+    /// A v1 memory group: `memory.max_usage_in_bytes`, `memory.oom_control` (`oom_kill`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_v1: Option<PathBuf>,
+}
+
+/// What a job's cgroup counted; `None` where this machine keeps no such figure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub cpu_us: Option<u64>,
+    /// The most memory the job held at once: v1's `memory.max_usage_in_bytes`, v2's
+    /// `memory.peak` (Linux 5.19 on; before it, none: nothing samples `memory.current`).
+    pub peak_memory_bytes: Option<u64>,
+    /// The job's processes the kernel's OOM killer killed (at the job's memory limit).
+    pub oom_kills: Option<u64>,
+}
+
+/// Reads what `files` name. A figure that cannot be read stays `None` (the others are still
+/// read: a job's end must be recorded whatever its accounting); the first error comes back.
+pub fn usage(files: &UsageFiles) -> (Usage, Option<CgroupError>) {
+    let mut first_error = None;
+    let mut take = |read: Result<u64>| match read {
+        Ok(value) => Some(value),
+        Err(error) => {
+            first_error.get_or_insert(error);
+            None
+        }
+    };
+    let mut usage = Usage::default();
+    if let Some(dir) = &files.cpu_v2 {
+        usage.cpu_us = take(keyed(&dir.join("cpu.stat"), "usage_usec"));
+    } else if let Some(dir) = &files.cpu_v1 {
+        usage.cpu_us = take(number(&dir.join("cpuacct.usage")).map(|ns| ns / 1000));
+    }
+    if let Some(dir) = &files.memory_v2 {
+        let peak = dir.join("memory.peak");
+        if peak.exists() {
+            usage.peak_memory_bytes = take(number(&peak));
+        }
+        usage.oom_kills = take(keyed(&dir.join("memory.events"), "oom_kill"));
+    } else if let Some(dir) = &files.memory_v1 {
+        usage.peak_memory_bytes = take(number(&dir.join("memory.max_usage_in_bytes")));
+        usage.oom_kills = take(keyed(&dir.join("memory.oom_control"), "oom_kill"));
+    }
+    (usage, first_error)
 }
 
 /// Asks the v2 freezer of the group at `dir` to freeze or thaw it.
@@ -335,13 +413,23 @@ impl Cgroups {
         } else {
             layout.v1_pids.as_ref().map(|_| Tree::V1)
         };
+        let memory = if has("memory") {
+            Some(Tree::V2)
+        } else {
+            layout.v1_memory.as_ref().map(|_| Tree::V1)
+        };
         if let Some(dir) = &v2 {
             // Pass the v2 controllers we use down to the jobs (root, then our parent).
-            let wanted: Vec<&str> = [(cpuset, "cpuset"), (weight, "cpu"), (tasks, "pids")]
-                .into_iter()
-                .filter(|(tree, _)| *tree == Some(Tree::V2))
-                .map(|(_, name)| name)
-                .collect();
+            let wanted: Vec<&str> = [
+                (cpuset, "cpuset"),
+                (weight, "cpu"),
+                (tasks, "pids"),
+                (memory, "memory"),
+            ]
+            .into_iter()
+            .filter(|(tree, _)| *tree == Some(Tree::V2))
+            .map(|(_, name)| name)
+            .collect();
             for name in wanted {
                 let enable = format!("+{name}");
                 for level in [dir.parent().unwrap_or(dir), dir.as_path()] {
@@ -363,6 +451,9 @@ impl Cgroups {
         let v1_cpuset = v1_dir(&layout.v1_cpuset, cpuset == Some(Tree::V1))?;
         let v1_cpu = v1_dir(&layout.v1_cpu, weight == Some(Tree::V1))?;
         let v1_pids = v1_dir(&layout.v1_pids, tasks == Some(Tree::V1))?;
+        let v1_memory = v1_dir(&layout.v1_memory, memory == Some(Tree::V1))?;
+        // Every v2 group keeps `cpu.stat`: cpuacct only counts where there is no v2 tree.
+        let v1_cpuacct = v1_dir(&layout.v1_cpuacct, v2.is_none())?;
         if let Some(dir) = &v1_cpuset {
             // A v1 cpuset takes no task until it has processors and memory nodes.
             inherit_cpuset(dir)?;
@@ -372,6 +463,8 @@ impl Cgroups {
             && v1_cpuset.is_none()
             && v1_cpu.is_none()
             && v1_pids.is_none()
+            && v1_memory.is_none()
+            && v1_cpuacct.is_none()
         {
             return Err(CgroupError::Unsupported(
                 "no cgroup hierarchy is mounted to hold a job's processes".into(),
@@ -384,9 +477,12 @@ impl Cgroups {
             v1_cpuset,
             v1_cpu,
             v1_pids,
+            v1_memory,
+            v1_cpuacct,
             cpuset,
             weight,
             tasks,
+            memory,
             jobs: BTreeSet::new(),
             spread_due: BTreeMap::new(),
             v1_keepalive: None,
@@ -404,15 +500,27 @@ impl Cgroups {
         self.freezer
     }
 
-    /// The cosched parent in each hierarchy used, v2 first.
-    fn parents(&self) -> [&Option<PathBuf>; 5] {
-        [
+    /// The cosched parent in each hierarchy used, v2 first, each once (v1 controllers may
+    /// share a mount: `cpu,cpuacct`).
+    fn parents(&self) -> Vec<&PathBuf> {
+        let mut parents: Vec<&PathBuf> = Vec::with_capacity(7);
+        for parent in [
             &self.v2,
             &self.v1_freezer,
             &self.v1_cpuset,
             &self.v1_cpu,
             &self.v1_pids,
+            &self.v1_memory,
+            &self.v1_cpuacct,
         ]
+        .into_iter()
+        .flatten()
+        {
+            if !parents.contains(&parent) {
+                parents.push(parent);
+            }
+        }
+        parents
     }
 
     /// The job groups already under the parent (an earlier daemon's), each with the number of
@@ -421,7 +529,6 @@ impl Cgroups {
         let parent = self
             .parents()
             .into_iter()
-            .flatten()
             .next()
             .expect("open() ensures one hierarchy");
         let mut jobs = Vec::new();
@@ -446,7 +553,6 @@ impl Cgroups {
         let job = job.to_string();
         self.parents()
             .into_iter()
-            .flatten()
             .map(move |parent| parent.join(&job))
     }
 
@@ -618,7 +724,7 @@ impl Cgroups {
     /// Removes the parent cgroups (which must hold no job) and the v1 keep-alive group.
     pub fn close(mut self) -> Result<()> {
         self.release_keepalive()?;
-        for parent in self.parents().into_iter().flatten() {
+        for parent in self.parents() {
             match fs::remove_dir(parent) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     return Err(io_err(parent)(e))
@@ -664,11 +770,12 @@ impl Actuator for Cgroups {
             None => "unavailable",
         };
         format!(
-            "stop: {}; processors: {} cpuset; weight: {} cpu; tasks: {} pids",
+            "stop: {}; processors: {} cpuset; weight: {} cpu; tasks: {} pids; memory: {} memory",
             self.freezer,
             tree(self.cpuset),
             tree(self.weight),
-            tree(self.tasks)
+            tree(self.tasks),
+            tree(self.memory)
         )
     }
 
@@ -837,6 +944,48 @@ impl Actuator for Cgroups {
     fn unpin(&mut self, job: &JobGroup) -> Result<()> {
         self.spread_due.remove(&**job);
         affinity::unpin(&self.pids(job)?)
+    }
+
+    fn limit_memory(&mut self, job: &JobGroup, bytes: u64) -> Result<()> {
+        self.known(job)?;
+        let bytes = bytes.to_string();
+        match (self.memory, &self.v2, &self.v1_memory) {
+            (Some(Tree::V2), Some(parent), _) => {
+                let dir = parent.join(job);
+                write(&dir.join("memory.max"), &bytes)?;
+                // Swap would let the job run on past its limit, paging (absent: no swap).
+                let swap = dir.join("memory.swap.max");
+                if swap.exists() {
+                    write(&swap, "0")?;
+                }
+                Ok(())
+            }
+            (Some(Tree::V1), _, Some(parent)) => {
+                let dir = parent.join(job);
+                write(&dir.join("memory.limit_in_bytes"), &bytes)?;
+                // Memory and swap together, at the same bound: swap does not dodge the limit.
+                // Absent when the kernel does not account swap (`daemon --check` says so).
+                let memsw = dir.join("memory.memsw.limit_in_bytes");
+                if memsw.exists() {
+                    write(&memsw, &bytes)?;
+                }
+                Ok(())
+            }
+            _ => Err(CgroupError::Unsupported(
+                "no memory controller on this machine: memory limits cannot be enforced".into(),
+            )),
+        }
+    }
+
+    fn usage_files(&self, job: &JobGroup) -> Result<UsageFiles> {
+        self.known(job)?;
+        let v2 = self.v2.as_ref().map(|parent| parent.join(job));
+        Ok(UsageFiles {
+            cpu_v2: v2.clone(),
+            cpu_v1: self.v1_cpuacct.as_ref().map(|parent| parent.join(job)),
+            memory_v2: v2.filter(|_| self.memory == Some(Tree::V2)),
+            memory_v1: self.v1_memory.as_ref().map(|parent| parent.join(job)),
+        })
     }
 
     fn cpu_usage(&self, job: &JobGroup) -> Result<Duration> {

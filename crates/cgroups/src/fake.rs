@@ -1,7 +1,7 @@
 //! An in-memory actuator for tests of logic: it records every call and keeps the state a real
 //! one would (members, processors, weight, frozen), and refuses what a real one refuses.
 
-use crate::{Actuator, CgroupError, JobGroup, Pid, ReleaseStep, Result};
+use crate::{Actuator, CgroupError, JobGroup, Pid, ReleaseStep, Result, UsageFiles};
 use cosched_core::Partition;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,6 +14,7 @@ pub enum FakeCall {
     SetCpus(String, Partition),
     SetWeight(String, u32),
     LimitTasks(String, u64),
+    LimitMemory(String, u64),
     Freeze(String),
     Thaw(String),
     Kill(String),
@@ -37,6 +38,7 @@ pub struct FakeJob {
     /// When the last freeze was asked.
     pub freeze_asked: Option<Instant>,
     pub most_tasks: Option<u64>,
+    pub most_memory: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -187,6 +189,21 @@ impl Actuator for Fake {
         self.jobs
             .get(&**job)
             .map(|j| j.cpu)
+            .ok_or_else(|| CgroupError::UnknownJob(job.to_string()))
+    }
+
+    fn limit_memory(&mut self, job: &JobGroup, bytes: u64) -> Result<()> {
+        self.job(job)?.most_memory = Some(bytes);
+        self.calls
+            .push(FakeCall::LimitMemory(job.to_string(), bytes));
+        Ok(())
+    }
+
+    /// None: a fake job has no files, so its ending carries no figures.
+    fn usage_files(&self, job: &JobGroup) -> Result<UsageFiles> {
+        self.jobs
+            .get(&**job)
+            .map(|_| UsageFiles::default())
             .ok_or_else(|| CgroupError::UnknownJob(job.to_string()))
     }
 }

@@ -16,6 +16,10 @@ pub struct Layout {
     pub v1_cpuset: Option<PathBuf>,
     pub v1_cpu: Option<PathBuf>,
     pub v1_pids: Option<PathBuf>,
+    /// Memory limits and peaks where the v2 tree has no memory controller (hybrid machines).
+    pub v1_memory: Option<PathBuf>,
+    /// CPU time where there is no v2 tree at all (every v2 group keeps `cpu.stat`).
+    pub v1_cpuacct: Option<PathBuf>,
 }
 
 impl Layout {
@@ -44,6 +48,8 @@ impl Layout {
                             "cpuset" => &mut layout.v1_cpuset,
                             "cpu" => &mut layout.v1_cpu,
                             "pids" => &mut layout.v1_pids,
+                            "memory" => &mut layout.v1_memory,
+                            "cpuacct" => &mut layout.v1_cpuacct,
                             _ => continue,
                         };
                         slot.get_or_insert_with(|| path.clone());
@@ -70,6 +76,8 @@ impl Layout {
             (self.v1_cpuset.as_deref(), "cpuset"),
             (self.v1_cpu.as_deref(), "cpu"),
             (self.v1_pids.as_deref(), "pids"),
+            (self.v1_memory.as_deref(), "memory"),
+            (self.v1_cpuacct.as_deref(), "cpuacct"),
         ]
         .into_iter()
         .filter_map(|(mount, controller)| Some((mount?, controller)))
@@ -116,12 +124,15 @@ impl fmt::Display for Layout {
         };
         write!(
             f,
-            "cgroup2 {}, v1 freezer {}, v1 cpuset {}, v1 cpu {}, v1 pids {}",
+            "cgroup2 {}, v1 freezer {}, v1 cpuset {}, v1 cpu {}, v1 pids {}, v1 memory {}, \
+             v1 cpuacct {}",
             show(&self.v2),
             show(&self.v1_freezer),
             show(&self.v1_cpuset),
             show(&self.v1_cpu),
-            show(&self.v1_pids)
+            show(&self.v1_pids),
+            show(&self.v1_memory),
+            show(&self.v1_cpuacct)
         )
     }
 }
@@ -137,6 +148,7 @@ mod tests {
 34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
 37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
 38 31 0:35 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+39 31 0:36 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
 
@@ -162,6 +174,14 @@ mod tests {
         assert_eq!(
             layout.v1_pids.as_deref(),
             Some(Path::new("/sys/fs/cgroup/pids"))
+        );
+        assert_eq!(
+            layout.v1_memory.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/memory"))
+        );
+        assert_eq!(
+            layout.v1_cpuacct.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/cpuacct"))
         );
     }
 

@@ -11,7 +11,7 @@ mod fake;
 mod layout;
 pub mod procfs;
 
-pub use cgroup::{cpu_usage_of, release, Cgroups, Freezer, ReleaseStep};
+pub use cgroup::{cpu_usage_of, release, usage, Cgroups, Freezer, ReleaseStep, Usage, UsageFiles};
 pub use fake::{Fake, FakeCall};
 pub use layout::Layout;
 
@@ -152,6 +152,11 @@ pub trait Actuator {
     fn release_steps(&self, job: &JobGroup) -> Result<Vec<ReleaseStep>>;
     /// CPU time used so far by every process of the job.
     fn cpu_usage(&self, job: &JobGroup) -> Result<Duration>;
+    /// Holds the job to `bytes` of memory, swap included (past it the kernel reclaims, then
+    /// its OOM killer kills in the job). Set before the job's processes start.
+    fn limit_memory(&mut self, job: &JobGroup, bytes: u64) -> Result<()>;
+    /// Where the job's CPU time, peak memory and OOM kills are read as it ends ([`usage`]).
+    fn usage_files(&self, job: &JobGroup) -> Result<UsageFiles>;
     /// Pins the job's runnable threads one per processor of its cpuset, moving as few as it
     /// can ([`affinity::spread_plan`]): the kernel may leave two busy threads stacked on one
     /// processor for tens of milliseconds after a weight change. Pins last until `unpin` or a

@@ -22,7 +22,12 @@ fn spinner() -> Child {
 
 /// Waits at most 5 s for the child to end (a test must not hang on a process that survived).
 fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
-    for _ in 0..500 {
+    wait_bounded_for(child, Duration::from_secs(5))
+}
+
+fn wait_bounded_for(child: &mut Child, most: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    while start.elapsed() < most {
         if let Some(status) = child.try_wait().unwrap() {
             return status;
         }
@@ -273,4 +278,98 @@ fn the_best_freezer_is_chosen_and_described() {
     assert_eq!(act.freezer(), expected);
     assert!(act.describe().starts_with("stop: "), "{}", act.describe());
     act.close().unwrap();
+}
+
+/// A job held to 64 MiB that fills 256 MiB is killed by the kernel's OOM killer in its group,
+/// and the group's figures say so: an OOM kill, a peak near the limit, CPU time spent.
+#[test]
+fn a_job_over_its_memory_limit_is_killed_and_counted() {
+    cosched_os::require_root("the tests of real cgroups");
+    let layout = Layout::detect().unwrap();
+    let parent = format!("cosched-test-{}-memory", std::process::id());
+    let mut act = Cgroups::open(&layout, &parent, None).unwrap();
+    let job = &JobGroup::of(1);
+    let limit: u64 = 64 << 20;
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        act.create(job).unwrap();
+        match act.limit_memory(job, limit) {
+            Err(CgroupError::Unsupported(why)) => {
+                assert!(
+                    layout.v1_memory.is_none()
+                        && !layout.v2_controllers().contains(&"memory".into()),
+                    "{why}, but the layout has a memory controller: {layout}"
+                );
+                eprintln!("no memory controller here ({why}): nothing to enforce");
+                return;
+            }
+            other => other.unwrap(),
+        }
+        let mut child = cosched_cgroups::die_with_parent(&mut Command::new("sh"))
+            .args([
+                "-c",
+                "read go; exec perl -e '$x = \"x\" x (256 << 20); exit 0'",
+            ])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("sh runs");
+        act.add(job, child.id() as Pid).unwrap();
+        writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+        let status = wait_bounded_for(&mut child, Duration::from_secs(60));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+        let (usage, error) = cosched_cgroups::usage(&act.usage_files(job).unwrap());
+        assert!(error.is_none(), "{error:?}");
+        assert!(usage.oom_kills.unwrap() >= 1, "{usage:?}");
+        assert!(usage.cpu_us.unwrap() > 0, "{usage:?}");
+        if let Some(peak) = usage.peak_memory_bytes {
+            assert!(peak > limit / 2 && peak <= limit, "{usage:?}");
+        }
+    }));
+    let _ = act.kill(job);
+    std::thread::sleep(Duration::from_millis(50));
+    let _ = act.remove(job);
+    let closed = act.close();
+    if let Err(panic) = outcome {
+        resume_unwind(panic);
+    }
+    closed.unwrap();
+}
+
+/// Without a limit, the same figures are read, and no OOM kill is counted.
+#[test]
+fn a_jobs_figures_are_read_at_its_end() {
+    cosched_os::require_root("the tests of real cgroups");
+    let layout = Layout::detect().unwrap();
+    let parent = format!("cosched-test-{}-usage", std::process::id());
+    let mut act = Cgroups::open(&layout, &parent, None).unwrap();
+    let job = &JobGroup::of(1);
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        act.create(job).unwrap();
+        let mut child = cosched_cgroups::die_with_parent(&mut Command::new("sh"))
+            .args([
+                "-c",
+                "read go; exec perl -e '$x = \"x\" x (32 << 20); $i = 0; $i++ while $i < 3e6'",
+            ])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("sh runs");
+        act.add(job, child.id() as Pid).unwrap();
+        writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+        assert!(wait_bounded_for(&mut child, Duration::from_secs(60)).success());
+        let (usage, error) = cosched_cgroups::usage(&act.usage_files(job).unwrap());
+        assert!(error.is_none(), "{error:?}");
+        assert!(usage.cpu_us.unwrap() > 10_000, "{usage:?}");
+        let memory =
+            layout.v1_memory.is_some() || layout.v2_controllers().contains(&"memory".into());
+        assert_eq!(usage.oom_kills, memory.then_some(0), "{usage:?}");
+        if let Some(peak) = usage.peak_memory_bytes {
+            assert!(peak >= 32 << 20, "{usage:?}");
+        }
+    }));
+    let _ = act.remove(job);
+    let closed = act.close();
+    if let Err(panic) = outcome {
+        resume_unwind(panic);
+    }
+    closed.unwrap();
 }

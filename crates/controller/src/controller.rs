@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
+mod history;
 mod registration;
 
 /// What a client did wrong or may not do; the message goes back to it as is.
@@ -76,6 +77,7 @@ pub struct Settings {
 
 /// Queued jobs one user (root aside) may have holding their client's stdio descriptors.
 pub const MAX_HELD_STDIO_PER_UID: usize = 1000;
+
 /// Unfinished jobs one user (root aside) may have: each is a record in memory.
 pub const MAX_UNFINISHED_PER_UID: usize = 10_000;
 /// Bytes of arguments, environment and working directory one user's (root aside) unfinished
@@ -400,6 +402,8 @@ impl Controller {
             suspended_since_us: None,
             nodes: Vec::new(),
             cpus_on_nodes: Vec::new(),
+            cpu_us: None,
+            peak_memory_bytes: None,
         };
         self.store.insert(&record).map_err(unrecorded)?;
         fault::point("recorded", id);
@@ -664,6 +668,7 @@ impl Controller {
             groups: record.owner.groups.clone(),
             output: record.output.clone(),
             holder: record.registered,
+            memory: None,
         }
     }
 
@@ -713,6 +718,14 @@ impl Controller {
         };
         record.exit = (ending.exit != ExitInfo::default()).then_some(ending.exit);
         record.note = ending.note.or(record.note.take());
+        record.cpu_us = ending.cpu_us;
+        record.peak_memory_bytes = ending.peak_memory_bytes;
+        if ending.oom_kills > 0 && record.status == JobState::Done {
+            // The kernel killed in the job at the memory limit cosched set: not the job's
+            // own end, whatever status its process left.
+            record.status = JobState::Failed;
+            record.note = Some(cosched_proto::OUT_OF_MEMORY.to_string());
+        }
         let started = record.started_us.unwrap_or(record.submitted_us);
         record.ended_us = Some(ending.at_us.map_or(now, |at| at.clamp(started, now)));
         record.suspended_us += suspended_for(&record, record.ended_us.unwrap_or(now));

@@ -5,17 +5,18 @@
 //! and records", as an ordinary user, in milliseconds.
 
 use crate::clients::{ClientId, Clients, Until};
-use crate::store::{JobRecord, Store, StoreError};
+use crate::store::{history_of, JobRecord, Store, StoreError};
 use crate::{ApiError, Controller, Settings};
 use cosched_core::{Config, JobId, Micros, Partition, Rotation, Scheduler};
 use cosched_os::unix::Credentials;
-use cosched_proto::api::{Reply, RunRequest};
+use cosched_proto::api::{HistoryRequest, Reply, RunRequest};
 use cosched_proto::{
     Command, Event, Mode, Node, NodeInfo, NodeMap, Order, OrderSink, PROTOCOL_VERSION,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+mod history_tests;
 mod properties;
 mod tests;
 
@@ -54,6 +55,10 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
+    fn history(&self, query: &HistoryRequest) -> Result<Vec<JobRecord>, StoreError> {
+        Ok(history_of(query, lock(&self.0).records.values().cloned()))
+    }
+
     fn load(&self, ended: usize) -> Result<Vec<JobRecord>, StoreError> {
         let stored = lock(&self.0);
         let (finished, mut kept): (Vec<&JobRecord>, Vec<&JobRecord>) =

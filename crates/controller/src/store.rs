@@ -4,6 +4,7 @@
 
 use cosched_core::{Class, JobId};
 use cosched_os::unix::Credentials;
+use cosched_proto::api::HistoryRequest;
 use cosched_proto::{ExitInfo, JobState};
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +54,12 @@ pub struct JobRecord {
     /// How many of its processors are on each of `nodes`, in the same order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpus_on_nodes: Vec<u32>,
+    /// CPU time of its processes (µs) and the most memory they held at once (bytes), from
+    /// its cgroup as it ended: none while it runs, or where its node could not tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_us: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
 }
 
 /// Bytes of its command an ended job keeps, in memory and in the store: what a job was is
@@ -125,4 +132,43 @@ pub trait Store: Send {
     fn put(&mut self, record: &JobRecord) -> Result<(), StoreError>;
     /// A job id never handed out before (above every id in the store), durable when it returns.
     fn next_id(&mut self) -> Result<JobId, StoreError>;
+    /// The ended records `query` asks for, the latest ended first (the higher id first among
+    /// those that ended together), at most `query.rows()`.
+    fn history(&self, query: &HistoryRequest) -> Result<Vec<JobRecord>, StoreError>;
+}
+
+/// Whether `record` is an ended job `query` asks for: what SQLite asks in SQL, for the stores
+/// that look at every record.
+pub fn wanted_in_history(query: &HistoryRequest, record: &JobRecord) -> bool {
+    let ended = record.ended_us.unwrap_or(i64::MIN);
+    record.status.ended()
+        && query.uid.is_none_or(|uid| record.owner.uid == uid)
+        && (query.jobs.is_empty() || query.jobs.contains(&record.id))
+        && (query.states.is_empty() || query.states.contains(&record.status))
+        && query.since_us.is_none_or(|since| ended >= since)
+        && query.until_us.is_none_or(|until| ended < until)
+}
+
+/// The answer of a store that looks at every record: those wanted, in history's order,
+/// bounded (never more than `query.rows()` held at once beyond the input).
+pub fn history_of(
+    query: &HistoryRequest,
+    records: impl IntoIterator<Item = JobRecord>,
+) -> Vec<JobRecord> {
+    let rows = query.rows();
+    let newest_first = |r: &JobRecord| std::cmp::Reverse((r.ended_us, r.id));
+    let mut kept: Vec<JobRecord> = Vec::new();
+    for record in records {
+        if !wanted_in_history(query, &record) {
+            continue;
+        }
+        kept.push(record);
+        if kept.len() >= 2 * rows.max(1) {
+            kept.sort_by_key(newest_first);
+            kept.truncate(rows);
+        }
+    }
+    kept.sort_by_key(newest_first);
+    kept.truncate(rows);
+    kept
 }

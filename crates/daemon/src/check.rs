@@ -59,14 +59,17 @@ pub fn check() -> Report {
         let dir = root.join(&probe);
         let made = std::fs::create_dir(&dir).is_ok();
         let has = dir.join("cgroup.freeze").exists();
+        // Only where the root passes the memory controller down (as the daemon has it do).
+        let peak = dir.join("memory.peak").exists();
         if made {
             let _ = std::fs::remove_dir(&dir);
         }
-        (root.clone(), has)
+        (root.clone(), has, peak)
     });
+    let v2_peak = v2_freeze.as_ref().is_some_and(|(_, _, peak)| *peak);
     features.push(match &v2_freeze {
-        Some((root, true)) => feature("cgroup v2 freezer", true, format!("{}", root.display())),
-        Some((root, false)) => feature(
+        Some((root, true, _)) => feature("cgroup v2 freezer", true, format!("{}", root.display())),
+        Some((root, false, _)) => feature(
             "cgroup v2 freezer",
             false,
             format!(
@@ -119,6 +122,34 @@ pub fn check() -> Report {
             "task limit",
             false,
             "no pids controller: --tasks-per-cpu cannot be enforced",
+        )
+    });
+    features.push(if v2_has("memory") {
+        let peak = match v2_peak {
+            true => "peak from memory.peak",
+            false => "no memory.peak (Linux before 5.19?): jobs' peak memory is not known",
+        };
+        feature(
+            "memory limit",
+            true,
+            format!("cgroup v2 memory.max, swap.max 0; {peak}"),
+        )
+    } else if let Some(dir) = &layout.v1_memory {
+        let swap = match dir.join("memory.memsw.limit_in_bytes").exists() {
+            true => "memory and swap limited together",
+            false => "swap is not accounted (swapaccount=0): a job may page past its limit",
+        };
+        feature(
+            "memory limit",
+            true,
+            format!("cgroup v1 at {}; {swap}", dir.display()),
+        )
+    } else {
+        feature(
+            "memory limit",
+            false,
+            "no memory controller: a job asking for memory ends lost when it starts, and \
+             no job's peak memory is known",
         )
     });
     features.push(match realtime_thread() {

@@ -138,6 +138,14 @@ impl Shared {
                 .issue(who)
                 .map(|token| Reply::Token { ok: true, token })
                 .map_err(|e| ApiError::Internal(format!("no randomness for a token: {e}"))),
+            Request::History(query) => {
+                self.with(|inner, _| inner.history(&query))
+                    .map(|(history, truncated)| Reply::History {
+                        ok: true,
+                        history,
+                        truncated,
+                    })
+            }
             Request::JobEnd { job } => self
                 .with(|inner, now| inner.job_end(who, job, now))
                 .map(Reply::done),

@@ -4,9 +4,10 @@
 //! refused by etcd, never applied over the new leader's records.
 
 use cosched_cluster::{Keys, LeaderGuard};
-use cosched_controller::store::{JobRecord, Store, StoreError};
+use cosched_controller::store::{history_of, JobRecord, Store, StoreError};
 use cosched_core::JobId;
 use cosched_etcd::{Client, Compare};
+use cosched_proto::api::HistoryRequest;
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +119,20 @@ impl Store for EtcdStore {
         kept.extend(finished.into_iter().rev().take(ended));
         kept.sort_by_key(|r| r.id);
         Ok(kept)
+    }
+
+    /// etcd has no index but the key (the id): every record is read, as `load` does, and
+    /// only the rows asked for are kept.
+    fn history(&self, query: &HistoryRequest) -> Result<Vec<JobRecord>, StoreError> {
+        let (kvs, _) = self
+            .client
+            .get_prefix(&self.keys.jobs())
+            .map_err(EtcdStoreError::from)?;
+        let records = kvs
+            .iter()
+            .map(|kv| self.decode(&kv.key, &kv.value))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(history_of(query, records))
     }
 
     fn get(&self, job: JobId) -> Result<Option<JobRecord>, StoreError> {

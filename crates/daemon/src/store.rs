@@ -3,6 +3,7 @@
 
 use cosched_controller::store::{JobRecord, Store, StoreError};
 use cosched_core::JobId;
+use cosched_proto::api::HistoryRequest;
 use cosched_proto::JobState;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
@@ -35,6 +36,11 @@ const SCHEMA: &str = "CREATE TABLE jobs (
                  name TEXT PRIMARY KEY,
                  value INTEGER NOT NULL
              );";
+/// What `history` looks jobs up by, as indexes on the records' own fields: no new column, so
+/// a store keeps its tables, any writer (an older daemon's too) keeps the indexes right, and
+/// an older store gets them when opened.
+const ENDED_AT: &str = "json_extract(record, '$.ended_us')";
+const OWNER: &str = "json_extract(record, '$.owner.uid')";
 
 pub struct SqliteStore {
     path: PathBuf,
@@ -94,6 +100,11 @@ impl SqliteStore {
         if !existing {
             db.execute_batch(SCHEMA).map_err(fail)?;
         }
+        db.execute_batch(&format!(
+            "CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs ({ENDED_AT});
+             CREATE INDEX IF NOT EXISTS jobs_by_owner_end ON jobs ({OWNER}, {ENDED_AT});"
+        ))
+        .map_err(fail)?;
         db.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID};"))
             .map_err(fail)?;
         Ok(SqliteStore {
@@ -185,6 +196,42 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    fn history(&self, query: &HistoryRequest) -> Result<Vec<JobRecord>, StoreError> {
+        use rusqlite::types::Value;
+        // Only the filters given, so that SQLite picks the index they fit.
+        let states: Vec<JobState> = match query.states.is_empty() {
+            true => JobState::ENDED.to_vec(),
+            false => query.states.clone(),
+        };
+        let mut values: Vec<Value> = states
+            .iter()
+            .map(|s| Value::Text(s.name().to_string()))
+            .collect();
+        let mut sql = format!(
+            "SELECT id, record FROM jobs WHERE status IN ({})",
+            vec!["?"; states.len()].join(", ")
+        );
+        if let Some(uid) = query.uid {
+            sql += &format!(" AND {OWNER} = ?");
+            values.push(Value::Integer(uid.into()));
+        }
+        if !query.jobs.is_empty() {
+            sql += &format!(" AND id IN ({})", vec!["?"; query.jobs.len()].join(", "));
+            values.extend(query.jobs.iter().map(|&id| Value::Integer(id as i64)));
+        }
+        if let Some(since) = query.since_us {
+            sql += &format!(" AND {ENDED_AT} >= ?");
+            values.push(Value::Integer(since));
+        }
+        if let Some(until) = query.until_us {
+            sql += &format!(" AND {ENDED_AT} < ?");
+            values.push(Value::Integer(until));
+        }
+        sql += &format!(" ORDER BY {ENDED_AT} DESC, id DESC LIMIT ?");
+        values.push(Value::Integer(query.rows() as i64));
+        Ok(self.query(&sql, rusqlite::params_from_iter(values))?)
+    }
+
     fn next_id(&mut self) -> Result<JobId, StoreError> {
         let counted: Option<i64> = self
             .db
@@ -247,6 +294,8 @@ mod tests {
             suspended_since_us: None,
             nodes: Vec::new(),
             cpus_on_nodes: Vec::new(),
+            cpu_us: None,
+            peak_memory_bytes: None,
         }
     }
 
@@ -276,6 +325,108 @@ mod tests {
         assert_eq!(records[1].status, JobState::Done);
         assert_eq!(records[1].exit.unwrap().code, Some(3));
         assert_eq!(store.next_id().unwrap(), 3, "ids are never reused");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn ended(id: JobId, uid: u32, status: JobState, ended_us: i64) -> JobRecord {
+        let mut r = record(id);
+        r.owner.uid = uid;
+        r.status = status;
+        r.ended_us = Some(ended_us);
+        r.cpu_us = Some(id * 1000);
+        r
+    }
+
+    fn ids(records: Vec<JobRecord>) -> Vec<JobId> {
+        records.into_iter().map(|r| r.id).collect()
+    }
+
+    #[test]
+    fn history_filters_in_sql_the_latest_ended_first() {
+        let dir = scratch("history");
+        let path = dir.join("jobs.sqlite");
+        let mut store = SqliteStore::open(&path).unwrap();
+        store.insert(&ended(1, 1000, JobState::Done, 300)).unwrap();
+        store
+            .insert(&ended(2, 1001, JobState::Failed, 100))
+            .unwrap();
+        store
+            .insert(&ended(3, 1000, JobState::Cancelled, 200))
+            .unwrap();
+        store.insert(&ended(4, 1000, JobState::Done, 200)).unwrap();
+        store.insert(&record(5)).unwrap();
+        let all = HistoryRequest::default();
+        assert_eq!(ids(store.history(&all).unwrap()), [1, 4, 3, 2]);
+        assert_eq!(store.history(&all).unwrap()[0].cpu_us, Some(1000));
+        let mine = HistoryRequest {
+            uid: Some(1000),
+            ..all.clone()
+        };
+        assert_eq!(ids(store.history(&mine).unwrap()), [1, 4, 3]);
+        let window = HistoryRequest {
+            since_us: Some(150),
+            until_us: Some(300),
+            ..all.clone()
+        };
+        assert_eq!(ids(store.history(&window).unwrap()), [4, 3]);
+        let some = HistoryRequest {
+            jobs: vec![2, 3, 5],
+            states: vec![JobState::Failed, JobState::Done],
+            ..all.clone()
+        };
+        assert_eq!(ids(store.history(&some).unwrap()), [2]);
+        let two = HistoryRequest {
+            limit: Some(2),
+            ..all.clone()
+        };
+        assert_eq!(ids(store.history(&two).unwrap()), [1, 4]);
+        // The window and the owner are looked up by index, not by reading every record.
+        let plan: Vec<String> = store
+            .db
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE {OWNER} = 1000 AND {ENDED_AT} >= 5 \
+                 ORDER BY {ENDED_AT} DESC"
+            ))
+            .unwrap()
+            .query_map([], |row| row.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter().any(|p| p.contains("jobs_by_owner_end")),
+            "{plan:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_store_from_before_history_gets_its_indexes_and_reads() {
+        let dir = scratch("older");
+        let path = dir.join("jobs.sqlite");
+        {
+            let db = Connection::open(&path).unwrap();
+            db.execute_batch(SCHEMA).unwrap();
+            // A record as an older daemon wrote it: no accounting fields.
+            let mut old = serde_json::to_value(ended(7, 1000, JobState::Done, 50)).unwrap();
+            old.as_object_mut().unwrap().remove("cpu_us");
+            db.execute(
+                "INSERT INTO jobs (id, status, record) VALUES (7, 'done', ?1)",
+                [old.to_string()],
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let found = store.history(&HistoryRequest::default()).unwrap();
+        assert_eq!((found[0].id, found[0].cpu_us), (7, None));
+        let indexes: Vec<String> = store
+            .db
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'jobs_by%'")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(indexes.len(), 2, "{indexes:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

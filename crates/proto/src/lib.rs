@@ -19,6 +19,7 @@ pub use membership::{NodeChange, NodeInfo, WriteWatch};
 pub use names::{Class, JobState, Mode, UnknownMode};
 pub use order::{
     Command, Ending, Event, ExitInfo, Launch, ProcessRef, ProcessRequest, CANCEL_GRACE,
+    OUT_OF_MEMORY,
 };
 pub use seam::{EventSink, Order, OrderSink, PlanSource, Received};
 pub use status::{

@@ -38,6 +38,25 @@ pub struct Ending {
     /// learns of the end later (restarted, or the disk was full) records this, not its now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_us: Option<i64>,
+    /// CPU time of every process of the job on its node, from its cgroup as it ended (none
+    /// where it could not be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_us: Option<u64>,
+    /// The most memory the job held at once on its node (see `cosched_cgroups::Usage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
+    /// Processes of the job the kernel's OOM killer killed at its memory limit: the job
+    /// ends `failed`, out of memory.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub oom_kills: u64,
+}
+
+/// The note of a job that ended `failed` because the kernel's OOM killer killed in it at the
+/// memory limit its cgroup was given.
+pub const OUT_OF_MEMORY: &str = "out of memory";
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What a job runs and as whom: the controller's record of it. The node adds what is its
@@ -60,6 +79,11 @@ pub struct Launch {
     /// the SIGTERM asking for the job's end waits for it, however early that comes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub holder: bool,
+    /// The memory (bytes) the job may hold on the node, swap included: its cgroup's limit,
+    /// set before any of its processes starts there. A node that cannot enforce it refuses
+    /// the job (it ends lost, with that reason). Never 0 (no job runs in no memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<std::num::NonZeroU64>,
 }
 
 impl Launch {
@@ -217,7 +241,7 @@ impl Ending {
                 signal: None,
             },
             note: Some(why.into()),
-            at_us: None,
+            ..Ending::default()
         }
     }
 }
@@ -268,10 +292,16 @@ mod tests {
                 },
                 note: None,
                 at_us: None,
+                cpu_us: Some(1500),
+                peak_memory_bytes: Some(64 << 20),
+                oom_kills: 1,
             },
         };
         let text = serde_json::to_string(&ended).unwrap();
         assert_eq!(serde_json::from_str::<Event>(&text).unwrap(), ended);
+        // What an older supervisor kept (no figures) still reads.
+        let kept: Ending = serde_json::from_str(r#"{"code":0,"signal":null}"#).unwrap();
+        assert_eq!((kept.cpu_us, kept.oom_kills), (None, 0));
         assert!(serde_json::from_str::<Command>(r#"{"order":"explode","job":1}"#).is_err());
         assert!(serde_json::from_str::<Command>(r#"{"order":"cancel","job":1,"x":2}"#).is_err());
     }

@@ -41,6 +41,7 @@ fn kind(reply: &Reply) -> &'static str {
         Reply::Boundaries { .. } => "boundaries",
         Reply::Submitted { .. } => "submitted",
         Reply::Done { .. } => "done",
+        Reply::History { .. } => "history",
     }
 }
 
@@ -93,6 +94,7 @@ fn every_reply_shown_reads_back_exactly_and_every_kind_is_shown() {
         "boundaries",
         "submitted",
         "done",
+        "history",
     ]
     .into();
     assert_eq!(kinds, all, "reply kinds the document does not show");
