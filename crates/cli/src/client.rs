@@ -480,7 +480,7 @@ pub fn ps(args: PsArgs) -> Result<()> {
 
 /// At most `width` characters, control characters shown as '?': another user's command line
 /// must not write escape sequences to the terminal of whoever runs `ps`.
-fn truncate(text: &str, width: usize) -> String {
+pub(crate) fn truncate(text: &str, width: usize) -> String {
     let shown = text.chars().map(|c| if c.is_control() { '?' } else { c });
     if text.chars().count() <= width {
         shown.collect()

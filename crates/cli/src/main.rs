@@ -9,6 +9,7 @@
 mod client;
 mod daemon;
 mod gantt;
+mod history;
 mod remote;
 mod sim;
 
@@ -45,6 +46,7 @@ enum Command {
     Nodes(client::NodesArgs),
     Gantt(gantt::GanttArgs),
     ConsoleToken(client::ConsoleTokenArgs),
+    History(history::HistoryArgs),
     LaunchRemote(remote::LaunchRemoteArgs),
     /// Cancel a job: SIGTERM, then SIGKILL after a grace period
     Cancel(client::JobArgs),
@@ -105,6 +107,7 @@ fn execute(command: Command) -> anyhow::Result<i32> {
         Command::Nodes(args) => client::nodes(args),
         Command::Gantt(args) => gantt::gantt(args),
         Command::ConsoleToken(args) => client::console_token(args),
+        Command::History(args) => history::history(args),
         Command::Cancel(args) => client::act(args, |job| Request::Cancel { job }),
         Command::Suspend(args) => client::act(args, |job| Request::Suspend { job }),
         Command::Resume(args) => client::act(args, |job| Request::Resume { job }),

@@ -1,0 +1,153 @@
+//! `cosched history` on a real daemon (needs root): three jobs (one fine, one exit 3, one
+//! cancelled) come back from the store with their figures, filtered, as anyone sees them, and
+//! as an SWF log that `cosched sim --trace` replays.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+
+fn ids(jobs: &Value) -> Vec<u64> {
+    jobs.as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn history_shows_ended_jobs_with_their_figures_and_replays_as_swf() {
+    let d = Daemon::start(&["--quantum-ms", "100"]);
+    let busy = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done";
+    let fine = d.submit(&["-n", "1", "--", "sh", "-c", busy]);
+    let three = d.submit(&["-n", "1", "--", "sh", "-c", "exit 3"]);
+    let cancelled = d.submit(&["-n", "1", "--", "sleep", "60"]);
+    let running = wait_until(Duration::from_secs(20), || {
+        d.job(cancelled)["state"] == "running"
+    });
+    assert!(running, "{}", d.job(cancelled));
+    assert!(d
+        .cosched(&["cancel", &cancelled.to_string()])
+        .status
+        .success());
+    for job in [fine, three, cancelled] {
+        d.wait_end(job, Duration::from_secs(60));
+    }
+    let all = d.json(&["history", "--json"]);
+    let mut seen = ids(&all);
+    seen.sort();
+    assert_eq!(seen, [fine, three, cancelled], "{all}");
+    let of = |job: u64| {
+        all.as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == job)
+            .cloned()
+            .unwrap()
+    };
+    let (f, t, c) = (of(fine), of(three), of(cancelled));
+    assert_eq!(
+        (&f["state"], &f["exit"]["code"]),
+        (&"done".into(), &0.into()),
+        "{f}"
+    );
+    assert_eq!(
+        (&t["state"], &t["exit"]["code"]),
+        (&"done".into(), &3.into()),
+        "{t}"
+    );
+    assert_eq!(c["state"], "cancelled", "{c}");
+    assert!(
+        f["cpu_us"].as_u64().unwrap() > 10_000,
+        "the loop's CPU time: {f}"
+    );
+    assert!(f["elapsed_us"].as_i64().unwrap() > 0 && f["wait_us"].as_i64().is_some());
+    assert_eq!(f["nodes"], serde_json::json!(["local"]));
+    assert!(f.get("env").is_none());
+    // Filters: a state, a job list, a window that holds none of them.
+    let only = |args: &[&str]| {
+        let mut all = vec!["history", "--json"];
+        all.extend_from_slice(args);
+        ids(&d.json(&all))
+    };
+    assert_eq!(only(&["--state", "cancelled"]), [cancelled]);
+    assert_eq!(
+        only(&["-j", &format!("{three},{cancelled}"), "--state", "done"]),
+        [three]
+    );
+    assert_eq!(
+        only(&["-u", "root", "--since", "-1h", "--until", "now"]).len(),
+        3
+    );
+    assert!(only(&["--until", "-1h"]).is_empty());
+    assert!(only(&["-u", "nobody"]).is_empty());
+    // Anyone reads every job's, as with ps.
+    let out = d.cosched_as(NOBODY, &["history", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ids(&theirs).len(), 3);
+    // Bad input: one line naming it, exit 1.
+    for (args, expected) in [
+        (
+            vec!["history", "--state", "running"],
+            "'running' is not a way of ending",
+        ),
+        (vec!["history", "--since", "soon"], "'soon' is not a time"),
+        (
+            vec!["history", "--limit", "0"],
+            "a history limit is 1 to 10000",
+        ),
+        (vec!["history", "-u", "no-such-user-here"], "no user named"),
+    ] {
+        let out = d.cosched(&args);
+        let error = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && error.contains(expected),
+            "{args:?}: {error}"
+        );
+    }
+    // The table names each job.
+    let table = d.cosched(&["history"]);
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert_eq!(table.lines().count(), 4, "{table}");
+    // The SWF log replays in the simulator.
+    let swf = d.cosched(&["history", "--swf"]);
+    assert!(
+        swf.status.success(),
+        "{}",
+        String::from_utf8_lossy(&swf.stderr)
+    );
+    let log = d.dir.join("history.swf");
+    std::fs::write(&log, &swf.stdout).unwrap();
+    let text = String::from_utf8(swf.stdout).unwrap();
+    assert!(text.contains("; MaxProcs: "), "{text}");
+    let records: Vec<&str> = text.lines().filter(|l| !l.starts_with(';')).collect();
+    assert_eq!(records.len(), 3, "{text}");
+    let status = |job: u64| {
+        let line = records
+            .iter()
+            .find(|l| l.split_whitespace().next() == Some(&job.to_string()));
+        line.unwrap()
+            .split_whitespace()
+            .nth(10)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        [status(fine), status(three), status(cancelled)],
+        ["1", "0", "5"]
+    );
+    let sim = d.cosched(&["sim", "--trace", log.to_str().unwrap(), "--json"]);
+    assert!(
+        sim.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sim.stderr)
+    );
+    let replayed: Value = serde_json::from_slice(&sim.stdout).unwrap();
+    assert_eq!(replayed["jobs"], 3, "{replayed}");
+}
