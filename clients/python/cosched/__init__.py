@@ -18,6 +18,8 @@ __all__ = [
     "Client",
     "Job",
     "Ended",
+    "HistoryRow",
+    "History",
     "Registered",
     "MatrixEntry",
     "Matrix",
@@ -129,6 +131,76 @@ class Ended:
         if self.exit_signal is not None:
             return 128 + self.exit_signal
         return 1
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryRow:
+    """One ended job as `history` shows it: its times (µs), how it ended, what it used."""
+
+    id: int
+    name: str
+    uid: int
+    user: str
+    gid: int
+    job_class: str
+    procs: int
+    state: str
+    exit_code: Optional[int]
+    exit_signal: Optional[int]
+    # Why it ended so when its exit does not say ("out of memory").
+    note: Optional[str]
+    submitted_us: int
+    started_us: Optional[int]
+    ended_us: int
+    wait_us: int
+    # From start to end, frozen slots included; None if it never started.
+    elapsed_us: Optional[int]
+    # How long its owner kept it suspended.
+    suspended_us: int
+    # From its cgroup as it ended; None where its node could not tell.
+    cpu_us: Optional[int]
+    peak_memory_bytes: Optional[int]
+    nodes: List[str]
+    cpus_on_nodes: List[int]
+    # The first 1 KiB of its command (argv_cut when that is not all of it).
+    argv: List[str]
+    argv_cut: bool = False
+
+    @classmethod
+    def _from(cls, v: Dict[str, Any]) -> "HistoryRow":
+        exit_info = v.get("exit") or {}
+        return cls(
+            id=v["id"],
+            name=v["name"],
+            uid=v["uid"],
+            user=v["user"],
+            gid=v["gid"],
+            job_class=v["class"],
+            procs=v["procs"],
+            state=v["state"],
+            exit_code=exit_info.get("code"),
+            exit_signal=exit_info.get("signal"),
+            note=v.get("note"),
+            submitted_us=v["submitted_us"],
+            started_us=v.get("started_us"),
+            ended_us=v["ended_us"],
+            wait_us=v["wait_us"],
+            elapsed_us=v.get("elapsed_us"),
+            suspended_us=v["suspended_us"],
+            cpu_us=v.get("cpu_us"),
+            peak_memory_bytes=v.get("peak_memory_bytes"),
+            nodes=list(v.get("nodes", [])),
+            cpus_on_nodes=list(v.get("cpus_on_nodes", [])),
+            argv=list(v.get("argv", [])),
+            argv_cut=v.get("argv_cut", False),
+        )
+
+
+class History(List[HistoryRow]):
+    """The rows `history` returned; `truncated` when the reply's 4 MiB bound left older
+    matches out (narrow the window for them)."""
+
+    truncated: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,6 +379,33 @@ class Client:
         if job is not None:
             request["job"] = job
         return [Job._from(v) for v in self._ask(request)["jobs"]]
+
+    def history(
+        self,
+        *,
+        uid: Optional[int] = None,
+        jobs: Sequence[int] = (),
+        states: Sequence[str] = (),
+        since_us: Optional[int] = None,
+        until_us: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> History:
+        """Ended jobs from the daemon's store, the latest ended first; each filter given must
+        hold: owner `uid`, ids `jobs` (at most 1,000), ended `states` (done, cancelled,
+        timeout, failed, lost), an end time in [`since_us`, `until_us`) (µs since the epoch),
+        at most `limit` jobs (1 to 10,000; 1,000 by default). A reply holds at most 4 MiB: the
+        list's `truncated` says whether it left older matches out."""
+        request: Dict[str, Any] = {"op": "history"}
+        optional = {"uid": uid, "since_us": since_us, "until_us": until_us, "limit": limit}
+        request.update({k: v for k, v in optional.items() if v is not None})
+        if jobs:
+            request["jobs"] = list(jobs)
+        if states:
+            request["states"] = list(states)
+        reply = self._ask(request)
+        rows = History(HistoryRow._from(v) for v in reply["history"])
+        rows.truncated = reply.get("truncated", False)
+        return rows
 
     def matrix(self) -> Matrix:
         m = self._ask({"op": "matrix"})["matrix"]

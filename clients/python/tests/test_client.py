@@ -97,6 +97,26 @@ class AgainstADaemon(unittest.TestCase):
         self.assertEqual((mine[0].name, mine[0].state, mine[0].exit_code, mine[0].uid),
                          ("hello", "done", 3, os.getuid()))
 
+    def test_history_has_ended_jobs_typed_with_their_figures(self):
+        since = int(time.time() * 1e6)
+        ok = self.client.run(["python3", "-c", SPIN.format(0.3)], name="hist-ok")
+        three = self.client.run(["sh", "-c", "exit 3"], name="hist-three")
+        for job in (ok, three):
+            self.client.wait(job, timeout=60)
+        rows = self.client.history(since_us=since, uid=os.getuid())
+        self.assertFalse(rows.truncated)
+        by_id = {row.id: row for row in rows}
+        self.assertTrue({ok, three} <= set(by_id), rows)
+        self.assertEqual((by_id[ok].state, by_id[ok].exit_code), ("done", 0))
+        self.assertEqual((by_id[three].name, by_id[three].exit_code), ("hist-three", 3))
+        self.assertGreater(by_id[ok].cpu_us, 100_000)
+        self.assertGreaterEqual(by_id[ok].elapsed_us, 300_000)
+        self.assertEqual(by_id[ok].nodes, ["local"])
+        self.assertEqual([r.id for r in self.client.history(jobs=[three])], [three])
+        self.assertEqual([r.id for r in self.client.history(jobs=[ok, three], states=["cancelled"])], [])
+        with self.assertRaisesRegex(cosched.RequestRefused, "'running' is not a way of ending"):
+            self.client.history(states=["running"])
+
     def test_two_gang_jobs_never_run_at_once(self):
         since = int(time.time() * 1e6)
         a = self.client.run(["python3", "-c", SPIN.format(1.5)], procs=2)

@@ -15,7 +15,7 @@ use crate::join;
 use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
 use crate::{job_group, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
-use cosched_cgroups::{procfs, Actuator, CgroupError, Cgroups};
+use cosched_cgroups::{procfs, Actuator, CgroupError, Cgroups, Usage};
 use cosched_core::{JobId, Micros, Partition, Rotation};
 use cosched_os::{fault, now_micros, unix};
 use cosched_proto::{
@@ -145,6 +145,9 @@ pub struct NodeAgent<A: Actuator> {
     supervisors: BTreeMap<JobId, UnixStream>,
     /// The CPUs of each job placed here (its processes added later go there too).
     placed: BTreeMap<JobId, Partition>,
+    /// Jobs whose first node this is (launched or adopted here): their figures go with their
+    /// ending; other jobs' parts here are reported as their end removes them (`Event::Used`).
+    first_here: BTreeSet<JobId>,
     /// Where the jobs' processes ask for processes on other nodes (a cluster's agents).
     door: Option<Arc<Door>>,
     /// Set by `Stop`: no more switching; what the stop gave.
@@ -194,6 +197,7 @@ impl<A: Actuator> NodeAgent<A> {
             last_captures: BTreeMap::new(),
             supervisors: BTreeMap::new(),
             placed: BTreeMap::new(),
+            first_here: BTreeSet::new(),
             door: None,
             stopped: None,
             closed: false,
@@ -416,7 +420,10 @@ impl<A: Actuator> NodeAgent<A> {
                 self.forget(job);
                 self.kill_at.remove(&job);
                 self.sizes.remove(&job);
-                self.placed.remove(&job);
+                let first = self.first_here.remove(&job);
+                if self.placed.remove(&job).is_some() && !first {
+                    self.report_used(job);
+                }
                 if let Some(door) = &self.door {
                     door.forget(job);
                 }
@@ -757,6 +764,7 @@ impl<A: Actuator> NodeAgent<A> {
             None => Self::output_to_file(&mut spec)?,
         };
         let (child, stream) = self.spawn_supervisor(&spec, stdio)?;
+        self.first_here.insert(job);
         fault::point("spawned", job);
         self.watch(job, stream, Some(child));
         Ok(())
@@ -812,6 +820,7 @@ impl<A: Actuator> NodeAgent<A> {
     /// After a controller restart: the job's live supervisor, else its kept exit status, else
     /// (it started but left nothing) lost, else it never started and may be launched.
     fn adopt(&mut self, job: JobId, suspended: bool) {
+        self.first_here.insert(job);
         if self.supervisors.contains_key(&job) {
             // A new controller took over while this agent ran on: it still watches the
             // supervisor (connecting again would break that watch and report a false loss).
@@ -898,6 +907,28 @@ impl<A: Actuator> NodeAgent<A> {
                     log(format_args!("{error} (will retry)"));
                 }
             }
+        }
+    }
+
+    /// Reports what the cgroup of a job's part here counted (read before `discard` kills
+    /// what is left of it), when it counted anything.
+    fn report_used(&mut self, job: JobId) {
+        let files = self.applier.actuator().usage_files(&job_group(job));
+        let (usage, error) = match files {
+            Ok(files) => cosched_cgroups::usage(&files),
+            Err(error) => (Usage::default(), Some(error)),
+        };
+        if let Some(error) = error {
+            self.trouble(job, format_args!("its cgroup's figures here: {error}"));
+        }
+        if usage != Usage::default() {
+            self.events.report(Event::Used {
+                job,
+                node: self.settings.node.clone(),
+                cpu_us: usage.cpu_us,
+                peak_memory_bytes: usage.peak_memory_bytes,
+                oom_kills: usage.oom_kills.unwrap_or(0),
+            });
         }
     }
 

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
+mod accounting;
 mod history;
 mod registration;
 
@@ -717,15 +718,8 @@ impl Controller {
             status
         };
         record.exit = (ending.exit != ExitInfo::default()).then_some(ending.exit);
+        accounting::account(&mut record, accounting::NodeUsage::of(&ending));
         record.note = ending.note.or(record.note.take());
-        record.cpu_us = ending.cpu_us;
-        record.peak_memory_bytes = ending.peak_memory_bytes;
-        if ending.oom_kills > 0 && record.status == JobState::Done {
-            // The kernel killed in the job at the memory limit cosched set: not the job's
-            // own end, whatever status its process left.
-            record.status = JobState::Failed;
-            record.note = Some(cosched_proto::OUT_OF_MEMORY.to_string());
-        }
         let started = record.started_us.unwrap_or(record.submitted_us);
         record.ended_us = Some(ending.at_us.map_or(now, |at| at.clamp(started, now)));
         record.suspended_us += suspended_for(&record, record.ended_us.unwrap_or(now));
@@ -1589,6 +1583,21 @@ impl Controller {
                 request,
                 refusal,
             } => self.joined(job, pid, request, refusal),
+            Event::Used {
+                job,
+                node,
+                cpu_us,
+                peak_memory_bytes,
+                oom_kills,
+            } => self.used(
+                job,
+                &node,
+                accounting::NodeUsage {
+                    cpu_us,
+                    peak_memory_bytes,
+                    oom_kills,
+                },
+            ),
         }
     }
 

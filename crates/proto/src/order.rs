@@ -222,6 +222,19 @@ pub enum Event {
         process: ProcessRef,
         ending: Ending,
     },
+    /// What the job's cgroup on a node other than its first counted, read as the job's end
+    /// took it away there (its first node's figures come with its `Ending`): the controller
+    /// adds the CPU time and keeps the largest peak.
+    Used {
+        job: JobId,
+        node: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cpu_us: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        peak_memory_bytes: Option<u64>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        oom_kills: u64,
+    },
     /// The answer to `Command::Join`: `refusal` says why the process did not join.
     Joined {
         job: JobId,

@@ -217,3 +217,74 @@ fn a_history_reply_is_bounded_in_bytes() {
     // The latest ended are the ones kept.
     assert_eq!(views[0].id, 1000 + rows as JobId - 1);
 }
+
+fn used(job: JobId, node: &str, cpu_us: u64, peak: u64, oom_kills: u64) -> Event {
+    Event::Used {
+        job,
+        node: node.into(),
+        cpu_us: Some(cpu_us),
+        peak_memory_bytes: Some(peak),
+        oom_kills,
+    }
+}
+
+/// A job on two nodes: its CPU time is both nodes' together, its peak the larger node's,
+/// and an OOM kill on its second node fails it.
+#[test]
+fn a_jobs_parts_on_other_nodes_add_their_figures_to_its_record() {
+    let mut h = Harness::cluster(&[("a", 2), ("b", 2)]);
+    let spread = h.run(ANN, 4).unwrap();
+    let orders = h.orders();
+    let ended_on = |orders: &[(String, cosched_proto::Command)]| -> Vec<String> {
+        orders
+            .iter()
+            .filter(
+                |(_, c)| matches!(c, cosched_proto::Command::Ended { job, .. } if *job == spread),
+            )
+            .map(|(node, _)| node.clone())
+            .collect()
+    };
+    assert!(ended_on(&orders).is_empty());
+    h.event(ended(spread, code(0), 0));
+    assert_eq!(
+        ended_on(&h.orders()),
+        ["a", "b"],
+        "every node hears of the end"
+    );
+    h.event(used(spread, "b", 500, 3 << 20, 0));
+    let record = h.stored(spread).unwrap();
+    assert_eq!(record.cpu_us, Some(spread * 1000 + 500));
+    assert_eq!(
+        record.peak_memory_bytes,
+        Some(spread << 20).max(Some(3 << 20))
+    );
+    assert_eq!(record.status, JobState::Done);
+    h.event(used(spread, "b", 0, 0, 1));
+    let record = h.stored(spread).unwrap();
+    assert_eq!(
+        (record.status, record.note.as_deref()),
+        (JobState::Failed, Some(OUT_OF_MEMORY))
+    );
+    // A word about a job that has not ended (or does not exist) changes nothing.
+    let running = h.run(ANN, 2).unwrap();
+    h.event(used(running, "b", 7, 7, 1));
+    h.event(used(99, "b", 7, 7, 1));
+    let record = h.stored(running).unwrap();
+    assert_eq!((record.status, record.cpu_us), (JobState::Running, None));
+    h.controller.audit().unwrap();
+}
+
+/// An end the store could not take yet takes the other nodes' figures with it.
+#[test]
+fn figures_for_an_unsaved_end_are_saved_with_it() {
+    let mut h = Harness::cluster(&[("a", 2), ("b", 2)]);
+    let spread = h.run(ANN, 4).unwrap();
+    h.refuse_writes(true);
+    h.event(ended(spread, code(0), 0));
+    h.event(used(spread, "b", 500, 1, 0));
+    h.refuse_writes(false);
+    h.controller.retry_unsaved();
+    let record = h.stored(spread).unwrap();
+    assert_eq!(record.status, JobState::Done);
+    assert_eq!(record.cpu_us, Some(spread * 1000 + 500));
+}
