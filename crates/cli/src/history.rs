@@ -273,7 +273,7 @@ fn render(jobs: &[HistoryView]) -> String {
             job.id,
             truncate(&job.name, 12),
             truncate(&job.user, 8),
-            job.class,
+            job.class.name(),
             job.procs,
             job.state,
             exit(job.exit),

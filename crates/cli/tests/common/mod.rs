@@ -404,13 +404,8 @@ pub fn assert_gang(slots: &[(i64, i64)], alone: usize, what: &str) {
 
 /// Kills the jobs under cgroup `parent` (every hierarchy) and removes their cgroups and it.
 pub fn remove_cgroups(name: &str) {
-    for root in [
-        v2_root(),
-        PathBuf::from("/sys/fs/cgroup/cpuset"),
-        PathBuf::from("/sys/fs/cgroup/cpu"),
-        PathBuf::from("/sys/fs/cgroup/freezer"),
-        PathBuf::from("/sys/fs/cgroup/pids"),
-    ] {
+    let layout = cosched_cgroups::Layout::detect().unwrap();
+    for (root, _) in layout.hierarchies() {
         let parent = root.join(name);
         if let Ok(entries) = std::fs::read_dir(&parent) {
             // Job cgroups only: retrying the parent's files would wait a second each.
