@@ -168,31 +168,14 @@ class HistoryRow:
 
     @classmethod
     def _from(cls, v: Dict[str, Any]) -> "HistoryRow":
+        # The wire's names, but for the class and the exit (and fields this client predates).
         exit_info = v.get("exit") or {}
+        known = {f.name for f in dataclasses.fields(cls)}
         return cls(
-            id=v["id"],
-            name=v["name"],
-            uid=v["uid"],
-            user=v["user"],
-            gid=v["gid"],
+            **{k: value for k, value in v.items() if k in known},
             job_class=v["class"],
-            procs=v["procs"],
-            state=v["state"],
             exit_code=exit_info.get("code"),
             exit_signal=exit_info.get("signal"),
-            note=v.get("note"),
-            submitted_us=v["submitted_us"],
-            started_us=v.get("started_us"),
-            ended_us=v["ended_us"],
-            wait_us=v["wait_us"],
-            elapsed_us=v.get("elapsed_us"),
-            suspended_us=v["suspended_us"],
-            cpu_us=v.get("cpu_us"),
-            peak_memory_bytes=v.get("peak_memory_bytes"),
-            nodes=list(v.get("nodes", [])),
-            cpus_on_nodes=list(v.get("cpus_on_nodes", [])),
-            argv=list(v.get("argv", [])),
-            argv_cut=v.get("argv_cut", False),
         )
 
 

@@ -213,7 +213,7 @@ fn real(freezer: Freezer) {
         Freezer::V1 => layout.v1_freezer.is_some(),
         Freezer::Signals => true,
     };
-    let mut act = match Cgroups::open(&layout, &parent, Some(freezer)) {
+    let act = match Cgroups::open(&layout, &parent, Some(freezer)) {
         Ok(act) => act,
         Err(CgroupError::Unsupported(why)) if !available => {
             eprintln!("{freezer}: not on this machine ({why}), as the layout says: {layout}");
@@ -223,8 +223,13 @@ fn real(freezer: Freezer) {
     };
     assert_eq!(act.freezer(), freezer);
     let job = &JobGroup::of(1);
-    let outcome = catch_unwind(AssertUnwindSafe(|| suite(&mut act, job, true, |_| false)));
-    // Whatever happened, leave nothing frozen or running behind.
+    cleaned_up(act, job, |act| suite(act, job, true, |_| false));
+}
+
+/// Runs `test`, then, whatever happened, leaves nothing frozen or running behind: kills and
+/// removes `job` and closes `act`.
+fn cleaned_up(mut act: Cgroups, job: &JobGroup, test: impl FnOnce(&mut Cgroups)) {
+    let outcome = catch_unwind(AssertUnwindSafe(|| test(&mut act)));
     let _ = act.kill(job);
     std::thread::sleep(Duration::from_millis(50));
     let _ = act.remove(job);
@@ -233,6 +238,22 @@ fn real(freezer: Freezer) {
         resume_unwind(panic);
     }
     closed.unwrap();
+}
+
+/// Starts `script` (sh) in `job`: it waits for a line, so that it runs only once inside.
+fn start_in(act: &mut Cgroups, job: &JobGroup, script: &str) -> Child {
+    let mut child = cosched_cgroups::die_with_parent(&mut Command::new("sh"))
+        .args(["-c", &format!("read go; {script}")])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("sh runs");
+    act.add(job, child.id() as Pid).unwrap();
+    writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+    child
+}
+
+fn has_memory_controller(layout: &Layout) -> bool {
+    layout.v1_memory.is_some() || layout.v2_controllers().iter().any(|c| c == "memory")
 }
 
 #[test]
@@ -287,16 +308,15 @@ fn a_job_over_its_memory_limit_is_killed_and_counted() {
     cosched_os::require_root("the tests of real cgroups");
     let layout = Layout::detect().unwrap();
     let parent = format!("cosched-test-{}-memory", std::process::id());
-    let mut act = Cgroups::open(&layout, &parent, None).unwrap();
+    let act = Cgroups::open(&layout, &parent, None).unwrap();
     let job = &JobGroup::of(1);
     let limit: u64 = 64 << 20;
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
+    cleaned_up(act, job, |act| {
         act.create(job).unwrap();
         match act.limit_memory(job, limit) {
             Err(CgroupError::Unsupported(why)) => {
                 assert!(
-                    layout.v1_memory.is_none()
-                        && !layout.v2_controllers().contains(&"memory".into()),
+                    !has_memory_controller(&layout),
                     "{why}, but the layout has a memory controller: {layout}"
                 );
                 eprintln!("no memory controller here ({why}): nothing to enforce");
@@ -304,16 +324,7 @@ fn a_job_over_its_memory_limit_is_killed_and_counted() {
             }
             other => other.unwrap(),
         }
-        let mut child = cosched_cgroups::die_with_parent(&mut Command::new("sh"))
-            .args([
-                "-c",
-                "read go; exec perl -e '$x = \"x\" x (256 << 20); exit 0'",
-            ])
-            .stdin(Stdio::piped())
-            .spawn()
-            .expect("sh runs");
-        act.add(job, child.id() as Pid).unwrap();
-        writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+        let mut child = start_in(act, job, "exec perl -e '$x = \"x\" x (256 << 20); exit 0'");
         let status = wait_bounded_for(&mut child, Duration::from_secs(60));
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
@@ -324,15 +335,7 @@ fn a_job_over_its_memory_limit_is_killed_and_counted() {
         if let Some(peak) = usage.peak_memory_bytes {
             assert!(peak > limit / 2 && peak <= limit, "{usage:?}");
         }
-    }));
-    let _ = act.kill(job);
-    std::thread::sleep(Duration::from_millis(50));
-    let _ = act.remove(job);
-    let closed = act.close();
-    if let Err(panic) = outcome {
-        resume_unwind(panic);
-    }
-    closed.unwrap();
+    });
 }
 
 /// Without a limit, the same figures are read, and no OOM kill is counted.
@@ -341,35 +344,20 @@ fn a_jobs_figures_are_read_at_its_end() {
     cosched_os::require_root("the tests of real cgroups");
     let layout = Layout::detect().unwrap();
     let parent = format!("cosched-test-{}-usage", std::process::id());
-    let mut act = Cgroups::open(&layout, &parent, None).unwrap();
+    let act = Cgroups::open(&layout, &parent, None).unwrap();
     let job = &JobGroup::of(1);
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
+    cleaned_up(act, job, |act| {
         act.create(job).unwrap();
-        let mut child = cosched_cgroups::die_with_parent(&mut Command::new("sh"))
-            .args([
-                "-c",
-                "read go; exec perl -e '$x = \"x\" x (32 << 20); $i = 0; $i++ while $i < 3e6'",
-            ])
-            .stdin(Stdio::piped())
-            .spawn()
-            .expect("sh runs");
-        act.add(job, child.id() as Pid).unwrap();
-        writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+        let script = "exec perl -e '$x = \"x\" x (32 << 20); $i = 0; $i++ while $i < 3e6'";
+        let mut child = start_in(act, job, script);
         assert!(wait_bounded_for(&mut child, Duration::from_secs(60)).success());
         let (usage, error) = cosched_cgroups::usage(&act.usage_files(job).unwrap());
         assert!(error.is_none(), "{error:?}");
         assert!(usage.cpu_us.unwrap() > 10_000, "{usage:?}");
-        let memory =
-            layout.v1_memory.is_some() || layout.v2_controllers().contains(&"memory".into());
+        let memory = has_memory_controller(&layout);
         assert_eq!(usage.oom_kills, memory.then_some(0), "{usage:?}");
         if let Some(peak) = usage.peak_memory_bytes {
             assert!(peak >= 32 << 20, "{usage:?}");
         }
-    }));
-    let _ = act.remove(job);
-    let closed = act.close();
-    if let Err(panic) = outcome {
-        resume_unwind(panic);
-    }
-    closed.unwrap();
+    });
 }

@@ -101,18 +101,19 @@ impl EtcdStore {
             job,
         }
     }
+
+    /// Every record, in id order (key order is id order).
+    fn every_record(&self) -> Result<Vec<JobRecord>, EtcdStoreError> {
+        let (kvs, _) = self.client.get_prefix(&self.keys.jobs())?;
+        kvs.iter()
+            .map(|kv| self.decode(&kv.key, &kv.value))
+            .collect()
+    }
 }
 
 impl Store for EtcdStore {
     fn load(&self, ended: usize) -> Result<Vec<JobRecord>, StoreError> {
-        let (kvs, _) = self
-            .client
-            .get_prefix(&self.keys.jobs())
-            .map_err(EtcdStoreError::from)?;
-        let records = kvs
-            .iter()
-            .map(|kv| self.decode(&kv.key, &kv.value))
-            .collect::<Result<Vec<_>, _>>()?;
+        let records = self.every_record()?;
         let (finished, mut kept): (Vec<_>, Vec<_>) =
             records.into_iter().partition(|r| r.status.ended());
         // Key order is id order: the latest ended ones are the last.
@@ -124,15 +125,7 @@ impl Store for EtcdStore {
     /// etcd has no index but the key (the id): every record is read, as `load` does, and
     /// only the rows asked for are kept.
     fn history(&self, query: &HistoryRequest) -> Result<Vec<JobRecord>, StoreError> {
-        let (kvs, _) = self
-            .client
-            .get_prefix(&self.keys.jobs())
-            .map_err(EtcdStoreError::from)?;
-        let records = kvs
-            .iter()
-            .map(|kv| self.decode(&kv.key, &kv.value))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(history_of(query, records))
+        Ok(history_of(query, self.every_record()?))
     }
 
     fn get(&self, job: JobId) -> Result<Option<JobRecord>, StoreError> {
