@@ -1004,3 +1004,104 @@ impl Actuator for Cgroups {
         Ok(procfs::ticks_to_duration(ticks))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of cgroup files as the kernel writes them, for the machines this one is not.
+    fn group(name: &str, files: &[(&str, &str)]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cosched-usage-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        for (file, text) in files {
+            fs::write(dir.join(file), text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn a_v2_groups_figures_and_one_without_memory_peak() {
+        let events = "low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n";
+        let stat = "usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\n";
+        let dir = group("v2", &[("cpu.stat", stat), ("memory.events", events)]);
+        let files = UsageFiles {
+            cpu_v2: Some(dir.clone()),
+            memory_v2: Some(dir.clone()),
+            ..UsageFiles::default()
+        };
+        // Before Linux 5.19 there is no memory.peak: no peak, and no error.
+        let (usage, error) = usage(&files);
+        assert!(error.is_none(), "{error:?}");
+        let expected = Usage {
+            cpu_us: Some(1_234_567),
+            peak_memory_bytes: None,
+            oom_kills: Some(2),
+        };
+        assert_eq!(usage, expected);
+        fs::write(dir.join("memory.peak"), "67108864\n").unwrap();
+        assert_eq!(usage_of(&files).peak_memory_bytes, Some(64 << 20));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn usage_of(files: &UsageFiles) -> Usage {
+        usage(files).0
+    }
+
+    #[test]
+    fn a_v1_groups_figures_in_nanoseconds_and_its_oom_control() {
+        let control = "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n";
+        let dir = group(
+            "v1",
+            &[
+                ("cpuacct.usage", "2500000000\n"),
+                ("memory.max_usage_in_bytes", "4096\n"),
+                ("memory.oom_control", control),
+            ],
+        );
+        let files = UsageFiles {
+            cpu_v1: Some(dir.clone()),
+            memory_v1: Some(dir.clone()),
+            ..UsageFiles::default()
+        };
+        let expected = Usage {
+            cpu_us: Some(2_500_000),
+            peak_memory_bytes: Some(4096),
+            oom_kills: Some(1),
+        };
+        let (read, error) = usage(&files);
+        assert!(error.is_none(), "{error:?}");
+        assert_eq!(read, expected);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A figure that cannot be read is left out, the others are still read, and the error
+    /// names the file.
+    #[test]
+    fn an_unreadable_figure_is_left_out_and_named() {
+        let dir = group(
+            "bad",
+            &[
+                ("cpu.stat", "user_usec 5\n"),
+                ("memory.events", "oom_kill 0\n"),
+            ],
+        );
+        let files = UsageFiles {
+            cpu_v2: Some(dir.clone()),
+            memory_v2: Some(dir.clone()),
+            ..UsageFiles::default()
+        };
+        let (usage, error) = usage(&files);
+        assert_eq!((usage.cpu_us, usage.oom_kills), (None, Some(0)));
+        let error = error.unwrap().to_string();
+        assert!(
+            error.contains("cpu.stat") && error.contains("no 'usage_usec' line"),
+            "{error}"
+        );
+        // A key that only starts another key's name is not it.
+        fs::write(dir.join("cpu.stat"), "usage_usec_total 7\n").unwrap();
+        assert_eq!(usage_of(&files).cpu_us, None);
+        assert_eq!(usage_of(&UsageFiles::default()), Usage::default());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
