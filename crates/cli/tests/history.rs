@@ -1,6 +1,6 @@
 //! `cosched history` on a real daemon (needs root): three jobs (one fine, one exit 3, one
-//! cancelled) come back from the store with their figures, filtered, as anyone sees them, and
-//! as an SWF log that `cosched sim --trace` replays.
+//! cancelled) come back from the store (memory keeps one ended job) with their figures,
+//! filtered, as anyone sees them, and as an SWF log that `cosched sim --trace` replays.
 
 mod common;
 
@@ -18,7 +18,7 @@ fn ids(jobs: &Value) -> Vec<u64> {
 
 #[test]
 fn history_shows_ended_jobs_with_their_figures_and_replays_as_swf() {
-    let d = Daemon::start(&["--quantum-ms", "100"]);
+    let d = Daemon::start(&["--quantum-ms", "100", "--keep-ended", "1"]);
     let busy = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done";
     let fine = d.submit(&["-n", "1", "--", "sh", "-c", busy]);
     let three = d.submit(&["-n", "1", "--", "sh", "-c", "exit 3"]);
@@ -31,9 +31,13 @@ fn history_shows_ended_jobs_with_their_figures_and_replays_as_swf() {
         .cosched(&["cancel", &cancelled.to_string()])
         .status
         .success());
-    for job in [fine, three, cancelled] {
-        d.wait_end(job, Duration::from_secs(60));
-    }
+    let ids_of = |jobs: &[u64]| jobs.iter().map(u64::to_string).collect::<Vec<_>>();
+    let mut wait = vec!["wait".to_string()];
+    wait.extend(ids_of(&[fine, three, cancelled]));
+    let waited = d.cosched(&wait.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_ne!(waited.status.code(), Some(0), "job {three} exits 3");
+    let in_memory = d.json(&["ps", "--all", "--json"]);
+    assert_eq!(ids(&in_memory).len(), 1, "--keep-ended 1: {in_memory}");
     let all = d.json(&["history", "--json"]);
     let mut seen = ids(&all);
     seen.sort();
