@@ -472,3 +472,26 @@ fn an_mpich_job_spans_two_nodes_through_hydra_with_no_launcher_option() {
         "Hydra's proxy on node b came through the agent: {controller}"
     );
 }
+
+/// A job's CPU time counts its part on every node: a loop started on node b through the agent
+/// (the job's own process on node a only waits for it) shows in the job's history once the
+/// job's end has removed its cgroup on node b (`Event::Used`).
+#[test]
+fn a_jobs_history_adds_up_the_cpu_time_of_its_parts_on_every_node() {
+    let lab = Lab::up("used");
+    let busy = "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done";
+    let job = lab.submit(&format!("{COSCHED} launch-remote 10.77.0.12 '{busy}'"));
+    lab.wait_state(job, "done", Duration::from_secs(60));
+    let cpu_us = || {
+        let history = lab.json(&["history", "--json", "-j", &job.to_string()]);
+        history[0]["cpu_us"].as_u64().unwrap_or(0)
+    };
+    // Node a's figure comes with the end; node b's follows it.
+    let counted = wait_until(Duration::from_secs(20), || cpu_us() >= 150_000);
+    assert!(
+        counted,
+        "job {job}'s CPU time is {} µs: node b's loop is not in it\n{}",
+        cpu_us(),
+        lab.logs()
+    );
+}
