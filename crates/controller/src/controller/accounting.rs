@@ -46,9 +46,14 @@ impl Controller {
     /// A node other than the job's first counted its part of the job (`Event::Used`), after
     /// the job's end was recorded (the end removes the cgroups).
     pub fn used(&mut self, job: JobId, node: &str, usage: NodeUsage) {
+        // Its first node's figures came with its ending: an agent that restarted without
+        // hearing the job was its own must not count them twice.
+        let first = |record: &JobRecord| record.nodes.first().is_some_and(|n| n == node);
         if let Some(record) = self.unsaved.get_mut(&job) {
             // Saved with the end, when the store takes it.
-            account(record, usage);
+            if !first(record) {
+                account(record, usage);
+            }
             return;
         }
         let stored = match self.records.get(&job) {
@@ -56,6 +61,7 @@ impl Controller {
             None => self.store.get(job),
         };
         let mut record = match stored {
+            Ok(Some(record)) if first(&record) => return,
             Ok(Some(record)) if record.status.ended() => record,
             Ok(_) => {
                 log(format_args!(

@@ -252,6 +252,8 @@ fn a_jobs_parts_on_other_nodes_add_their_figures_to_its_record() {
         "every node hears of the end"
     );
     h.event(used(spread, "b", 500, 3 << 20, 0));
+    // Its first node's figures came with its ending: a word from it again counts nothing.
+    h.event(used(spread, "a", 9_000, 9 << 20, 0));
     let record = h.stored(spread).unwrap();
     assert_eq!(record.cpu_us, Some(spread * 1000 + 500));
     assert_eq!(
