@@ -78,7 +78,6 @@ pub struct Settings {
 
 /// Queued jobs one user (root aside) may have holding their client's stdio descriptors.
 pub const MAX_HELD_STDIO_PER_UID: usize = 1000;
-
 /// Unfinished jobs one user (root aside) may have: each is a record in memory.
 pub const MAX_UNFINISHED_PER_UID: usize = 10_000;
 /// Bytes of arguments, environment and working directory one user's (root aside) unfinished

@@ -278,122 +278,6 @@ pub fn validate_run(run: &RunRequest) -> Result<(), String> {
     Ok(())
 }
 
-/// Which ended jobs `history` asks for: each filter given must hold.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HistoryRequest {
-    /// Only this user's jobs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uid: Option<u32>,
-    /// Only these jobs (at most [`MAX_HISTORY_JOBS`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub jobs: Vec<JobId>,
-    /// Only jobs that ended so (ended states only).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub states: Vec<JobState>,
-    /// Only jobs that ended at or after this time (µs since the epoch)...
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub since_us: Option<i64>,
-    /// ...and before this one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until_us: Option<i64>,
-    /// At most this many jobs, the latest ended (default [`DEFAULT_HISTORY_ROWS`], at most
-    /// [`MAX_HISTORY_ROWS`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u32>,
-}
-
-/// Jobs a `history` reply carries unless asked for fewer or more, and at most.
-pub const DEFAULT_HISTORY_ROWS: u32 = 1000;
-pub const MAX_HISTORY_ROWS: u32 = 10_000;
-/// Job ids one `history` request may name.
-pub const MAX_HISTORY_JOBS: usize = 1000;
-/// Bytes of views a `history` reply carries at most (each command already bounded to
-/// [`LISTED_COMMAND_BYTES`]): past them the reply stops early and says so (`truncated`).
-pub const HISTORY_REPLY_BYTES: usize = 4 << 20;
-
-impl HistoryRequest {
-    /// The rows asked for, bounded.
-    pub fn rows(&self) -> usize {
-        self.limit.unwrap_or(DEFAULT_HISTORY_ROWS) as usize
-    }
-
-    /// Rejects a request no store should run, naming what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.limit == Some(0) || self.limit.is_some_and(|l| l > MAX_HISTORY_ROWS) {
-            return Err(format!(
-                "a history limit is 1 to {MAX_HISTORY_ROWS} jobs (asked {})",
-                self.limit.unwrap_or(0)
-            ));
-        }
-        if self.jobs.len() > MAX_HISTORY_JOBS {
-            return Err(format!(
-                "a history request names at most {MAX_HISTORY_JOBS} jobs ({} given)",
-                self.jobs.len()
-            ));
-        }
-        if let Some(state) = self.states.iter().find(|s| !s.ended()) {
-            return Err(format!(
-                "history holds ended jobs only: '{state}' is not a way of ending (one of {})",
-                JobState::ENDED.map(JobState::name).join(", ")
-            ));
-        }
-        if let (Some(since), Some(until)) = (self.since_us, self.until_us) {
-            if since >= until {
-                return Err("the history window is empty (since is not before until)".into());
-            }
-        }
-        Ok(())
-    }
-}
-
-/// One ended job as `history` shows it: as `ps` shows anyone's job (no environment, the
-/// command's start only), with its accounting.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistoryView {
-    pub id: JobId,
-    pub name: String,
-    pub uid: u32,
-    pub user: String,
-    pub gid: u32,
-    pub class: Class,
-    pub procs: u32,
-    pub state: JobState,
-    pub exit: Option<ExitInfo>,
-    /// Why it ended so, when something other than its exit says (`out of memory`).
-    pub note: Option<String>,
-    pub submitted_us: i64,
-    pub started_us: Option<i64>,
-    pub ended_us: i64,
-    /// From submission to start (to the end, for one that never started).
-    pub wait_us: i64,
-    /// From start to end, frozen time included; none if it never started.
-    pub elapsed_us: Option<i64>,
-    /// How long it was suspended by its owner.
-    pub suspended_us: i64,
-    /// CPU time of its processes, and the most memory they held, from its cgroup.
-    pub cpu_us: Option<u64>,
-    pub peak_memory_bytes: Option<u64>,
-    /// The nodes it ran on and how many of its processors each had.
-    pub nodes: Vec<String>,
-    pub cpus_on_nodes: Vec<u32>,
-    /// The first [`LISTED_COMMAND_BYTES`] bytes of its command.
-    pub argv: Vec<String>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub argv_cut: bool,
-}
-
-impl HistoryView {
-    /// Roughly the bytes it takes in a reply, for [`HISTORY_REPLY_BYTES`].
-    pub fn size(&self) -> usize {
-        let texts = self.name.len() + self.user.len() + self.note.as_ref().map_or(0, String::len);
-        let argv: usize = self.argv.iter().map(|a| a.len() + 3).sum();
-        let nodes: usize = self.nodes.iter().map(|n| n.len() + 8).sum();
-        // The field names and numbers.
-        400 + texts + argv + nodes
-    }
-}
-
 /// One job as `ps` shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobView {
@@ -581,6 +465,122 @@ impl Reply {
             ok: true,
             message: message.into(),
         }
+    }
+}
+
+/// Which ended jobs `history` asks for: each filter given must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryRequest {
+    /// Only this user's jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Only these jobs (at most [`MAX_HISTORY_JOBS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<JobId>,
+    /// Only jobs that ended so (ended states only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<JobState>,
+    /// Only jobs that ended at or after this time (µs since the epoch)...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_us: Option<i64>,
+    /// ...and before this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_us: Option<i64>,
+    /// At most this many jobs, the latest ended (default [`DEFAULT_HISTORY_ROWS`], at most
+    /// [`MAX_HISTORY_ROWS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Jobs a `history` reply carries unless asked for fewer or more, and at most.
+pub const DEFAULT_HISTORY_ROWS: u32 = 1000;
+pub const MAX_HISTORY_ROWS: u32 = 10_000;
+/// Job ids one `history` request may name.
+pub const MAX_HISTORY_JOBS: usize = 1000;
+/// Bytes of views a `history` reply carries at most (each command already bounded to
+/// [`LISTED_COMMAND_BYTES`]): past them the reply stops early and says so (`truncated`).
+pub const HISTORY_REPLY_BYTES: usize = 4 << 20;
+
+impl HistoryRequest {
+    /// The rows asked for, bounded.
+    pub fn rows(&self) -> usize {
+        self.limit.unwrap_or(DEFAULT_HISTORY_ROWS) as usize
+    }
+
+    /// Rejects a request no store should run, naming what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.limit == Some(0) || self.limit.is_some_and(|l| l > MAX_HISTORY_ROWS) {
+            return Err(format!(
+                "a history limit is 1 to {MAX_HISTORY_ROWS} jobs (asked {})",
+                self.limit.unwrap_or(0)
+            ));
+        }
+        if self.jobs.len() > MAX_HISTORY_JOBS {
+            return Err(format!(
+                "a history request names at most {MAX_HISTORY_JOBS} jobs ({} given)",
+                self.jobs.len()
+            ));
+        }
+        if let Some(state) = self.states.iter().find(|s| !s.ended()) {
+            return Err(format!(
+                "history holds ended jobs only: '{state}' is not a way of ending (one of {})",
+                JobState::ENDED.map(JobState::name).join(", ")
+            ));
+        }
+        if let (Some(since), Some(until)) = (self.since_us, self.until_us) {
+            if since >= until {
+                return Err("the history window is empty (since is not before until)".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One ended job as `history` shows it: as `ps` shows anyone's job (no environment, the
+/// command's start only), with its accounting.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryView {
+    pub id: JobId,
+    pub name: String,
+    pub uid: u32,
+    pub user: String,
+    pub gid: u32,
+    pub class: Class,
+    pub procs: u32,
+    pub state: JobState,
+    pub exit: Option<ExitInfo>,
+    /// Why it ended so, when something other than its exit says (`out of memory`).
+    pub note: Option<String>,
+    pub submitted_us: i64,
+    pub started_us: Option<i64>,
+    pub ended_us: i64,
+    /// From submission to start (to the end, for one that never started).
+    pub wait_us: i64,
+    /// From start to end, frozen time included; none if it never started.
+    pub elapsed_us: Option<i64>,
+    /// How long it was suspended by its owner.
+    pub suspended_us: i64,
+    /// CPU time of its processes, and the most memory they held, from its cgroup.
+    pub cpu_us: Option<u64>,
+    pub peak_memory_bytes: Option<u64>,
+    /// The nodes it ran on and how many of its processors each had.
+    pub nodes: Vec<String>,
+    pub cpus_on_nodes: Vec<u32>,
+    /// The first [`LISTED_COMMAND_BYTES`] bytes of its command.
+    pub argv: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub argv_cut: bool,
+}
+
+impl HistoryView {
+    /// Roughly the bytes it takes in a reply, for [`HISTORY_REPLY_BYTES`].
+    pub fn size(&self) -> usize {
+        let texts = self.name.len() + self.user.len() + self.note.as_ref().map_or(0, String::len);
+        let argv: usize = self.argv.iter().map(|a| a.len() + 3).sum();
+        let nodes: usize = self.nodes.iter().map(|n| n.len() + 8).sum();
+        // The field names and numbers.
+        400 + texts + argv + nodes
     }
 }
 
