@@ -269,7 +269,7 @@ fn render(jobs: &[HistoryView]) -> String {
     for job in jobs {
         let nodes = job.nodes.join(",");
         let line = format!(
-            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>5} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} {}\n",
+            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>5} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} {}",
             job.id,
             truncate(&job.name, 12),
             truncate(&job.user, 8),
@@ -288,7 +288,8 @@ fn render(jobs: &[HistoryView]) -> String {
             truncate(if nodes.is_empty() { "-" } else { &nodes }, 12),
             truncate(job.note.as_deref().unwrap_or(""), 60),
         );
-        text += &line;
+        text += line.trim_end();
+        text.push('\n');
     }
     text
 }
