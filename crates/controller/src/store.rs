@@ -53,6 +53,23 @@ pub struct JobRecord {
     /// How many of its processors are on each of `nodes`, in the same order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpus_on_nodes: Vec<u32>,
+    /// How long it may be let run in all (µs); `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_us: Option<i64>,
+    /// How long it had been let run (µs) when `run_saved_us` was written: time in its slots
+    /// (or unscheduled), not time frozen in others'.
+    #[serde(default)]
+    pub run_us: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_saved_us: Option<i64>,
+    /// It reached its time limit and was told to stop: its end is a timeout.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+    /// Memory it asked for on each node it runs on (bytes), or per processor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_per_cpu_bytes: Option<u64>,
 }
 
 /// Bytes of its command an ended job keeps, in memory and in the store: what a job was is
