@@ -21,9 +21,13 @@ fn a_time_sharing_job_is_stopped_after_its_limit_of_run_time_and_ends_timeout() 
     assert!(run_us >= 2_000_000, "stopped before its limit: {ended}");
     // Half the slots were the other job's: the wall time is about twice the limit.
     let wall = ended["ended_us"].as_i64().unwrap() - ended["started_us"].as_i64().unwrap();
-    assert!(wall >= 3_500_000, "frozen time counted against it: {wall} µs, {ended}");
     assert!(
-        d.log().contains(&format!("job {limited}: time limit reached")),
+        wall >= 3_500_000,
+        "frozen time counted against it: {wall} µs, {ended}"
+    );
+    assert!(
+        d.log()
+            .contains(&format!("job {limited}: time limit reached")),
         "{}",
         d.log()
     );
@@ -54,7 +58,10 @@ fn ps_shows_the_time_left_and_the_reason_a_job_waits() {
             .unwrap_or_else(|| panic!("no row for {job}: {table}"))
             .to_string()
     };
-    assert!(table.contains("TIME_LEFT") && table.contains("REASON"), "{table}");
+    assert!(
+        table.contains("TIME_LEFT") && table.contains("REASON"),
+        "{table}"
+    );
     assert!(row(running).contains("00:09:5"), "{table}");
     assert!(row(waiting).contains("resources"), "{table}");
     assert_eq!(d.job(waiting)["reason"], "resources");
@@ -72,7 +79,10 @@ fn bad_limits_and_memory_sizes_are_refused_with_what_was_wrong() {
         (vec!["--time", "400-0"], "longer than a year"),
         (vec!["--mem", "0"], "not a memory size"),
         (vec!["--mem", "12Q"], "not a memory size"),
-        (vec!["--mem", "1G", "--mem-per-cpu", "1G"], "cannot be used with"),
+        (
+            vec!["--mem", "1G", "--mem-per-cpu", "1G"],
+            "cannot be used with",
+        ),
     ] {
         let mut all = vec!["run", "-n", "1"];
         all.extend(args.iter().copied());

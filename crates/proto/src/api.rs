@@ -536,6 +536,9 @@ mod tests {
             detach: false,
             stdio: false,
             output: None,
+            time_limit_s: None,
+            mem_bytes: None,
+            mem_per_cpu_bytes: None,
         }
     }
 

@@ -229,7 +229,8 @@ impl Daemon {
         let mut job = Value::Null;
         let ended = wait_until(patience, || {
             job = self.job(id);
-            ["done", "cancelled", "timeout", "failed", "lost"].contains(&job["state"].as_str().unwrap())
+            ["done", "cancelled", "timeout", "failed", "lost"]
+                .contains(&job["state"].as_str().unwrap())
         });
         assert!(
             ended,
