@@ -626,7 +626,10 @@ fn a_job_across_two_nodes_is_stopped_on_both_at_its_time_limit_and_ends_timeout(
     assert_eq!(ended["state"], "timeout", "{ended}\n{}", d.log());
     assert!(ended["run_us"].as_i64().unwrap() >= 2_000_000, "{ended}");
     // Nothing of it is left on either node.
-    for cgroup in [d.cgroup(job), v2_root().join(&b.parent).join(format!("job-{job}"))] {
+    for cgroup in [
+        d.cgroup(job),
+        v2_root().join(&b.parent).join(format!("job-{job}")),
+    ] {
         let procs = std::fs::read_to_string(cgroup.join("cgroup.procs")).unwrap_or_default();
         assert!(procs.trim().is_empty(), "{}: {procs}", cgroup.display());
     }

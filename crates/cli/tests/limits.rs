@@ -45,8 +45,18 @@ fn a_blocking_run_past_its_limit_says_so_and_exits_as_killed() {
 }
 
 #[test]
-fn ps_shows_the_time_left_and_the_reason_a_job_waits() {
-    let d = Daemon::start(&["--procs", "1", "--quantum-ms", "50", "--mpl", "1"]);
+fn ps_and_metrics_show_the_time_left_and_the_reason_a_job_waits() {
+    let port = cosched_etcd::testing::free_port().to_string();
+    let d = Daemon::start(&[
+        "--procs",
+        "1",
+        "--quantum-ms",
+        "50",
+        "--mpl",
+        "1",
+        "--http",
+        &port,
+    ]);
     let running = d.submit(&["-n", "1", "--time", "10", "--", "sleep", "100"]);
     let waiting = d.submit(&["-n", "1", "--", "sleep", "100"]);
     let out = d.cosched(&["ps"]);
@@ -65,6 +75,15 @@ fn ps_shows_the_time_left_and_the_reason_a_job_waits() {
     assert!(row(running).contains("00:09:5"), "{table}");
     assert!(row(waiting).contains("resources"), "{table}");
     assert_eq!(d.job(waiting)["reason"], "resources");
+    let metrics = http_get(port.parse().unwrap(), "/metrics").1;
+    let waiting_for = |reason: &str| {
+        sample(
+            &metrics,
+            &format!(r#"cosched_jobs_waiting{{reason="{reason}"}}"#),
+        )
+    };
+    assert_eq!(waiting_for("resources"), Some(1.0), "{metrics}");
+    assert_eq!(waiting_for("limit"), Some(0.0), "{metrics}");
     for job in [running, waiting] {
         assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
     }

@@ -102,6 +102,15 @@ pub enum Pending {
 }
 
 impl Pending {
+    pub const ALL: [Pending; 6] = [
+        Pending::Resources,
+        Pending::Memory,
+        Pending::Priority,
+        Pending::Limit,
+        Pending::Node,
+        Pending::Held,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Pending::Resources => "resources",
@@ -180,6 +189,15 @@ impl FromStr for Mode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_pending_reason_is_written_by_its_name() {
+        for reason in Pending::ALL {
+            let wire = serde_json::to_string(&reason).unwrap();
+            assert_eq!(wire, format!("\"{reason}\""));
+            assert_eq!(serde_json::from_str::<Pending>(&wire).unwrap(), reason);
+        }
+    }
 
     #[test]
     fn names_on_the_wire_are_the_printed_names() {
