@@ -1072,7 +1072,7 @@ impl Controller {
             run_us: self.run_time(r, now),
             mem_bytes: r.mem_bytes.or_else(|| {
                 let per_cpu = r.mem_per_cpu_bytes?;
-                Some(per_cpu * u64::from(r.procs / r.node_count.unwrap_or(1).max(1)))
+                Some(per_cpu.saturating_mul(u64::from(r.procs / r.node_count.unwrap_or(1).max(1))))
             }),
         }
     }

@@ -148,61 +148,86 @@ impl Controller {
         }
     }
 
-    /// Whether `record`'s owner holds as many started or scheduled jobs, or processors, as
-    /// the per-user limits allow (root is never bounded), counting `record` itself.
-    fn over_user_limit(&self, record: &JobRecord) -> bool {
-        let limits = self.settings.user_limits;
-        if record.owner.is_root() || (limits.running_jobs.is_none() && limits.procs.is_none()) {
-            return false;
-        }
-        let (jobs, procs) = self
-            .records
+    /// What `uid`'s jobs hold against the per-user limits: jobs started or in the core's
+    /// queue, not ended, and their processors.
+    fn usage(&self, uid: u32) -> (u64, u64) {
+        self.records
             .values()
-            .filter(|r| r.owner.uid == record.owner.uid && r.id != record.id)
-            .filter(|r| !r.status.ended() && !self.limited.contains(&r.id))
+            .filter(|r| r.owner.uid == uid && !r.status.ended() && !self.limited.contains(&r.id))
             .filter(|r| r.launched || self.scheduler.state(r.id).is_some())
-            .fold((0u64, 0u64), |(jobs, procs), r| {
+            .fold((0, 0), |(jobs, procs), r| {
                 (jobs + 1, procs + u64::from(r.procs))
-            });
-        limits
-            .running_jobs
-            .is_some_and(|most| jobs + 1 > u64::from(most))
-            || limits
-                .procs
-                .is_some_and(|most| procs + u64::from(record.procs) > u64::from(most))
+            })
     }
 
-    /// Hands a job to the core unless its owner is at a per-user limit: then it waits
-    /// outside the core's queue (a user's thousandth job must not hold others' turns).
+    /// Whether one more job of `procs` processors keeps a user holding `usage` within the
+    /// per-user limits.
+    fn within_limits(&self, (jobs, held): (u64, u64), procs: u32) -> bool {
+        let limits = self.settings.user_limits;
+        limits
+            .running_jobs
+            .is_none_or(|most| jobs < u64::from(most))
+            && limits
+                .procs
+                .is_none_or(|most| held + u64::from(procs) <= u64::from(most))
+    }
+
+    /// Hands a job to the core unless its owner is at a per-user limit (root never is): then
+    /// it waits outside the core's queue (a user's thousandth job must not hold others' turns).
     pub(super) fn enqueue_within_limits(
         &mut self,
         job: JobId,
         now: Micros,
     ) -> Result<(), ApiError> {
-        if self.over_user_limit(&self.records[&job]) {
+        let record = &self.records[&job];
+        let bounded = self.settings.user_limits.running_jobs.is_some()
+            || self.settings.user_limits.procs.is_some();
+        if bounded
+            && !record.owner.is_root()
+            && !self.within_limits(self.usage(record.owner.uid), record.procs)
+        {
             self.limited.insert(job);
             return Ok(());
         }
-        self.limited.remove(&job);
         self.enqueue(job, now)
     }
 
-    /// Jobs held for per-user limits go to the core as far as the limits now allow: those of
-    /// `uid` (one of whose jobs ended), or everyone's (the limits changed).
+    /// Jobs held for per-user limits go to the core, oldest first, as far as the limits now
+    /// allow: those of `uid` (one of whose jobs ended), or everyone's (the limits changed).
+    /// One pass over the records per user, whatever the number of jobs held.
     pub(super) fn release_limited(&mut self, uid: Option<u32>, now: Micros) {
-        let waiting: Vec<JobId> = self
-            .limited
-            .iter()
-            .copied()
-            .filter(|job| uid.is_none_or(|uid| self.records[job].owner.uid == uid))
-            .collect();
-        for job in waiting {
-            if self.over_user_limit(&self.records[&job]) {
-                continue;
+        let mut held: BTreeMap<u32, Vec<JobId>> = BTreeMap::new();
+        for &job in &self.limited {
+            let owner = self.records[&job].owner.uid;
+            if uid.is_none_or(|uid| uid == owner) {
+                held.entry(owner).or_default().push(job);
             }
-            self.limited.remove(&job);
-            if let Err(error) = self.enqueue(job, now) {
-                self.fail(job, &error.to_string(), now);
+        }
+        for (owner, jobs) in held {
+            let (mut count, mut procs) = self.usage(owner);
+            for job in jobs {
+                // Released meanwhile by a release nested in an end (below).
+                if !self.limited.contains(&job) {
+                    continue;
+                }
+                let size = self.records[&job].procs;
+                if !self.within_limits((count, procs), size) {
+                    continue;
+                }
+                self.limited.remove(&job);
+                let placed = self.enqueue(job, now);
+                if let Err(error) = &placed {
+                    self.fail(job, &error.to_string(), now);
+                }
+                let ended = self.latest(job).is_none_or(|r| r.status.ended());
+                if placed.is_err() || ended {
+                    // A start the store refused ends the job, and that end released others
+                    // of this user: count again.
+                    (count, procs) = self.usage(owner);
+                } else {
+                    count += 1;
+                    procs += u64::from(size);
+                }
             }
         }
     }
