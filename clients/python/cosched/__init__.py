@@ -86,6 +86,20 @@ class Job:
     suspended_us: int = 0
     # The listing carries only the start of the command; ps(job=...) has it whole.
     argv_cut: bool = False
+    # Why it waits (resources, memory, priority, limit, node, held), while it does.
+    reason: Optional[str] = None
+    # Its time limit and the time it has been let run (its share of the slots), in µs.
+    time_limit_us: Optional[int] = None
+    run_us: int = 0
+    # Memory it asked for on each node (bytes).
+    mem_bytes: Optional[int] = None
+
+    @property
+    def time_left_us(self) -> Optional[int]:
+        """What is left of its time limit (µs), if it has one."""
+        if self.time_limit_us is None:
+            return None
+        return max(0, self.time_limit_us - self.run_us)
 
     @classmethod
     def _from(cls, v: Dict[str, Any]) -> "Job":
@@ -110,12 +124,17 @@ class Job:
             node_count=v.get("node_count"),
             suspended_us=v.get("suspended_us", 0),
             argv_cut=v.get("argv_cut", False),
+            reason=v.get("reason"),
+            time_limit_us=v.get("time_limit_us"),
+            run_us=v.get("run_us", 0),
+            mem_bytes=v.get("mem_bytes"),
         )
 
 
 @dataclasses.dataclass(frozen=True)
 class Ended:
-    """How a job ended: `state` done, cancelled or lost; its exit code or signal."""
+    """How a job ended: `state` done, cancelled, timeout, failed or lost; its exit code or
+    signal."""
 
     job: int
     state: str
@@ -157,6 +176,10 @@ class HistoryRow:
     elapsed_us: Optional[int]
     # How long its owner kept it suspended.
     suspended_us: int
+    # How long it was let run (not frozen in others' slots), its limit, its memory per node.
+    run_us: int
+    time_limit_us: Optional[int]
+    mem_bytes: Optional[int]
     # From its cgroup as it ended; None where its node could not tell.
     cpu_us: Optional[int]
     peak_memory_bytes: Optional[int]
@@ -298,11 +321,15 @@ class Client:
         env: Optional[Dict[str, str]] = None,
         cwd: Optional[str] = None,
         output: Optional[str] = None,
+        time_limit_s: Optional[int] = None,
+        mem_bytes: Optional[int] = None,
+        mem_per_cpu_bytes: Optional[int] = None,
     ) -> int:
         """Submits a job and returns its id at once (`wait` for its end). `output`: a file
         for its stdout and stderr (appended to; on a cluster, opened by the job on its
         nodes), else they are discarded. The job runs as the caller, in `cwd` (default:
-        here) with `env` (default: this environment)."""
+        here) with `env` (default: this environment). `time_limit_s`: seconds it may be let
+        run (then it ends `timeout`); `mem_bytes` per node or `mem_per_cpu_bytes`."""
         if isinstance(argv, str) or not argv:
             raise ValueError("argv must be a non-empty list of words (a command, not a string)")
         request: Dict[str, Any] = {
@@ -322,6 +349,13 @@ class Client:
             request["name"] = name
         if job_class is not None:
             request["class"] = job_class
+        for key, value in (
+            ("time_limit_s", time_limit_s),
+            ("mem_bytes", mem_bytes),
+            ("mem_per_cpu_bytes", mem_per_cpu_bytes),
+        ):
+            if value is not None:
+                request[key] = value
         opened: List[int] = []
         try:
             if output is not None:

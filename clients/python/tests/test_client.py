@@ -97,6 +97,16 @@ class AgainstADaemon(unittest.TestCase):
         self.assertEqual((mine[0].name, mine[0].state, mine[0].exit_code, mine[0].uid),
                          ("hello", "done", 3, os.getuid()))
 
+    def test_a_job_past_its_time_limit_ends_timeout_with_its_run_time(self):
+        job = self.client.run(["sleep", "60"], time_limit_s=1)
+        [seen] = [j for j in self.client.ps() if j.id == job]
+        self.assertEqual(seen.time_limit_us, 1_000_000)
+        self.assertLessEqual(seen.time_left_us, 1_000_000)
+        ended = self.client.wait(job, timeout=60)
+        self.assertEqual((ended.state, ended.exit_signal), ("timeout", 15))
+        [done] = [j for j in self.client.ps(all=True) if j.id == job]
+        self.assertGreaterEqual(done.run_us, 1_000_000)
+        self.assertEqual(done.time_left_us, 0)
     def test_history_has_ended_jobs_typed_with_their_figures(self):
         since = int(time.time() * 1e6)
         ok = self.client.run(["python3", "-c", SPIN.format(0.3)], name="hist-ok")

@@ -131,11 +131,36 @@ pub struct RunArgs {
     /// Append the job's stdout and stderr to this file
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Time limit, counted in time the job is let run (not time frozen in other jobs'
+    /// slots): minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, as in Slurm. At the
+    /// limit the job gets SIGTERM, then SIGKILL after the grace, and ends `timeout`.
+    /// Backfilling starts jobs with limits ahead of wider ones when they cannot delay them
+    /// [default: its class's, from the policy file]
+    #[arg(short = 't', long = "time", value_name = "LIMIT", value_parser = parse_time)]
+    time: Option<u64>,
+    /// Memory the job needs on each node it runs on: 512M, 4G (a bare number is megabytes).
+    /// Jobs that time-share a node's processors must fit in its memory together
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory, conflicts_with = "mem_per_cpu")]
+    mem: Option<u64>,
+    /// Memory the job needs per processor it has (instead of --mem)
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    mem_per_cpu: Option<u64>,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
     #[command(flatten)]
     socket: Socket,
+}
+
+/// A time limit in Slurm's formats, as whole seconds.
+fn parse_time(text: &str) -> Result<u64, String> {
+    cosched_core::parse_duration(text)
+        .map(|micros| (micros / cosched_core::MICROS_PER_SEC) as u64)
+        .map_err(|e| e.to_string())
+}
+
+fn parse_memory(text: &str) -> Result<u64, String> {
+    cosched_core::parse_size(text).map_err(|e| e.to_string())
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -199,12 +224,28 @@ pub fn run(args: RunArgs) -> Result<i32> {
         detach: args.detach,
         stdio: true,
         output: output_path,
+        time_limit_s: args.time,
+        mem_bytes: args.mem,
+        mem_per_cpu_bytes: args.mem_per_cpu,
     });
     let socket = args.socket.socket;
     let submitted = connect(&socket).and_then(|stream| {
         send(&stream, &request, &[stdin, stdout, stderr])?;
         match receive(&stream)? {
-            Some(Reply::Submitted { job, output, .. }) => Ok((stream, job, output)),
+            Some(Reply::Submitted {
+                job,
+                output,
+                reason,
+                ..
+            }) => {
+                if let (Some(reason), false) = (reason, args.detach) {
+                    eprintln!(
+                        "cosched: job {job} queued: {} ({reason})",
+                        reason.explained()
+                    );
+                }
+                Ok((stream, job, output))
+            }
             Some(Reply::Error { error, .. }) => bail!("{error}"),
             _ => bail!("the daemon closed the connection without a reply"),
         }
@@ -366,6 +407,10 @@ fn exit_status(job: u64, state: JobState, exit: Option<ExitInfo>) -> i32 {
             eprintln!("cosched: job {job} cancelled");
             exit.shell_status()
         }
+        Some(exit) if state == JobState::Timeout => {
+            eprintln!("cosched: job {job} stopped at its time limit");
+            exit.shell_status()
+        }
         Some(exit) => exit.shell_status(),
         None => {
             eprintln!("cosched: job {job} {state} without running to its end");
@@ -431,8 +476,19 @@ pub fn ps(args: PsArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "{:>5} {:<12} {:<8} {:<11} {:>4} {:<8} {:<9} {:<7} {:>9} {:>5}  COMMAND",
-        "ID", "NAME", "USER", "CLASS", "N", "CPUS", "STATE", "SLICES", "ELAPSED", "EXIT"
+        "{:>5} {:<12} {:<8} {:<11} {:>4} {:<8} {:<9} {:<9} {:<7} {:>9} {:>11} {:>5}  COMMAND",
+        "ID",
+        "NAME",
+        "USER",
+        "CLASS",
+        "N",
+        "CPUS",
+        "STATE",
+        "REASON",
+        "SLICES",
+        "ELAPSED",
+        "TIME_LEFT",
+        "EXIT"
     )?;
     for job in &jobs {
         let slices = job
@@ -450,7 +506,7 @@ pub fn ps(args: PsArgs) -> Result<()> {
         };
         writeln!(
             out,
-            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<8} {:<9} {:<7} {:>9} {:>5}  {}",
+            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<8} {:<9} {:<9} {:<7} {:>9} {:>11} {:>5}  {}",
             job.id,
             truncate(&job.name, 12),
             truncate(&job.user, 8),
@@ -461,12 +517,17 @@ pub fn ps(args: PsArgs) -> Result<()> {
             },
             job.cpus.as_deref().unwrap_or("-"),
             job.state,
+            job.reason.map_or("-", |r| r.name()),
             if slices.is_empty() {
                 "-".into()
             } else {
                 slices
             },
             elapsed(job, now),
+            match job.time_left_us() {
+                Some(left) if !job.state.ended() => cosched_core::Clock(left).to_string(),
+                _ => "-".into(),
+            },
             exit,
             if args.job.is_some() {
                 truncate(&job.argv.join(" "), usize::MAX)

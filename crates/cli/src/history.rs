@@ -262,14 +262,14 @@ fn exit(exit: Option<ExitInfo>) -> String {
 
 fn render(jobs: &[HistoryView]) -> String {
     let mut text = format!(
-        "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>5} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} NOTE\n",
+        "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>5} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} NOTE\n",
         "ID", "NAME", "USER", "CLASS", "N", "STATE", "EXIT", "SUBMITTED", "STARTED", "ENDED",
-        "WAIT", "ELAPSED", "HELD", "CPU", "PEAK", "NODES"
+        "WAIT", "ELAPSED", "RUN", "LIMIT", "HELD", "CPU", "PEAK", "NODES"
     );
     for job in jobs {
         let nodes = job.nodes.join(",");
         let line = format!(
-            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>5} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} {}",
+            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>5} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} {}",
             job.id,
             truncate(&job.name, 12),
             truncate(&job.user, 8),
@@ -282,6 +282,8 @@ fn render(jobs: &[HistoryView]) -> String {
             local_time(job.ended_us),
             duration(job.wait_us, false),
             job.elapsed_us.map_or("-".into(), |us| duration(us, false)),
+            duration(job.run_us, false),
+            job.time_limit_us.map_or("-".into(), |us| duration(us, false)),
             duration(job.suspended_us, false),
             job.cpu_us.map_or("-".into(), |us| duration(us as i64, true)),
             job.peak_memory_bytes.map_or("-".into(), bytes),
@@ -370,6 +372,12 @@ fn as_swf(jobs: &[HistoryView], machine: &MatrixView) -> Trace {
             if let Some(peak) = job.peak_memory_bytes {
                 record.fields[6] = (peak as f64 / 1024.0 / first_node_procs).round();
             }
+            if let Some(limit) = job.time_limit_us {
+                record.fields[8] = (limit as f64 / 1e6).ceil();
+            }
+            if let Some(asked) = job.mem_bytes {
+                record.fields[9] = (asked as f64 / 1024.0 / first_node_procs).round();
+            }
             record
         })
         .collect();
@@ -395,8 +403,9 @@ fn as_swf(jobs: &[HistoryView], machine: &MatrixView) -> Trace {
         format!("; MaxQueues: {}", Class::ALL.len()),
         format!("; Queues: {queues} (cosched's classes)"),
         "; Partitions: 1 the whole machine".to_string(),
-        "; Note: field 1 is the cosched job id; CPU time and memory are from each job's cgroup \
-         on its first node; requested time and memory are not known (-1)"
+        "; Note: field 1 is the cosched job id; CPU time and used memory are from each job's \
+         cgroup on its first node; requested time is the job's time limit (time let run, -1 \
+         without one), requested memory its --mem per processor (-1 without)"
             .to_string(),
     ];
     Trace {
@@ -478,6 +487,9 @@ mod tests {
             wait_us: id as i64 * 500_000,
             elapsed_us: Some(id as i64 * 2_000_000 - 300_000),
             suspended_us: 0,
+            run_us: id as i64 * 2_000_000 - 300_000,
+            time_limit_us: (id == 1).then_some(60_000_000),
+            mem_bytes: (id == 1).then_some(128 << 20),
             cpu_us: Some(3_000_000),
             peak_memory_bytes: Some(64 << 20),
             nodes: vec!["local".into()],
@@ -525,7 +537,7 @@ mod tests {
                 // id, submit, wait, run (rounded up), procs, CPU/proc, KB/proc, req procs,
                 // req time, req memory, status, user, group, program, queue, partition
                 [
-                    1.0, 0.0, 0.0, 2.0, 2.0, 1.5, 32768.0, 2.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0,
+                    1.0, 0.0, 0.0, 2.0, 2.0, 1.5, 32768.0, 2.0, 60.0, 65536.0, 1.0, 1.0, 1.0, 1.0,
                     3.0, 1.0
                 ],
                 [

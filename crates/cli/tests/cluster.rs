@@ -619,6 +619,23 @@ fn minus_capital_n_spreads_a_job_over_distinct_nodes() {
 }
 
 #[test]
+fn a_job_across_two_nodes_is_stopped_on_both_at_its_time_limit_and_ends_timeout() {
+    let (_serial, _etcd, d, _a, b) = cluster("limit");
+    let job = d.submit(&["-N", "2", "-n", "2", "--time", "0:2", "--", "sleep", "100"]);
+    let ended = d.wait_end(job, Duration::from_secs(60));
+    assert_eq!(ended["state"], "timeout", "{ended}\n{}", d.log());
+    assert!(ended["run_us"].as_i64().unwrap() >= 2_000_000, "{ended}");
+    // Nothing of it is left on either node.
+    for cgroup in [
+        d.cgroup(job),
+        v2_root().join(&b.parent).join(format!("job-{job}")),
+    ] {
+        let procs = std::fs::read_to_string(cgroup.join("cgroup.procs")).unwrap_or_default();
+        assert!(procs.trim().is_empty(), "{}: {procs}", cgroup.display());
+    }
+}
+
+#[test]
 fn a_job_taken_back_into_the_rotation_stays_on_the_nodes_its_processes_live_on() {
     let (_serial, _etcd, d, _a, _b) = cluster("pinned");
     let ends_with = |code: &str| format!("sleep 5; exit {code}");

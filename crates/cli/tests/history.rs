@@ -20,7 +20,9 @@ fn ids(jobs: &Value) -> Vec<u64> {
 fn history_shows_ended_jobs_with_their_figures_and_replays_as_swf() {
     let d = Daemon::start(&["--quantum-ms", "100", "--keep-ended", "1"]);
     let busy = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done";
-    let fine = d.submit(&["-n", "1", "--", "sh", "-c", busy]);
+    let fine = d.submit(&[
+        "-n", "1", "--time", "5", "--mem", "1G", "--", "sh", "-c", busy,
+    ]);
     let three = d.submit(&["-n", "1", "--", "sh", "-c", "exit 3"]);
     let cancelled = d.submit(&["-n", "1", "--", "sleep", "60"]);
     let running = wait_until(Duration::from_secs(20), || {
@@ -68,6 +70,10 @@ fn history_shows_ended_jobs_with_their_figures_and_replays_as_swf() {
     );
     assert!(f["elapsed_us"].as_i64().unwrap() > 0 && f["wait_us"].as_i64().is_some());
     assert_eq!(f["nodes"], serde_json::json!(["local"]));
+    // Its limit (5 minutes) and the time it was let run, and the memory it asked for.
+    assert_eq!(f["time_limit_us"], 300_000_000, "{f}");
+    assert!(f["run_us"].as_i64().unwrap() > 0, "{f}");
+    assert_eq!(f["mem_bytes"], 1u64 << 30, "{f}");
     assert!(f.get("env").is_none());
     // Filters: a state, a job list, a window that holds none of them.
     let only = |args: &[&str]| {
@@ -132,20 +138,23 @@ fn history_shows_ended_jobs_with_their_figures_and_replays_as_swf() {
     assert!(text.contains("; MaxProcs: "), "{text}");
     let records: Vec<&str> = text.lines().filter(|l| !l.starts_with(';')).collect();
     assert_eq!(records.len(), 3, "{text}");
-    let status = |job: u64| {
+    let field = |job: u64, index: usize| {
         let line = records
             .iter()
             .find(|l| l.split_whitespace().next() == Some(&job.to_string()));
         line.unwrap()
             .split_whitespace()
-            .nth(10)
+            .nth(index)
             .unwrap()
             .to_string()
     };
     assert_eq!(
-        [status(fine), status(three), status(cancelled)],
+        [field(fine, 10), field(three, 10), field(cancelled, 10)],
         ["1", "0", "5"]
     );
+    // Requested time: the limit in seconds; requested memory: KB per processor.
+    assert_eq!([field(fine, 8), field(fine, 9)], ["300", "1048576"]);
+    assert_eq!([field(three, 8), field(three, 9)], ["-1", "-1"]);
     let sim = d.cosched(&["sim", "--trace", log.to_str().unwrap(), "--json"]);
     assert!(
         sim.status.success(),

@@ -128,9 +128,8 @@ fn a_job_over_its_memory_ends_with_the_oom_kill_its_cgroup_counted() {
 }
 
 /// Through the daemon: `run --mem 64M` of a job that fills 256 MiB ends `failed`, out of
-/// memory (enable once `run --mem` is in).
+/// memory, and its history says so.
 #[test]
-#[ignore = "needs `cosched run --mem` (the controller fills Launch::memory from it)"]
 fn a_job_run_with_mem_that_fills_more_ends_failed_out_of_memory() {
     let d = Daemon::start(&["--quantum-ms", "100"]);
     let job = d.submit(&[

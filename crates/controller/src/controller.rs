@@ -28,6 +28,7 @@ use std::path::PathBuf;
 
 mod accounting;
 mod history;
+mod limits;
 mod registration;
 
 /// What a client did wrong or may not do; the message goes back to it as is.
@@ -129,6 +130,10 @@ pub struct Controller {
     /// agent answers.
     joining: BTreeMap<u64, (u32, ClientId)>,
     next_join: u64,
+    /// Each started, unended job's run time, counted as it goes (time limits).
+    clocks: BTreeMap<JobId, limits::RunClock>,
+    /// Jobs kept out of the core's queue while their owner is at a per-user limit.
+    limited: BTreeSet<JobId>,
 }
 
 /// A node's latest report as the controller received it.
@@ -184,14 +189,17 @@ impl Controller {
             start_spreads: Default::default(),
             joining: BTreeMap::new(),
             next_join: 0,
+            clocks: BTreeMap::new(),
+            limited: BTreeSet::new(),
         }
     }
 
     /// The limits a policy reload (SIGHUP) may change while jobs run: they bind what is
     /// submitted or started from now on.
-    pub fn set_limits(&mut self, time_limits: TimeLimits, user_limits: UserLimits) {
+    pub fn set_limits(&mut self, time_limits: TimeLimits, user_limits: UserLimits, now: Micros) {
         self.settings.time_limits = time_limits;
         self.settings.user_limits = user_limits;
+        self.release_limited(None, now);
     }
 
     /// Changes a job's record: in memory only once the store has it.
@@ -343,6 +351,12 @@ impl Controller {
                 "only root may submit to the express class".into(),
             ));
         }
+        let time_limit_us = self
+            .settings
+            .time_limits
+            .limit_for(class, run.time_limit())
+            .map_err(|e| ApiError::Invalid(e.to_string()))?;
+        self.check_queued_limit(who.uid, who.is_root())?;
         self.check_descriptors(who)?;
         let (unfinished, held_bytes) = self.held.get(&who.uid).copied().unwrap_or_default();
         if !who.is_root() && unfinished >= MAX_UNFINISHED_PER_UID {
@@ -402,6 +416,12 @@ impl Controller {
             suspended_since_us: None,
             nodes: Vec::new(),
             cpus_on_nodes: Vec::new(),
+            time_limit_us,
+            run_us: 0,
+            run_saved_us: None,
+            timed_out: false,
+            mem_bytes: run.mem_bytes,
+            mem_per_cpu_bytes: run.mem_per_cpu_bytes,
             cpu_us: None,
             peak_memory_bytes: None,
         };
@@ -413,8 +433,13 @@ impl Controller {
         if let (Some(stdio), true) = (stdio, self.stdio_reaches_jobs()) {
             self.stdio.insert(id, stdio);
         }
-        self.enqueue(id, now)?;
+        self.enqueue_within_limits(id, now)?;
         Ok(id)
+    }
+
+    /// Why a job waits, if it does (for the reply to its submission).
+    pub fn reason_of(&self, job: JobId) -> Option<cosched_proto::Pending> {
+        self.records.get(&job).and_then(|r| self.pending_reason(r))
     }
 
     /// Whether a client's descriptors reach its job's processes (one machine, not a cluster).
@@ -461,7 +486,11 @@ impl Controller {
     /// Hands a job to the scheduler and acts on what it decides.
     fn enqueue(&mut self, job: JobId, now: Micros) -> Result<(), ApiError> {
         let record = &self.records[&job];
-        let request = JobRequest::new(job, self.shape_of(record)?).class(record.class);
+        let mut request = JobRequest::new(job, self.shape_of(record)?).class(record.class);
+        // Backfilling plans with what is left of its limit (what it may still run).
+        if let Some(limit) = record.time_limit_us {
+            request = request.estimate((limit - self.run_time(record, now)).max(1));
+        }
         let decisions = self.scheduler.submit(request, now).map_err(internal)?;
         self.apply(decisions, now);
         Ok(())
@@ -530,6 +559,8 @@ impl Controller {
     fn publish(&mut self, now: Micros) {
         let plan = self.scheduler.plan();
         if self.generation.as_ref().is_some_and(|g| g.plan == plan) {
+            // Jobs may have gone idle or come back without the plan changing.
+            self.reshare_clocks(now);
             return;
         }
         // A slot whose jobs all left (ended, idle, suspended) gives way at once.
@@ -545,6 +576,7 @@ impl Controller {
             .map(|n| n.name.as_str())
             .collect();
         self.send_generation_in_force(&nodes, now, false);
+        self.reshare_clocks(now);
     }
 
     /// A generation as agents take it, stamped with when it was sent.
@@ -587,6 +619,7 @@ impl Controller {
             }
         })?;
         if first_launch {
+            self.clock_on(job, now);
             let submitted = self.records[&job].submitted_us;
             self.counts
                 .queue_wait
@@ -668,7 +701,7 @@ impl Controller {
             groups: record.owner.groups.clone(),
             output: record.output.clone(),
             holder: record.registered,
-            memory: None,
+            memory: record.memory_per_node().and_then(std::num::NonZeroU64::new),
         }
     }
 
@@ -711,11 +744,13 @@ impl Controller {
         };
         self.tally(&record, false);
         let launched = record.launched;
-        record.status = if record.cancel_requested && status == JobState::Done {
-            JobState::Cancelled
-        } else {
-            status
+        let owner = record.owner.uid;
+        record.status = match status {
+            JobState::Done if record.cancel_requested => JobState::Cancelled,
+            JobState::Done if record.timed_out => JobState::Timeout,
+            status => status,
         };
+        self.stamp_run_time(&mut record, now);
         record.exit = (ending.exit != ExitInfo::default()).then_some(ending.exit);
         accounting::account(&mut record, accounting::NodeUsage::of(&ending));
         record.note = ending.note.or(record.note.take());
@@ -727,6 +762,7 @@ impl Controller {
         let result = match record.status {
             JobState::Done if record.exit.is_some_and(|e| e.code == Some(0)) => "ok",
             JobState::Cancelled => "cancelled",
+            JobState::Timeout => "timeout",
             JobState::Lost => "lost",
             _ => "failed",
         };
@@ -751,7 +787,10 @@ impl Controller {
         if launched {
             self.tell(Command::Ended { job, stored: saved });
         }
+        self.clocks.remove(&job);
+        self.limited.remove(&job);
         self.unschedule(job, now);
+        self.release_limited(Some(owner), now);
         self.clients.ended(job, &reply);
         self.ended.push_back(job);
         self.evict_ended();
@@ -1034,6 +1073,10 @@ impl Controller {
             argv_cut,
             note: r.note.clone(),
             suspended_us: r.suspended_us + suspended_for(r, now),
+            reason: self.pending_reason(r),
+            time_limit_us: r.time_limit_us,
+            run_us: self.run_time(r, now),
+            mem_bytes: r.memory_per_node(),
         }
     }
 
@@ -1237,12 +1280,14 @@ impl Controller {
         let record = &self.records[&job];
         let suspended = record.status == JobState::Suspended;
         if !record.launched {
-            if let Err(error) = self.enqueue(job, now) {
+            if let Err(error) = self.enqueue_within_limits(job, now) {
                 self.fail(job, &error.to_string(), now);
             }
             return;
         }
-        let cancelling = record.cancel_requested;
+        // Past its time limit, it was being stopped as a cancel is.
+        let cancelling = record.cancel_requested || record.timed_out;
+        self.clock_on(job, now);
         self.tell(Command::Adopt { job, suspended });
         if cancelling {
             // The cancel's SIGKILL timer died with the process that sent its SIGTERM: a job
@@ -1647,14 +1692,28 @@ impl Controller {
             .iter()
             .filter(|job| !waiting.iter().any(|r| r.id == **job))
             .collect();
-        // A cancelled job that runs is out of the rotation until its end is heard (a restart
-        // cancels it again).
-        let cancelling = |r: &JobRecord| r.cancel_requested && r.launched;
+        // A cancelled job (or one past its time limit) that runs is out of the rotation until
+        // its end is heard (a restart cancels it again); a job held for its owner's limits
+        // waits outside the core.
+        let outside = |r: &JobRecord| {
+            (r.cancel_requested || r.timed_out) && r.launched || self.limited.contains(&r.id)
+        };
         let missing: Vec<JobId> = waiting
             .iter()
-            .filter(|r| !cancelling(r) && !scheduled.contains(&r.id))
+            .filter(|r| !outside(r) && !scheduled.contains(&r.id))
             .map(|r| r.id)
             .collect();
+        if let Some(job) = self.limited.iter().find(|job| {
+            scheduled.contains(job)
+                || self
+                    .records
+                    .get(job)
+                    .is_none_or(|r| r.status != JobState::Queued || r.launched)
+        }) {
+            return Err(format!(
+                "job {job} is held for its owner's limits but is not a queued job outside the core"
+            ));
+        }
         if !strays.is_empty() || !missing.is_empty() {
             return Err(format!(
                 "the core holds jobs {strays:?} not queued or running, and not {missing:?}"

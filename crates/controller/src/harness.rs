@@ -7,7 +7,7 @@
 use crate::clients::{ClientId, Clients, Until};
 use crate::store::{history_of, JobRecord, Store, StoreError};
 use crate::{ApiError, Controller, Settings};
-use cosched_core::{Config, JobId, Micros, Partition, Rotation, Scheduler};
+use cosched_core::{Config, JobId, Micros, Partition, Rotation, Scheduler, TimeLimits, UserLimits};
 use cosched_os::unix::Credentials;
 use cosched_proto::api::{HistoryRequest, Reply, RunRequest};
 use cosched_proto::{
@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 mod history_tests;
+mod limits;
 mod properties;
 mod tests;
 
@@ -276,6 +277,21 @@ impl Harness {
         )
     }
 
+    /// A machine of `procs` processors whose scheduler runs EASY backfilling.
+    pub fn backfilling(procs: u32) -> Harness {
+        let mut h = Harness::machine(procs);
+        h.config.backfill = cosched_core::Backfill::Easy;
+        h.restart();
+        h
+    }
+
+    /// The policy's time and per-user limits, now and after any restart.
+    pub fn set_limits(&mut self, time: TimeLimits, user: UserLimits) {
+        self.settings.time_limits = time.clone();
+        self.settings.user_limits = user;
+        self.controller.set_limits(time, user, self.now);
+    }
+
     /// A controller started afresh over the same store (a restart, or a standby taking
     /// over), having taken back what the store holds.
     pub fn restart(&mut self) {
@@ -327,6 +343,9 @@ impl Harness {
             detach: true,
             stdio: false,
             output: None,
+            time_limit_s: None,
+            mem_bytes: None,
+            mem_per_cpu_bytes: None,
         }
     }
 

@@ -54,6 +54,23 @@ pub struct JobRecord {
     /// How many of its processors are on each of `nodes`, in the same order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpus_on_nodes: Vec<u32>,
+    /// How long it may be let run in all (µs); `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_us: Option<i64>,
+    /// How long it had been let run (µs) when `run_saved_us` was written: time in its slots
+    /// (or unscheduled), not time frozen in others'.
+    #[serde(default)]
+    pub run_us: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_saved_us: Option<i64>,
+    /// It reached its time limit and was told to stop: its end is a timeout.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+    /// Memory it asked for on each node it runs on (bytes), or per processor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_per_cpu_bytes: Option<u64>,
     /// CPU time of its processes (µs) and the most memory they held at once (bytes), from
     /// its cgroup as it ended: none while it runs, or where its node could not tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,6 +94,16 @@ impl JobRecord {
     /// Bytes of its own that the daemon holds for the job: arguments, environment, directory.
     pub fn submitted_bytes(&self) -> usize {
         submitted_bytes(&self.argv, &self.env, &self.cwd)
+    }
+
+    /// The memory it asked for on each node it runs on (bytes): `--mem`, or `--mem-per-cpu`
+    /// times its processors per node (all of them, unless spread over `node_count` nodes).
+    pub fn memory_per_node(&self) -> Option<u64> {
+        self.mem_bytes.or_else(|| {
+            let per_cpu = self.mem_per_cpu_bytes?;
+            let per_node = self.procs / self.node_count.unwrap_or(1).max(1);
+            Some(per_cpu.saturating_mul(u64::from(per_node)))
+        })
     }
 
     /// An ended job sheds what only a run needs: its environment, and its command past

@@ -17,7 +17,7 @@ pub mod scheduler;
 pub use job::{Class, JobId, JobRequest, Micros, UnknownClass, MICROS_PER_SEC};
 pub use limits::{
     parse_duration, parse_size, ClassTimes, Clock, DurationError, OverMaxTime, SizeError,
-    TimeLimits, UserLimits,
+    TimeLimits, UserLimits, LONGEST_LIMIT,
 };
 pub use machine::{Machine, MachineError, Topology};
 pub use partition::{CpuListError, NodeShare, Partition, Shape, Span};

@@ -205,7 +205,8 @@ fn jobs(jobs: &[JobView], hidden: usize, now_us: Micros) -> String {
     let mut out = String::from(
         "<section><h2>Jobs</h2><table id=\"jobs\"><tr><th>id</th><th>name</th><th>user</th>\
          <th>class</th><th>state</th><th>CPUs</th><th>nodes</th><th>slices</th>\
-         <th>elapsed</th><th>suspended</th><th>exit</th><th>reason</th><th>act</th></tr>",
+         <th>elapsed</th><th>time left</th><th>suspended</th><th>exit</th><th>reason</th>\
+         <th>act</th></tr>",
     );
     for job in jobs {
         let elapsed = job
@@ -227,8 +228,8 @@ fn jobs(jobs: &[JobView], hidden: usize, now_us: Micros) -> String {
             out,
             "<tr data-job=\"{id}\" data-state=\"{state}\"><td>{id}</td><td>{name}</td>\
              <td>{user}</td><td>{class}</td><td class=\"state\">{state}</td><td>{cpus}</td>\
-             <td>{nodes}</td><td>{slices}</td><td>{elapsed}</td><td>{suspended}</td><td>{exit}</td>\
-             <td>{note}</td><td>",
+             <td>{nodes}</td><td>{slices}</td><td>{elapsed}</td><td>{left}</td><td>{suspended}</td>\
+             <td>{exit}</td><td>{note}</td><td>",
             id = job.id,
             name = escape(&job.name),
             user = escape(&job.user),
@@ -241,7 +242,15 @@ fn jobs(jobs: &[JobView], hidden: usize, now_us: Micros) -> String {
             } else {
                 String::new()
             },
-            note = escape(job.note.as_deref().unwrap_or("")),
+            left = match job.time_left_us() {
+                Some(left) if !job.state.ended() => duration(left),
+                _ => String::new(),
+            },
+            // Why it waits while it does; why it ended without an exit status once it has.
+            note = match job.reason {
+                Some(reason) => reason.explained().to_string(),
+                None => escape(job.note.as_deref().unwrap_or("")),
+            },
         );
         if !job.state.ended() {
             for act in ["suspend", "resume", "cancel"] {

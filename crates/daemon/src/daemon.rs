@@ -112,6 +112,15 @@ impl Shared {
         }
     }
 
+    /// Stops jobs at their time limits (a job overruns by at most this period) and saves run
+    /// times now and then.
+    pub fn enforce_time_limits(self: Arc<Self>) {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            self.with(|inner, now| inner.enforce_time_limits(now));
+        }
+    }
+
     /// Answers a request that one reply answers, from the socket or the web console alike;
     /// the others (`run`, `wait`, `boundaries`, `register`, `proc_add`) need the client's
     /// stream and are the socket's.

@@ -4,7 +4,7 @@
 
 use cosched_controller::counts::{Scrape, WAIT_BOUNDS_S};
 use cosched_proto::api::NodeView;
-use cosched_proto::{Histogram, HISTOGRAM_BOUNDS_US};
+use cosched_proto::{Histogram, Pending, HISTOGRAM_BOUNDS_US};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -105,10 +105,14 @@ impl Collector for Metrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         let Metrics(scrape) = self;
         let mut by_state: BTreeMap<(String, String), u64> = BTreeMap::new();
+        let mut by_reason: BTreeMap<&'static str, u64> = BTreeMap::new();
         for job in &scrape.jobs {
             *by_state
                 .entry((job.state.to_string(), job.class.to_string()))
                 .or_default() += 1;
+            if let Some(reason) = job.reason {
+                *by_reason.entry(reason.name()).or_default() += 1;
+            }
         }
         family(
             &mut encoder,
@@ -118,6 +122,16 @@ impl Collector for Metrics {
             by_state
                 .iter()
                 .map(|((state, class), &n)| ([("state", state.as_str()), ("class", class)], n)),
+        )?;
+        family(
+            &mut encoder,
+            "cosched_jobs_waiting",
+            "Jobs waiting (queued or suspended), by why they wait",
+            MetricType::Gauge,
+            Pending::ALL.map(|reason| {
+                let n = by_reason.get(reason.name()).copied().unwrap_or(0);
+                ([("reason", reason.name())], n)
+            }),
         )?;
         family(
             &mut encoder,
@@ -132,9 +146,9 @@ impl Collector for Metrics {
         family(
             &mut encoder,
             "cosched_jobs_ended",
-            "Jobs ended, by result: ok (exit 0), failed, cancelled, lost",
+            "Jobs ended, by result: ok (exit 0), failed, cancelled, timeout, lost",
             MetricType::Counter,
-            ["ok", "failed", "cancelled", "lost"].map(|result| {
+            ["ok", "failed", "cancelled", "timeout", "lost"].map(|result| {
                 let n = scrape.counts.ended.get(result).copied().unwrap_or(0);
                 ([("result", result)], n)
             }),

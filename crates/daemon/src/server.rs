@@ -270,6 +270,10 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         let shared = Arc::clone(&shared);
         std::thread::spawn(move || accept_loop(listener, shared));
     }
+    {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || shared.enforce_time_limits());
+    }
     if let Some(stretch) = config.interactive_preempt {
         let shared = Arc::clone(&shared);
         std::thread::spawn(move || shared.settle_interactive(stretch));
@@ -721,6 +725,7 @@ fn handle(
                             ok: true,
                             job,
                             output,
+                            reason: inner.reason_of(job),
                         },
                     );
                     if !detach {
@@ -765,6 +770,7 @@ fn handle(
                         ok: true,
                         job,
                         output: None,
+                        reason: inner.reason_of(job),
                     };
                     let _ = send(&stream, &submitted);
                     let client = shared.clients().hold(stream);

@@ -294,6 +294,12 @@ mod tests {
             suspended_since_us: None,
             nodes: Vec::new(),
             cpus_on_nodes: Vec::new(),
+            time_limit_us: None,
+            run_us: 0,
+            run_saved_us: None,
+            timed_out: false,
+            mem_bytes: None,
+            mem_per_cpu_bytes: None,
             cpu_us: None,
             peak_memory_bytes: None,
         }

@@ -5,8 +5,8 @@
 //! terminal, even while the daemon is down. Replies are `{"ok": true, ...}` or
 //! `{"ok": false, "error": "..."}`; `run` and `wait` send a second reply when the job ends.
 
-use crate::{BoundaryRecord, Class, ExitInfo, JobState, Mode, NodeStatus, Role, Summary};
-use cosched_core::{JobId, Micros, Partition, Shape};
+use crate::{BoundaryRecord, Class, ExitInfo, JobState, Mode, NodeStatus, Pending, Role, Summary};
+use cosched_core::{JobId, Micros, Partition, Shape, LONGEST_LIMIT, MICROS_PER_SEC};
 use serde::{Deserialize, Serialize};
 
 /// Longest request line: a command line and environment fit easily; anything larger is refused.
@@ -162,6 +162,26 @@ pub struct RunRequest {
     /// reach it (a cluster's nodes); by default `cosched-JOBID.out` in `cwd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// Seconds it may run (time it is let run, not time frozen in others' slots); then
+    /// SIGTERM, SIGKILL after the grace, and it ends `timeout`. None: its class's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<u64>,
+    /// Bytes of memory it needs on each node it runs on (`--mem`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bytes: Option<u64>,
+    /// Bytes of memory it needs per processor (`--mem-per-cpu`); not with `mem_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_per_cpu_bytes: Option<u64>,
+}
+
+/// The most memory a job may name: far beyond any node, far below overflow when multiplied.
+pub const MAX_MEM_BYTES: u64 = 1 << 50;
+
+impl RunRequest {
+    /// The time limit asked for, in µs.
+    pub fn time_limit(&self) -> Option<Micros> {
+        self.time_limit_s.map(|s| s as Micros * MICROS_PER_SEC)
+    }
 }
 
 impl Request {
@@ -267,6 +287,27 @@ pub fn validate_run(run: &RunRequest) -> Result<(), String> {
         }
         _ => {}
     }
+    if let Some(seconds) = run.time_limit_s {
+        if seconds == 0 || seconds > (LONGEST_LIMIT / MICROS_PER_SEC) as u64 {
+            return Err(format!(
+                "time limit {seconds} s is not between 1 s and a year"
+            ));
+        }
+    }
+    match (run.mem_bytes, run.mem_per_cpu_bytes) {
+        (Some(_), Some(_)) => {
+            return Err(
+                "give the job's memory per node (--mem) or per processor (--mem-per-cpu), not both"
+                    .into(),
+            )
+        }
+        (Some(bytes), None) | (None, Some(bytes)) if bytes == 0 || bytes > MAX_MEM_BYTES => {
+            return Err(format!(
+                "memory {bytes} bytes is not between 1 byte and {MAX_MEM_BYTES}"
+            ))
+        }
+        _ => {}
+    }
     if let Some(name) = &run.name {
         if name.chars().count() > MAX_NAME_CHARS || name.is_empty() || name.chars().any(unprintable)
         {
@@ -310,6 +351,25 @@ pub struct JobView {
     /// How long it has been suspended in all (µs).
     #[serde(default)]
     pub suspended_us: i64,
+    /// Why it waits, while it has not started or is out of the rotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Pending>,
+    /// How long it may run in all (µs), if it has a limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_us: Option<i64>,
+    /// How long it has been let run (µs): wall time in its slots, not frozen in others'.
+    #[serde(default)]
+    pub run_us: i64,
+    /// Memory it asked for on each node it runs on (bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bytes: Option<u64>,
+}
+
+impl JobView {
+    /// How much of its limit is left (µs), if it has one.
+    pub fn time_left_us(&self) -> Option<i64> {
+        self.time_limit_us.map(|limit| (limit - self.run_us).max(0))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -437,6 +497,9 @@ pub enum Reply {
         /// Where the job's output goes when not to the descriptors sent (a cluster's jobs).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         output: Option<String>,
+        /// Why it waits, when it did not start at once.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<Pending>,
     },
     Done {
         ok: bool,
@@ -561,6 +624,11 @@ pub struct HistoryView {
     pub elapsed_us: Option<i64>,
     /// How long it was suspended by its owner.
     pub suspended_us: i64,
+    /// How long it was let run (not frozen in others' slots), and its limit of that, if any.
+    pub run_us: i64,
+    pub time_limit_us: Option<i64>,
+    /// Memory it asked for on each node it ran on (bytes), if it did.
+    pub mem_bytes: Option<u64>,
     /// CPU time of its processes, and the most memory they held, from its cgroup.
     pub cpu_us: Option<u64>,
     pub peak_memory_bytes: Option<u64>,
@@ -600,6 +668,9 @@ mod tests {
             detach: false,
             stdio: false,
             output: None,
+            time_limit_s: None,
+            mem_bytes: None,
+            mem_per_cpu_bytes: None,
         }
     }
 

@@ -16,7 +16,7 @@ pub use generation::{
     valid_node_name, Entry, Generation, Node, NodeCpus, NodeMap, NodeMapError, Role, Slice,
 };
 pub use membership::{NodeChange, NodeInfo, WriteWatch};
-pub use names::{Class, JobState, Mode, UnknownMode};
+pub use names::{Class, JobState, Mode, Pending, UnknownMode};
 pub use order::{
     Command, Ending, Event, ExitInfo, Launch, ProcessRef, ProcessRequest, CANCEL_GRACE,
     OUT_OF_MEMORY,

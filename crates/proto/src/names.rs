@@ -82,6 +82,65 @@ impl fmt::Display for JobState {
     }
 }
 
+/// Why a job that has not started (or was taken out of the rotation) waits: Slurm's habit of
+/// a reason on every pending job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pending {
+    /// No slice has the processors it needs free.
+    Resources,
+    /// Processors are free, but not with the memory it asked for beside the jobs resident there.
+    Memory,
+    /// It would fit, but an earlier job comes first (strict order, or its reservation).
+    Priority,
+    /// Its owner holds as many jobs or processors as the policy's per-user limits allow.
+    Limit,
+    /// It is pinned to a node whose agent left.
+    Node,
+    /// Its owner suspended it.
+    Held,
+}
+
+impl Pending {
+    pub const ALL: [Pending; 6] = [
+        Pending::Resources,
+        Pending::Memory,
+        Pending::Priority,
+        Pending::Limit,
+        Pending::Node,
+        Pending::Held,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pending::Resources => "resources",
+            Pending::Memory => "memory",
+            Pending::Priority => "priority",
+            Pending::Limit => "limit",
+            Pending::Node => "node",
+            Pending::Held => "held",
+        }
+    }
+
+    /// What the reason means, for a person.
+    pub fn explained(self) -> &'static str {
+        match self {
+            Pending::Resources => "waiting for processors",
+            Pending::Memory => "waiting for memory on the nodes with free processors",
+            Pending::Priority => "waiting behind an earlier job's turn",
+            Pending::Limit => "waiting: its owner is at a per-user limit",
+            Pending::Node => "waiting for its node to come back",
+            Pending::Held => "suspended by its owner",
+        }
+    }
+}
+
+impl fmt::Display for Pending {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// How the processes of a slice are made to run together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -130,6 +189,15 @@ impl FromStr for Mode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_pending_reason_is_written_by_its_name() {
+        for reason in Pending::ALL {
+            let wire = serde_json::to_string(&reason).unwrap();
+            assert_eq!(wire, format!("\"{reason}\""));
+            assert_eq!(serde_json::from_str::<Pending>(&wire).unwrap(), reason);
+        }
+    }
 
     #[test]
     fn names_on_the_wire_are_the_printed_names() {

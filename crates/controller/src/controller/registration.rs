@@ -62,6 +62,9 @@ impl Controller {
             detach: true,
             stdio: false,
             output: Some("/dev/null".into()),
+            time_limit_s: None,
+            mem_bytes: None,
+            mem_per_cpu_bytes: None,
         };
         self.submit_job(who, run, None, true, now)
     }

@@ -5,18 +5,24 @@
 
 use super::Harness;
 use crate::{ApiError, Controller};
-use cosched_core::{JobId, Micros};
+use cosched_core::{JobId, Micros, TimeLimits, UserLimits};
 use cosched_os::unix::Credentials;
 use cosched_proto::{Ending, Event, ExitInfo, NodeChange};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
 enum Step {
-    /// A user (0 is root) submits a job of `procs` in a class.
+    /// A user (0 is root) submits a job of `procs` in a class, with a time limit or not.
     Run {
         user: u32,
         procs: u32,
         class: usize,
+        limit_s: Option<u64>,
+    },
+    /// The policy's per-user limits change (a reload).
+    Limits {
+        running_jobs: Option<u32>,
+        procs: Option<u32>,
     },
     Cancel(usize),
     Suspend(usize),
@@ -39,7 +45,10 @@ const CLASSES: [&str; 4] = ["express", "interactive", "batch", "standby"];
 fn step() -> impl Strategy<Value = Step> {
     let job = 0usize..16;
     prop_oneof![
-        4 => (0u32..3, 1u32..=4, 1usize..4).prop_map(|(user, procs, class)| Step::Run { user, procs, class }),
+        4 => (0u32..3, 1u32..=4, 1usize..4, prop::option::of(1u64..5))
+            .prop_map(|(user, procs, class, limit_s)| Step::Run { user, procs, class, limit_s }),
+        1 => (prop::option::of(1u32..3), prop::option::of(1u32..5))
+            .prop_map(|(running_jobs, procs)| Step::Limits { running_jobs, procs }),
         1 => job.clone().prop_map(Step::Cancel),
         1 => job.clone().prop_map(Step::Suspend),
         1 => job.clone().prop_map(Step::Resume),
@@ -76,9 +85,11 @@ fn take(h: &mut Harness, jobs: &mut Vec<JobId>, step: &Step) -> Result<(), TestC
             user: u,
             procs,
             class,
+            limit_s,
         } => {
             let mut run = Harness::request(procs, &["sleep", "1"]);
             run.class = Some(CLASSES[class].into());
+            run.time_limit_s = limit_s;
             let who = Harness::user(user(u));
             if let Ok(job) = h.controller.submit(&who, run, None, now) {
                 prop_assert!(
@@ -119,8 +130,23 @@ fn take(h: &mut Harness, jobs: &mut Vec<JobId>, step: &Step) -> Result<(), TestC
             };
             h.controller.node_changed(change, now);
         }
+        Step::Limits {
+            running_jobs,
+            procs,
+        } => {
+            let limits = UserLimits {
+                running_jobs,
+                procs,
+                queued_jobs: None,
+            };
+            h.set_limits(TimeLimits::default(), limits);
+        }
         Step::Refuse(refuse) => h.refuse_writes(refuse),
-        Step::Advance(us) => h.advance(us),
+        Step::Advance(us) => {
+            // As the daemon's limits thread does.
+            h.advance(us);
+            h.controller.enforce_time_limits(h.now);
+        }
         Step::Restart => {
             // A controller starts only over a store it can read and write.
             h.refuse_writes(false);

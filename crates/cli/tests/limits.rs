@@ -1,0 +1,122 @@
+//! Time limits on real processes (needs root, as CI runs): a job is stopped when the time it
+//! was let run reaches its limit, not its wall time, and ends `timeout`; bad limits are
+//! refused with what was wrong.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+#[test]
+fn a_time_sharing_job_is_stopped_after_its_limit_of_run_time_and_ends_timeout() {
+    let d = Daemon::start(&["--procs", "1", "--quantum-ms", "50", "--mpl", "2"]);
+    let limited = d.submit(&["-n", "1", "--time", "0:2", "--", "sleep", "100"]);
+    let other = d.submit(&["-n", "1", "--", "sleep", "100"]);
+    let seen = d.job(limited);
+    assert_eq!(seen["time_limit_us"], 2_000_000, "{seen}");
+    let ended = d.wait_end(limited, Duration::from_secs(60));
+    assert_eq!(ended["state"], "timeout", "{ended}");
+    assert_eq!(ended["exit"]["signal"], libc::SIGTERM, "{ended}");
+    let run_us = ended["run_us"].as_i64().unwrap();
+    assert!(run_us >= 2_000_000, "stopped before its limit: {ended}");
+    // Half the slots were the other job's: the wall time is about twice the limit.
+    let wall = ended["ended_us"].as_i64().unwrap() - ended["started_us"].as_i64().unwrap();
+    assert!(
+        wall >= 3_500_000,
+        "frozen time counted against it: {wall} µs, {ended}"
+    );
+    assert!(
+        d.log()
+            .contains(&format!("job {limited}: time limit reached")),
+        "{}",
+        d.log()
+    );
+    assert_eq!(d.job(other)["state"], "running");
+    assert!(d.cosched(&["cancel", &other.to_string()]).status.success());
+}
+
+#[test]
+fn a_blocking_run_past_its_limit_says_so_and_exits_as_killed() {
+    let d = Daemon::start(&["--quantum-ms", "50"]);
+    let out = d.cosched(&["run", "-n", "1", "--time", "0:1", "--", "sleep", "30"]);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("stopped at its time limit"), "{stderr}");
+}
+
+#[test]
+fn ps_and_metrics_show_the_time_left_and_the_reason_a_job_waits() {
+    let port = cosched_etcd::testing::free_port().to_string();
+    let d = Daemon::start(&[
+        "--procs",
+        "1",
+        "--quantum-ms",
+        "50",
+        "--mpl",
+        "1",
+        "--http",
+        &port,
+    ]);
+    let running = d.submit(&["-n", "1", "--time", "10", "--", "sleep", "100"]);
+    let waiting = d.submit(&["-n", "1", "--", "sleep", "100"]);
+    let out = d.cosched(&["ps"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = |job: u64| {
+        table
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{job} ")))
+            .unwrap_or_else(|| panic!("no row for {job}: {table}"))
+            .to_string()
+    };
+    assert!(
+        table.contains("TIME_LEFT") && table.contains("REASON"),
+        "{table}"
+    );
+    assert!(row(running).contains("00:09:5"), "{table}");
+    assert!(row(waiting).contains("resources"), "{table}");
+    assert_eq!(d.job(waiting)["reason"], "resources");
+    let metrics = http_get(port.parse().unwrap(), "/metrics").1;
+    let waiting_for = |reason: &str| {
+        sample(
+            &metrics,
+            &format!(r#"cosched_jobs_waiting{{reason="{reason}"}}"#),
+        )
+    };
+    assert_eq!(waiting_for("resources"), Some(1.0), "{metrics}");
+    assert_eq!(waiting_for("limit"), Some(0.0), "{metrics}");
+    for job in [running, waiting] {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+    }
+}
+
+#[test]
+fn bad_limits_and_memory_sizes_are_refused_with_what_was_wrong() {
+    let d = Daemon::start(&["--quantum-ms", "100"]);
+    for (args, expected) in [
+        (vec!["--time", "1:2:3:4"], "not a time limit"),
+        (vec!["--time", "0"], "at least one second"),
+        (vec!["--time", "400-0"], "longer than a year"),
+        (vec!["--mem", "0"], "not a memory size"),
+        (vec!["--mem", "12Q"], "not a memory size"),
+        (
+            vec!["--mem", "1G", "--mem-per-cpu", "1G"],
+            "cannot be used with",
+        ),
+    ] {
+        let mut all = vec!["run", "-n", "1"];
+        all.extend(args.iter().copied());
+        all.extend(["--", "true"]);
+        let out = d.cosched(&all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(first.contains(expected), "{args:?}: {stderr}");
+    }
+    // The request itself, past the CLI: the daemon says what is wrong.
+    let answer = raw(
+        &d.socket(),
+        br#"{"op":"run","argv":["true"],"env":[],"cwd":"/","procs":1,"time_limit_s":0}
+"#,
+    );
+    assert!(answer.contains("time limit 0 s is not between"), "{answer}");
+}

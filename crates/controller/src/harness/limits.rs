@@ -1,0 +1,271 @@
+//! Time limits (counted in time let run), class times, per-user limits and backfilling with
+//! limits, through the harness.
+
+use super::Harness;
+use crate::ApiError;
+use cosched_core::{Class, ClassTimes, JobId, Micros, TimeLimits, UserLimits, MICROS_PER_SEC};
+use cosched_proto::api::JobView;
+use cosched_proto::{Command, Ending, Event, ExitInfo, JobState, Pending};
+use std::collections::BTreeMap;
+
+const UID: u32 = 1000;
+const S: Micros = MICROS_PER_SEC;
+
+/// `uid` submits a job of `procs` processors with a limit of `seconds`.
+fn run_for(h: &mut Harness, uid: u32, procs: u32, seconds: Option<u64>) -> JobId {
+    let mut run = Harness::request(procs, &["sleep", "1000"]);
+    run.time_limit_s = seconds;
+    h.controller
+        .submit(&Harness::user(uid), run, None, h.now)
+        .expect("taken")
+}
+
+fn view(h: &Harness, job: JobId) -> JobView {
+    h.controller.jobs(false, Some(job), h.now).remove(0)
+}
+
+fn cancels(orders: &[(String, Command)]) -> Vec<JobId> {
+    orders
+        .iter()
+        .filter_map(|(_, c)| match c {
+            Command::Cancel { job } => Some(*job),
+            _ => None,
+        })
+        .collect()
+}
+
+fn killed(job: JobId, signal: i32) -> Event {
+    Event::Ended {
+        job,
+        ending: Ending {
+            exit: ExitInfo {
+                code: None,
+                signal: Some(signal),
+            },
+            ..Ending::default()
+        },
+    }
+}
+
+/// Moves the clock on by `us` and lets the controller check limits.
+fn tick(h: &mut Harness, us: Micros) -> Vec<JobId> {
+    h.advance(us);
+    h.controller.enforce_time_limits(h.now);
+    cancels(&h.orders())
+}
+
+#[test]
+fn a_job_alone_is_stopped_at_its_limit_and_ends_timeout() {
+    let mut h = Harness::machine(2);
+    let job = run_for(&mut h, UID, 2, Some(10));
+    h.orders();
+    assert!(tick(&mut h, 9_900_000).is_empty());
+    assert_eq!(view(&h, job).time_left_us(), Some(100_000));
+    assert_eq!(tick(&mut h, 200_000), [job]);
+    assert!(h.stored(job).unwrap().timed_out);
+    // It is out of the rotation at once, and told only once.
+    assert!(view(&h, job).slices.is_empty());
+    assert!(tick(&mut h, S).is_empty());
+    h.event(killed(job, 15));
+    let record = h.stored(job).unwrap();
+    assert_eq!(record.status, JobState::Timeout);
+    assert_eq!(record.run_us, 10_100_000);
+    h.controller.audit().unwrap();
+}
+
+#[test]
+fn time_frozen_in_another_slice_is_not_counted() {
+    let mut h = Harness::machine(2);
+    let limited = run_for(&mut h, UID, 2, Some(10));
+    let other = run_for(&mut h, UID, 2, None);
+    assert_eq!(view(&h, other).slices, [1], "two slices, one each");
+    assert!(tick(&mut h, 10 * S).is_empty());
+    let seen = view(&h, limited);
+    assert_eq!((seen.run_us, seen.time_left_us()), (5 * S, Some(5 * S)));
+    // Alone again, it runs in every slot.
+    h.event(killed(other, 9));
+    assert!(tick(&mut h, 4 * S).is_empty());
+    assert_eq!(tick(&mut h, S), [limited]);
+}
+
+#[test]
+fn a_suspended_job_spends_none_of_its_limit() {
+    let mut h = Harness::machine(2);
+    let job = run_for(&mut h, UID, 2, Some(10));
+    let who = Harness::user(UID);
+    assert!(tick(&mut h, 4 * S).is_empty());
+    h.controller.suspend(&who, job, h.now).unwrap();
+    assert!(tick(&mut h, 100 * S).is_empty());
+    h.controller.resume(&who, job, h.now).unwrap();
+    assert!(tick(&mut h, 5 * S).is_empty());
+    assert_eq!(view(&h, job).run_us, 9 * S);
+    assert_eq!(tick(&mut h, S), [job]);
+}
+
+#[test]
+fn a_cancel_before_the_limit_ends_cancelled_not_timeout() {
+    let mut h = Harness::machine(2);
+    let job = run_for(&mut h, UID, 2, Some(10));
+    h.controller
+        .cancel(&Harness::user(UID), job, h.now)
+        .unwrap();
+    h.orders();
+    assert!(tick(&mut h, 20 * S).is_empty(), "out of the rotation");
+    h.event(killed(job, 15));
+    assert_eq!(h.stored(job).unwrap().status, JobState::Cancelled);
+}
+
+#[test]
+fn a_restarted_controller_counts_the_time_it_did_not_see_in_full() {
+    let mut h = Harness::machine(2);
+    let job = run_for(&mut h, UID, 2, Some(100));
+    run_for(&mut h, UID, 2, None);
+    // Half the slots for 20 s: 10 s, saved at the first check.
+    assert!(tick(&mut h, 20 * S).is_empty());
+    assert_eq!(h.stored(job).unwrap().run_us, 10 * S);
+    // Jobs run unscheduled while no controller runs: 10 s more of run time.
+    h.advance(10 * S);
+    h.restart();
+    assert_eq!(view(&h, job).run_us, 20 * S);
+    h.controller.audit().unwrap();
+}
+
+#[test]
+fn a_class_gives_its_default_and_refuses_more_than_its_most() {
+    let mut h = Harness::machine(2);
+    let batch = ClassTimes {
+        default: Some(60 * S),
+        max: Some(3600 * S),
+    };
+    h.set_limits(
+        TimeLimits(BTreeMap::from([(Class::Batch, batch)])),
+        UserLimits::default(),
+    );
+    let defaulted = run_for(&mut h, UID, 1, None);
+    assert_eq!(h.stored(defaulted).unwrap().time_limit_us, Some(60 * S));
+    let asked = run_for(&mut h, UID, 1, Some(600));
+    assert_eq!(h.stored(asked).unwrap().time_limit_us, Some(600 * S));
+    let mut run = Harness::request(1, &["true"]);
+    run.time_limit_s = Some(7200);
+    let refused = h.controller.submit(&Harness::user(UID), run, None, h.now);
+    let Err(ApiError::Invalid(message)) = refused else {
+        panic!("{refused:?}");
+    };
+    assert!(
+        message.contains("batch job may run at most 01:00:00"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_user_at_the_running_limit_waits_for_the_limit_and_others_do_not() {
+    let mut h = Harness::machine(4);
+    h.set_limits(
+        TimeLimits::default(),
+        UserLimits {
+            running_jobs: Some(1),
+            ..UserLimits::default()
+        },
+    );
+    let first = run_for(&mut h, UID, 1, None);
+    let second = run_for(&mut h, UID, 1, None);
+    let stranger = run_for(&mut h, 2000, 1, None);
+    let root = (0..2)
+        .map(|_| run_for(&mut h, 0, 1, None))
+        .collect::<Vec<_>>();
+    let started: Vec<JobId> = Harness::starts(&h.orders())
+        .into_iter()
+        .map(|s| s.0)
+        .collect();
+    assert_eq!(started, [first, stranger, root[0], root[1]]);
+    let waiting = view(&h, second);
+    assert_eq!(
+        (waiting.state, waiting.reason),
+        (JobState::Queued, Some(Pending::Limit))
+    );
+    assert_eq!(view(&h, first).reason, None);
+    h.controller.audit().unwrap();
+    h.event(killed(first, 9));
+    assert_eq!(Harness::starts(&h.orders()), [(second, true)]);
+    assert_eq!(view(&h, second).reason, None);
+}
+
+#[test]
+fn a_user_at_the_processor_limit_waits_and_a_raised_limit_lets_the_job_go() {
+    let mut h = Harness::machine(4);
+    let procs = |most| UserLimits {
+        procs: Some(most),
+        ..UserLimits::default()
+    };
+    h.set_limits(TimeLimits::default(), procs(2));
+    run_for(&mut h, UID, 2, None);
+    let over = run_for(&mut h, UID, 1, None);
+    h.orders();
+    assert_eq!(view(&h, over).reason, Some(Pending::Limit));
+    // A reload that raises the limit releases it.
+    h.set_limits(TimeLimits::default(), procs(3));
+    assert_eq!(Harness::starts(&h.orders()), [(over, true)]);
+}
+
+#[test]
+fn a_user_past_the_queued_limit_is_refused_with_the_limit_named() {
+    let mut h = Harness::machine(4);
+    h.set_limits(
+        TimeLimits::default(),
+        UserLimits {
+            running_jobs: Some(1),
+            queued_jobs: Some(1),
+            procs: None,
+        },
+    );
+    run_for(&mut h, UID, 1, None);
+    run_for(&mut h, UID, 1, None);
+    let refused = h.controller.submit(
+        &Harness::user(UID),
+        Harness::request(1, &["true"]),
+        None,
+        h.now,
+    );
+    let Err(ApiError::Busy(message)) = refused else {
+        panic!("{refused:?}");
+    };
+    assert!(message.contains("limits.queued_jobs = 1"), "{message}");
+    // Others, and root, are not bound by this user's count.
+    run_for(&mut h, 2000, 1, None);
+    run_for(&mut h, 0, 1, None);
+}
+
+#[test]
+fn a_short_job_with_a_limit_backfills_ahead_of_a_wide_one_without_delaying_it() {
+    for backfilling in [false, true] {
+        let mut h = if backfilling {
+            Harness::backfilling(4)
+        } else {
+            Harness::machine(4)
+        };
+        // Both slices hold a 3-processor job: the wide head waits for one to end.
+        let first = run_for(&mut h, UID, 3, Some(100));
+        run_for(&mut h, UID, 3, Some(100));
+        let wide = run_for(&mut h, UID, 4, Some(100));
+        let short = run_for(&mut h, UID, 1, Some(10));
+        let started: Vec<JobId> = Harness::starts(&h.orders())
+            .into_iter()
+            .map(|s| s.0)
+            .collect();
+        assert!(!started.contains(&wide), "{started:?}");
+        assert_eq!(started.contains(&short), backfilling, "{started:?}");
+        let reason = view(&h, short).reason;
+        assert_eq!(reason, (!backfilling).then_some(Pending::Priority));
+        assert_eq!(view(&h, wide).reason, Some(Pending::Resources));
+        h.controller.audit().unwrap();
+        // The short job is done by the time the head's reservation comes: it starts then.
+        tick(&mut h, 20 * S);
+        h.event(killed(short, 9));
+        h.event(killed(first, 9));
+        let started: Vec<JobId> = Harness::starts(&h.orders())
+            .into_iter()
+            .map(|s| s.0)
+            .collect();
+        assert!(started.contains(&wide), "{started:?}");
+    }
+}
