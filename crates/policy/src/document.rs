@@ -184,7 +184,11 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Policy, PolicyError> {
                     line: None,
                 },
             },
-            message: e.message().trim_end().replace('\n', "; "),
+            message: e
+                .message()
+                .trim_end()
+                .replace("unknown field", "unknown key")
+                .replace('\n', "; "),
         })?;
     let mut policy = Policy::default();
     if let Some(keys) = document.scheduler {
