@@ -727,3 +727,45 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     let mut out = open_out(&path)?;
     swf::write(&trace, &mut out).with_context(|| format!("cannot write {}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cosched_core::Config;
+
+    /// Invariant: a policy file's replay drives the core as the daemon does with that file.
+    #[test]
+    fn a_policy_replays_with_the_daemon_s_core_config() {
+        let origin = Path::new("site.toml");
+        for mode in ["gang", "moderate", "implicit"] {
+            for (mpl, backfill, alternates, repack, partitioner) in [
+                (4, "easy", true, false, "first-fit"),
+                (2, "none", false, true, "scatter"),
+                (8, "easy", false, false, "buddy"),
+            ] {
+                let text = format!(
+                    "[scheduler]\nmode = \"{mode}\"\nmpl = {mpl}\nbackfill = \"{backfill}\"\n\
+                     alternates = {alternates}\nrepack = {repack}\npartitioner = \"{partitioner}\"\n\
+                     quantum_ms = 250\n"
+                );
+                let policy = SitePolicy::parse(&text, "site.toml").unwrap();
+                let config = from_policy(&policy, origin, 64).unwrap();
+                assert_eq!(
+                    config.core_config(),
+                    Config {
+                        interactive_preempts: false,
+                        ..policy.core_config()
+                    },
+                    "{text}"
+                );
+                assert_eq!(config.quantum, 250_000);
+            }
+        }
+        let local = SitePolicy::parse("[scheduler]\nmode = \"local\"\n", "site.toml").unwrap();
+        let refused = from_policy(&local, origin, 64).unwrap_err().to_string();
+        assert!(
+            refused.starts_with("site.toml: scheduler.mode = \"local\""),
+            "{refused}"
+        );
+    }
+}
