@@ -326,6 +326,17 @@ fn from_policy(policy: &SitePolicy, origin: &Path, procs: u32) -> Result<SimConf
     Ok(config)
 }
 
+/// The flags that shape the matrix, and whether each was given.
+fn matrix_flags(args: &SimArgs) -> [(bool, &'static str); 5] {
+    [
+        (args.mpl.is_some(), "--mpl"),
+        (args.quantum.is_some(), "--quantum"),
+        (args.no_alternates, "--no-alternates"),
+        (args.repack, "--repack"),
+        (args.backfill, "--backfill"),
+    ]
+}
+
 /// The replay's configuration: the policy file's (else the flags' defaults), then the flags
 /// given.
 fn sim_config(args: &SimArgs, procs: u32) -> Result<SimConfig> {
@@ -335,14 +346,8 @@ fn sim_config(args: &SimArgs, procs: u32) -> Result<SimConfig> {
     };
     config.policy = args.policy.unwrap_or(config.policy);
     let gang = config.policy == Policy::Gang;
-    for (given, flag) in [
-        (args.mpl.is_some(), "--mpl"),
-        (args.quantum.is_some(), "--quantum"),
-        (args.switch_overhead.is_some(), "--switch-overhead"),
-        (args.no_alternates, "--no-alternates"),
-        (args.repack, "--repack"),
-        (args.backfill, "--backfill"),
-    ] {
+    let overhead = (args.switch_overhead.is_some(), "--switch-overhead");
+    for (given, flag) in matrix_flags(args).into_iter().chain([overhead]) {
         if given && !gang {
             bail!(
                 "{flag} applies to --policy gang only (the policy is {})",
@@ -532,15 +537,11 @@ fn compare(
     procs: u32,
     other: &Path,
 ) -> Result<()> {
-    for (given, flag) in [
+    let policy = [
         (args.policy.is_some(), "--policy"),
-        (args.mpl.is_some(), "--mpl"),
-        (args.quantum.is_some(), "--quantum"),
         (args.partitioner.is_some(), "--partitioner"),
-        (args.no_alternates, "--no-alternates"),
-        (args.repack, "--repack"),
-        (args.backfill, "--backfill"),
-    ] {
+    ];
+    for (given, flag) in policy.into_iter().chain(matrix_flags(args)) {
         if given {
             bail!("{flag} with --compare: both policies come from files (--config and --compare), so put it in one");
         }

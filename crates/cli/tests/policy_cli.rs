@@ -234,7 +234,7 @@ fn sim_compare_replays_both_policies_side_by_side_with_the_difference() {
         "current.toml",
         "[scheduler]\nmpl = 2\nbackfill = \"none\"\n",
     );
-    let json: Value = serde_json::from_str(&ok(cosched(&[
+    let compare = [
         "sim",
         "--trace",
         &jobs,
@@ -242,9 +242,9 @@ fn sim_compare_replays_both_policies_side_by_side_with_the_difference() {
         &other,
         "--compare",
         &current,
-        "--json",
-    ])))
-    .unwrap();
+    ];
+    let json: Value =
+        serde_json::from_str(&ok(cosched(&[&compare[..], &["--json"]].concat()))).unwrap();
     let [first, second] = [&json["reports"][0], &json["reports"][1]];
     assert_eq!(
         (first["mpl"].clone(), first["backfill"].clone()),
@@ -277,15 +277,7 @@ fn sim_compare_replays_both_policies_side_by_side_with_the_difference() {
     side.as_object_mut().unwrap().remove("wall_seconds");
     alone.as_object_mut().unwrap().remove("wall_seconds");
     assert_eq!(side, alone);
-    let table = ok(cosched(&[
-        "sim",
-        "--trace",
-        &jobs,
-        "--config",
-        &other,
-        "--compare",
-        &current,
-    ]));
+    let table = ok(cosched(&compare));
     for words in [
         "other.toml",
         "current.toml",
