@@ -402,3 +402,16 @@ proptest! {
         prop_assert_eq!(read, policy);
     }
 }
+
+#[test]
+fn the_example_file_holds_the_defaults() {
+    let example = include_str!("../../../dist/cosched.toml");
+    assert_eq!(
+        Policy::parse(example, "dist/cosched.toml").unwrap(),
+        Policy::default()
+    );
+    // Every key is in it.
+    for line in Policy::default().to_toml().lines() {
+        assert!(example.contains(line), "{line:?} is not in dist/cosched.toml");
+    }
+}
