@@ -412,6 +412,9 @@ fn the_example_file_holds_the_defaults() {
     );
     // Every key is in it.
     for line in Policy::default().to_toml().lines() {
-        assert!(example.contains(line), "{line:?} is not in dist/cosched.toml");
+        assert!(
+            example.contains(line),
+            "{line:?} is not in dist/cosched.toml"
+        );
     }
 }
