@@ -16,9 +16,9 @@ pub const DEFAULT_SOCKET: &str = "/run/cosched/cosched.sock";
 #[derive(Args)]
 #[command(after_help = "Examples:\n  \
   cosched daemon --check                      what this machine offers, which actuator\n  \
-  cosched daemon                              the policy in /etc/cosched/cosched.toml, else\n  \
-                                              the defaults (gang, MPL 4, EASY backfilling,\n  \
-                                              100 ms slots); state in /var/lib/cosched\n  \
+  cosched daemon                              the policy in /etc/cosched/cosched.toml, else\n                                              \
+  the defaults (gang, MPL 4, EASY backfilling,\n                                              \
+  100 ms slots); state in /var/lib/cosched\n  \
   cosched daemon --config site.toml --mpl 2   the file's policy, but at most 2 slices\n  \
   cosched daemon --mode moderate --quantum-ms 50\n  \
   cosched daemon --state-dir /var/lib/cosched-test --socket /run/cosched-test.sock\n\n\
