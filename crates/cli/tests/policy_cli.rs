@@ -291,3 +291,56 @@ fn sim_compare_replays_both_policies_side_by_side_with_the_difference() {
         assert!(table.contains(words), "{words:?} not in\n{table}");
     }
 }
+
+/// A real log piped in gzipped, as `history --swf | gzip` would be: each side of the
+/// comparison is what `--trace FILE --config` gives for that side's file.
+#[test]
+fn a_real_log_on_standard_input_compares_as_each_file_replays_it() {
+    let traces = std::env::var_os("COSCHED_TRACES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces")
+        });
+    let log = traces.join("KTH-SP2-1996-2.1-cln.swf.gz");
+    let zipped = std::fs::read(&log).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (set COSCHED_TRACES to the traces folder)",
+            log.display()
+        )
+    });
+    let dir = Dir::new("real");
+    let other = dir.file(
+        "other.toml",
+        "[scheduler]\nmpl = 8\npartitioner = \"scatter\"\n",
+    );
+    let current = dir.file("current.toml", "[scheduler]\nbackfill = \"none\"\n");
+    let json: Value = serde_json::from_str(&ok(cosched_fed(
+        &[
+            "sim",
+            "--trace",
+            "-",
+            "--config",
+            &other,
+            "--compare",
+            &current,
+            "--json",
+        ],
+        &zipped,
+    )))
+    .unwrap();
+    for (side, file) in [(0, &other), (1, &current)] {
+        let mut piped = json["reports"][side].clone();
+        let alone = figures(cosched(&[
+            "sim",
+            "--trace",
+            log.to_str().unwrap(),
+            "--config",
+            file,
+            "--json",
+        ]));
+        piped.as_object_mut().unwrap().remove("wall_seconds");
+        assert_eq!(piped["workload"], "stdin");
+        piped["workload"] = alone["workload"].clone();
+        assert_eq!(piped, alone, "{file}");
+    }
+}
