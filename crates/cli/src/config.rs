@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::{ArgGroup, Args};
-use cosched_policy::{Policy, DEFAULT_PATH};
+use cosched_policy::{Policy, PolicyError, DEFAULT_PATH};
 use std::path::{Path, PathBuf};
 
 /// Print the effective policy, or check a policy file
@@ -37,14 +37,18 @@ pub struct ConfigArgs {
 }
 
 /// The policy from `explicit`, else from the default path if a file is there, else the
-/// built-in defaults; with the file it came from.
-pub fn load(explicit: Option<&Path>) -> Result<(Option<PathBuf>, Policy)> {
+/// built-in defaults; with the file it came from. `read` is how a file is read (the daemon
+/// trusts only root's).
+pub fn load(
+    explicit: Option<&Path>,
+    read: fn(&Path) -> Result<Policy, PolicyError>,
+) -> Result<(Option<PathBuf>, Policy)> {
     let path = match explicit {
         Some(path) => path.to_path_buf(),
         None if Path::new(DEFAULT_PATH).exists() => PathBuf::from(DEFAULT_PATH),
         None => return Ok((None, Policy::default())),
     };
-    let policy = Policy::read(&path)?;
+    let policy = read(&path)?;
     Ok((Some(path), policy))
 }
 
@@ -54,7 +58,7 @@ pub fn run(args: ConfigArgs) -> Result<()> {
         println!("{}: a valid policy", path.display());
         return Ok(());
     }
-    let (path, policy) = load(args.config.as_deref())?;
+    let (path, policy) = load(args.config.as_deref(), Policy::read)?;
     match &path {
         Some(path) => eprintln!("cosched: the policy in {}", path.display()),
         None => eprintln!("cosched: no {DEFAULT_PATH}: the built-in defaults"),

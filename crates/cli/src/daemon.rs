@@ -252,7 +252,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     if args.check {
         return report(args.json);
     }
-    let (path, mut policy) = crate::config::load(args.config.as_deref())?;
+    let (path, mut policy) = crate::config::load(args.config.as_deref(), Policy::read_trusted)?;
     let overridden = apply_flags(&args, &mut policy)?;
     if !args.cluster.etcd.is_empty() {
         // A controller never touches a process: these belong to the agents.

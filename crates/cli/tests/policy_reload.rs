@@ -57,6 +57,13 @@ fn sighup_reloads_the_limits_names_what_needs_a_restart_and_refuses_a_bad_file()
     write("[limits]\nrunnin_jobs = 1\n");
     d.signal(libc::SIGHUP);
     logged(&d, &format!("{path}:2: unknown key `runnin_jobs`"));
+    // Nor is a file others may write: it sets every user's limits.
+    write("[limits]\nrunning_jobs = 1\n");
+    let mode = |bits| std::os::unix::fs::PermissionsExt::from_mode(bits);
+    std::fs::set_permissions(&file, mode(0o666)).unwrap();
+    d.signal(libc::SIGHUP);
+    logged(&d, &format!("{path}: mode 666 lets others write it"));
+    std::fs::set_permissions(&file, mode(0o644)).unwrap();
     let ps = d.cosched(&["ps"]);
     assert!(
         ps.status.success(),

@@ -321,7 +321,7 @@ fn reload(shared: &Shared, file: Option<&mut PolicyFile>) {
         log("SIGHUP: the daemon runs the built-in defaults (no policy file): nothing to reload");
         return;
     };
-    let policy = match Policy::read(&file.path) {
+    let policy = match Policy::read_trusted(&file.path) {
         Ok(policy) => policy,
         Err(e) => {
             log(format_args!(

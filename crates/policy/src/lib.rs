@@ -143,6 +143,9 @@ pub enum PolicyError {
         path: String,
         source: std::io::Error,
     },
+    /// The daemon's file could be changed by someone other than root.
+    #[error("{path}: {why}: the policy sets every user's limits, so only root may write it (chown root, chmod go-w)")]
+    Untrusted { path: String, why: String },
     /// Not TOML, an unknown key or section, a key given twice.
     #[error("{at}: {message}")]
     Syntax { at: Place, message: String },
@@ -204,6 +207,30 @@ impl Policy {
             source,
         })?;
         Policy::parse(&text, &path.display().to_string())
+    }
+
+    /// Reads a policy file for the daemon, which runs as root: refused unless root owns it
+    /// and no one else may write it (else a user could lift their own limits).
+    pub fn read_trusted(path: &Path) -> Result<Policy, PolicyError> {
+        use std::os::unix::fs::MetadataExt;
+        let untrusted = |why: String| PolicyError::Untrusted {
+            path: path.display().to_string(),
+            why,
+        };
+        let meta = std::fs::metadata(path).map_err(|source| PolicyError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        if meta.uid() != 0 {
+            return Err(untrusted(format!("owned by uid {}, not root", meta.uid())));
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(untrusted(format!(
+                "mode {:o} lets others write it",
+                meta.mode() & 0o777
+            )));
+        }
+        Policy::read(path)
     }
 
     /// Checks a policy's text; `origin` names it in errors (the file's path).

@@ -418,3 +418,27 @@ fn the_example_file_holds_the_defaults() {
         );
     }
 }
+
+#[test]
+fn the_daemon_reads_only_a_file_no_one_but_root_may_write() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let path = std::env::temp_dir().join(format!("cosched-trusted-{}.toml", std::process::id()));
+    std::fs::write(&path, "[limits]\nprocs = 8\n").unwrap();
+    let refusal = |path: &Path| Policy::read_trusted(path).unwrap_err().to_string();
+    if std::fs::metadata(&path).unwrap().uid() == 0 {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(Policy::read_trusted(&path).unwrap().limits.procs, Some(8));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let message = refusal(&path);
+        assert!(
+            message.contains("mode 664 lets others write it"),
+            "{message}"
+        );
+    } else {
+        let message = refusal(&path);
+        assert!(message.contains(", not root: "), "{message}");
+    }
+    // Anyone may still read it for `cosched config` and the simulator.
+    assert_eq!(Policy::read(&path).unwrap().limits.procs, Some(8));
+    std::fs::remove_file(&path).unwrap();
+}
