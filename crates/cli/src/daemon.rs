@@ -270,11 +270,12 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     let config = DaemonConfig {
         state_dir: args.state_dir,
         socket: args.socket,
-        policy_file: path.map(|path| PolicyFile {
-            path,
+        policy_file: PolicyFile {
+            found: path.is_some(),
+            path: path.unwrap_or_else(|| PathBuf::from(cosched_policy::DEFAULT_PATH)),
             read: policy.clone(),
             overridden,
-        }),
+        },
         policy,
         procs: args.procs,
         tasks_per_cpu: (args.tasks_per_cpu > 0).then_some(args.tasks_per_cpu),

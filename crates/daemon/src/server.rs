@@ -44,8 +44,8 @@ pub struct DaemonConfig {
     pub socket: PathBuf,
     /// The policy in force: the file's, with what the command line set.
     pub policy: Policy,
-    /// The policy file it came from, re-read on SIGHUP (none: the built-in defaults).
-    pub policy_file: Option<PolicyFile>,
+    /// The policy file, re-read on SIGHUP.
+    pub policy_file: PolicyFile,
     /// Processors to schedule (default: what this process may use).
     pub procs: Option<u32>,
     /// A job's tasks (processes and threads) per processor it has (none: uncapped).
@@ -69,6 +69,9 @@ pub struct DaemonConfig {
 #[derive(Clone, Debug)]
 pub struct PolicyFile {
     pub path: PathBuf,
+    /// The file was there at start (else `read` is the built-in defaults, and a SIGHUP reads
+    /// the file once it is there).
+    pub found: bool,
     pub read: Policy,
     /// Keys the command line set, over the file's: a change to them in the file does nothing.
     pub overridden: Vec<&'static str>,
@@ -277,15 +280,18 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         node_names.join(", "),
         described.actuator,
         config.socket.display(),
-        config
-            .policy_file
-            .as_ref()
-            .map_or("built-in defaults".into(), |f| f.path.display().to_string()),
+        match config.policy_file.found {
+            true => config.policy_file.path.display().to_string(),
+            false => format!(
+                "built-in defaults (no {})",
+                config.policy_file.path.display()
+            ),
+        },
     ));
     let mut policy_file = config.policy_file.clone();
     let signal = loop {
         match wait_for_stop(&signals) {
-            libc::SIGHUP => reload(&shared, policy_file.as_mut()),
+            libc::SIGHUP => reload(&shared, &mut policy_file),
             signal => break signal,
         }
     };
@@ -316,11 +322,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
 
 /// SIGHUP: re-reads the policy file and applies what can change while jobs run (the limits);
 /// names what waits for a restart. An invalid file changes nothing.
-fn reload(shared: &Shared, file: Option<&mut PolicyFile>) {
-    let Some(file) = file else {
-        log("SIGHUP: the daemon runs the built-in defaults (no policy file): nothing to reload");
-        return;
-    };
+fn reload(shared: &Shared, file: &mut PolicyFile) {
     let policy = match Policy::read_trusted(&file.path) {
         Ok(policy) => policy,
         Err(e) => {
