@@ -202,35 +202,46 @@ impl fmt::Display for Change {
 impl Policy {
     /// Reads and checks a policy file.
     pub fn read(path: &Path) -> Result<Policy, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Policy::parse(&text, &path.display().to_string())
+        Policy::read_checked(path, |_| None)
     }
 
     /// Reads a policy file for the daemon, which runs as root: refused unless root owns it
     /// and no one else may write it (else a user could lift their own limits).
     pub fn read_trusted(path: &Path) -> Result<Policy, PolicyError> {
         use std::os::unix::fs::MetadataExt;
-        let untrusted = |why: String| PolicyError::Untrusted {
-            path: path.display().to_string(),
-            why,
-        };
-        let meta = std::fs::metadata(path).map_err(|source| PolicyError::Read {
-            path: path.display().to_string(),
+        Policy::read_checked(path, |meta| {
+            if meta.uid() != 0 {
+                Some(format!("owned by uid {}, not root", meta.uid()))
+            } else if meta.mode() & 0o022 != 0 {
+                Some(format!(
+                    "mode {:o} lets others write it",
+                    meta.mode() & 0o777
+                ))
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Reads the file `refuse` finds nothing wrong with: judged by the open file's own
+    /// metadata, so what is read is what was judged.
+    fn read_checked(
+        path: &Path,
+        refuse: impl FnOnce(&std::fs::Metadata) -> Option<String>,
+    ) -> Result<Policy, PolicyError> {
+        use std::io::Read;
+        let name = path.display().to_string();
+        let io = |source| PolicyError::Read {
+            path: name.clone(),
             source,
-        })?;
-        if meta.uid() != 0 {
-            return Err(untrusted(format!("owned by uid {}, not root", meta.uid())));
+        };
+        let mut file = std::fs::File::open(path).map_err(io)?;
+        if let Some(why) = refuse(&file.metadata().map_err(io)?) {
+            return Err(PolicyError::Untrusted { path: name, why });
         }
-        if meta.mode() & 0o022 != 0 {
-            return Err(untrusted(format!(
-                "mode {:o} lets others write it",
-                meta.mode() & 0o777
-            )));
-        }
-        Policy::read(path)
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(io)?;
+        Policy::parse(&text, &name)
     }
 
     /// Checks a policy's text; `origin` names it in errors (the file's path).
@@ -280,7 +291,7 @@ impl Policy {
         self.limits
     }
 
-    /// Every key whose value differs from `before`'s, in the file's order.
+    /// Every key whose value differs from `before`'s, by key.
     pub fn changes(&self, before: &Policy) -> Vec<Change> {
         let (old, new) = (flat(&before.document()), flat(&self.document()));
         new.into_iter()
