@@ -405,6 +405,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         let name = args
             .trace
             .as_ref()
+            .filter(|p| *p != Path::new("-"))
             .and_then(|p| p.file_name())
             .map_or(workload.clone(), |n| n.to_string_lossy().into_owned());
         let title = format!(
