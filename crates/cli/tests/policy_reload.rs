@@ -5,7 +5,16 @@
 mod common;
 
 use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::time::Duration;
+
+/// Writes a policy file as root keeps one: root's, writable by no one else (whatever the
+/// umask).
+fn write_policy(file: &Path, text: &str) {
+    std::fs::write(file, text).unwrap();
+    std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
+}
 
 /// Waits until the daemon's log holds `line`; panics with the log if it never does.
 fn logged(d: &Daemon, line: &str) {
@@ -22,7 +31,7 @@ fn sighup_reloads_the_limits_names_what_needs_a_restart_and_refuses_a_bad_file()
     let dir = std::env::temp_dir().join(format!("cosched-policy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("cosched.toml");
-    let write = |text: &str| std::fs::write(&file, text).unwrap();
+    let write = |text: &str| write_policy(&file, text);
     write("[scheduler]\nquantum_ms = 100\nmpl = 4\n\n[limits]\nrunning_jobs = 4\n");
     let path = file.to_str().unwrap();
     // The command line's quantum overrides the file's.
@@ -59,11 +68,9 @@ fn sighup_reloads_the_limits_names_what_needs_a_restart_and_refuses_a_bad_file()
     logged(&d, &format!("{path}:2: unknown key `runnin_jobs`"));
     // Nor is a file others may write: it sets every user's limits.
     write("[limits]\nrunning_jobs = 1\n");
-    let mode = |bits| std::os::unix::fs::PermissionsExt::from_mode(bits);
-    std::fs::set_permissions(&file, mode(0o666)).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
     d.signal(libc::SIGHUP);
     logged(&d, &format!("{path}: mode 666 lets others write it"));
-    std::fs::set_permissions(&file, mode(0o644)).unwrap();
     let ps = d.cosched(&["ps"]);
     assert!(
         ps.status.success(),
@@ -88,7 +95,7 @@ fn sighup_reloads_the_limits_names_what_needs_a_restart_and_refuses_a_bad_file()
 fn a_daemon_refuses_to_start_on_a_bad_policy_file() {
     cosched_os::require_root("the daemon's tests");
     let file = std::env::temp_dir().join(format!("cosched-bad-{}.toml", std::process::id()));
-    std::fs::write(&file, "[classes.gold]\nmax_time = \"1:00:00\"\n").unwrap();
+    write_policy(&file, "[classes.gold]\nmax_time = \"1:00:00\"\n");
     let out = std::process::Command::new(COSCHED)
         .args(["daemon", "--config", file.to_str().unwrap()])
         .output()
