@@ -5,7 +5,8 @@ use clap::Args;
 use cosched_agent::NodeConfig;
 use cosched_cgroups::Freezer;
 use cosched_core::Partition;
-use cosched_daemon::{check, ClusterConfig, DaemonConfig, OnStop};
+use cosched_daemon::{check, ClusterConfig, DaemonConfig, OnStop, PolicyFile};
+use cosched_policy::Policy;
 use cosched_proto::Mode;
 use std::path::{Path, PathBuf};
 
@@ -15,9 +16,18 @@ pub const DEFAULT_SOCKET: &str = "/run/cosched/cosched.sock";
 #[derive(Args)]
 #[command(after_help = "Examples:\n  \
   cosched daemon --check                      what this machine offers, which actuator\n  \
-  cosched daemon                              gang mode, 100 ms slots, /var/lib/cosched\n  \
+  cosched daemon                              the policy in /etc/cosched/cosched.toml, else\n                                              \
+  the defaults (gang, MPL 4, EASY backfilling,\n                                              \
+  100 ms slots); state in /var/lib/cosched\n  \
+  cosched daemon --config site.toml --mpl 2   the file's policy, but at most 2 slices\n  \
   cosched daemon --mode moderate --quantum-ms 50\n  \
   cosched daemon --state-dir /var/lib/cosched-test --socket /run/cosched-test.sock\n\n\
+The scheduling policy (mode, quantum, MPL, partitioner, backfilling, interactive \
+preemption, idle time, each class's time limits, per-user limits, memory) comes from the \
+policy file (`cosched config --help`); --mode, --quantum-ms, --mpl, --idle-after and \
+--interactive-preempt, when given, override the file's values. SIGHUP re-reads the file: the \
+time and per-user limits change at once; the log names each other key that changed, which \
+takes effect at the next start; an invalid file is refused and the running policy stays. \
 The state directory holds the job store and what supervisors keep; it must be owned by root \
 and writable by nobody else, nor may any directory above it be (a sticky /tmp is fine as a \
 parent, a directory another user made there is not): the daemon refuses one that is not. \
@@ -41,24 +51,29 @@ pub struct DaemonArgs {
     /// The API socket
     #[arg(long, env = "COSCHED_SOCKET", default_value = DEFAULT_SOCKET, value_name = "PATH")]
     socket: PathBuf,
-    /// Slot length: from 10 ms to 10 minutes
-    #[arg(long, default_value_t = 100, value_name = "MS",
-          value_parser = clap::value_parser!(u64).range(10..=600_000))]
-    quantum_ms: u64,
-    /// gang, moderate, implicit or local
-    #[arg(long, default_value = "gang")]
-    mode: Mode,
-    /// Most time slices (multiprogramming level) in gang and moderate modes
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
-    mpl: u32,
+    /// The policy file [default: /etc/cosched/cosched.toml if it exists, else the built-in
+    /// defaults]
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Slot length: from 10 ms to 10 minutes [default: the policy's, 100]
+    #[arg(long, value_name = "MS",
+          value_parser = clap::value_parser!(u32).range(10..=600_000))]
+    quantum_ms: Option<u32>,
+    /// gang, moderate, implicit or local [default: the policy's, gang]
+    #[arg(long)]
+    mode: Option<Mode>,
+    /// Most time slices (multiprogramming level) in gang and moderate modes [default: the
+    /// policy's, 4]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    mpl: Option<u32>,
     /// Processors to schedule, on one machine (in a cluster, each agent's --cpus) [default:
     /// every CPU this process may use]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     procs: Option<u32>,
     /// A job that uses no CPU in its own slots for this long leaves the rotation until it
-    /// computes again (0: never)
-    #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
-    idle_after: f64,
+    /// computes again (0: never) [default: the policy's, 600]
+    #[arg(long, value_name = "SECONDS")]
+    idle_after: Option<f64>,
     /// Each job may have this many tasks (processes and threads) per processor it has, through
     /// the pids controller: a job of thousands of tasks makes its every freeze and thaw long,
     /// and one beyond it cannot fork (0: no cap)
@@ -66,8 +81,9 @@ pub struct DaemonArgs {
     tasks_per_cpu: u64,
     /// An interactive job runs in every slot, ahead of batch jobs on its processors, for its
     /// first SECONDS (a quick answer), then time-shares in a slice of its own (0: at once)
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
-    interactive_preempt: f64,
+    /// [default: the policy's, 10]
+    #[arg(long, value_name = "SECONDS")]
+    interactive_preempt: Option<f64>,
     /// What a clean stop does to the jobs: leave them running unscheduled, or cancel them
     #[arg(long, default_value = "leave", value_parser = ["leave", "cancel"])]
     on_stop: String,
@@ -192,18 +208,52 @@ fn read_secret(path: &Path) -> Result<String> {
     Ok(secret)
 }
 
+/// Sets the policy's values the command line gives; returns their keys.
+fn apply_flags(args: &DaemonArgs, policy: &mut Policy) -> Result<Vec<&'static str>> {
+    let mut given = Vec::new();
+    let s = &mut policy.scheduler;
+    if let Some(mode) = args.mode {
+        s.mode = mode;
+        given.push("scheduler.mode");
+    }
+    if let Some(quantum_ms) = args.quantum_ms {
+        s.quantum_ms = quantum_ms;
+        given.push("scheduler.quantum_ms");
+    }
+    if let Some(mpl) = args.mpl {
+        s.mpl = mpl;
+        given.push("scheduler.mpl");
+    }
+    for (flag, key, value, field) in [
+        (
+            "--idle-after",
+            "scheduler.idle_after",
+            args.idle_after,
+            &mut s.idle_after,
+        ),
+        (
+            "--interactive-preempt",
+            "scheduler.interactive_preempt",
+            args.interactive_preempt,
+            &mut s.interactive_preempt,
+        ),
+    ] {
+        let Some(value) = value else { continue };
+        if !(value.is_finite() && (0.0..=1e9).contains(&value)) {
+            bail!("{flag} must be a number of seconds, 0 or more (got {value})");
+        }
+        *field = (value > 0.0).then_some((value * 1e6) as i64);
+        given.push(key);
+    }
+    Ok(given)
+}
+
 pub fn run(args: DaemonArgs) -> Result<()> {
     if args.check {
         return report(args.json);
     }
-    for (flag, value) in [
-        ("--idle-after", args.idle_after),
-        ("--interactive-preempt", args.interactive_preempt),
-    ] {
-        if !(value.is_finite() && value >= 0.0) {
-            bail!("{flag} must be a number of seconds, 0 or more (got {value})");
-        }
-    }
+    let (path, mut policy) = crate::config::load(args.config.as_deref(), Policy::read_trusted)?;
+    let overridden = apply_flags(&args, &mut policy)?;
     if !args.cluster.etcd.is_empty() {
         // A controller never touches a process: these belong to the agents.
         if args.procs.is_some() {
@@ -213,6 +263,12 @@ pub fn run(args: DaemonArgs) -> Result<()> {
             bail!("--freezer is for one machine: in a cluster give it to the agents (cosched agent --freezer)");
         }
     }
+    let usable = cosched_os::usable_cpus();
+    if let Some(procs) = args.procs.filter(|&procs| procs > usable) {
+        bail!(
+            "--procs {procs} is more than the {usable} CPUs this process may use: jobs' cpusets could name CPUs that do not exist"
+        );
+    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the daemon must run as root (it makes cgroups and runs jobs as their submitters)");
@@ -220,14 +276,15 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     let config = DaemonConfig {
         state_dir: args.state_dir,
         socket: args.socket,
-        quantum: args.quantum_ms as i64 * 1_000,
-        mode: args.mode,
-        mpl: args.mpl,
+        policy_file: PolicyFile {
+            found: path.is_some(),
+            path: path.unwrap_or_else(|| PathBuf::from(cosched_policy::DEFAULT_PATH)),
+            read: policy.clone(),
+            overridden,
+        },
+        policy,
         procs: args.procs,
-        idle_after: (args.idle_after > 0.0).then_some((args.idle_after * 1e6) as i64),
         tasks_per_cpu: (args.tasks_per_cpu > 0).then_some(args.tasks_per_cpu),
-        interactive_preempt: (args.interactive_preempt > 0.0)
-            .then_some((args.interactive_preempt * 1e6) as i64),
         on_stop: if args.on_stop == "cancel" {
             OnStop::Cancel
         } else {

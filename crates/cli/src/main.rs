@@ -7,6 +7,7 @@
 //! start, as ssh).
 
 mod client;
+mod config;
 mod daemon;
 mod gantt;
 mod history;
@@ -57,6 +58,7 @@ enum Command {
     Class(client::ClassArgs),
     Sim(sim::SimArgs),
     Generate(sim::GenerateArgs),
+    Config(config::ConfigArgs),
     #[command(hide = true)]
     Supervise,
     /// A registered job's holder (the daemon runs it; see `register` in docs/protocol.md)
@@ -114,6 +116,7 @@ fn execute(command: Command) -> anyhow::Result<i32> {
         Command::Class(args) => client::class(args),
         Command::Sim(args) => sim::run(args),
         Command::Generate(args) => sim::generate(args),
+        Command::Config(args) => config::run(args),
         Command::Supervise => daemon::supervise(),
         Command::Hold { join_within_s } => {
             let within = std::time::Duration::from_secs(join_within_s);

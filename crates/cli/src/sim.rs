@@ -2,11 +2,14 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Args};
-use cosched_core::{Machine, Micros, PartitionerKind, MICROS_PER_SEC};
+use cosched_core::{Backfill, Machine, Micros, PartitionerKind, MICROS_PER_SEC};
+use cosched_policy::Policy as SitePolicy;
+use cosched_proto::Mode;
 use cosched_sim::generate::{generate as generate_trace, generate_shaped, Shape, ShapeStats};
 use cosched_sim::swf::{self, Trace};
 use cosched_sim::*;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -21,14 +24,26 @@ const DEFAULT_GENERATED_PROCS: u32 = 128;
     after_help = "Examples:\n  \
   cosched sim --generate 10000 --seed 7 --procs 128 --policy gang --mpl 4\n  \
   cosched sim --trace ../shared/traces/CTC-SP2-1996-3.1-cln.swf.gz --policy easy --json\n  \
-  cosched sim --trace log.swf --policy gang --mpl 8 --no-alternates --out jobs.swf\n\n\
+  cosched sim --trace log.swf --policy gang --mpl 8 --no-alternates --out jobs.swf\n  \
+  cosched sim --trace log.swf --config /etc/cosched/cosched.toml   the daemon's policy\n  \
+  cosched sim --trace log.swf --config mpl8.toml --compare /etc/cosched/cosched.toml\n  \
+  cosched history --swf | cosched sim --trace - --config other.toml --compare current.toml\n\n\
+With --config the replay runs the daemon's scheduler as the policy file sets it: the matrix \
+with the file's MPL (moderate replays as gang; implicit is one slice, as the daemon runs it; \
+local, plain Linux, has no model here), alternates, backfilling, repacking, partitioner and \
+quantum. Flags given on the command line override the file (--policy fcfs or easy replaces \
+the matrix by plain space sharing). Without --config the flags' own defaults apply (gang, MPL \
+4, no backfilling). --compare replays the same jobs under a second policy file and prints \
+both side by side with the difference (the first minus the second); scheduling flags are \
+refused with it, since both sides come from files. The policy's time limits, per-user \
+limits and memory keys are not replayed.\n\n\
 Traces in the Standard Workload Format (plain or .gz) come from the Parallel Workloads Archive \
 (https://www.cs.huji.ac.il/labs/parallel/workload/; take the cleaned logs). Records with run \
 time <= 0, processors <= 0 or a negative submit time are dropped and counted, as are jobs \
 that can never fit the machine."
 )]
 pub struct SimArgs {
-    /// SWF trace to replay (plain or gzip)
+    /// SWF trace to replay (plain or gzip; '-' reads standard input)
     #[arg(long, value_name = "PATH")]
     trace: Option<PathBuf>,
     /// Generate this many jobs from the Lublin-Feitelson model instead of reading a trace
@@ -49,10 +64,17 @@ pub struct SimArgs {
     /// generating]
     #[arg(long, value_name = "N")]
     procs: Option<u32>,
+    /// A policy file (as the daemon's): its scheduler section sets what the flags below
+    /// leave unset
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Also replay under this policy file and print both side by side, with the difference
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["out", "gantt"])]
+    compare: Option<PathBuf>,
     /// fcfs: space sharing, strict order; easy: space sharing with EASY backfilling;
-    /// gang: time-shared slices (the Ousterhout matrix)
-    #[arg(long, default_value = "gang", value_parser = parse_policy)]
-    policy: Policy,
+    /// gang: time-shared slices (the Ousterhout matrix) [default: gang]
+    #[arg(long, value_parser = parse_policy)]
+    policy: Option<Policy>,
     /// Gang: most slices (multiprogramming level) [default: 4]
     #[arg(long, value_name = "K")]
     mpl: Option<u32>,
@@ -63,8 +85,9 @@ pub struct SimArgs {
     #[arg(long, value_name = "SECONDS")]
     switch_overhead: Option<f64>,
     /// first-fit, best-fit, buddy (power-of-two blocks) or scatter (any free processors)
-    #[arg(long, default_value = "first-fit", value_parser = parse_partitioner)]
-    partitioner: PartitionerKind,
+    /// [default: first-fit]
+    #[arg(long, value_parser = parse_partitioner)]
+    partitioner: Option<PartitionerKind>,
     /// Gang: do not run jobs in other slices where their processors are free
     #[arg(long)]
     no_alternates: bool,
@@ -237,25 +260,14 @@ struct Report {
     wall_seconds: f64,
 }
 
-pub fn run(args: SimArgs) -> Result<()> {
-    let gang = args.policy == Policy::Gang;
-    for (given, flag) in [
-        (args.mpl.is_some(), "--mpl"),
-        (args.quantum.is_some(), "--quantum"),
-        (args.switch_overhead.is_some(), "--switch-overhead"),
-        (args.no_alternates, "--no-alternates"),
-        (args.repack, "--repack"),
-        (args.backfill, "--backfill"),
-    ] {
-        if given && !gang {
-            bail!(
-                "{flag} applies to --policy gang only (the policy is {})",
-                args.policy
-            );
-        }
-    }
-    let (trace, workload): (Trace, String) = match (&args.trace, args.generate) {
-        (Some(path), _) => (swf::read_path(path)?, path.display().to_string()),
+/// The workload: the trace (a file, or standard input for '-') or generated jobs, and its name.
+fn workload(args: &SimArgs) -> Result<(Trace, String)> {
+    match (&args.trace, args.generate) {
+        (Some(path), _) if path == Path::new("-") => Ok((
+            swf::read_any(io::stdin().lock(), Path::new("stdin"))?,
+            "stdin".into(),
+        )),
+        (Some(path), _) => Ok((swf::read_path(path)?, path.display().to_string())),
         (None, Some(jobs)) => {
             let procs = args.procs.unwrap_or(DEFAULT_GENERATED_PROCS);
             check_generation(jobs, "--generate", procs, args.load_scale)?;
@@ -264,14 +276,15 @@ pub fn run(args: SimArgs) -> Result<()> {
                 "lublin-feitelson:{jobs}:seed={}:load-scale={}",
                 args.seed, args.load_scale
             );
-            (trace, name)
+            Ok((trace, name))
         }
         (None, None) => unreachable!("clap requires --trace or --generate"),
-    };
-    if !trace.out_of_range.is_empty() {
-        eprintln!("{workload}: {}", trace.out_of_range);
     }
-    let procs = match args.procs {
+}
+
+/// The machine: `--procs`, else the trace header's size, else its widest job.
+fn machine_procs(args: &SimArgs, trace: &Trace, workload: &str) -> Result<u32> {
+    Ok(match args.procs {
         Some(0) => bail!("--procs must be at least 1"),
         Some(n) => n,
         None => match trace.header.max_procs() {
@@ -289,9 +302,60 @@ pub fn run(args: SimArgs) -> Result<()> {
                 .context("the trace declares no MaxProcs or MaxNodes and no job has processors: give --procs")?
                 .min(i64::from(u32::MAX)) as u32,
         },
+    })
+}
+
+/// The daemon's scheduler under `policy`, replayed: the matrix with the policy's core
+/// configuration and quantum, so `core_config` is the policy's (interactive preemption
+/// aside: trace jobs are all batch). Implicit mode is one slice, as the daemon runs it.
+fn from_policy(policy: &SitePolicy, origin: &Path, procs: u32) -> Result<SimConfig> {
+    if policy.scheduler.mode == Mode::Local {
+        bail!(
+            "{}: scheduler.mode = \"local\" is plain Linux sharing, which the simulator does not model (it replays coscheduled slices): replay gang, moderate or implicit",
+            origin.display()
+        );
+    }
+    let core = policy.core_config();
+    let mut config = SimConfig::new(procs, Policy::Gang);
+    config.mpl = core.mpl;
+    config.quantum = policy.quantum();
+    config.partitioner = core.partitioner;
+    config.alternates = core.alternates;
+    config.repack = core.repack;
+    config.backfill = core.backfill == Backfill::Easy;
+    Ok(config)
+}
+
+/// The flags that shape the matrix, and whether each was given.
+fn matrix_flags(args: &SimArgs) -> [(bool, &'static str); 5] {
+    [
+        (args.mpl.is_some(), "--mpl"),
+        (args.quantum.is_some(), "--quantum"),
+        (args.no_alternates, "--no-alternates"),
+        (args.repack, "--repack"),
+        (args.backfill, "--backfill"),
+    ]
+}
+
+/// The replay's configuration: the policy file's (else the flags' defaults), then the flags
+/// given.
+fn sim_config(args: &SimArgs, procs: u32) -> Result<SimConfig> {
+    let mut config = match &args.config {
+        Some(path) => from_policy(&SitePolicy::read(path)?, path, procs)?,
+        None => SimConfig::new(procs, Policy::Gang),
     };
-    let mut config = SimConfig::new(procs, args.policy);
-    config.partitioner = args.partitioner;
+    config.policy = args.policy.unwrap_or(config.policy);
+    let gang = config.policy == Policy::Gang;
+    let overhead = (args.switch_overhead.is_some(), "--switch-overhead");
+    for (given, flag) in matrix_flags(args).into_iter().chain([overhead]) {
+        if given && !gang {
+            bail!(
+                "{flag} applies to --policy gang only (the policy is {})",
+                config.policy
+            );
+        }
+    }
+    config.partitioner = args.partitioner.unwrap_or(config.partitioner);
     config.mpl = args.mpl.unwrap_or(config.mpl);
     if let Some(quantum) = args.quantum {
         config.quantum = seconds("--quantum", quantum, false)?;
@@ -299,9 +363,22 @@ pub fn run(args: SimArgs) -> Result<()> {
     if let Some(overhead) = args.switch_overhead {
         config.switch_overhead = seconds("--switch-overhead", overhead, true)?;
     }
-    config.alternates = !args.no_alternates;
-    config.repack = args.repack;
-    config.backfill = args.backfill;
+    config.alternates &= !args.no_alternates;
+    config.repack |= args.repack;
+    config.backfill |= args.backfill;
+    Ok(config)
+}
+
+pub fn run(args: SimArgs) -> Result<()> {
+    let (trace, workload) = workload(&args)?;
+    if !trace.out_of_range.is_empty() {
+        eprintln!("{workload}: {}", trace.out_of_range);
+    }
+    let procs = machine_procs(&args, &trace, &workload)?;
+    if let Some(other) = &args.compare {
+        return compare(&args, &trace, workload, procs, other);
+    }
+    let mut config = sim_config(&args, procs)?;
     config.chart = args
         .gantt
         .as_ref()
@@ -315,9 +392,10 @@ pub fn run(args: SimArgs) -> Result<()> {
     })?;
     bar.finish();
     let wall_seconds = started.elapsed().as_secs_f64();
+    let gang = config.policy == Policy::Gang;
 
     if let Some(path) = &args.out {
-        let note = format!("replayed by cosched sim, policy {}, {procs} processors; wait and run time are the simulated ones", args.policy);
+        let note = format!("replayed by cosched sim, policy {}, {procs} processors; wait and run time are the simulated ones", config.policy);
         let mut out = open_out(path)?;
         swf::write(&results_as_swf(&trace, &outcome.results, &note), &mut out)
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -327,11 +405,12 @@ pub fn run(args: SimArgs) -> Result<()> {
         let name = args
             .trace
             .as_ref()
+            .filter(|p| *p != Path::new("-"))
             .and_then(|p| p.file_name())
             .map_or(workload.clone(), |n| n.to_string_lossy().into_owned());
         let title = format!(
             "{name}: {}{}, {procs} processors, {}",
-            args.policy,
+            config.policy,
             if gang {
                 format!(
                     " (MPL {}{})",
@@ -369,30 +448,185 @@ pub fn run(args: SimArgs) -> Result<()> {
             .collect();
         crate::gantt::write_chart(path, &gantt::svg(&bars, &frame))?;
     }
-    let quantum_s = config.quantum as f64 / MICROS_PER_SEC as f64;
-    let report = Report {
-        workload,
-        dropped: outcome.dropped.total(),
-        dropped_by_reason: outcome.dropped,
-        procs,
-        policy: args.policy.to_string(),
-        mpl: gang.then_some(config.mpl),
-        quantum_s: gang.then_some(quantum_s),
-        partitioner: config.partitioner.to_string(),
-        alternates: gang.then_some(config.alternates),
-        repack: gang.then_some(config.repack),
-        backfill: gang.then_some(config.backfill),
-        switch_overhead_s: gang.then_some(config.switch_overhead as f64 / MICROS_PER_SEC as f64),
-        out_of_range: trace.out_of_range.clone(),
-        metrics: metrics(&outcome.results, procs),
-        generations: outcome.generations,
-        wall_seconds,
-    };
+    let report = Report::of(workload, &trace, &config, &outcome, wall_seconds);
     if args.out.as_deref() == Some(Path::new("-")) {
         // The SWF went to stdout: keep it clean and put the summary on stderr.
         print_report(&report, args.json, &mut io::stderr().lock())
     } else {
         print_report(&report, args.json, &mut io::stdout().lock())
+    }
+}
+
+impl Report {
+    fn of(
+        workload: String,
+        trace: &Trace,
+        config: &SimConfig,
+        outcome: &Outcome,
+        wall_seconds: f64,
+    ) -> Report {
+        let gang = config.policy == Policy::Gang;
+        let secs = |t: Micros| t as f64 / MICROS_PER_SEC as f64;
+        Report {
+            workload,
+            dropped: outcome.dropped.total(),
+            dropped_by_reason: outcome.dropped,
+            procs: config.procs,
+            policy: config.policy.to_string(),
+            mpl: gang.then_some(config.mpl),
+            quantum_s: gang.then_some(secs(config.quantum)),
+            partitioner: config.partitioner.to_string(),
+            alternates: gang.then_some(config.alternates),
+            repack: gang.then_some(config.repack),
+            backfill: gang.then_some(config.backfill),
+            switch_overhead_s: gang.then_some(secs(config.switch_overhead)),
+            out_of_range: trace.out_of_range.clone(),
+            metrics: metrics(&outcome.results, config.procs),
+            generations: outcome.generations,
+            wall_seconds,
+        }
+    }
+
+    /// The policy in words: "policy gang (MPL 4, quantum 0.1 s, alternates on), EASY
+    /// backfilling, partitioner first-fit".
+    fn setup(&self) -> String {
+        let mut setup = format!("policy {}", self.policy);
+        if let (Some(mpl), Some(q), Some(alt)) = (self.mpl, self.quantum_s, self.alternates) {
+            setup += &format!(
+                " (MPL {mpl}, quantum {q} s, alternates {})",
+                if alt { "on" } else { "off" }
+            );
+            if self.repack == Some(true) {
+                setup += ", repacking";
+            }
+            if self.backfill == Some(true) {
+                setup += ", EASY backfilling";
+            }
+        }
+        setup + &format!(", partitioner {}", self.partitioner)
+    }
+}
+
+/// The figures `--compare` sets side by side: key, label, value.
+fn compared(m: &Metrics) -> [(&'static str, &'static str, f64); 5] {
+    [
+        ("mean_wait_s", "mean wait (s)", m.mean_wait_s),
+        ("median_wait_s", "median wait (s)", m.median_wait_s),
+        (
+            "mean_bounded_slowdown",
+            "mean bounded slowdown",
+            m.mean_bounded_slowdown,
+        ),
+        ("utilization", "utilization", m.utilization),
+        ("makespan_s", "makespan (s)", m.makespan_s),
+    ]
+}
+
+#[derive(Serialize)]
+struct Comparison {
+    /// `--config`'s (or the built-in defaults'), then `--compare`'s.
+    reports: [Report; 2],
+    /// The first minus the second, by figure.
+    difference: BTreeMap<&'static str, f64>,
+}
+
+/// Replays the workload under `--config`'s policy and `other`'s, and prints both.
+fn compare(
+    args: &SimArgs,
+    trace: &Trace,
+    workload: String,
+    procs: u32,
+    other: &Path,
+) -> Result<()> {
+    let policy = [
+        (args.policy.is_some(), "--policy"),
+        (args.partitioner.is_some(), "--partitioner"),
+    ];
+    for (given, flag) in policy.into_iter().chain(matrix_flags(args)) {
+        if given {
+            bail!("{flag} with --compare: both policies come from files (--config and --compare), so put it in one");
+        }
+    }
+    let first = match &args.config {
+        Some(path) => (path.display().to_string(), SitePolicy::read(path)?),
+        None => ("built-in defaults".into(), SitePolicy::default()),
+    };
+    let second = (other.display().to_string(), SitePolicy::read(other)?);
+    let (jobs, dropped) = jobs_from_trace(trace);
+    let mut reports = Vec::new();
+    let mut names = Vec::new();
+    for (name, policy) in [first, second] {
+        let mut config = from_policy(&policy, Path::new(&name), procs)?;
+        if let Some(overhead) = args.switch_overhead {
+            config.switch_overhead = seconds("--switch-overhead", overhead, true)?;
+        }
+        let started = Instant::now();
+        let outcome = simulate(&jobs, dropped, &config, &mut |_, _| ())?;
+        let wall = started.elapsed().as_secs_f64();
+        reports.push(Report::of(workload.clone(), trace, &config, &outcome, wall));
+        names.push(name);
+    }
+    let [first, second]: [Report; 2] = reports.try_into().ok().expect("two policies replayed");
+    let (a, b) = (compared(&first.metrics), compared(&second.metrics));
+    let difference = a
+        .iter()
+        .zip(&b)
+        .map(|(&(key, _, x), &(_, _, y))| (key, x - y))
+        .collect();
+    let mut out = io::stdout().lock();
+    if args.json {
+        let comparison = Comparison {
+            reports: [first, second],
+            difference,
+        };
+        serde_json::to_writer(&mut out, &comparison)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{workload} on {procs} processors: {} jobs replayed, {} dropped",
+        first.metrics.jobs, first.dropped
+    )?;
+    for (name, report) in names.iter().zip([&first, &second]) {
+        writeln!(out, "  {name}: {}", report.setup())?;
+    }
+    let width = names.iter().map(|n| n.len()).max().unwrap_or(0).max(12);
+    writeln!(
+        out,
+        "  {:<22} {:>width$} {:>width$} {:>24}",
+        "", names[0], names[1], "difference"
+    )?;
+    for (&(_, label, x), &(_, _, y)) in a.iter().zip(&b) {
+        let relative = if y != 0.0 {
+            format!(" ({:+.1} %)", (x - y) / y * 100.0)
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "  {label:<22} {:>width$} {:>width$} {:>24}",
+            figure(x),
+            figure(y),
+            format!("{}{relative}", signed(x - y)),
+        )?;
+    }
+    Ok(())
+}
+
+/// A figure with as many decimals as its size needs.
+fn figure(value: f64) -> String {
+    if value.abs() < 10.0 {
+        format!("{value:.3}")
+    } else {
+        format!("{value:.1}")
+    }
+}
+
+fn signed(value: f64) -> String {
+    match value >= 0.0 {
+        true => format!("+{}", figure(value)),
+        false => figure(value),
     }
 }
 
@@ -404,24 +638,13 @@ fn print_report(report: &Report, json: bool, out: &mut dyn Write) -> Result<()> 
     }
     let m = &report.metrics;
     let d = &report.dropped_by_reason;
-    let mut setup = format!(
-        "{} on {} processors, policy {}",
-        report.workload, report.procs, report.policy
-    );
-    if let (Some(mpl), Some(q), Some(alt)) = (report.mpl, report.quantum_s, report.alternates) {
-        setup += &format!(
-            " (MPL {mpl}, quantum {q} s, alternates {})",
-            if alt { "on" } else { "off" }
-        );
-        if report.repack == Some(true) {
-            setup += ", repacking";
-        }
-        if report.backfill == Some(true) {
-            setup += ", EASY backfilling";
-        }
-    }
-    setup += &format!(", partitioner {}", report.partitioner);
-    writeln!(out, "{setup}")?;
+    writeln!(
+        out,
+        "{} on {} processors, {}",
+        report.workload,
+        report.procs,
+        report.setup()
+    )?;
     writeln!(out, "  jobs replayed            {}", m.jobs)?;
     writeln!(
         out,
@@ -434,7 +657,11 @@ fn print_report(report: &Report, json: bool, out: &mut dyn Write) -> Result<()> 
         "  mean response            {:.1} s (median {:.1} s)",
         m.mean_response_s, m.median_response_s
     )?;
-    writeln!(out, "  mean wait                {:.1} s", m.mean_wait_s)?;
+    writeln!(
+        out,
+        "  mean wait                {:.1} s (median {:.1} s)",
+        m.mean_wait_s, m.median_wait_s
+    )?;
     writeln!(out, "  mean slowdown            {:.2}", m.mean_slowdown)?;
     writeln!(
         out,
@@ -501,4 +728,46 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     let path = args.out.unwrap_or_else(|| PathBuf::from("-"));
     let mut out = open_out(&path)?;
     swf::write(&trace, &mut out).with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cosched_core::Config;
+
+    /// Invariant: a policy file's replay drives the core as the daemon does with that file.
+    #[test]
+    fn a_policy_replays_with_the_daemon_s_core_config() {
+        let origin = Path::new("site.toml");
+        for mode in ["gang", "moderate", "implicit"] {
+            for (mpl, backfill, alternates, repack, partitioner) in [
+                (4, "easy", true, false, "first-fit"),
+                (2, "none", false, true, "scatter"),
+                (8, "easy", false, false, "buddy"),
+            ] {
+                let text = format!(
+                    "[scheduler]\nmode = \"{mode}\"\nmpl = {mpl}\nbackfill = \"{backfill}\"\n\
+                     alternates = {alternates}\nrepack = {repack}\npartitioner = \"{partitioner}\"\n\
+                     quantum_ms = 250\n"
+                );
+                let policy = SitePolicy::parse(&text, "site.toml").unwrap();
+                let config = from_policy(&policy, origin, 64).unwrap();
+                assert_eq!(
+                    config.core_config(),
+                    Config {
+                        interactive_preempts: false,
+                        ..policy.core_config()
+                    },
+                    "{text}"
+                );
+                assert_eq!(config.quantum, 250_000);
+            }
+        }
+        let local = SitePolicy::parse("[scheduler]\nmode = \"local\"\n", "site.toml").unwrap();
+        let refused = from_policy(&local, origin, 64).unwrap_err().to_string();
+        assert!(
+            refused.starts_with("site.toml: scheduler.mode = \"local\""),
+            "{refused}"
+        );
+    }
 }

@@ -163,4 +163,16 @@ fn history_shows_ended_jobs_with_their_figures_and_replays_as_swf() {
     );
     let replayed: Value = serde_json::from_slice(&sim.stdout).unwrap();
     assert_eq!(replayed["jobs"], 3, "{replayed}");
+    // And piped: `cosched history --swf | cosched sim --trace -`.
+    let mut piped = std::process::Command::new(COSCHED)
+        .args(["sim", "--trace", "-", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut piped.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let piped = piped.wait_with_output().unwrap();
+    assert!(piped.status.success(), "{piped:?}");
+    let replayed: Value = serde_json::from_slice(&piped.stdout).unwrap();
+    assert_eq!(replayed["jobs"], 3, "{replayed}");
 }

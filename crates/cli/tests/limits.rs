@@ -120,3 +120,118 @@ fn bad_limits_and_memory_sizes_are_refused_with_what_was_wrong() {
     );
     assert!(answer.contains("time limit 0 s is not between"), "{answer}");
 }
+
+/// A policy file as root keeps one (root's, writable by no one else), in the daemon's
+/// directory-to-be; returns its path.
+fn policy(text: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("cosched-limits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("policy-{}.toml", text.len()));
+    std::fs::write(&file, text).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    file.to_str().unwrap().to_string()
+}
+
+#[test]
+fn a_user_at_a_limit_waits_with_the_reason_and_past_the_queued_limit_is_refused() {
+    let file = policy("[limits]\nrunning_jobs = 1\nqueued_jobs = 1\n");
+    let d = Daemon::start(&["--config", &file, "--procs", "2", "--quantum-ms", "50"]);
+    let as_nobody = |args: &[&str]| d.cosched_as(65534, args);
+    let submit = |args: &[&str]| {
+        let mut all = vec!["run", "--detach", "--output", "/dev/null", "-n", "1", "--"];
+        all.extend_from_slice(args);
+        as_nobody(&all)
+    };
+    let id = |out: std::process::Output| -> u64 {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let first = id(submit(&["sleep", "100"]));
+    let second = id(submit(&["sleep", "100"]));
+    let refused = submit(&["sleep", "100"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("limits.queued_jobs = 1"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    // A free processor, and nobody's second job waits for its owner's limit; root's runs.
+    let waiting = d.job(second);
+    assert_eq!(
+        (waiting["state"].as_str(), waiting["reason"].as_str()),
+        (Some("queued"), Some("limit"))
+    );
+    let root = d.submit(&["-n", "1", "--", "sleep", "100"]);
+    assert!(wait_until(Duration::from_secs(10), || d.job(root)["state"]
+        == "running"));
+    assert!(as_nobody(&["cancel", &first.to_string()]).status.success());
+    assert!(
+        wait_until(Duration::from_secs(20), || d.job(second)["state"]
+            == "running"),
+        "{}",
+        d.job(second)
+    );
+    for job in [second, root] {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+    }
+}
+
+#[test]
+fn a_short_job_with_a_limit_backfills_ahead_of_a_wide_one_on_real_processes() {
+    // The default policy backfills (EASY); one slice, so the reservation is plain EASY's.
+    let d = Daemon::start(&["--procs", "2", "--mpl", "1", "--quantum-ms", "50"]);
+    let running = d.submit(&["-n", "1", "--time", "10:00", "--", "sleep", "100"]);
+    let wide = d.submit(&["-n", "2", "--time", "10:00", "--", "sleep", "100"]);
+    assert_eq!(d.job(wide)["reason"], "resources");
+    // Its end could come after the wide job's reservation (the running job's limit): it
+    // waits behind it, on a free processor.
+    let long = d.submit(&["-n", "1", "--time", "30:00", "--", "sleep", "100"]);
+    assert_eq!(d.job(long)["reason"], "priority");
+    // This one's end comes before the reservation: it starts at once.
+    let short = d.submit(&["-n", "1", "--time", "5:00", "--", "sleep", "100"]);
+    assert!(wait_until(Duration::from_secs(10), || d.job(short)
+        ["state"]
+        == "running"));
+    // The reservation holds: the wide job starts when its processors are free.
+    for job in [running, short] {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || d.job(wide)["state"]
+            == "running"),
+        "{}",
+        d.job(wide)
+    );
+    assert_eq!(d.job(long)["state"], "queued");
+    for job in [wide, long] {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+    }
+}
+
+#[test]
+fn the_daemon_refuses_more_processors_than_it_may_use() {
+    let out = std::process::Command::new(COSCHED)
+        .args([
+            "daemon",
+            "--procs",
+            "100000",
+            "--socket",
+            "/nonexistent/cosched.sock",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--procs 100000 is more than the"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}

@@ -18,4 +18,4 @@ pub mod waiters;
 
 pub use cosched_etcd::Credentials as EtcdCredentials;
 pub use daemon::OnStop;
-pub use server::{serve, ClusterConfig, DaemonConfig};
+pub use server::{serve, ClusterConfig, DaemonConfig, PolicyFile};

@@ -1,5 +1,5 @@
-//! The daemon's process: startup (state directory, store, cgroups, recovery), the socket API
-//! and the clean stop on SIGTERM or SIGINT.
+//! The daemon's process: startup (state directory, store, cgroups, recovery), the socket API,
+//! the policy reload on SIGHUP and the clean stop on SIGTERM or SIGINT.
 
 use crate::clients::{send, SocketClients, REQUEST_DEADLINE};
 use crate::daemon::{OnStop, Shared};
@@ -17,9 +17,10 @@ use cosched_cluster::{
 use cosched_controller::clients::ClientId;
 use cosched_controller::store::{JobRecord, Store};
 use cosched_controller::{log, ApiError, Controller, Settings};
-use cosched_core::{Config, Micros, Rotation, Scheduler};
+use cosched_core::{Micros, Rotation, Scheduler};
 use cosched_os::unix::{self, Credentials};
 use cosched_os::{now_micros, usable_cpus};
+use cosched_policy::Policy;
 use cosched_proto::api::{Reply, Request, MAX_REQUEST_BYTES};
 use cosched_proto::{Mode, NodeInfo, NodeMap, Order, OrderSink};
 use std::collections::BTreeMap;
@@ -41,18 +42,14 @@ const MAX_CLIENTS_PER_UID: usize = 16;
 pub struct DaemonConfig {
     pub state_dir: PathBuf,
     pub socket: PathBuf,
-    pub quantum: Micros,
-    pub mode: Mode,
-    pub mpl: u32,
+    /// The policy in force: the file's, with what the command line set.
+    pub policy: Policy,
+    /// The policy file, re-read on SIGHUP.
+    pub policy_file: PolicyFile,
     /// Processors to schedule (default: what this process may use).
     pub procs: Option<u32>,
-    /// Leave the rotation after this long without CPU use in one's own slots.
-    pub idle_after: Option<Micros>,
     /// A job's tasks (processes and threads) per processor it has (none: uncapped).
     pub tasks_per_cpu: Option<u64>,
-    /// An interactive job runs in every slot (preempting batch) for this long, then takes a
-    /// slice of its own; `None`: interactive jobs take a slice at once.
-    pub interactive_preempt: Option<Micros>,
     pub on_stop: OnStop,
     /// The cosched parent cgroup's name (one per daemon on a machine).
     pub cgroup_parent: String,
@@ -66,6 +63,18 @@ pub struct DaemonConfig {
     pub http: Option<std::net::SocketAddr>,
     /// Let users register processes started elsewhere (`--allow-registration`).
     pub allow_registration: bool,
+}
+
+/// The policy file as the daemon read it: what a reload compares with.
+#[derive(Clone, Debug)]
+pub struct PolicyFile {
+    pub path: PathBuf,
+    /// The file was there at start (else `read` is the built-in defaults, and a SIGHUP reads
+    /// the file once it is there).
+    pub found: bool,
+    pub read: Policy,
+    /// Keys the command line set, over the file's: a change to them in the file does nothing.
+    pub overridden: Vec<&'static str>,
 }
 
 /// Refuses to start over processes in job groups that the store does not hold as unfinished.
@@ -128,11 +137,13 @@ enum Agents {
 
 /// Runs the daemon until SIGTERM or SIGINT. `ready` is called once the socket accepts.
 pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), StartError> {
-    if config.quantum < 1_000 {
+    let quantum = config.policy.quantum();
+    if quantum < 1_000 {
         return Err(StartError::Config(
             "the quantum must be at least 1 ms (10 ms or more is sensible)".into(),
         ));
     }
+    let mode = config.policy.scheduler.mode;
     if let Ok(fault) = std::env::var("COSCHED_FAULT") {
         let point = fault.split(':').next().unwrap_or_default();
         if !cosched_os::fault::POINTS.contains(&point) {
@@ -183,14 +194,14 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
             // One machine is a one-node cluster whose agent runs in this process.
             let nodes = NodeMap::single(LOCAL_NODE, procs)
                 .map_err(|e| StartError::Config(e.to_string()))?;
-            let rotation = Rotation::new(now - now.rem_euclid(config.quantum), config.quantum);
+            let rotation = Rotation::new(now - now.rem_euclid(quantum), quantum);
             let (orders, agents) = local_agent(&config, &records, procs)?;
             (nodes, rotation, Box::new(orders), agents)
         }
         Some((client, keys, leadership)) => {
             let wanted = config.cluster.as_ref().map_or(1, |c| c.wait_nodes);
-            let nodes = wait_for_nodes(&client, &keys, wanted, config.mode)?;
-            let rotation = cluster_rotation(&client, &keys, config.quantum)?;
+            let nodes = wait_for_nodes(&client, &keys, wanted, mode)?;
+            let rotation = cluster_rotation(&client, &keys, quantum)?;
             let outbox = Arc::new(
                 Outbox::start(Arc::clone(&client), "daemon")
                     .map_err(io_error(Path::new("outbox thread")))?,
@@ -209,24 +220,12 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         .machine()
         .map_err(|e| StartError::Config(e.to_string()))?;
     let procs = machine.procs();
-    // Local mode runs every job at once (plain Linux); implicit shares space only.
-    let mpl = match config.mode {
-        Mode::Local => 4096,
-        Mode::Implicit => 1,
-        Mode::Gang | Mode::Moderate => config.mpl,
-    };
-    let scheduler = Scheduler::new(
-        machine,
-        Config {
-            mpl,
-            interactive_preempts: config.interactive_preempt.is_some(),
-            ..Config::default()
-        },
-    )
-    .map_err(|e| StartError::Config(e.to_string()))?;
+    // The simulator builds its scheduler from the same `core_config` (ARCHITECTURE.md).
+    let scheduler = Scheduler::new(machine, config.policy.core_config())
+        .map_err(|e| StartError::Config(e.to_string()))?;
     let node_names: Vec<String> = nodes.nodes().iter().map(|n| n.name.clone()).collect();
     let settings = Settings {
-        mode: config.mode,
+        mode,
         rotation,
         nodes,
         keep_ended: config.keep_ended,
@@ -234,8 +233,8 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         registration: config
             .allow_registration
             .then(|| config.supervisor_exe.clone()),
-        time_limits: Default::default(),
-        user_limits: Default::default(),
+        time_limits: config.policy.time_limits(),
+        user_limits: config.policy.user_limits(),
     };
     let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
     let clients = SocketClients::new(waiters);
@@ -274,20 +273,32 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         let shared = Arc::clone(&shared);
         std::thread::spawn(move || shared.enforce_time_limits());
     }
-    if let Some(stretch) = config.interactive_preempt {
+    if let Some(stretch) = config.policy.scheduler.interactive_preempt {
         let shared = Arc::clone(&shared);
         std::thread::spawn(move || shared.settle_interactive(stretch));
     }
     ready(&format!(
-        "cosched daemon: {} mode, quantum {} ms, {} processors on {} ({}); socket {}",
-        config.mode,
-        config.quantum as f64 / 1000.0,
+        "cosched daemon: {mode} mode, quantum {} ms, {} processors on {} ({}); socket {}; policy {}",
+        quantum as f64 / 1000.0,
         procs,
         node_names.join(", "),
         described.actuator,
-        config.socket.display()
+        config.socket.display(),
+        match config.policy_file.found {
+            true => config.policy_file.path.display().to_string(),
+            false => format!(
+                "built-in defaults (no {})",
+                config.policy_file.path.display()
+            ),
+        },
     ));
-    let signal = wait_for_stop(&signals);
+    let mut policy_file = config.policy_file.clone();
+    let signal = loop {
+        match wait_for_stop(&signals) {
+            libc::SIGHUP => reload(&shared, &mut policy_file),
+            signal => break signal,
+        }
+    };
     log(format_args!(
         "signal {signal}: stopping; jobs are {}",
         match (config.on_stop, &described.local_thread) {
@@ -311,6 +322,46 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         Some(Err(_)) => Err("the agent thread panicked".into()),
     };
     stopped.map_err(|e| StartError::Config(format!("stopping: {e}")))
+}
+
+/// SIGHUP: re-reads the policy file and applies what can change while jobs run (the limits);
+/// names what waits for a restart. An invalid file changes nothing.
+fn reload(shared: &Shared, file: &mut PolicyFile) {
+    let policy = match Policy::read_trusted(&file.path) {
+        Ok(policy) => policy,
+        Err(e) => {
+            log(format_args!(
+                "policy not reloaded, the running one stays: {e}"
+            ));
+            return;
+        }
+    };
+    shared.with(|inner, now| inner.set_limits(policy.time_limits(), policy.user_limits(), now));
+    let changes = policy.changes(&file.read);
+    let live: Vec<String> = changes
+        .iter()
+        .filter(|c| c.live)
+        .map(|c| c.to_string())
+        .collect();
+    log(format_args!(
+        "policy reloaded from {}: {}",
+        file.path.display(),
+        if live.is_empty() {
+            "no limit changed".into()
+        } else {
+            live.join(", ")
+        }
+    ));
+    for key in policy.restart_needed(&file.read) {
+        if file.overridden.contains(&key) {
+            log(format_args!(
+                "{key} changed in the file, but the command line sets it"
+            ));
+        } else {
+            log(format_args!("{key} changed: takes effect at restart"));
+        }
+    }
+    file.read = policy;
 }
 
 /// What `listen_to_agents` leaves for the stop.
@@ -428,8 +479,8 @@ fn local_agent(
         NodeSettings {
             node: LOCAL_NODE.to_string(),
             cpus: cosched_core::Partition::block(0, procs),
-            mode: config.mode,
-            idle_after: config.idle_after,
+            mode: config.policy.scheduler.mode,
+            idle_after: config.policy.scheduler.idle_after,
             state_dir: config.state_dir.clone(),
             supervisor_exe: config.supervisor_exe.clone(),
             clock_shift_us: 0,

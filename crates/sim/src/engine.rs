@@ -94,7 +94,9 @@ impl SimConfig {
         }
     }
 
-    fn core_config(&self) -> Config {
+    /// The scheduling core's configuration (for a policy file's replay: the daemon's own,
+    /// interactive preemption aside, since trace jobs are all batch).
+    pub fn core_config(&self) -> Config {
         let gang = self.policy == Policy::Gang;
         Config {
             partitioner: self.partitioner,

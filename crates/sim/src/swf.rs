@@ -271,16 +271,27 @@ pub enum SwfError {
 
 /// Reads a plain or gzip-compressed SWF file.
 pub fn read_path(path: &Path) -> Result<Trace, SwfError> {
-    let io_err = |error| SwfError::Io {
+    let file = File::open(path).map_err(|error| SwfError::Io {
         path: path.to_path_buf(),
         error,
-    };
-    let mut file = BufReader::new(File::open(path).map_err(io_err)?);
-    let gzipped = file.fill_buf().map_err(io_err)?.starts_with(&[0x1f, 0x8b]);
+    })?;
+    read_any(file, path)
+}
+
+/// Reads plain or gzip-compressed SWF from a file or a pipe; `path` names it in errors.
+pub fn read_any(source: impl Read, path: &Path) -> Result<Trace, SwfError> {
+    let mut source = BufReader::new(source);
+    let gzipped = source
+        .fill_buf()
+        .map_err(|error| SwfError::Io {
+            path: path.to_path_buf(),
+            error,
+        })?
+        .starts_with(&[0x1f, 0x8b]);
     let reader: Box<dyn BufRead> = if gzipped {
-        Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(file)))
+        Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(source)))
     } else {
-        Box::new(file)
+        Box::new(source)
     };
     read(reader, path)
 }
