@@ -62,7 +62,8 @@ after(async () => {
   daemon.kill("SIGTERM");
   await exited;
   for (const root of ["/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/cpuset",
-                      "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/freezer", "/sys/fs/cgroup/pids"]) {
+                      "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/freezer", "/sys/fs/cgroup/pids",
+                      "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpuacct"]) {
     const mine = path.join(root, parent);
     if (!fs.existsSync(mine)) continue;
     for (const entry of fs.readdirSync(mine, { withFileTypes: true })) {
