@@ -987,15 +987,30 @@ impl Scheduler {
         if memory == 0 {
             return None;
         }
-        let mut barred: Option<ProcSet> = None;
-        for (node, &held) in used.iter().enumerate() {
-            if held.saturating_add(memory) > capacity {
-                barred
-                    .get_or_insert_with(|| ProcSet::new(self.machine.procs()))
-                    .insert_span(self.machine.node_span(node as u32));
+        let short = (used.iter().enumerate())
+            .filter(|&(_, &held)| held.saturating_add(memory) > capacity)
+            .map(|(node, _)| node as u32);
+        let mut barred = None;
+        self.bar_nodes(short, &mut barred);
+        barred
+    }
+
+    /// Adds the processors of `nodes` (increasing) to `barred`, in one pass: a set's block
+    /// summaries are measured once per call, not once per node.
+    fn bar_nodes(&self, nodes: impl Iterator<Item = u32>, barred: &mut Option<ProcSet>) {
+        let mut spans: Vec<Span> = Vec::new();
+        for node in nodes {
+            let span = self.machine.node_span(node);
+            match spans.last_mut() {
+                Some(last) if last.end() == span.start => last.len += span.len,
+                _ => spans.push(span),
             }
         }
-        barred
+        if !spans.is_empty() {
+            barred
+                .get_or_insert_with(|| ProcSet::new(self.machine.procs()))
+                .insert_spans(&spans);
+        }
     }
 
     /// Adds (`placed`) or takes back a placed job's memory on the nodes under `partition`.
@@ -1352,13 +1367,10 @@ impl Scheduler {
             let memory = request.memory_per_node();
             let mut barred = self.barred(request, &self.memory_used);
             if !ends_in_time {
-                for &(node, left) in &reservation.memory_left {
-                    if memory > left {
-                        barred
-                            .get_or_insert_with(|| ProcSet::new(self.machine.procs()))
-                            .insert_span(self.machine.node_span(node));
-                    }
-                }
+                let short = (reservation.memory_left.iter())
+                    .filter(|&&(_, left)| memory > left)
+                    .map(|&(node, _)| node);
+                self.bar_nodes(short, &mut barred);
             }
             let barred = barred.as_ref();
             // A failed count (no run, no set that large) bounds nothing about a by-node
