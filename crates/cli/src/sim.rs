@@ -89,6 +89,17 @@ pub struct SimArgs {
     /// 0:86400, the first day]
     #[arg(long, value_name = "FROM:TO", requires = "gantt", value_parser = parse_window)]
     gantt_window: Option<(Micros, Micros)>,
+    /// Memory of each node (512M, 4G): jobs carry the log's requested memory (field 10, KB per
+    /// processor) and those placed on a node must fit in its memory together
+    #[arg(long, value_name = "SIZE", value_parser = parse_node_memory)]
+    node_memory: Option<u64>,
+    /// Processors per node, with --node-memory [default: the trace's MaxProcs / MaxNodes]
+    #[arg(long, value_name = "N", requires = "node_memory")]
+    procs_per_node: Option<u32>,
+    /// With --node-memory: admit jobs without the memory rule, only measuring what the nodes
+    /// would have been asked to hold
+    #[arg(long, requires = "node_memory")]
+    no_memory_fit: bool,
 }
 
 /// Longest chart window: a week; a longer one is mostly bars thinner than a pixel.
@@ -233,6 +244,8 @@ struct Report {
     out_of_range: swf::OutOfRangeTally,
     #[serde(flatten)]
     metrics: Metrics,
+    #[serde(flatten)]
+    memory: Option<MemoryStats>,
     generations: u64,
     wall_seconds: f64,
 }
@@ -306,6 +319,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         .gantt
         .as_ref()
         .map(|_| args.gantt_window.unwrap_or((0, 86_400 * MICROS_PER_SEC)));
+    config.node_memory = node_memory(&args, &trace.header)?;
 
     let started = Instant::now();
     let (jobs, dropped) = jobs_from_trace(&trace);
@@ -385,6 +399,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         switch_overhead_s: gang.then_some(config.switch_overhead as f64 / MICROS_PER_SEC as f64),
         out_of_range: trace.out_of_range.clone(),
         metrics: metrics(&outcome.results, procs),
+        memory: outcome.memory,
         generations: outcome.generations,
         wall_seconds,
     };
@@ -442,12 +457,63 @@ fn print_report(report: &Report, json: bool, out: &mut dyn Write) -> Result<()> 
         m.mean_bounded_slowdown, m.p95_bounded_slowdown
     )?;
     writeln!(out, "  makespan                 {:.0} s", m.makespan_s)?;
+    if let Some(memory) = &report.memory {
+        print_memory(memory, out)?;
+    }
     writeln!(out, "  plan generations         {}", report.generations)?;
     let rate = (m.jobs as f64 + report.dropped as f64) / report.wall_seconds.max(1e-9);
     writeln!(
         out,
         "  wall time                {:.3} s ({:.0} jobs/s)",
         report.wall_seconds, rate
+    )?;
+    Ok(())
+}
+
+fn parse_node_memory(text: &str) -> Result<u64, String> {
+    cosched_core::parse_size(text).map_err(|e| e.to_string())
+}
+
+/// The nodes `--node-memory` asks for, of `--procs-per-node` processors or as many as the
+/// header's MaxProcs / MaxNodes gives.
+fn node_memory(args: &SimArgs, header: &swf::Header) -> Result<Option<NodeMemory>> {
+    let Some(bytes) = args.node_memory else {
+        return Ok(None);
+    };
+    let from_header = || {
+        let (procs, nodes) = (header.get_int("MaxProcs")?, header.get_int("MaxNodes")?);
+        (nodes > 0 && procs % nodes == 0).then(|| u32::try_from(procs / nodes).ok())?
+    };
+    let procs_per_node = match args.procs_per_node.or_else(from_header) {
+        Some(0) => bail!("--procs-per-node must be at least 1"),
+        Some(n) => n,
+        None => bail!("--node-memory needs nodes: give --procs-per-node (the trace's header gives no MaxProcs and MaxNodes to divide)"),
+    };
+    Ok(Some(NodeMemory {
+        procs_per_node,
+        bytes,
+        fit: !args.no_memory_fit,
+    }))
+}
+
+fn print_memory(m: &MemoryStats, out: &mut dyn Write) -> Result<()> {
+    writeln!(
+        out,
+        "  node memory              {} MiB on each node of {} processors, rule {}",
+        m.node_memory_bytes >> 20,
+        m.procs_per_node,
+        if m.memory_fit { "on" } else { "off" }
+    )?;
+    writeln!(
+        out,
+        "  memory requests          {} jobs without one (counted at {} KB per processor), {} larger than a node (dropped)",
+        m.memory_unknown, m.memory_default_kb_per_proc, m.memory_never_fits
+    )?;
+    writeln!(out, "  waited for memory        {} jobs", m.memory_waited)?;
+    writeln!(
+        out,
+        "  overcommitted nodes      {} times, {:.4} of node time, peak {:.2} x a node's memory",
+        m.overcommits, m.overcommitted_node_time, m.peak_node_memory
     )?;
     Ok(())
 }
