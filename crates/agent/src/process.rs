@@ -122,6 +122,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         joined_us: now_micros(),
         address: config.address.clone(),
         lease_ttl_s: config.lease_ttl,
+        memory_bytes: cosched_os::memory_total(),
     };
     let check = renewal_period(config.deadline, config.lease_ttl);
     let status_every = info.status_period_us();

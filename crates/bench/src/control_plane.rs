@@ -473,6 +473,7 @@ impl Fleet {
         let node = format!("n{i:04}");
         let client = Arc::new(etcd_client(&self.urls, &Some(self.credentials.clone()))?);
         let info = NodeInfo {
+            memory_bytes: None,
             protocol: cosched_proto::PROTOCOL_VERSION,
             node: node.clone(),
             cpus: Partition::block(0, self.cpus),

@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Args};
 use cosched_core::{Backfill, Machine, Micros, PartitionerKind, MICROS_PER_SEC};
-use cosched_policy::Policy as SitePolicy;
+use cosched_policy::{NodeMemory as PolicyNodeMemory, Policy as SitePolicy};
 use cosched_proto::Mode;
 use cosched_sim::generate::{generate as generate_trace, generate_shaped, Shape, ShapeStats};
 use cosched_sim::swf::{self, Trace};
@@ -112,6 +112,18 @@ pub struct SimArgs {
     /// 0:86400, the first day]
     #[arg(long, value_name = "FROM:TO", requires = "gantt", value_parser = parse_window)]
     gantt_window: Option<(Micros, Micros)>,
+    /// Memory of each node (512M, 4G): jobs carry the log's requested memory (field 10, KB per
+    /// processor) and those placed on a node must fit in its memory together [default: the
+    /// policy file's memory.node_memory when it is a size and memory.fit is on]
+    #[arg(long, value_name = "SIZE", value_parser = parse_node_memory)]
+    node_memory: Option<u64>,
+    /// Processors per node, with node memory [default: the trace's MaxProcs / MaxNodes]
+    #[arg(long, value_name = "N")]
+    procs_per_node: Option<u32>,
+    /// With node memory: admit jobs without the memory rule, only measuring what the nodes
+    /// would have been asked to hold
+    #[arg(long)]
+    no_memory_fit: bool,
 }
 
 /// Longest chart window: a week; a longer one is mostly bars thinner than a pixel.
@@ -256,6 +268,8 @@ struct Report {
     out_of_range: swf::OutOfRangeTally,
     #[serde(flatten)]
     metrics: Metrics,
+    #[serde(flatten)]
+    memory: Option<MemoryStats>,
     generations: u64,
     wall_seconds: f64,
 }
@@ -338,11 +352,15 @@ fn matrix_flags(args: &SimArgs) -> [(bool, &'static str); 5] {
 }
 
 /// The replay's configuration: the policy file's (else the flags' defaults), then the flags
-/// given.
-fn sim_config(args: &SimArgs, procs: u32) -> Result<SimConfig> {
-    let mut config = match &args.config {
-        Some(path) => from_policy(&SitePolicy::read(path)?, path, procs)?,
-        None => SimConfig::new(procs, Policy::Gang),
+/// given; and the policy file read.
+fn sim_config(args: &SimArgs, procs: u32) -> Result<(SimConfig, Option<SitePolicy>)> {
+    let site = match &args.config {
+        Some(path) => Some(SitePolicy::read(path)?),
+        None => None,
+    };
+    let mut config = match (&site, &args.config) {
+        (Some(site), Some(path)) => from_policy(site, path, procs)?,
+        _ => SimConfig::new(procs, Policy::Gang),
     };
     config.policy = args.policy.unwrap_or(config.policy);
     let gang = config.policy == Policy::Gang;
@@ -366,7 +384,7 @@ fn sim_config(args: &SimArgs, procs: u32) -> Result<SimConfig> {
     config.alternates &= !args.no_alternates;
     config.repack |= args.repack;
     config.backfill |= args.backfill;
-    Ok(config)
+    Ok((config, site))
 }
 
 pub fn run(args: SimArgs) -> Result<()> {
@@ -378,11 +396,15 @@ pub fn run(args: SimArgs) -> Result<()> {
     if let Some(other) = &args.compare {
         return compare(&args, &trace, workload, procs, other);
     }
-    let mut config = sim_config(&args, procs)?;
+    let (mut config, site) = sim_config(&args, procs)?;
     config.chart = args
         .gantt
         .as_ref()
         .map(|_| args.gantt_window.unwrap_or((0, 86_400 * MICROS_PER_SEC)));
+    config.node_memory = node_memory(&args, &trace.header, site.as_ref())?;
+    if config.node_memory.is_none() {
+        memory_flags_alone(&args)?;
+    }
 
     let started = Instant::now();
     let (jobs, dropped) = jobs_from_trace(&trace);
@@ -482,6 +504,7 @@ impl Report {
             switch_overhead_s: gang.then_some(secs(config.switch_overhead)),
             out_of_range: trace.out_of_range.clone(),
             metrics: metrics(&outcome.results, config.procs),
+            memory: outcome.memory.clone(),
             generations: outcome.generations,
             wall_seconds,
         }
@@ -555,8 +578,11 @@ fn compare(
     let (jobs, dropped) = jobs_from_trace(trace);
     let mut reports = Vec::new();
     let mut names = Vec::new();
+    let mut modelled = false;
     for (name, policy) in [first, second] {
         let mut config = from_policy(&policy, Path::new(&name), procs)?;
+        config.node_memory = node_memory(args, &trace.header, Some(&policy))?;
+        modelled |= config.node_memory.is_some();
         if let Some(overhead) = args.switch_overhead {
             config.switch_overhead = seconds("--switch-overhead", overhead, true)?;
         }
@@ -565,6 +591,9 @@ fn compare(
         let wall = started.elapsed().as_secs_f64();
         reports.push(Report::of(workload.clone(), trace, &config, &outcome, wall));
         names.push(name);
+    }
+    if !modelled {
+        memory_flags_alone(args)?;
     }
     let [first, second]: [Report; 2] = reports.try_into().ok().expect("two policies replayed");
     let (a, b) = (compared(&first.metrics), compared(&second.metrics));
@@ -590,6 +619,14 @@ fn compare(
     )?;
     for (name, report) in names.iter().zip([&first, &second]) {
         writeln!(out, "  {name}: {}", report.setup())?;
+    }
+    if first.metrics.jobs != second.metrics.jobs {
+        // Memory-fit drops jobs larger than a node: the two columns cover different jobs.
+        writeln!(
+            out,
+            "  note: {} replayed {} jobs and {} replayed {}: the figures cover different jobs",
+            names[0], first.metrics.jobs, names[1], second.metrics.jobs
+        )?;
     }
     let width = names.iter().map(|n| n.len()).max().unwrap_or(0).max(12);
     writeln!(
@@ -669,12 +706,82 @@ fn print_report(report: &Report, json: bool, out: &mut dyn Write) -> Result<()> 
         m.mean_bounded_slowdown, m.p95_bounded_slowdown
     )?;
     writeln!(out, "  makespan                 {:.0} s", m.makespan_s)?;
+    if let Some(memory) = &report.memory {
+        print_memory(memory, out)?;
+    }
     writeln!(out, "  plan generations         {}", report.generations)?;
     let rate = (m.jobs as f64 + report.dropped as f64) / report.wall_seconds.max(1e-9);
     writeln!(
         out,
         "  wall time                {:.3} s ({:.0} jobs/s)",
         report.wall_seconds, rate
+    )?;
+    Ok(())
+}
+
+fn parse_node_memory(text: &str) -> Result<u64, String> {
+    cosched_core::parse_size(text).map_err(|e| e.to_string())
+}
+
+/// `--procs-per-node` and `--no-memory-fit` shape nodes' memory: alone they are a mistake.
+fn memory_flags_alone(args: &SimArgs) -> Result<()> {
+    if args.procs_per_node.is_some() || args.no_memory_fit {
+        bail!("--procs-per-node and --no-memory-fit shape the nodes' memory: give --node-memory (or a policy file whose memory.node_memory is a size)");
+    }
+    Ok(())
+}
+
+/// The nodes' memory, `--node-memory`'s or the policy's (`memory.node_memory` as a size,
+/// with `memory.fit` on: `auto` names no size a log could have), on nodes of
+/// `--procs-per-node` processors or as many as the header's MaxProcs / MaxNodes gives.
+fn node_memory(
+    args: &SimArgs,
+    header: &swf::Header,
+    policy: Option<&SitePolicy>,
+) -> Result<Option<NodeMemory>> {
+    let from_policy = policy
+        .filter(|p| p.memory.fit)
+        .and_then(|p| match p.memory.node_memory {
+            PolicyNodeMemory::Bytes(bytes) => Some(bytes),
+            PolicyNodeMemory::Auto => None,
+        });
+    let Some(bytes) = args.node_memory.or(from_policy) else {
+        return Ok(None);
+    };
+    let from_header = || {
+        let (procs, nodes) = (header.get_int("MaxProcs")?, header.get_int("MaxNodes")?);
+        (nodes > 0 && procs % nodes == 0).then(|| u32::try_from(procs / nodes).ok())?
+    };
+    let procs_per_node = match args.procs_per_node.or_else(from_header) {
+        Some(0) => bail!("--procs-per-node must be at least 1"),
+        Some(n) => n,
+        None => bail!("--node-memory needs nodes: give --procs-per-node (the trace's header gives no MaxProcs and MaxNodes to divide)"),
+    };
+    Ok(Some(NodeMemory {
+        procs_per_node,
+        bytes,
+        fit: !args.no_memory_fit,
+    }))
+}
+
+fn print_memory(m: &MemoryStats, out: &mut dyn Write) -> Result<()> {
+    writeln!(
+        out,
+        "  node memory              {} MiB on each node of {} processors, rule {}",
+        m.node_memory_bytes >> 20,
+        m.procs_per_node,
+        if m.memory_fit { "on" } else { "off" }
+    )?;
+    writeln!(
+        out,
+        "  memory requests          {} jobs without one (counted at {} KB per processor), {} larger than a node (dropped)",
+        m.memory_unknown, m.memory_default_kb_per_proc, m.memory_never_fits
+    )?;
+    writeln!(out, "  waited for memory        {} jobs", m.memory_waited)?;
+    writeln!(
+        out,
+        "  overcommitted nodes      {} times, {:.4} of node time, peak {:.2} x a node's memory",
+        m.overcommits, m.overcommitted_node_time, m.peak_node_memory
     )?;
     Ok(())
 }

@@ -75,6 +75,9 @@ pub struct Settings {
     pub time_limits: TimeLimits,
     /// What one user (root aside) may hold at once (the policy file's `[limits]`).
     pub user_limits: UserLimits,
+    /// Memory per processor of a job that names none (bytes; the policy's
+    /// `default_mem_per_cpu`): it is held to it and admitted by it.
+    pub default_mem_per_cpu: Option<u64>,
 }
 
 /// Queued jobs one user (root aside) may have holding their client's stdio descriptors.
@@ -421,7 +424,10 @@ impl Controller {
             run_saved_us: None,
             timed_out: false,
             mem_bytes: run.mem_bytes,
-            mem_per_cpu_bytes: run.mem_per_cpu_bytes,
+            mem_per_cpu_bytes: run.mem_per_cpu_bytes.or(self
+                .settings
+                .default_mem_per_cpu
+                .filter(|_| run.mem_bytes.is_none())),
             cpu_us: None,
             peak_memory_bytes: None,
         };
@@ -487,6 +493,7 @@ impl Controller {
     fn enqueue(&mut self, job: JobId, now: Micros) -> Result<(), ApiError> {
         let record = &self.records[&job];
         let mut request = JobRequest::new(job, self.shape_of(record)?).class(record.class);
+        request.memory = record.memory_per_node();
         // Backfilling plans with what is left of its limit (what it may still run).
         if let Some(limit) = record.time_limit_us {
             request = request.estimate((limit - self.run_time(record, now)).max(1));

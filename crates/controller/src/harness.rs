@@ -226,6 +226,7 @@ impl Harness {
             registration: Some("/usr/bin/cosched".into()),
             time_limits: Default::default(),
             user_limits: Default::default(),
+            default_mem_per_cpu: None,
         };
         let config = Config {
             mpl: 2,
@@ -318,6 +319,7 @@ impl Harness {
             joined_us: now,
             address: None,
             lease_ttl_s: 10,
+            memory_bytes: None,
         }
     }
 

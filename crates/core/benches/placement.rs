@@ -114,5 +114,49 @@ fn removal(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, placement, rotation, removal);
+/// `cosched ps` on a long queue: why each of 5,000 queued jobs waits, on 4,096 processors in
+/// nodes of 64 with memory, MPL 4: three full slices and one with a node free, every node
+/// holding 150 to 200 of its 256 GiB. A wide head holds up the rest, which ask 1-128
+/// processors and 0-199 GiB: some wait for processors, some for memory, some their turn.
+fn pending(c: &mut Criterion) {
+    let mut group = group(c, "pending_reason");
+    let config = Config {
+        mpl: 4,
+        ..Config::default()
+    };
+    let machine = Machine::line(4_096)
+        .unwrap()
+        .with_nodes(64)
+        .unwrap()
+        .with_node_memory(256 << 30);
+    let mut s = Scheduler::new(machine, config).unwrap();
+    let mut id = 0;
+    for _ in 0..4 * 64 - 1 {
+        s.submit(JobRequest::new(id, Shape::Count(64)).memory(50 << 30), 0)
+            .unwrap();
+        id += 1;
+    }
+    for i in 0..5_000u64 {
+        let procs = if i == 0 {
+            4_096
+        } else {
+            1 + (i * 37 % 128) as u32
+        };
+        let request = JobRequest::new(id, Shape::Count(procs)).memory((i * 13 % 200) << 30);
+        s.submit(request, 0).unwrap();
+        id += 1;
+    }
+    let queued: Vec<JobId> = s.queued().collect();
+    group.bench_function("5000queued/4096procs/mpl4", |b| {
+        b.iter(|| {
+            queued
+                .iter()
+                .filter_map(|&job| s.pending_reason(job))
+                .count()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, placement, rotation, removal, pending);
 criterion_main!(benches);

@@ -1,4 +1,5 @@
-//! Jobs as the core sees them: an id, a shape, a class and an optional run-time estimate.
+//! Jobs as the core sees them: an id, a shape, a class, an optional run-time estimate and
+//! the memory they need on each node.
 
 use crate::partition::Shape;
 use std::fmt;
@@ -73,6 +74,9 @@ pub struct JobRequest {
     pub class: Class,
     /// The user's run-time estimate (wall clock on dedicated processors), used by backfilling.
     pub estimate: Option<Micros>,
+    /// Bytes of memory the job needs on each node it uses. `None` (not declared) counts as
+    /// none: a caller with a site default fills it in before submitting.
+    pub memory: Option<u64>,
 }
 
 impl JobRequest {
@@ -82,6 +86,7 @@ impl JobRequest {
             shape,
             class: Class::Batch,
             estimate: None,
+            memory: None,
         }
     }
 
@@ -93,5 +98,15 @@ impl JobRequest {
     pub fn estimate(mut self, estimate: Micros) -> Self {
         self.estimate = Some(estimate);
         self
+    }
+
+    pub fn memory(mut self, bytes_per_node: u64) -> Self {
+        self.memory = Some(bytes_per_node);
+        self
+    }
+
+    /// The memory it holds on each of its nodes while placed, frozen or not.
+    pub fn memory_per_node(&self) -> u64 {
+        self.memory.unwrap_or(0)
     }
 }

@@ -25,6 +25,6 @@ pub use partitioner::{NeverFits, PartitionerKind, ReleaseSearch, RunRule, Unknow
 pub use plan::{Cycle, Generation, Plan, PlanEntry, PlanSlice, Role, Rotation, Switch};
 pub use procset::{ProcSet, Released};
 pub use scheduler::{
-    Backfill, Config, ConfigError, Decision, Home, JobError, JobState, PlanChanges, RowMove,
-    Scheduler, SubmitError, UnknownNode,
+    Backfill, Config, ConfigError, Decision, Home, JobError, JobState, Pending, PlanChanges,
+    RowMove, Scheduler, SubmitError, UnknownNode,
 };

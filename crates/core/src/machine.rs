@@ -17,6 +17,8 @@ pub struct Machine {
     topology: Topology,
     /// Processors per node; a processor's node is `proc / cpus_per_node`. One node by default.
     cpus_per_node: u32,
+    /// Bytes of memory on each node (`None`: not declared, so memory never refuses a job).
+    node_memory: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,6 +57,7 @@ impl Machine {
             procs,
             topology: Topology::Line,
             cpus_per_node: procs,
+            node_memory: None,
         })
     }
 
@@ -68,6 +71,7 @@ impl Machine {
             procs,
             topology: Topology::Mesh { width, height },
             cpus_per_node: procs,
+            node_memory: None,
         })
     }
 
@@ -81,6 +85,16 @@ impl Machine {
         }
         self.cpus_per_node = cpus_per_node;
         Ok(self)
+    }
+
+    /// Gives every node `bytes` of memory: jobs placed on a node must fit in it together.
+    pub fn with_node_memory(mut self, bytes: u64) -> Self {
+        self.node_memory = Some(bytes);
+        self
+    }
+
+    pub fn node_memory(&self) -> Option<u64> {
+        self.node_memory
     }
 
     /// This machine with one more node of the same size, numbered after the others.
@@ -120,6 +134,16 @@ impl Machine {
     pub fn node_span(&self, node: u32) -> Span {
         Span::new(node * self.cpus_per_node, self.cpus_per_node)
     }
+
+    /// The nodes a set of spans touches, each once, in order (spans sorted and apart).
+    pub fn nodes_under<'a>(&self, spans: &'a [Span]) -> impl Iterator<Item = u32> + 'a {
+        let per_node = self.cpus_per_node;
+        let mut last = None;
+        spans
+            .iter()
+            .flat_map(move |span| span.start / per_node..=(span.end() - 1) / per_node)
+            .filter(move |&node| last.replace(node) != Some(node))
+    }
 }
 
 impl fmt::Display for Machine {
@@ -153,5 +177,13 @@ mod tests {
         );
         assert!(Machine::mesh(65_536, 65_536).is_err());
         assert!(Machine::line(Machine::MAX_PROCS).is_ok());
+    }
+
+    #[test]
+    fn spans_name_each_node_they_touch_once() {
+        let m = Machine::line(8).unwrap().with_nodes(2).unwrap();
+        let spans = [Span::new(1, 2), Span::new(3, 1), Span::new(6, 2)];
+        assert_eq!(m.nodes_under(&spans).collect::<Vec<_>>(), [0, 1, 3]);
+        assert_eq!(m.with_node_memory(1 << 30).node_memory(), Some(1 << 30));
     }
 }

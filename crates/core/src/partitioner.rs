@@ -37,6 +37,8 @@ pub enum NeverFits {
     NoSuchNode { node: u32, nodes: u32 },
     #[error("node {0} is requested twice")]
     NodeTwice(u32),
+    #[error("{asked} bytes of memory per node requested but a node has {per_node}")]
+    TooMuchMemory { asked: u64, per_node: u64 },
     #[error("{asked} processors need a buddy block of {block}, but the largest block on {procs} processors is {largest}")]
     BuddyBlockTooLarge {
         asked: u32,

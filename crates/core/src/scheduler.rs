@@ -5,6 +5,11 @@
 //! are free here, in placement order), then standby jobs. Preempting jobs (express jobs, and
 //! interactive jobs for their first stretch) hold their processors in every slice: own jobs there
 //! wait. A slice left with no job of its own is dropped.
+//!
+//! Memory: every placed job (own, preempting or standby, running or frozen) holds its memory
+//! on each of its nodes, since a frozen job keeps its pages; a node's placed jobs must fit in
+//! its memory together. Alternates add nothing (the job is already resident), so only
+//! placements are checked: a search skips the nodes short of memory for the job.
 
 use crate::job::{Class, JobId, JobRequest, Micros};
 use crate::machine::{Machine, MachineError};
@@ -16,6 +21,7 @@ use crate::queue::{QueueKey, WaitQueue};
 use std::cell::OnceCell;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::fmt;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -87,6 +93,37 @@ pub enum JobError {
 pub struct UnknownNode {
     pub node: u32,
     pub nodes: u32,
+}
+
+/// Why a queued job waits ([`Scheduler::pending_reason`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pending {
+    /// No slice (nor a new one) has the processors it asks for.
+    Resources,
+    /// Some slice has the processors, but every such place is on nodes short of its memory.
+    Memory,
+    /// It would fit, but waits its turn: behind the head in strict order, or EASY
+    /// backfilling refused it because it could delay the head's reservation.
+    Priority,
+    /// It needs processors of a node that left (held aside until the node returns).
+    Node,
+}
+
+impl Pending {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pending::Resources => "resources",
+            Pending::Memory => "memory",
+            Pending::Priority => "priority",
+            Pending::Node => "node",
+        }
+    }
+}
+
+impl fmt::Display for Pending {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Where a placed job lives.
@@ -345,6 +382,9 @@ pub struct Scheduler {
     /// Processors of nodes that left: every search counts them busy, so nothing is placed
     /// there until they are restored.
     withheld: ProcSet,
+    /// Bytes of memory the placed jobs hold on each node, whatever their home; kept with or
+    /// without node memory declared, so a caller can see what sharing would cost.
+    memory_used: Vec<u64>,
     /// Waiting jobs that cannot run on the nodes present (they need withheld processors),
     /// kept out of the queue so that they hold up no one behind them; back in the queue when
     /// a node returns or joins.
@@ -374,6 +414,7 @@ impl Scheduler {
             });
         }
         let procs = machine.procs();
+        let nodes = machine.nodes() as usize;
         Ok(Scheduler {
             machine,
             config,
@@ -387,6 +428,7 @@ impl Scheduler {
             standby: BTreeMap::new(),
             standby_procs: ProcSet::new(procs),
             withheld: ProcSet::new(procs),
+            memory_used: vec![0; nodes],
             held: BTreeSet::new(),
             next_seq: 0,
             next_slice: 0,
@@ -438,18 +480,64 @@ impl Scheduler {
         self.slices.len()
     }
 
+    /// Bytes of memory the placed jobs hold on each node, by node number.
+    pub fn memory_used(&self) -> &[u64] {
+        &self.memory_used
+    }
+
+    /// Why a queued job waits (`None`: not queued). It costs a search per slice, as a
+    /// submission does, not a scheduling pass: cheap enough to ask for every queued job.
+    pub fn pending_reason(&self, job: JobId) -> Option<Pending> {
+        let entry = self.jobs.get(&job)?;
+        if !matches!(entry.state, JobState::Queued) {
+            return None;
+        }
+        if self.held.contains(&(entry.request.class, entry.seq, job)) {
+            return Some(Pending::Node);
+        }
+        let shape = &entry.request.shape;
+        let fits = |barred: Option<&ProcSet>| match entry.request.class {
+            Class::Express => self.find(&self.preempting_procs, shape, barred).is_some(),
+            Class::Interactive | Class::Batch => {
+                let preempts = self.config.interactive_preempts
+                    && entry.request.class == Class::Interactive
+                    && !entry.settled;
+                preempts && self.find(&self.preempting_procs, shape, barred).is_some()
+                    || self.find_own(shape, barred).is_some()
+            }
+            Class::Standby => self.find_standby(shape, barred).is_some(),
+        };
+        if !fits(None) {
+            return Some(Pending::Resources);
+        }
+        match self.barred(&entry.request, &self.memory_used) {
+            Some(barred) if !fits(Some(&barred)) => Some(Pending::Memory),
+            _ => Some(Pending::Priority),
+        }
+    }
+
     /// Checks a request without changing anything: `Err` if it can never run here.
     pub fn check(&self, request: &JobRequest) -> Result<(), SubmitError> {
         if self.jobs.contains_key(&request.id) {
             return Err(SubmitError::Duplicate(request.id));
         }
+        let never = |reason| SubmitError::NeverFits {
+            job: request.id,
+            reason,
+        };
+        match self.machine.node_memory() {
+            Some(per_node) if request.memory_per_node() > per_node => {
+                return Err(never(NeverFits::TooMuchMemory {
+                    asked: request.memory_per_node(),
+                    per_node,
+                }));
+            }
+            _ => {}
+        }
         self.config
             .partitioner
             .check(&self.machine, &request.shape)
-            .map_err(|reason| SubmitError::NeverFits {
-                job: request.id,
-                reason,
-            })
+            .map_err(never)
     }
 
     /// A new job arrives at `now`: it is placed at once if it fits, else queued.
@@ -616,7 +704,7 @@ impl Scheduler {
     fn fits_present(&self, shape: &Shape) -> bool {
         self.withheld.is_empty()
             || self
-                .find(&ProcSet::new(self.machine.procs()), shape)
+                .find(&ProcSet::new(self.machine.procs()), shape, None)
                 .is_some()
     }
 
@@ -647,6 +735,7 @@ impl Scheduler {
         ] {
             set.grow(procs);
         }
+        self.memory_used.push(0);
         self.matrix_changes += 1;
         Ok((self.machine.nodes() - 1, self.release_held(now)))
     }
@@ -798,26 +887,29 @@ impl Scheduler {
     /// not the length of the queue (EASY scans the line, as it must).
     fn schedule(&mut self, now: Micros, decisions: &mut Vec<Decision>) {
         while let Some(key) = self.first_waiting(Class::Express, Some(Class::Interactive)) {
-            let shape = self.jobs[&key.2].request.shape.clone();
-            let Some(partition) = self.find(&self.preempting_procs, &shape) else {
+            let request = &self.jobs[&key.2].request;
+            let barred = self.barred(request, &self.memory_used);
+            let found = self.find(&self.preempting_procs, &request.shape, barred.as_ref());
+            let Some(partition) = found else {
                 break;
             };
             self.commit(key, partition, Home::Preempting, now, decisions);
         }
         while let Some(key) = self.first_waiting(Class::Interactive, Some(Class::Standby)) {
             let job = &self.jobs[&key.2];
-            let shape = job.request.shape.clone();
+            let shape = &job.request.shape;
+            let barred = self.barred(&job.request, &self.memory_used);
             let preempts = self.config.interactive_preempts
                 && job.request.class == Class::Interactive
                 && !job.settled;
             if let Some(partition) = preempts
-                .then(|| self.find(&self.preempting_procs, &shape))
+                .then(|| self.find(&self.preempting_procs, shape, barred.as_ref()))
                 .flatten()
             {
                 self.commit(key, partition, Home::Preempting, now, decisions);
                 continue;
             }
-            if let Some((partition, home)) = self.find_own(&shape) {
+            if let Some((partition, home)) = self.find_own(shape, barred.as_ref()) {
                 self.commit(key, partition, home, now, decisions);
                 continue;
             }
@@ -839,8 +931,9 @@ impl Scheduler {
             break;
         }
         while let Some(key) = self.first_waiting(Class::Standby, None) {
-            let shape = self.jobs[&key.2].request.shape.clone();
-            let Some(partition) = self.find_standby(&shape) else {
+            let request = &self.jobs[&key.2].request;
+            let barred = self.barred(request, &self.memory_used);
+            let Some(partition) = self.find_standby(&request.shape, barred.as_ref()) else {
                 break;
             };
             self.commit(key, partition, Home::Standby, now, decisions);
@@ -869,39 +962,98 @@ impl Scheduler {
         });
     }
 
-    fn find(&self, busy: &ProcSet, shape: &Shape) -> Option<Partition> {
+    /// Where the partitioner puts `shape` with `busy` taken, skipping the withheld
+    /// processors and `barred` (the nodes short of memory for the job, [`Scheduler::barred`]).
+    fn find(&self, busy: &ProcSet, shape: &Shape, barred: Option<&ProcSet>) -> Option<Partition> {
         #[cfg(test)]
         tests::FINDS.with(|finds| finds.set(finds.get() + 1));
-        if self.withheld.is_empty() {
+        if self.withheld.is_empty() && barred.is_none() {
             return self.config.partitioner.find(&self.machine, busy, shape);
         }
         let mut usable = busy.clone();
         usable.union_with(&self.withheld);
+        if let Some(barred) = barred {
+            usable.union_with(barred);
+        }
         self.config.partitioner.find(&self.machine, &usable, shape)
+    }
+
+    /// The processors of the nodes that lack room for `request`'s memory with `used` bytes
+    /// placed on each (`None`: none does, the job needs none, or the machine declares no
+    /// memory): every search for the job counts them busy.
+    fn barred(&self, request: &JobRequest, used: &[u64]) -> Option<ProcSet> {
+        let capacity = self.machine.node_memory()?;
+        let memory = request.memory_per_node();
+        if memory == 0 {
+            return None;
+        }
+        let short = (used.iter().enumerate())
+            .filter(|&(_, &held)| held.saturating_add(memory) > capacity)
+            .map(|(node, _)| node as u32);
+        let mut barred = None;
+        self.bar_nodes(short, &mut barred);
+        barred
+    }
+
+    /// Adds the processors of `nodes` (increasing) to `barred`, in one pass: a set's block
+    /// summaries are measured once per call, not once per node.
+    fn bar_nodes(&self, nodes: impl Iterator<Item = u32>, barred: &mut Option<ProcSet>) {
+        let mut spans: Vec<Span> = Vec::new();
+        for node in nodes {
+            let span = self.machine.node_span(node);
+            match spans.last_mut() {
+                Some(last) if last.end() == span.start => last.len += span.len,
+                _ => spans.push(span),
+            }
+        }
+        if !spans.is_empty() {
+            barred
+                .get_or_insert_with(|| ProcSet::new(self.machine.procs()))
+                .insert_spans(&spans);
+        }
+    }
+
+    /// Adds (`placed`) or takes back a placed job's memory on the nodes under `partition`.
+    /// Sums saturate: only absurd requests on a machine without node memory reach 2^64.
+    fn charge(&mut self, partition: &Partition, memory: u64, placed: bool) {
+        if memory == 0 {
+            return;
+        }
+        for node in self.machine.nodes_under(partition.spans()) {
+            let held = &mut self.memory_used[node as usize];
+            *held = if placed {
+                held.saturating_add(memory)
+            } else {
+                held.saturating_sub(memory)
+            };
+        }
     }
 
     /// The first slice where the job fits on its own, else a new slice if the MPL allows.
     /// `Home::Slice(next_slice)` stands for "a new slice".
-    fn find_own(&self, shape: &Shape) -> Option<(Partition, Home)> {
+    fn find_own(&self, shape: &Shape, barred: Option<&ProcSet>) -> Option<(Partition, Home)> {
         self.slices
             .iter()
-            .find_map(|s| self.find(&s.taken, shape).map(|p| (p, Home::Slice(s.id))))
+            .find_map(|s| {
+                self.find(&s.taken, shape, barred)
+                    .map(|p| (p, Home::Slice(s.id)))
+            })
             .or_else(|| {
                 (self.slices.len() < self.config.mpl as usize)
-                    .then(|| self.find(&self.preempting_procs, shape))
+                    .then(|| self.find(&self.preempting_procs, shape, barred))
                     .flatten()
                     .map(|p| (p, Home::Slice(self.next_slice)))
             })
     }
 
-    fn find_standby(&self, shape: &Shape) -> Option<Partition> {
+    fn find_standby(&self, shape: &Shape, barred: Option<&ProcSet>) -> Option<Partition> {
         let free_of = |busy: &ProcSet, lent: Option<&ProcSet>| {
             let mut map = busy.clone();
             map.union_with(&self.standby_procs);
             if let Some(lent) = lent {
                 map.union_with(lent);
             }
-            self.find(&map, shape)
+            self.find(&map, shape, barred)
         };
         if self.slices.is_empty() {
             return free_of(&self.preempting_procs, None);
@@ -939,6 +1091,10 @@ impl Scheduler {
                 return Some(memo);
             }
         }
+        let request = &self.jobs[&head].request;
+        if self.barred_ever(request) {
+            return self.reserve_with_memory(head, now);
+        }
         let (slice, shadow, reserved) = self.reserve(head, now)?;
         let memo = ReservationMemo {
             head,
@@ -950,13 +1106,105 @@ impl Scheduler {
                 .filter_map(|s| s.ends.first_key_value().map(|(&(end, _), _)| end))
                 .min()
                 .unwrap_or(Micros::MAX),
-            slice,
+            slice: Some(slice),
             shadow,
             reserved,
-            by_rule: self.by_rule(&self.jobs[&head].request.shape),
+            memory_left: Vec::new(),
+            by_rule: self.by_rule(&request.shape),
             outside: None,
         };
         Some(memo)
+    }
+
+    /// Whether memory may ever refuse `request` a place here.
+    fn barred_ever(&self, request: &JobRequest) -> bool {
+        self.machine.node_memory().is_some() && request.memory_per_node() > 0
+    }
+
+    /// EASY's reservation for a head that needs memory. Every job that ends frees its memory,
+    /// whatever its home, so the walk follows every placed job's planned end (not one
+    /// slice's own jobs): it frees the job's memory and, for an own job, its processors in
+    /// its slice, and after each instant tries every slice, then a new one if the MPL allows.
+    /// A preempting job's processors stay taken (they may cover own jobs: a safe
+    /// overestimate). The memo keeps what each reserved node has left at the shadow once the
+    /// head is in: what later jobs that run past the shadow may take there.
+    fn reserve_with_memory(&self, head: JobId, now: Micros) -> Option<ReservationMemo> {
+        let capacity = self.machine.node_memory()?;
+        if self.config.backfill != Backfill::Easy {
+            return None;
+        }
+        let request = &self.jobs[&head].request;
+        let shape = &request.shape;
+        let mut ends: Vec<(Micros, JobId)> = self
+            .jobs
+            .iter()
+            .filter(|(_, job)| matches!(job.state, JobState::Placed { .. }))
+            .map(|(&id, job)| (self.planned_end(job), id))
+            .filter(|&(end, _)| end < Micros::MAX)
+            .collect();
+        ends.sort_unstable();
+        let first_end = ends.first().map_or(Micros::MAX, |&(end, _)| end);
+        let mut taken: Vec<ProcSet> = self.slices.iter().map(|s| s.taken.clone()).collect();
+        let mut used = self.memory_used.clone();
+        let may_open = self.slices.len() < self.config.mpl as usize;
+        let mut ending = ends.into_iter().peekable();
+        while let Some(&(end, _)) = ending.peek() {
+            // Jobs past their planned end may end any moment: all count as ending now.
+            let instant = end.max(now);
+            while let Some((_, id)) = ending.next_if(|&(end, _)| end.max(now) == instant) {
+                let job = &self.jobs[&id];
+                let JobState::Placed {
+                    partition, home, ..
+                } = &job.state
+                else {
+                    unreachable!("only placed jobs end")
+                };
+                let memory = job.request.memory_per_node();
+                if memory > 0 {
+                    for node in self.machine.nodes_under(partition.spans()) {
+                        used[node as usize] -= memory;
+                    }
+                }
+                if let Home::Slice(slice) = home {
+                    let slice = &mut taken[self.slice_index(*slice)];
+                    partition.unmark(slice);
+                    slice.union_with(&self.preempting_procs);
+                }
+            }
+            let barred = self.barred(request, &used);
+            let room = |busy: &ProcSet| {
+                (u64::from(busy.free()) >= shape.procs())
+                    .then(|| self.find(busy, shape, barred.as_ref()))
+                    .flatten()
+            };
+            let found = (taken.iter().enumerate())
+                .find_map(|(index, busy)| room(busy).map(|p| (Some(self.slices[index].id), p)))
+                .or_else(|| {
+                    may_open
+                        .then(|| room(&self.preempting_procs))
+                        .flatten()
+                        .map(|p| (None, p))
+                });
+            if let Some((slice, reserved)) = found {
+                let memory = request.memory_per_node();
+                let memory_left = (self.machine.nodes_under(reserved.spans()))
+                    .map(|node| (node, capacity - used[node as usize] - memory))
+                    .collect();
+                return Some(ReservationMemo {
+                    head,
+                    matrix_changes: self.matrix_changes,
+                    made_at: now,
+                    first_end,
+                    slice,
+                    shadow: instant,
+                    reserved,
+                    memory_left,
+                    by_rule: false,
+                    outside: None,
+                });
+            }
+        }
+        None
     }
 
     /// EASY: when the head cannot start, the earliest time (by stretched estimates) it could,
@@ -1020,7 +1268,7 @@ impl Scheduler {
             }
             let slice = &self.slices[index];
             // The head does not fit in this slice now (else it would have been placed).
-            debug_assert!(self.find(&slice.taken, &shape).is_none());
+            debug_assert!(self.find(&slice.taken, &shape, None).is_none());
             let mut after = AfterEnds::new(&slice.taken, search);
             let mut free = u64::from(slice.taken.free());
             for (end, id) in self
@@ -1084,7 +1332,7 @@ impl Scheduler {
         decisions: &mut Vec<Decision>,
     ) {
         let shadow = reservation.shadow;
-        let reserved_index = self.slice_index(reservation.slice);
+        let reserved_index = reservation.slice.map(|id| self.slice_index(id));
         let upward = self.config.partitioner.fails_upward();
         let mut failed = vec![u64::MAX; self.slices.len()];
         let mut failed_outside = u64::MAX;
@@ -1111,36 +1359,48 @@ impl Scheduler {
             cursor = next;
             let request = &self.jobs[&next.2].request;
             let (shape, size) = (&request.shape, request.shape.procs());
-            // A failed count (no run, no set that large) bounds nothing about a by-node request.
-            let bounded = !by_node(shape);
             let ends_in_time = request
                 .estimate
                 .is_some_and(|e| now.saturating_add(self.stretched(e)) <= shadow);
+            // Nodes short of its memory now, and, if it may run past the shadow, the
+            // reserved nodes where it would leave the head too little.
+            let memory = request.memory_per_node();
+            let mut barred = self.barred(request, &self.memory_used);
+            if !ends_in_time {
+                let short = (reservation.memory_left.iter())
+                    .filter(|&&(_, left)| memory > left)
+                    .map(|&(node, _)| node);
+                self.bar_nodes(short, &mut barred);
+            }
+            let barred = barred.as_ref();
+            // A failed count (no run, no set that large) bounds nothing about a by-node
+            // request; a failure for want of memory bounds nothing about other jobs.
+            let bounded = !by_node(shape);
+            let learns = bounded && barred.is_none();
             let attempt = |find: &dyn Fn() -> Option<Partition>, failed: &mut u64| {
                 if bounded && size >= *failed {
                     return None;
                 }
                 let found = find();
-                if found.is_none() && upward && bounded {
+                if found.is_none() && upward && learns {
                     *failed = size;
                 }
                 found
             };
             let mut placed = None;
             for (index, slice) in self.slices.iter().enumerate() {
-                let found = if index == reserved_index {
+                let in_slice = || self.find(&slice.taken, shape, barred);
+                let found = if Some(index) == reserved_index {
                     // Processors outside the reservation first: then the end time does not matter.
                     let outside = reservation.outside(&slice.taken, self.config.partitioner);
-                    let in_outside = || outside.find(self, &slice.taken, shape);
+                    let in_outside = || outside.find(self, &slice.taken, shape, barred);
                     attempt(&in_outside, &mut failed_outside).or_else(|| {
                         ends_in_time
-                            .then(|| {
-                                attempt(&|| self.find(&slice.taken, shape), &mut failed[index])
-                            })
+                            .then(|| attempt(&in_slice, &mut failed[index]))
                             .flatten()
                     })
                 } else {
-                    attempt(&|| self.find(&slice.taken, shape), &mut failed[index])
+                    attempt(&in_slice, &mut failed[index])
                 };
                 if let Some(partition) = found {
                     placed = Some((partition, index));
@@ -1148,10 +1408,19 @@ impl Scheduler {
                 }
             }
             if let Some((partition, index)) = placed {
-                if index == reserved_index {
+                if Some(index) == reserved_index {
                     reservation
                         .outside(&self.slices[index].taken, self.config.partitioner)
                         .mark(&partition);
+                }
+                if !ends_in_time && memory > 0 {
+                    for node in self.machine.nodes_under(partition.spans()) {
+                        if let Some((_, left)) =
+                            reservation.memory_left.iter_mut().find(|(n, _)| *n == node)
+                        {
+                            *left -= memory;
+                        }
+                    }
                 }
                 let home = Home::Slice(self.slices[index].id);
                 self.commit(next, partition, home, now, decisions);
@@ -1205,6 +1474,8 @@ impl Scheduler {
             home,
             placed_at: now,
         };
+        let memory = job.request.memory_per_node();
+        self.charge(&partition, memory, true);
         let end = self.planned_end(&self.jobs[&id]);
         match home {
             Home::Preempting => self.refresh_all(),
@@ -1272,6 +1543,7 @@ impl Scheduler {
             self.held.remove(&key);
             return;
         };
+        self.charge(partition, job.request.memory_per_node(), false);
         match *home {
             Home::Preempting => {
                 self.preempting.remove(&job.placed_seq);
@@ -1421,6 +1693,27 @@ impl Scheduler {
             if **words != *partition.word_masks() {
                 return Err(format!("job {id}: its words are not its partition's"));
             }
+        }
+        let mut memory = vec![0u64; self.memory_used.len()];
+        for job in self.jobs.values() {
+            if let JobState::Placed { partition, .. } = &job.state {
+                for node in self.machine.nodes_under(partition.spans()) {
+                    let held = &mut memory[node as usize];
+                    *held = held.saturating_add(job.request.memory_per_node());
+                }
+            }
+        }
+        if memory != self.memory_used {
+            return Err(format!(
+                "memory drifted: kept {:?}, placed jobs hold {memory:?}",
+                self.memory_used
+            ));
+        }
+        let capacity = self.machine.node_memory().unwrap_or(u64::MAX);
+        if let Some((node, held)) = memory.iter().enumerate().find(|&(_, &m)| m > capacity) {
+            return Err(format!(
+                "node {node}: its placed jobs hold {held} bytes, more than its {capacity}"
+            ));
         }
         for slice in &self.slices {
             let ends: BTreeMap<(Micros, JobId), u32> = slice
@@ -1740,7 +2033,7 @@ impl<'a> AfterEnds<'a> {
                 // Copied only at the first look: most reservations need none.
                 let map = map.get_or_insert_with(|| (*taken).clone());
                 ending.drain(..).for_each(|p| p.unmark(map));
-                scheduler.find(map, shape)
+                scheduler.find(map, shape, None)
             }
         }
     }
@@ -1755,11 +2048,15 @@ struct ReservationMemo {
     made_at: Micros,
     /// The earliest planned end of any own job when it was made.
     first_end: Micros,
-    /// The head's earliest slice and time (by stretched estimates).
-    slice: SliceId,
+    /// The head's earliest slice (`None`: a slice not yet opened) and time (by stretched
+    /// estimates).
+    slice: Option<SliceId>,
     shadow: Micros,
     /// The processors the head would get in that slice.
     reserved: Partition,
+    /// For a head that needs memory: each reserved node with the bytes left there at the
+    /// shadow once the head is in, which jobs running past the shadow may take.
+    memory_left: Vec<(u32, u64)>,
     /// The partitioner's rule chose `reserved` on the slice as it is (see
     /// [`Scheduler::by_rule`]), so a search outside it may take the rule's shortcuts.
     by_rule: bool,
@@ -1817,10 +2114,16 @@ impl Outside {
     }
 
     /// Where the scheduler's partitioner would put `shape` outside the reservation, in the
-    /// slice whose `taken` is given.
-    fn find(&self, scheduler: &Scheduler, taken: &ProcSet, shape: &Shape) -> Option<Partition> {
+    /// slice whose `taken` is given, skipping `barred` (see [`Scheduler::find`]).
+    fn find(
+        &self,
+        scheduler: &Scheduler,
+        taken: &ProcSet,
+        shape: &Shape,
+        barred: Option<&ProcSet>,
+    ) -> Option<Partition> {
         match *self {
-            Outside::Marked(ref set) => scheduler.find(set, shape),
+            Outside::Marked(ref set) => scheduler.find(set, shape, barred),
             Outside::AroundBlock { block, free } => {
                 if shape.procs() > u64::from(free) {
                     return None;
@@ -1828,15 +2131,15 @@ impl Outside {
                 // The answer in the whole slice if it misses the block; else the block leaves
                 // nothing below its end that serves (first fit: the run there is cut short;
                 // scatter: nothing there is free).
-                let whole = scheduler.find(taken, shape)?;
+                let whole = scheduler.find(taken, shape, barred)?;
                 if whole.processors_in(block) == 0 {
                     return Some(whole);
                 }
-                if !scheduler.by_rule(shape) {
+                if !scheduler.by_rule(shape) || barred.is_some() {
                     // Processors below the block may serve: search around it.
                     let mut around = taken.clone();
                     around.insert_span(block);
-                    return scheduler.find(&around, shape);
+                    return scheduler.find(&around, shape, barred);
                 }
                 let partitioner = scheduler.config.partitioner;
                 partitioner.find_from(taken, block.end(), shape)
@@ -1971,8 +2274,8 @@ mod tests {
                 let spread = |nodes, per_node| Shape::Nodes { nodes, per_node };
                 let shapes = [1, 2, 17, 60, 150, 299].map(Shape::Count);
                 for shape in shapes.into_iter().chain([spread(3, 2), spread(12, 4)]) {
-                    let found = around.find(&s, &taken, &shape);
-                    let expected = marked.find(&s, &taken, &shape);
+                    let found = around.find(&s, &taken, &shape, None);
+                    let expected = marked.find(&s, &taken, &shape, None);
                     assert_eq!(found, expected, "{context} {shape}");
                     if let Some(partition) = found.filter(|_| shape == Shape::Count(17)) {
                         around.mark(&partition);

@@ -11,6 +11,8 @@ enum Op {
         shape: Shape,
         class: Class,
         est: i64,
+        /// Bytes per node, against nodes of [`NODE_MEMORY`] when the machine declares it.
+        memory: u64,
     },
     Remove {
         pick: usize,
@@ -54,13 +56,22 @@ fn shape(nodes: u32, per_node: u32) -> impl Strategy<Value = Shape> {
 
 fn op(nodes: u32, per_node: u32) -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => (shape(nodes, per_node), class(), 1i64..1000).prop_map(|(shape, class, est)| Op::Submit { shape, class, est }),
+        5 => (shape(nodes, per_node), class(), 1i64..1000, memory()).prop_map(|(shape, class, est, memory)| Op::Submit { shape, class, est, memory }),
         3 => any::<usize>().prop_map(|pick| Op::Remove { pick }),
         1 => (any::<usize>(), class()).prop_map(|(pick, class)| Op::SetClass { pick, class }),
         1 => any::<usize>().prop_map(|pick| Op::Settle { pick }),
         1 => (0..nodes).prop_map(|node| Op::NodeLeavesOrReturns { node }),
         1 => Just(Op::NodeJoins),
     ]
+}
+
+/// Memory of a node, when the machine declares it.
+const NODE_MEMORY: u64 = 100;
+
+/// Often none, often a share of a node that two or three jobs fit in together, now and
+/// then more than a node has (refused).
+fn memory() -> impl Strategy<Value = u64> {
+    prop_oneof![2 => Just(0), 6 => 1..=NODE_MEMORY / 2, 1 => NODE_MEMORY / 2..=NODE_MEMORY + 10]
 }
 
 /// The 1-D partitioners (the machines here are lines).
@@ -94,16 +105,21 @@ fn config() -> impl Strategy<Value = Config> {
         )
 }
 
-/// One node of up to 39 processors, or 2-7 nodes of 1-5.
+/// One node of up to 39 processors, or 2-7 nodes of 1-5; with [`NODE_MEMORY`] per node or
+/// no memory declared.
 fn machine() -> impl Strategy<Value = Machine> {
-    prop_oneof![(1u32..40).prop_map(|n| (1, n)), (2u32..8, 1u32..6)].prop_map(
-        |(nodes, per_node)| {
-            Machine::line(nodes * per_node)
-                .unwrap()
-                .with_nodes(per_node)
-                .unwrap()
-        },
-    )
+    let shape = prop_oneof![(1u32..40).prop_map(|n| (1, n)), (2u32..8, 1u32..6)];
+    (shape, any::<bool>()).prop_map(|((nodes, per_node), memory)| {
+        let machine = Machine::line(nodes * per_node)
+            .unwrap()
+            .with_nodes(per_node)
+            .unwrap();
+        if memory {
+            machine.with_node_memory(NODE_MEMORY)
+        } else {
+            machine
+        }
+    })
 }
 
 fn scenario() -> impl Strategy<Value = (Machine, Config, Vec<Op>)> {
@@ -123,19 +139,28 @@ fn run(machine: &Machine, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, Test
     let mut live: Vec<JobId> = Vec::new();
     let mut gone: Vec<u32> = Vec::new();
     let mut plans = Vec::new();
+    let mut memories: BTreeMap<JobId, u64> = BTreeMap::new();
     for (step, op) in ops.iter().enumerate() {
         let now = step as Micros * 10;
         match op {
-            Op::Submit { shape, class, est } => {
+            Op::Submit {
+                shape,
+                class,
+                est,
+                memory,
+            } => {
                 let id = step as JobId;
                 let request = JobRequest::new(id, shape.clone())
                     .class(*class)
-                    .estimate(*est);
-                let never = config.partitioner.check(s.machine(), shape).is_err();
+                    .estimate(*est)
+                    .memory(*memory);
+                let too_much = machine.node_memory().is_some_and(|m| *memory > m);
+                let never = too_much || config.partitioner.check(s.machine(), shape).is_err();
                 match s.submit(request, now) {
                     Ok(_) => {
                         prop_assert!(!never, "job {id} of {shape} accepted but can never fit");
                         live.push(id);
+                        memories.insert(id, *memory);
                     }
                     Err(e) => prop_assert!(never, "job {id} refused: {e}"),
                 }
@@ -188,6 +213,7 @@ fn run(machine: &Machine, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, Test
             _ => {}
         }
         check(&s, config, !gone.is_empty())
+            .and_then(|()| memory_fits(&s, &memories))
             .map_err(|e| TestCaseError::fail(format!("after step {step} ({op:?}): {e}")))?;
         let plan = s.plan();
         journal_covers(plans.last(), &plan, s.take_changes())
@@ -249,6 +275,30 @@ fn journal_covers(before: Option<&Plan>, after: &Plan, changes: PlanChanges) -> 
         ));
     }
     Ok(())
+}
+
+/// No node's placed jobs (own, preempting or standby, in the plan or preempted) need more
+/// memory together than it has, counted from the jobs' requests, not the scheduler's tally.
+fn memory_fits(s: &Scheduler, memories: &BTreeMap<JobId, u64>) -> Result<(), String> {
+    let Some(capacity) = s.machine().node_memory() else {
+        return Ok(());
+    };
+    let mut held = vec![0u64; s.machine().nodes() as usize];
+    for (id, _, state) in s.jobs() {
+        if let JobState::Placed { partition, .. } = state {
+            let nodes: BTreeSet<u32> = partition
+                .processors()
+                .map(|p| s.machine().node_of(p))
+                .collect();
+            nodes
+                .iter()
+                .for_each(|&n| held[n as usize] += memories[&id]);
+        }
+    }
+    match held.iter().enumerate().find(|&(_, &m)| m > capacity) {
+        Some((node, m)) => Err(format!("node {node} holds {m} bytes of {capacity}")),
+        None => Ok(()),
+    }
 }
 
 /// `withheld`: some node has left, so a job may wait on an otherwise empty machine.
@@ -395,10 +445,30 @@ fn check(s: &Scheduler, config: &Config, withheld: bool) -> Result<(), String> {
             // A normal job never waits on an empty machine.
             JobState::Queued => {
                 let normal = matches!(class, Class::Interactive | Class::Batch);
-                if normal && s.slice_count() == 0 && preempting.is_empty() && !withheld {
+                // A placed standby job holds its memory: the machine is not empty then.
+                let no_memory_held = s.memory_used().iter().all(|&m| m == 0);
+                let empty = s.slice_count() == 0 && preempting.is_empty() && no_memory_held;
+                if normal && empty && !withheld {
                     return Err(format!("job {id} waits while the machine is empty"));
                 }
             }
+        }
+    }
+    // Every queued job says why it waits; the first of each layer does not fit (else it
+    // would have been placed), so it never waits for its turn.
+    let mut heads = BTreeSet::new();
+    for id in s.queued() {
+        let layer = match s.class(id).unwrap() {
+            Class::Express => 0,
+            Class::Interactive | Class::Batch => 1,
+            Class::Standby => 2,
+        };
+        match s.pending_reason(id) {
+            None => return Err(format!("queued job {id} gives no reason")),
+            Some(Pending::Priority) if heads.insert(layer) => {
+                return Err(format!("job {id} heads its line but waits for priority"))
+            }
+            Some(reason) => _ = heads.insert(layer).then_some(reason),
         }
     }
     // Every slice of the matrix has a job of its own.

@@ -593,3 +593,144 @@ fn a_job_that_needs_a_node_that_left_holds_up_no_one_behind_it() {
     assert_eq!(show(&s), ["2@0-3"]);
     assert_eq!(s.queued().collect::<Vec<_>>(), vec![4]);
 }
+
+/// `nodes` nodes of `per_node` processors with `memory` bytes each.
+fn sched_with_memory(nodes: u32, per_node: u32, memory: u64, config: Config) -> Scheduler {
+    let machine = Machine::line(nodes * per_node)
+        .unwrap()
+        .with_nodes(per_node)
+        .unwrap()
+        .with_node_memory(memory);
+    Scheduler::new(machine, config).unwrap()
+}
+
+fn with_memory(id: JobId, n: u32, memory: u64) -> JobRequest {
+    JobRequest::new(id, Shape::Count(n)).memory(memory)
+}
+
+fn submit_request(s: &mut Scheduler, request: JobRequest, now: Micros) -> Vec<Decision> {
+    let decisions = s.submit(request, now).unwrap();
+    s.audit().unwrap();
+    decisions
+}
+
+#[test]
+fn jobs_sharing_a_node_in_different_slices_fit_in_its_memory_together() {
+    let mut s = sched_with_memory(2, 2, 100, gang(2));
+    submit_request(&mut s, with_memory(1, 4, 60), 0);
+    // 40 more fits beside job 1's 60, in the other slice.
+    submit_request(&mut s, with_memory(3, 2, 40), 0);
+    assert_eq!(show(&s), ["1@0-3", "3@0-1"]);
+    assert_eq!(s.memory_used(), [100, 60]);
+    // Slice 1 has processors 2-3 free, but node 1 has 40 of 100 left: job 2 waits.
+    let queued = submit_request(&mut s, with_memory(2, 2, 60), 0);
+    assert_eq!(queued, vec![Decision::Queued { job: 2 }]);
+    assert_eq!(s.pending_reason(2), Some(Pending::Memory));
+    // Job 1 leaves: job 2 takes node 1, job 3's node being full.
+    let decisions = remove(&mut s, 1);
+    assert!(matches!(decisions[1], Decision::Placed { job: 2, .. }));
+    assert_eq!(show(&s), ["3@0-1 2@2-3"]);
+    assert_eq!(s.pending_reason(2), None);
+}
+
+#[test]
+fn a_job_that_needs_more_memory_than_a_node_has_is_refused() {
+    let mut s = sched_with_memory(2, 2, 100, gang(2));
+    let error = s.submit(with_memory(1, 1, 101), 0).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "job 1 can never run: 101 bytes of memory per node requested but a node has 100"
+    );
+    // Without node memory declared, memory never refuses.
+    let mut s = sched_on_nodes(2, 2, gang(2));
+    submit_request(&mut s, with_memory(1, 4, 1 << 40), 0);
+    submit_request(&mut s, with_memory(2, 4, 1 << 40), 0);
+    assert_eq!(s.slice_count(), 2);
+    assert_eq!(s.memory_used(), [2 << 40, 2 << 40]);
+}
+
+#[test]
+fn an_express_job_preempts_processors_not_memory() {
+    let mut s = sched_with_memory(1, 4, 100, gang(2));
+    submit_request(&mut s, with_memory(1, 2, 60), 0);
+    // A frozen job keeps its pages: preempting job 1 would not free its 60.
+    let express = with_memory(2, 2, 60).class(Class::Express);
+    assert_eq!(
+        submit_request(&mut s, express, 0),
+        vec![Decision::Queued { job: 2 }]
+    );
+    assert_eq!(s.pending_reason(2), Some(Pending::Memory));
+    // Standby (processors 2-3 are idle) and class changes are held to it too.
+    let standby = with_memory(3, 1, 50).class(Class::Standby);
+    submit_request(&mut s, standby, 0);
+    assert_eq!(s.pending_reason(3), Some(Pending::Memory));
+    s.set_class(3, Class::Batch, 0).unwrap();
+    s.audit().unwrap();
+    assert_eq!(s.pending_reason(3), Some(Pending::Memory));
+    let decisions = remove(&mut s, 1);
+    assert!(matches!(
+        decisions[1],
+        Decision::Placed {
+            job: 2,
+            home: Home::Preempting,
+            ..
+        }
+    ));
+    assert_eq!(s.memory_used(), [60]);
+    assert_eq!(s.pending_reason(3), Some(Pending::Memory));
+}
+
+#[test]
+fn pending_reasons_say_resources_memory_or_priority() {
+    let mut s = sched_with_memory(2, 2, 100, gang(1));
+    submit_request(&mut s, with_memory(1, 3, 50), 0);
+    // One processor free (3, on node 1), in the only slice.
+    submit_request(&mut s, with_memory(2, 2, 10), 0);
+    assert_eq!(s.pending_reason(2), Some(Pending::Resources));
+    // It would fit on processor 3 but waits behind job 2 (strict order).
+    submit_request(&mut s, with_memory(3, 1, 10), 0);
+    assert_eq!(s.pending_reason(3), Some(Pending::Priority));
+    // Processor 3 is free, but node 1 has 50 of 100 left.
+    submit_request(&mut s, with_memory(4, 1, 60), 0);
+    assert_eq!(s.pending_reason(4), Some(Pending::Memory));
+    assert_eq!(s.pending_reason(1), None);
+    assert_eq!(s.pending_reason(99), None);
+    // A job that needs a node that left says so.
+    s.withhold_node(1, &[], 0).unwrap();
+    let pinned = JobRequest::new(
+        5,
+        Shape::OnNodes(vec![NodeShare { node: 1, procs: 1 }].into()),
+    );
+    submit_request(&mut s, pinned, 0);
+    assert_eq!(s.pending_reason(5), Some(Pending::Node));
+}
+
+#[test]
+fn easy_backfilling_leaves_the_head_its_memory_at_the_shadow() {
+    let easy = Config {
+        mpl: 1,
+        alternates: false,
+        backfill: Backfill::Easy,
+        ..Config::default()
+    };
+    let mut s = sched_with_memory(2, 2, 100, easy);
+    let job = |id, memory, estimate| with_memory(id, 1, memory).estimate(estimate);
+    submit_request(&mut s, job(1, 90, 100), 0);
+    // Node 0 cannot take 90 more: job 2 goes to node 1.
+    submit_request(&mut s, job(2, 90, 1_000), 0);
+    assert_eq!(show(&s), ["1@0 2@2"]);
+    // The head needs 95 on a node: none has it until job 1 ends at 100 (node 0).
+    submit_request(&mut s, job(3, 95, 10), 0);
+    assert_eq!(s.pending_reason(3), Some(Pending::Memory));
+    // Job 4 runs past 100: on node 0 it would leave the head 90 of its 95, so it takes
+    // processor 3 (node 1) though first fit would give it processor 1.
+    submit_request(&mut s, job(4, 10, 500), 0);
+    assert_eq!(show(&s), ["1@0 2@2 4@3"]);
+    // Job 5 ends by then: node 0 is its to use.
+    submit_request(&mut s, job(5, 10, 50), 0);
+    assert_eq!(show(&s), ["1@0 2@2 4@3 5@1"]);
+    remove(&mut s, 5);
+    let decisions = s.remove(1, 100).unwrap();
+    s.audit().unwrap();
+    assert!(matches!(decisions[1], Decision::Placed { job: 3, .. }));
+}

@@ -20,7 +20,7 @@ use cosched_controller::{log, ApiError, Controller, Settings};
 use cosched_core::{Micros, Rotation, Scheduler};
 use cosched_os::unix::{self, Credentials};
 use cosched_os::{now_micros, usable_cpus};
-use cosched_policy::Policy;
+use cosched_policy::{MemoryPolicy, NodeMemory, Policy};
 use cosched_proto::api::{Reply, Request, MAX_REQUEST_BYTES};
 use cosched_proto::{Mode, NodeInfo, NodeMap, Order, OrderSink};
 use std::collections::BTreeMap;
@@ -188,7 +188,8 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         .map_err(|e| StartError::Store(e.into()))?;
 
     let now = now_micros();
-    let (nodes, rotation, orders, agents): (_, _, Box<dyn OrderSink>, _) = match cluster {
+    let (nodes, memory, rotation, orders, agents): (_, _, _, Box<dyn OrderSink>, _) = match cluster
+    {
         None => {
             let procs = config.procs.unwrap_or_else(usable_cpus);
             // One machine is a one-node cluster whose agent runs in this process.
@@ -196,11 +197,12 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
                 .map_err(|e| StartError::Config(e.to_string()))?;
             let rotation = Rotation::new(now - now.rem_euclid(quantum), quantum);
             let (orders, agents) = local_agent(&config, &records, procs)?;
-            (nodes, rotation, Box::new(orders), agents)
+            let memory = cosched_os::memory_total();
+            (nodes, memory, rotation, Box::new(orders), agents)
         }
         Some((client, keys, leadership)) => {
             let wanted = config.cluster.as_ref().map_or(1, |c| c.wait_nodes);
-            let nodes = wait_for_nodes(&client, &keys, wanted, mode)?;
+            let (nodes, memory) = wait_for_nodes(&client, &keys, wanted, mode)?;
             let rotation = cluster_rotation(&client, &keys, quantum)?;
             let outbox = Arc::new(
                 Outbox::start(Arc::clone(&client), "daemon")
@@ -213,12 +215,16 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
                 leadership,
                 outbox,
             };
-            (nodes, rotation, Box::new(orders), agents)
+            (nodes, memory, rotation, Box::new(orders), agents)
         }
     };
     let machine = nodes
         .machine()
         .map_err(|e| StartError::Config(e.to_string()))?;
+    let machine = match node_memory(&config.policy.memory, memory) {
+        Some(bytes) => machine.with_node_memory(bytes),
+        None => machine,
+    };
     let procs = machine.procs();
     // The simulator builds its scheduler from the same `core_config` (ARCHITECTURE.md).
     let scheduler = Scheduler::new(machine, config.policy.core_config())
@@ -235,6 +241,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
             .then(|| config.supervisor_exe.clone()),
         time_limits: config.policy.time_limits(),
         user_limits: config.policy.user_limits(),
+        default_mem_per_cpu: config.policy.memory.default_mem_per_cpu,
     };
     let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
     let clients = SocketClients::new(waiters);
@@ -523,12 +530,31 @@ fn lead_cluster(
 }
 
 /// Waits until `wanted` nodes have joined; the machine is the nodes present then, by name.
+/// What jobs may hold on a node in all, for memory-fit admission: the policy's size, or with
+/// `auto` the node's own (`found`: the smallest node's in a cluster); none with the rule off
+/// or the size unknown (logged: jobs are then admitted by processors alone).
+fn node_memory(policy: &MemoryPolicy, found: Option<u64>) -> Option<u64> {
+    if !policy.fit {
+        return None;
+    }
+    let bytes = match policy.node_memory {
+        NodeMemory::Bytes(bytes) => Some(bytes),
+        NodeMemory::Auto => found,
+    };
+    if bytes.is_none() {
+        log("memory.node_memory is auto and a node's memory is unknown: jobs are admitted by processors alone");
+    }
+    bytes
+}
+
+/// The nodes present once `wanted` have joined, and the smallest one's memory when every
+/// node reports it.
 fn wait_for_nodes(
     client: &cosched_etcd::Client,
     keys: &Keys,
     wanted: usize,
     mode: Mode,
-) -> Result<NodeMap, StartError> {
+) -> Result<(NodeMap, Option<u64>), StartError> {
     let mut told = 0;
     loop {
         let (present, _) = client
@@ -546,8 +572,14 @@ fn wait_for_nodes(
                     other.node, other.mode
                 )));
             }
-            return NodeMap::new(infos.iter().map(NodeInfo::to_node).collect())
-                .map_err(|e| StartError::Config(e.to_string()));
+            let smallest = infos
+                .iter()
+                .map(|n| n.memory_bytes)
+                .collect::<Option<Vec<u64>>>()
+                .and_then(|sizes| sizes.into_iter().min());
+            let nodes = NodeMap::new(infos.iter().map(NodeInfo::to_node).collect())
+                .map_err(|e| StartError::Config(e.to_string()))?;
+            return Ok((nodes, smallest));
         }
         if infos.len() != told || told == 0 {
             let names: Vec<&str> = infos.iter().map(|n| n.node.as_str()).collect();

@@ -23,6 +23,20 @@ pub fn now_micros() -> Micros {
     ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
 }
 
+/// The machine's memory (`MemTotal` in /proc/meminfo), in bytes; `None` if unreadable.
+pub fn memory_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line
+        .trim_start_matches("MemTotal:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
 /// What this process may run on: the number of CPUs in its affinity mask.
 pub fn usable_cpus() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u32)

@@ -26,6 +26,9 @@ pub struct NodeInfo {
     /// sends no status this long up as gone, even if something else keeps its lease alive.
     #[serde(default)]
     pub lease_ttl_s: i64,
+    /// Its memory (bytes), for memory-fit admission when the policy's `node_memory` is auto.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
 }
 
 impl NodeInfo {

@@ -7,6 +7,7 @@
 //! is computed directly from its remaining work.
 
 use crate::gantt::{Bar, Recorder};
+use crate::memory::{median_kb, MemoryStats, NodeMemory, Watch};
 use crate::workload::{Dropped, SimJob};
 use cosched_core::{
     Backfill, Config, ConfigError, Cycle, Decision, JobId, JobRequest, JobState, Machine,
@@ -76,6 +77,9 @@ pub struct SimConfig {
     pub switch_overhead: Micros,
     /// Keep a Gantt chart's bars for this window of time (`Outcome::bars`).
     pub chart: Option<(Micros, Micros)>,
+    /// Nodes with memory: jobs carry their requests, and with `fit` a node's jobs must fit
+    /// in its memory together (`None`: one node, memory not modelled).
+    pub node_memory: Option<NodeMemory>,
 }
 
 impl SimConfig {
@@ -91,6 +95,7 @@ impl SimConfig {
             backfill: false,
             switch_overhead: 0,
             chart: None,
+            node_memory: None,
         }
     }
 
@@ -144,7 +149,7 @@ pub struct JobResult {
     pub procs: u32,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
     /// In completion order.
     pub results: Vec<JobResult>,
@@ -153,6 +158,8 @@ pub struct Outcome {
     pub generations: u64,
     /// The Gantt chart's bars, when `SimConfig::chart` asked for them.
     pub bars: Vec<Bar>,
+    /// Memory figures, when `SimConfig::node_memory` gave nodes memory.
+    pub memory: Option<MemoryStats>,
 }
 
 /// Per-job replay state, indexed by the job's position in the input (its core job id).
@@ -587,7 +594,20 @@ pub fn simulate(
         });
     }
     check_horizon(jobs, config)?;
-    let machine = Machine::line(config.procs)?;
+    let mut machine = Machine::line(config.procs)?;
+    let mut watch = None;
+    if let Some(memory) = &config.node_memory {
+        machine = machine.with_nodes(memory.procs_per_node)?;
+        if memory.fit {
+            machine = machine.with_node_memory(memory.bytes);
+        }
+        watch = Some(Watch::new(
+            memory,
+            machine.nodes(),
+            jobs.len(),
+            median_kb(jobs),
+        ));
+    }
     let mut replay = Replay {
         config,
         jobs,
@@ -631,9 +651,17 @@ pub fn simulate(
         while jobs.get(next_arrival).is_some_and(|j| j.submit == now) {
             let job = &jobs[next_arrival];
             // The core knows each job by its position in the input.
-            let request = JobRequest::new(next_arrival as JobId, Shape::Count(job.procs))
+            let mut request = JobRequest::new(next_arrival as JobId, Shape::Count(job.procs))
                 .estimate(job.estimate);
             next_arrival += 1;
+            if let Some(watch) = &mut watch {
+                // Refused here with the rule or without, so both replay the same jobs.
+                let Some(memory) = watch.memory_of(job) else {
+                    dropped.never_fits += 1;
+                    continue;
+                };
+                request = request.memory(memory);
+            }
             match replay.sched.submit(request, now) {
                 Ok(decisions) => {
                     changed |= decisions
@@ -655,6 +683,9 @@ pub fn simulate(
             generations += 1;
             pending = None;
         }
+        if let Some(watch) = &mut watch {
+            watch.observe(&replay.sched, now);
+        }
         if replay.results.len() >= reported + 1024 {
             reported = replay.results.len();
             progress(reported, jobs.len());
@@ -670,5 +701,6 @@ pub fn simulate(
         dropped,
         generations,
         bars: replay.chart.map_or_else(Vec::new, Recorder::finish),
+        memory: watch.map(Watch::finish),
     })
 }

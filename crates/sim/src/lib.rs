@@ -6,12 +6,14 @@
 pub mod engine;
 pub mod gantt;
 pub mod generate;
+pub mod memory;
 pub mod metrics;
 pub mod rng;
 pub mod swf;
 pub mod workload;
 
 pub use engine::{simulate, JobResult, Outcome, Policy, SimConfig, SimError, UnknownPolicy};
+pub use memory::{MemoryStats, NodeMemory};
 pub use metrics::{metrics, Metrics};
 pub use workload::{jobs_from_trace, Dropped, SimJob};
 

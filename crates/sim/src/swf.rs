@@ -59,9 +59,9 @@ fn field_limit(index: usize) -> f64 {
 /// replay reads submit, run time, allocated and requested processors and requested time: a
 /// wrong value there changes the schedule, so it stays an error. Archive logs hold values the
 /// format's text does not allow in other fields (Sandia-Ross: status -4; user ids -2): those are
-/// kept as read and tallied. Requested memory (field 10) is lenient too: nothing reads it yet,
-/// and memory-fit admission, when it comes, must judge a value at its use (treat an odd one as
-/// unknown or refuse the job) rather than have the reader refuse every log holding one.
+/// kept as read and tallied. Requested memory (field 10) is lenient too: memory-fit admission
+/// judges a value at its use (a negative one is unknown, one larger than a node refuses the
+/// job) rather than have the reader refuse every log holding one.
 fn replay_reads(index: usize) -> bool {
     matches!(index, 1 | 3 | 4 | 7 | 8)
 }
@@ -100,6 +100,10 @@ impl Record {
     }
     pub fn requested_time(&self) -> i64 {
         self.int(8)
+    }
+    /// KB per processor.
+    pub fn requested_memory(&self) -> i64 {
+        self.int(9)
     }
 
     /// Allocated processors (field 5), falling back to requested (field 8) when unknown.

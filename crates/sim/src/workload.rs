@@ -15,6 +15,9 @@ pub struct SimJob {
     pub procs: u32,
     /// What backfilling believes: the requested time, or the run time when none was given.
     pub estimate: Micros,
+    /// Requested memory per processor in KB (SWF field 10); `None` when the record gives
+    /// none (-1, or 0).
+    pub memory_kb_per_proc: Option<u64>,
 }
 
 /// Records left out, by reason. The rule: run time (field 4) ≤ 0, or processors (field 5,
@@ -63,6 +66,9 @@ pub fn jobs_from_trace(trace: &Trace) -> (Vec<SimJob>, Dropped) {
                 } else {
                     run
                 } * MICROS_PER_SEC,
+                memory_kb_per_proc: u64::try_from(record.requested_memory())
+                    .ok()
+                    .filter(|&kb| kb > 0),
             });
         }
     }

@@ -34,14 +34,42 @@ fn config(procs: u32) -> impl Strategy<Value = SimConfig> {
                 repack,
                 switch_overhead: overhead,
                 chart: None,
+                node_memory: None,
             },
         )
+}
+
+/// Nodes of one processor with 100 KB, the rule on or off, or no memory modelled.
+fn node_memory() -> impl Strategy<Value = Option<NodeMemory>> {
+    let nodes = any::<bool>().prop_map(|fit| {
+        Some(NodeMemory {
+            procs_per_node: 1,
+            bytes: 100 << 10,
+            fit,
+        })
+    });
+    prop_oneof![Just(None), nodes]
 }
 
 fn scenario() -> impl Strategy<Value = (Vec<SimJob>, SimConfig)> {
     (1u32..24).prop_flat_map(|procs| {
         let jobs = common::workload(procs, 40, 0..400, 1..300, MICROS_PER_SEC);
-        (jobs, config(procs))
+        // Requests per processor: unknown, or up to a little more than a node has.
+        let memory = proptest::collection::vec(proptest::option::of(1u64..=110), 40);
+        (jobs, config(procs), node_memory(), memory).prop_map(
+            |(mut jobs, config, node_memory, memory)| {
+                for (job, kb) in jobs.iter_mut().zip(memory) {
+                    job.memory_kb_per_proc = kb;
+                }
+                (
+                    jobs,
+                    SimConfig {
+                        node_memory,
+                        ..config
+                    },
+                )
+            },
+        )
     })
 }
 
@@ -63,6 +91,16 @@ proptest! {
         }
         let m = metrics(&outcome.results, config.procs);
         prop_assert!(m.utilization <= 1.0 + 1e-9, "utilization {}", m.utilization);
+        // With the rule no node ever holds more than its memory.
+        match (&config.node_memory, &outcome.memory) {
+            (Some(nodes), Some(memory)) => prop_assert!(
+                !nodes.fit || memory.overcommits == 0 && memory.peak_node_memory <= 1.0,
+                "{:?}",
+                memory
+            ),
+            (None, None) => {}
+            (asked, memory) => prop_assert!(false, "nodes {:?} gave memory figures {:?}", asked, memory),
+        }
         let again = simulate(&jobs, Dropped::default(), &config, &mut |_, _| {}).unwrap();
         prop_assert_eq!(outcome, again);
     }

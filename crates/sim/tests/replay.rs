@@ -16,6 +16,7 @@ fn jobs(spec: &[(i64, i64, u32, i64)]) -> Vec<SimJob> {
             run: run * S,
             procs,
             estimate: req * S,
+            memory_kb_per_proc: None,
         })
         .collect()
 }
@@ -197,5 +198,51 @@ fn gang_backfilling_lets_short_jobs_pass_a_blocked_head() {
     assert!(
         strict[3].0 >= strict[2].0,
         "without backfilling D waits for C: {strict:?}"
+    );
+}
+
+#[test]
+fn memory_fit_keeps_jobs_that_do_not_fit_together_off_a_shared_node() {
+    let mut w = jobs(&[(0, 10, 2, 10), (0, 10, 2, 10)]);
+    w.iter_mut().for_each(|j| j.memory_kb_per_proc = Some(30));
+    let nodes = |fit| SimConfig {
+        node_memory: Some(NodeMemory {
+            procs_per_node: 2,
+            bytes: 100 << 10,
+            fit,
+        }),
+        ..gang(2, 2)
+    };
+    let memory = |config: &SimConfig| {
+        let outcome = simulate(&w, Dropped::default(), config, &mut |_, _| {}).unwrap();
+        outcome.memory.unwrap()
+    };
+    // Each needs 60 KB of the node's 100: with the rule B waits until A is gone.
+    assert_eq!(replay(&w, &nodes(true)), [(0.0, 10.0), (10.0, 20.0)]);
+    let with = memory(&nodes(true));
+    assert_eq!((with.memory_waited, with.overcommits), (1, 0));
+    assert_eq!(with.peak_node_memory, 0.6);
+    // Without it they take turns on the node, holding 120 KB until A ends at 19 s.
+    assert_eq!(replay(&w, &nodes(false)), [(0.0, 19.0), (1.0, 20.0)]);
+    let without = memory(&nodes(false));
+    assert_eq!((without.memory_waited, without.overcommits), (0, 1));
+    assert_eq!(without.peak_node_memory, 1.2);
+    assert_eq!(without.overcommitted_node_time, 0.95);
+    // A job that needs more than a node has is refused either way, and one with no request
+    // counts at the others' median.
+    let mut w = jobs(&[(0, 10, 2, 10); 4]);
+    for (job, kb) in w.iter_mut().zip([Some(10), Some(51), Some(10), None]) {
+        job.memory_kb_per_proc = kb;
+    }
+    let refused = simulate(&w, Dropped::default(), &nodes(false), &mut |_, _| {}).unwrap();
+    assert_eq!(refused.dropped.never_fits, 1);
+    let figures = refused.memory.unwrap();
+    assert_eq!(
+        (
+            figures.memory_never_fits,
+            figures.memory_unknown,
+            figures.memory_default_kb_per_proc
+        ),
+        (1, 1, 10)
     );
 }

@@ -159,6 +159,7 @@ fn scenario() -> impl Strategy<Value = (Vec<SimJob>, SimConfig)> {
                     switch_overhead: overhead,
                     // Keeping a chart must change nothing; what it keeps is checked below.
                     chart: Some((0, Micros::MAX / 8)),
+                    node_memory: None,
                 },
             );
         (jobs, config)

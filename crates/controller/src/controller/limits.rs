@@ -259,8 +259,15 @@ impl Controller {
             JobState::Suspended => Some(Pending::Held),
             JobState::Queued if self.limited.contains(&record.id) => Some(Pending::Limit),
             JobState::Queued if self.pinned_to_absent_node(record) => Some(Pending::Node),
-            // MERGE: the core's reason (resources, memory, priority) lands with memory fit.
-            JobState::Queued => Some(Pending::Resources),
+            JobState::Queued => self
+                .scheduler
+                .pending_reason(record.id)
+                .map(|why| match why {
+                    cosched_core::Pending::Resources => Pending::Resources,
+                    cosched_core::Pending::Memory => Pending::Memory,
+                    cosched_core::Pending::Priority => Pending::Priority,
+                    cosched_core::Pending::Node => Pending::Node,
+                }),
             _ => None,
         }
     }

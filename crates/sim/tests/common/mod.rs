@@ -27,6 +27,7 @@ pub fn workload(
                     run: run * unit,
                     procs: n,
                     estimate: run * (1 + over) * unit,
+                    memory_kb_per_proc: None,
                 })
                 .collect()
         },
