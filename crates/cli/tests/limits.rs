@@ -235,3 +235,57 @@ fn the_daemon_refuses_more_processors_than_it_may_use() {
     );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
+
+#[test]
+fn two_jobs_whose_memory_does_not_fit_together_never_share_the_processors() {
+    let file = policy("[memory]\nfit = true\nnode_memory = \"1G\"\n");
+    let d = Daemon::start(&[
+        "--config",
+        &file,
+        "--procs",
+        "2",
+        "--mpl",
+        "2",
+        "--quantum-ms",
+        "50",
+    ]);
+    let job = |procs: &str, mem: &str, time: &str| {
+        d.submit(&[
+            "-n", procs, "--mem", mem, "--time", time, "--", "sleep", "100",
+        ])
+    };
+    let first = job("1", "700M", "10:00");
+    // A processor is free in the first's slice and both are in a new one, but not the memory.
+    let second = job("2", "700M", "10:00");
+    // Behind the second, it starts by backfilling: it ends (by its limit) before the second
+    // could start, and fits beside the first.
+    let small = job("1", "200M", "1:00");
+    assert!(wait_until(Duration::from_secs(10), || d.job(small)
+        ["state"]
+        == "running"));
+    // The small one time-shares with the first; the second would page one of them out.
+    let waiting = d.job(second);
+    assert_eq!(
+        (waiting["state"].as_str(), waiting["reason"].as_str()),
+        (Some("queued"), Some("memory")),
+        "{waiting}"
+    );
+    assert_eq!(d.job(first)["mem_bytes"], 700u64 << 20);
+    let out = d.cosched(&["run", "-n", "1", "--mem", "2G", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("memory"),
+        "a job larger than a node is refused: {stderr}"
+    );
+    assert!(d.cosched(&["cancel", &first.to_string()]).status.success());
+    assert!(
+        wait_until(Duration::from_secs(20), || d.job(second)["state"]
+            == "running"),
+        "{}",
+        d.job(second)
+    );
+    for job in [second, small] {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+    }
+}

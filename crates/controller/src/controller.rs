@@ -6,7 +6,7 @@
 
 use crate::clients::{ClientId, Clients, Until};
 use crate::counts::{Counts, Scrape, StartSpreads};
-use crate::store::{submitted_bytes, JobRecord, Store, StoreError};
+use crate::store::{memory_per_node, submitted_bytes, JobRecord, Store, StoreError};
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, Micros, NodeShare, Partition, Rotation,
     Scheduler, Shape, TimeLimits, UserLimits,
@@ -378,7 +378,12 @@ impl Controller {
                 MAX_SUBMITTED_BYTES_PER_UID >> 20
             )));
         }
-        let probe = JobRequest::new(JobId::MAX, job_shape(run.procs, run.node_count));
+        let mem_per_cpu_bytes = run.mem_per_cpu_bytes.or(self
+            .settings
+            .default_mem_per_cpu
+            .filter(|_| run.mem_bytes.is_none()));
+        let mut probe = JobRequest::new(JobId::MAX, job_shape(run.procs, run.node_count));
+        probe.memory = memory_per_node(run.mem_bytes, mem_per_cpu_bytes, run.procs, run.node_count);
         self.scheduler.check(&probe).map_err(|e| {
             ApiError::Invalid(
                 e.to_string()
@@ -424,10 +429,7 @@ impl Controller {
             run_saved_us: None,
             timed_out: false,
             mem_bytes: run.mem_bytes,
-            mem_per_cpu_bytes: run.mem_per_cpu_bytes.or(self
-                .settings
-                .default_mem_per_cpu
-                .filter(|_| run.mem_bytes.is_none())),
+            mem_per_cpu_bytes,
             cpu_us: None,
             peak_memory_bytes: None,
         };

@@ -190,6 +190,8 @@ pub struct Harness {
     pub now: Micros,
     settings: Settings,
     config: Config,
+    /// Each node's memory, when the machine has memory-fit admission.
+    node_memory: Option<u64>,
     carries_stdio: bool,
     next_client: ClientId,
 }
@@ -238,6 +240,7 @@ impl Harness {
         let controller = Harness::controller(
             &settings,
             config.clone(),
+            None,
             &store,
             &sent,
             &clients,
@@ -251,6 +254,7 @@ impl Harness {
             now: 1_000_000,
             settings,
             config,
+            node_memory: None,
             carries_stdio,
             next_client: 0,
         }
@@ -259,12 +263,17 @@ impl Harness {
     fn controller(
         settings: &Settings,
         config: Config,
+        node_memory: Option<u64>,
         store: &MemoryStore,
         sent: &Arc<Mutex<Sent>>,
         clients: &Listeners,
         carries_stdio: bool,
     ) -> Controller {
         let machine = settings.nodes.machine().expect("a machine");
+        let machine = match node_memory {
+            Some(bytes) => machine.with_node_memory(bytes),
+            None => machine,
+        };
         let orders = Recorder {
             sent: Arc::clone(sent),
             carries_stdio,
@@ -286,6 +295,14 @@ impl Harness {
         h
     }
 
+    /// A machine of `procs` processors, one node of `bytes` of memory, admitting by memory.
+    pub fn with_memory(procs: u32, bytes: u64) -> Harness {
+        let mut h = Harness::machine(procs);
+        h.node_memory = Some(bytes);
+        h.restart();
+        h
+    }
+
     /// The policy's time and per-user limits, now and after any restart.
     pub fn set_limits(&mut self, time: TimeLimits, user: UserLimits) {
         self.settings.time_limits = time.clone();
@@ -299,6 +316,7 @@ impl Harness {
         self.controller = Harness::controller(
             &self.settings,
             self.config.clone(),
+            self.node_memory,
             &self.store,
             &self.sent,
             &self.clients,

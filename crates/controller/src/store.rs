@@ -83,6 +83,20 @@ pub struct JobRecord {
 /// history, and a user's arguments and environment count against them only while it can run.
 pub const KEPT_COMMAND_BYTES: usize = 4096;
 
+/// A job's memory on each node it runs on: `mem` per node, or `per_cpu` times its processors
+/// per node (all of them, unless spread over `node_count` nodes).
+pub fn memory_per_node(
+    mem: Option<u64>,
+    per_cpu: Option<u64>,
+    procs: u32,
+    node_count: Option<u32>,
+) -> Option<u64> {
+    mem.or_else(|| {
+        let per_node = procs / node_count.unwrap_or(1).max(1);
+        Some(per_cpu?.saturating_mul(u64::from(per_node)))
+    })
+}
+
 /// Bytes a job's submission holds: arguments, environment, working directory.
 pub fn submitted_bytes(argv: &[String], env: &[(String, String)], cwd: &str) -> usize {
     let argv: usize = argv.iter().map(String::len).sum();
@@ -99,11 +113,12 @@ impl JobRecord {
     /// The memory it asked for on each node it runs on (bytes): `--mem`, or `--mem-per-cpu`
     /// times its processors per node (all of them, unless spread over `node_count` nodes).
     pub fn memory_per_node(&self) -> Option<u64> {
-        self.mem_bytes.or_else(|| {
-            let per_cpu = self.mem_per_cpu_bytes?;
-            let per_node = self.procs / self.node_count.unwrap_or(1).max(1);
-            Some(per_cpu.saturating_mul(u64::from(per_node)))
-        })
+        memory_per_node(
+            self.mem_bytes,
+            self.mem_per_cpu_bytes,
+            self.procs,
+            self.node_count,
+        )
     }
 
     /// An ended job sheds what only a run needs: its environment, and its command past

@@ -269,3 +269,35 @@ fn a_short_job_with_a_limit_backfills_ahead_of_a_wide_one_without_delaying_it() 
         assert!(started.contains(&wide), "{started:?}");
     }
 }
+
+#[test]
+fn memory_that_does_not_fit_beside_a_nodes_jobs_waits_and_more_than_a_node_is_refused() {
+    const G: u64 = 1 << 30;
+    let mut h = Harness::with_memory(2, 4 * G);
+    let with_memory = |h: &mut Harness, procs, bytes| {
+        let mut run = Harness::request(procs, &["sleep", "100"]);
+        run.mem_bytes = Some(bytes);
+        h.controller.submit(&Harness::user(UID), run, None, h.now)
+    };
+    let first = with_memory(&mut h, 2, 3 * G).unwrap();
+    let second = with_memory(&mut h, 2, 2 * G).unwrap();
+    let third = with_memory(&mut h, 2, G).unwrap();
+    let started: Vec<JobId> = Harness::starts(&h.orders())
+        .into_iter()
+        .map(|s| s.0)
+        .collect();
+    assert_eq!(started, [first], "the second would page: it waits");
+    assert_eq!(view(&h, second).reason, Some(Pending::Memory));
+    // Strict order: the third would fit, but comes after the second.
+    assert_eq!(view(&h, third).reason, Some(Pending::Priority));
+    let refused = with_memory(&mut h, 1, 5 * G);
+    let Err(ApiError::Invalid(message)) = refused else {
+        panic!("{refused:?}");
+    };
+    assert!(message.starts_with("the job can never run"), "{message}");
+    assert!(message.contains("memory"), "{message}");
+    h.controller.audit().unwrap();
+    h.event(killed(first, 9));
+    let started = Harness::starts(&h.orders());
+    assert_eq!(started, [(second, true), (third, true)], "3 GiB together");
+}
