@@ -98,6 +98,7 @@ fn a_node_runs_its_latest_part_under_the_newest_header() {
         joined_us: now_micros(),
         address: None,
         lease_ttl_s: 5,
+        memory_bytes: None,
     };
     let b = join(
         Arc::clone(&client),
