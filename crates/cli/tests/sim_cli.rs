@@ -439,3 +439,40 @@ fn generate_curie_shape_prints_its_statistics() {
     let published = cosched(&["generate", "--jobs", "10", "--stats"]);
     assert!(stderr(&published).starts_with("10 jobs, median "));
 }
+
+#[test]
+fn node_memory_keeps_jobs_that_do_not_fit_together_apart() {
+    // Two nodes of two processors; two 4-processor jobs asking 300 MB a processor: 600 MB on
+    // each node apiece, 1.2 GB together, more than a 1 GiB node has.
+    let trace = temp("memory.swf");
+    let job = |id| format!("{id} 0 -1 100 4 -1 -1 4 100 307200 1 1 1 -1 -1 -1 -1 -1\n");
+    let text = format!("; MaxNodes: 2\n; MaxProcs: 4\n{}{}", job(1), job(2));
+    std::fs::write(&trace.0, text).unwrap();
+    let path = trace.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["sim", "--trace", path, "--mpl", "2", "--json"];
+        args.extend_from_slice(extra);
+        let out = cosched(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let with = run(&["--node-memory", "1G"]);
+    assert_eq!(with["procs_per_node"], 2, "from MaxProcs / MaxNodes");
+    assert_eq!(with["memory_waited"], 1);
+    assert_eq!(with["overcommits"], 0);
+    assert_eq!(with["makespan_s"], 200.0, "one after the other");
+    let without = run(&["--node-memory", "1G", "--no-memory-fit"]);
+    assert_eq!(without["overcommits"], 2, "both nodes");
+    assert_eq!(without["peak_node_memory"], 1.171875);
+    // Without nodes to divide the machine into, or without --node-memory, it says so.
+    std::fs::write(&trace.0, format!("; MaxProcs: 4\n{}", job(1))).unwrap();
+    let out = cosched(&["sim", "--trace", path, "--node-memory", "1G"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("--procs-per-node"),
+        "{}",
+        stderr(&out)
+    );
+    let out = cosched(&["sim", "--generate", "10", "--no-memory-fit"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

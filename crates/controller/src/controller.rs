@@ -6,7 +6,7 @@
 
 use crate::clients::{ClientId, Clients, Until};
 use crate::counts::{Counts, Scrape, StartSpreads};
-use crate::store::{memory_per_node, submitted_bytes, JobRecord, Store, StoreError};
+use crate::store::{core_memory, submitted_bytes, JobRecord, Store, StoreError};
 use cosched_core::{
     Class, Decision, Generation, JobId, JobRequest, Micros, NodeShare, Partition, Rotation,
     Scheduler, Shape, TimeLimits, UserLimits,
@@ -383,7 +383,7 @@ impl Controller {
             .default_mem_per_cpu
             .filter(|_| run.mem_bytes.is_none()));
         let mut probe = JobRequest::new(JobId::MAX, job_shape(run.procs, run.node_count));
-        probe.memory = memory_per_node(run.mem_bytes, mem_per_cpu_bytes, run.procs, run.node_count);
+        probe.memory = core_memory(run.mem_bytes, mem_per_cpu_bytes);
         self.scheduler.check(&probe).map_err(|e| {
             ApiError::Invalid(
                 e.to_string()
@@ -495,7 +495,7 @@ impl Controller {
     fn enqueue(&mut self, job: JobId, now: Micros) -> Result<(), ApiError> {
         let record = &self.records[&job];
         let mut request = JobRequest::new(job, self.shape_of(record)?).class(record.class);
-        request.memory = record.memory_per_node();
+        request.memory = record.core_memory();
         // Backfilling plans with what is left of its limit (what it may still run).
         if let Some(limit) = record.time_limit_us {
             request = request.estimate((limit - self.run_time(record, now)).max(1));
@@ -1332,10 +1332,14 @@ impl Controller {
             "job {job}: the daemon stopped before its supervisor started; starting it now"
         ));
         self.unschedule(job, now);
+        // It never ran: its limit starts when it does.
+        self.clocks.remove(&job);
         let relaunched = self
             .update(job, |record| {
                 record.launched = false;
                 record.status = JobState::Queued;
+                record.run_us = 0;
+                record.run_saved_us = None;
             })
             .and_then(|()| self.enqueue(job, now));
         if let Err(error) = relaunched {

@@ -2,7 +2,7 @@
 //! The controller sees only the [`Store`] trait: the daemon keeps records in SQLite (one
 //! machine) or etcd (a cluster), the harness in memory.
 
-use cosched_core::{Class, JobId};
+use cosched_core::{Class, JobId, Memory};
 use cosched_os::unix::Credentials;
 use cosched_proto::api::HistoryRequest;
 use cosched_proto::{ExitInfo, JobState};
@@ -83,6 +83,11 @@ pub struct JobRecord {
 /// history, and a user's arguments and environment count against them only while it can run.
 pub const KEPT_COMMAND_BYTES: usize = 4096;
 
+/// A job's memory as the core admits it: per node (`--mem`) or per processor.
+pub fn core_memory(mem: Option<u64>, per_cpu: Option<u64>) -> Option<Memory> {
+    mem.map(Memory::PerNode).or(per_cpu.map(Memory::PerCpu))
+}
+
 /// A job's memory on each node it runs on: `mem` per node, or `per_cpu` times its processors
 /// per node (all of them, unless spread over `node_count` nodes).
 pub fn memory_per_node(
@@ -112,6 +117,10 @@ impl JobRecord {
 
     /// The memory it asked for on each node it runs on (bytes): `--mem`, or `--mem-per-cpu`
     /// times its processors per node (all of them, unless spread over `node_count` nodes).
+    pub fn core_memory(&self) -> Option<Memory> {
+        core_memory(self.mem_bytes, self.mem_per_cpu_bytes)
+    }
+
     pub fn memory_per_node(&self) -> Option<u64> {
         memory_per_node(
             self.mem_bytes,

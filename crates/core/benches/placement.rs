@@ -132,8 +132,11 @@ fn pending(c: &mut Criterion) {
     let mut s = Scheduler::new(machine, config).unwrap();
     let mut id = 0;
     for _ in 0..4 * 64 - 1 {
-        s.submit(JobRequest::new(id, Shape::Count(64)).memory(50 << 30), 0)
-            .unwrap();
+        s.submit(
+            JobRequest::new(id, Shape::Count(64)).memory(Memory::PerNode(50 << 30)),
+            0,
+        )
+        .unwrap();
         id += 1;
     }
     for i in 0..5_000u64 {
@@ -142,7 +145,8 @@ fn pending(c: &mut Criterion) {
         } else {
             1 + (i * 37 % 128) as u32
         };
-        let request = JobRequest::new(id, Shape::Count(procs)).memory((i * 13 % 200) << 30);
+        let request =
+            JobRequest::new(id, Shape::Count(procs)).memory(Memory::PerNode((i * 13 % 200) << 30));
         s.submit(request, 0).unwrap();
         id += 1;
     }

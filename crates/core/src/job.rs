@@ -74,9 +74,52 @@ pub struct JobRequest {
     pub class: Class,
     /// The user's run-time estimate (wall clock on dedicated processors), used by backfilling.
     pub estimate: Option<Micros>,
-    /// Bytes of memory the job needs on each node it uses. `None` (not declared) counts as
-    /// none: a caller with a site default fills it in before submitting.
-    pub memory: Option<u64>,
+    /// The memory the job needs on each node it uses. `None` (not declared) counts as none:
+    /// a caller with a site default fills it in before submitting.
+    pub memory: Option<Memory>,
+}
+
+/// Memory a job needs: so many bytes on each node it uses (`--mem`), or so many for each of
+/// its processors there (`--mem-per-cpu`, and SWF's requested memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    PerNode(u64),
+    PerCpu(u64),
+}
+
+impl Memory {
+    /// Bytes it holds on a node where it has `procs` processors.
+    pub fn on_node(self, procs: u32) -> u64 {
+        match self {
+            Memory::PerNode(bytes) => bytes,
+            Memory::PerCpu(bytes) => bytes.saturating_mul(u64::from(procs)),
+        }
+    }
+
+    /// How many processors of a node with `free` bytes left it may take there (`u32::MAX`:
+    /// as many as it likes).
+    pub fn procs_within(self, free: u64) -> u32 {
+        match self {
+            Memory::PerNode(bytes) if bytes <= free => u32::MAX,
+            Memory::PerNode(_) => 0,
+            Memory::PerCpu(0) => u32::MAX,
+            Memory::PerCpu(bytes) => u32::try_from(free / bytes).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Whether it needs any memory at all.
+    pub fn is_some(self) -> bool {
+        !matches!(self, Memory::PerNode(0) | Memory::PerCpu(0))
+    }
+}
+
+impl fmt::Display for Memory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Memory::PerNode(bytes) => write!(f, "{bytes} bytes of memory per node"),
+            Memory::PerCpu(bytes) => write!(f, "{bytes} bytes of memory per processor"),
+        }
+    }
 }
 
 impl JobRequest {
@@ -100,13 +143,13 @@ impl JobRequest {
         self
     }
 
-    pub fn memory(mut self, bytes_per_node: u64) -> Self {
-        self.memory = Some(bytes_per_node);
+    pub fn memory(mut self, memory: Memory) -> Self {
+        self.memory = Some(memory);
         self
     }
 
-    /// The memory it holds on each of its nodes while placed, frozen or not.
-    pub fn memory_per_node(&self) -> u64 {
-        self.memory.unwrap_or(0)
+    /// Its memory if it needs any.
+    pub fn needs_memory(&self) -> Option<Memory> {
+        self.memory.filter(|m| m.is_some())
     }
 }

@@ -14,7 +14,7 @@ pub mod procset;
 pub mod queue;
 pub mod scheduler;
 
-pub use job::{Class, JobId, JobRequest, Micros, UnknownClass, MICROS_PER_SEC};
+pub use job::{Class, JobId, JobRequest, Memory, Micros, UnknownClass, MICROS_PER_SEC};
 pub use limits::{
     parse_duration, parse_size, ClassTimes, Clock, DurationError, OverMaxTime, SizeError,
     TimeLimits, UserLimits, LONGEST_LIMIT,

@@ -3,6 +3,7 @@
 //! "Does not fit now" (`find` returns `None`) is kept apart from "can never fit" (`check`
 //! returns an error): a job that does not fit now waits; one that can never fit is refused.
 
+use crate::job::Memory;
 use crate::machine::{Machine, Topology};
 use crate::partition::{Partition, Shape, Span};
 use crate::procset::ProcSet;
@@ -37,8 +38,12 @@ pub enum NeverFits {
     NoSuchNode { node: u32, nodes: u32 },
     #[error("node {0} is requested twice")]
     NodeTwice(u32),
-    #[error("{asked} bytes of memory per node requested but a node has {per_node}")]
-    TooMuchMemory { asked: u64, per_node: u64 },
+    #[error("{shape} with {memory} requested but a node has {per_node} bytes")]
+    TooMuchMemory {
+        shape: Shape,
+        memory: Memory,
+        per_node: u64,
+    },
     #[error("{asked} processors need a buddy block of {block}, but the largest block on {procs} processors is {largest}")]
     BuddyBlockTooLarge {
         asked: u32,

@@ -9,9 +9,10 @@
 //! Memory: every placed job (own, preempting or standby, running or frozen) holds its memory
 //! on each of its nodes, since a frozen job keeps its pages; a node's placed jobs must fit in
 //! its memory together. Alternates add nothing (the job is already resident), so only
-//! placements are checked: a search skips the nodes short of memory for the job.
+//! placements are checked: a search leaves the job no more processors of a node than the
+//! node's free memory allows it ([`Room`]).
 
-use crate::job::{Class, JobId, JobRequest, Micros};
+use crate::job::{Class, JobId, JobRequest, Memory, Micros};
 use crate::machine::{Machine, MachineError};
 use crate::partition::{NodeShare, Partition, Shape, Span};
 use crate::partitioner::{lowest_free, NeverFits, PartitionerKind, ReleaseSearch, RunRule};
@@ -496,22 +497,22 @@ impl Scheduler {
             return Some(Pending::Node);
         }
         let shape = &entry.request.shape;
-        let fits = |barred: Option<&ProcSet>| match entry.request.class {
-            Class::Express => self.find(&self.preempting_procs, shape, barred).is_some(),
+        let fits = |room: Option<&Room>| match entry.request.class {
+            Class::Express => self.find(&self.preempting_procs, shape, room).is_some(),
             Class::Interactive | Class::Batch => {
                 let preempts = self.config.interactive_preempts
                     && entry.request.class == Class::Interactive
                     && !entry.settled;
-                preempts && self.find(&self.preempting_procs, shape, barred).is_some()
-                    || self.find_own(shape, barred).is_some()
+                preempts && self.find(&self.preempting_procs, shape, room).is_some()
+                    || self.find_own(shape, room).is_some()
             }
-            Class::Standby => self.find_standby(shape, barred).is_some(),
+            Class::Standby => self.find_standby(shape, room).is_some(),
         };
         if !fits(None) {
             return Some(Pending::Resources);
         }
-        match self.barred(&entry.request, &self.memory_used) {
-            Some(barred) if !fits(Some(&barred)) => Some(Pending::Memory),
+        match self.room_now(&entry.request) {
+            Some(room) if !fits(Some(&room)) => Some(Pending::Memory),
             _ => Some(Pending::Priority),
         }
     }
@@ -525,19 +526,28 @@ impl Scheduler {
             job: request.id,
             reason,
         };
-        match self.machine.node_memory() {
-            Some(per_node) if request.memory_per_node() > per_node => {
-                return Err(never(NeverFits::TooMuchMemory {
-                    asked: request.memory_per_node(),
-                    per_node,
-                }));
-            }
-            _ => {}
-        }
-        self.config
-            .partitioner
+        let partitioner = self.config.partitioner;
+        partitioner
             .check(&self.machine, &request.shape)
-            .map_err(never)
+            .map_err(never)?;
+        // Where memory lets it go on the empty machine.
+        let (Some(per_node), Some(memory)) = (self.machine.node_memory(), request.needs_memory())
+        else {
+            return Ok(());
+        };
+        let Some(room) = self.room(request, |_| per_node) else {
+            return Ok(());
+        };
+        let mut usable = ProcSet::new(self.machine.procs());
+        self.keep_room(&mut usable, &room);
+        match partitioner.find(&self.machine, &usable, &request.shape) {
+            Some(_) => Ok(()),
+            None => Err(never(NeverFits::TooMuchMemory {
+                shape: request.shape.clone(),
+                memory,
+                per_node,
+            })),
+        }
     }
 
     /// A new job arrives at `now`: it is placed at once if it fits, else queued.
@@ -888,8 +898,8 @@ impl Scheduler {
     fn schedule(&mut self, now: Micros, decisions: &mut Vec<Decision>) {
         while let Some(key) = self.first_waiting(Class::Express, Some(Class::Interactive)) {
             let request = &self.jobs[&key.2].request;
-            let barred = self.barred(request, &self.memory_used);
-            let found = self.find(&self.preempting_procs, &request.shape, barred.as_ref());
+            let room = self.room_now(request);
+            let found = self.find(&self.preempting_procs, &request.shape, room.as_ref());
             let Some(partition) = found else {
                 break;
             };
@@ -898,18 +908,18 @@ impl Scheduler {
         while let Some(key) = self.first_waiting(Class::Interactive, Some(Class::Standby)) {
             let job = &self.jobs[&key.2];
             let shape = &job.request.shape;
-            let barred = self.barred(&job.request, &self.memory_used);
+            let room = self.room_now(&job.request);
             let preempts = self.config.interactive_preempts
                 && job.request.class == Class::Interactive
                 && !job.settled;
             if let Some(partition) = preempts
-                .then(|| self.find(&self.preempting_procs, shape, barred.as_ref()))
+                .then(|| self.find(&self.preempting_procs, shape, room.as_ref()))
                 .flatten()
             {
                 self.commit(key, partition, Home::Preempting, now, decisions);
                 continue;
             }
-            if let Some((partition, home)) = self.find_own(shape, barred.as_ref()) {
+            if let Some((partition, home)) = self.find_own(shape, room.as_ref()) {
                 self.commit(key, partition, home, now, decisions);
                 continue;
             }
@@ -926,14 +936,19 @@ impl Scheduler {
                 self.backfill(key, &mut memo, now, decisions);
                 if memo.matrix_changes == self.matrix_changes {
                     self.reservation_memo = Some(memo);
+                } else if self.memory_may_refuse(&self.jobs[&key.2].request) {
+                    // Jobs started, taking processors, which never lets the head in, but
+                    // where memory caps its share of a node the search keeps the lowest free
+                    // processors there, and a started job may have taken one: try again.
+                    continue;
                 }
             }
             break;
         }
         while let Some(key) = self.first_waiting(Class::Standby, None) {
             let request = &self.jobs[&key.2].request;
-            let barred = self.barred(request, &self.memory_used);
-            let Some(partition) = self.find_standby(&request.shape, barred.as_ref()) else {
+            let room = self.room_now(request);
+            let Some(partition) = self.find_standby(&request.shape, room.as_ref()) else {
                 break;
             };
             self.commit(key, partition, Home::Standby, now, decisions);
@@ -963,97 +978,122 @@ impl Scheduler {
     }
 
     /// Where the partitioner puts `shape` with `busy` taken, skipping the withheld
-    /// processors and `barred` (the nodes short of memory for the job, [`Scheduler::barred`]).
-    fn find(&self, busy: &ProcSet, shape: &Shape, barred: Option<&ProcSet>) -> Option<Partition> {
+    /// processors and what `room` keeps the job from (see [`Scheduler::room`]).
+    fn find(&self, busy: &ProcSet, shape: &Shape, room: Option<&Room>) -> Option<Partition> {
         #[cfg(test)]
         tests::FINDS.with(|finds| finds.set(finds.get() + 1));
-        if self.withheld.is_empty() && barred.is_none() {
+        if self.withheld.is_empty() && room.is_none() {
             return self.config.partitioner.find(&self.machine, busy, shape);
         }
         let mut usable = busy.clone();
         usable.union_with(&self.withheld);
-        if let Some(barred) = barred {
-            usable.union_with(barred);
+        if let Some(room) = room {
+            self.keep_room(&mut usable, room);
         }
         self.config.partitioner.find(&self.machine, &usable, shape)
     }
 
-    /// The processors of the nodes that lack room for `request`'s memory with `used` bytes
-    /// placed on each (`None`: none does, the job needs none, or the machine declares no
-    /// memory): every search for the job counts them busy.
-    fn barred(&self, request: &JobRequest, used: &[u64]) -> Option<ProcSet> {
-        let capacity = self.machine.node_memory()?;
-        let memory = request.memory_per_node();
-        if memory == 0 {
-            return None;
-        }
-        let short = (used.iter().enumerate())
-            .filter(|&(_, &held)| held.saturating_add(memory) > capacity)
-            .map(|(node, _)| node as u32);
-        let mut barred = None;
-        self.bar_nodes(short, &mut barred);
-        barred
+    /// The nodes where memory leaves `request` fewer processors than a node has, with how
+    /// many it may take there, `free(node)` bytes being left on each (`None`: no such node,
+    /// the job needs no memory, or the machine declares none).
+    fn room(&self, request: &JobRequest, free: impl Fn(u32) -> u64) -> Option<Room> {
+        self.machine.node_memory()?;
+        let memory = request.needs_memory()?;
+        let per_node = self.machine.cpus_per_node();
+        let room: Room = (0..self.machine.nodes())
+            .filter_map(|node| {
+                let procs = memory.procs_within(free(node));
+                (procs < per_node).then_some((node, procs))
+            })
+            .collect();
+        (!room.is_empty()).then_some(room)
     }
 
-    /// Adds the processors of `nodes` (increasing) to `barred`, in one pass: a set's block
-    /// summaries are measured once per call, not once per node.
-    fn bar_nodes(&self, nodes: impl Iterator<Item = u32>, barred: &mut Option<ProcSet>) {
+    /// [`Scheduler::room`] with the memory placed now.
+    fn room_now(&self, request: &JobRequest) -> Option<Room> {
+        self.room(request, |node| self.free_memory(&self.memory_used, node))
+    }
+
+    /// Bytes left on `node` with `used` placed on each node.
+    fn free_memory(&self, used: &[u64], node: u32) -> u64 {
+        let capacity = self.machine.node_memory().unwrap_or(u64::MAX);
+        capacity.saturating_sub(used[node as usize])
+    }
+
+    /// Marks in `usable` (a search's busy processors) what `room` keeps the job from: on each
+    /// node it names, the free processors beyond the number allowed there, keeping the
+    /// lowest. Exact for scatter, which takes the lowest; a contiguous partitioner may miss a
+    /// run that higher ones would make, the price of one search rather than one per choice.
+    /// Spans are marked in one pass: block summaries are measured once, not once per node.
+    fn keep_room(&self, usable: &mut ProcSet, room: &Room) {
         let mut spans: Vec<Span> = Vec::new();
-        for node in nodes {
+        let mut bar = |span: Span| match spans.last_mut() {
+            Some(last) if last.end() == span.start => last.len += span.len,
+            _ => spans.push(span),
+        };
+        for &(node, procs) in room {
             let span = self.machine.node_span(node);
-            match spans.last_mut() {
-                Some(last) if last.end() == span.start => last.len += span.len,
-                _ => spans.push(span),
+            if procs == 0 {
+                bar(span);
+                continue;
+            }
+            let mut keep = procs;
+            for proc in span.start..span.end() {
+                if usable.contains(proc) {
+                    continue;
+                }
+                match keep {
+                    0 => bar(Span::new(proc, 1)),
+                    _ => keep -= 1,
+                }
             }
         }
         if !spans.is_empty() {
-            barred
-                .get_or_insert_with(|| ProcSet::new(self.machine.procs()))
-                .insert_spans(&spans);
+            usable.insert_spans(&spans);
         }
     }
 
     /// Adds (`placed`) or takes back a placed job's memory on the nodes under `partition`.
     /// Sums saturate: only absurd requests on a machine without node memory reach 2^64.
-    fn charge(&mut self, partition: &Partition, memory: u64, placed: bool) {
-        if memory == 0 {
+    fn charge(&mut self, partition: &Partition, memory: Option<Memory>, placed: bool) {
+        let Some(memory) = memory else {
             return;
-        }
-        for node in self.machine.nodes_under(partition.spans()) {
+        };
+        for (node, bytes) in held_on_nodes(&self.machine, partition, memory) {
             let held = &mut self.memory_used[node as usize];
             *held = if placed {
-                held.saturating_add(memory)
+                held.saturating_add(bytes)
             } else {
-                held.saturating_sub(memory)
+                held.saturating_sub(bytes)
             };
         }
     }
 
     /// The first slice where the job fits on its own, else a new slice if the MPL allows.
     /// `Home::Slice(next_slice)` stands for "a new slice".
-    fn find_own(&self, shape: &Shape, barred: Option<&ProcSet>) -> Option<(Partition, Home)> {
+    fn find_own(&self, shape: &Shape, room: Option<&Room>) -> Option<(Partition, Home)> {
         self.slices
             .iter()
             .find_map(|s| {
-                self.find(&s.taken, shape, barred)
+                self.find(&s.taken, shape, room)
                     .map(|p| (p, Home::Slice(s.id)))
             })
             .or_else(|| {
                 (self.slices.len() < self.config.mpl as usize)
-                    .then(|| self.find(&self.preempting_procs, shape, barred))
+                    .then(|| self.find(&self.preempting_procs, shape, room))
                     .flatten()
                     .map(|p| (p, Home::Slice(self.next_slice)))
             })
     }
 
-    fn find_standby(&self, shape: &Shape, barred: Option<&ProcSet>) -> Option<Partition> {
+    fn find_standby(&self, shape: &Shape, room: Option<&Room>) -> Option<Partition> {
         let free_of = |busy: &ProcSet, lent: Option<&ProcSet>| {
             let mut map = busy.clone();
             map.union_with(&self.standby_procs);
             if let Some(lent) = lent {
                 map.union_with(lent);
             }
-            self.find(&map, shape, barred)
+            self.find(&map, shape, room)
         };
         if self.slices.is_empty() {
             return free_of(&self.preempting_procs, None);
@@ -1092,7 +1132,7 @@ impl Scheduler {
             }
         }
         let request = &self.jobs[&head].request;
-        if self.barred_ever(request) {
+        if self.memory_may_refuse(request) {
             return self.reserve_with_memory(head, now);
         }
         let (slice, shadow, reserved) = self.reserve(head, now)?;
@@ -1117,8 +1157,8 @@ impl Scheduler {
     }
 
     /// Whether memory may ever refuse `request` a place here.
-    fn barred_ever(&self, request: &JobRequest) -> bool {
-        self.machine.node_memory().is_some() && request.memory_per_node() > 0
+    fn memory_may_refuse(&self, request: &JobRequest) -> bool {
+        self.machine.node_memory().is_some() && request.needs_memory().is_some()
     }
 
     /// EASY's reservation for a head that needs memory. Every job that ends frees its memory,
@@ -1129,7 +1169,6 @@ impl Scheduler {
     /// overestimate). The memo keeps what each reserved node has left at the shadow once the
     /// head is in: what later jobs that run past the shadow may take there.
     fn reserve_with_memory(&self, head: JobId, now: Micros) -> Option<ReservationMemo> {
-        let capacity = self.machine.node_memory()?;
         if self.config.backfill != Backfill::Easy {
             return None;
         }
@@ -1159,10 +1198,9 @@ impl Scheduler {
                 else {
                     unreachable!("only placed jobs end")
                 };
-                let memory = job.request.memory_per_node();
-                if memory > 0 {
-                    for node in self.machine.nodes_under(partition.spans()) {
-                        used[node as usize] -= memory;
+                if let Some(memory) = job.request.needs_memory() {
+                    for (node, bytes) in held_on_nodes(&self.machine, partition, memory) {
+                        used[node as usize] -= bytes;
                     }
                 }
                 if let Home::Slice(slice) = home {
@@ -1171,24 +1209,24 @@ impl Scheduler {
                     slice.union_with(&self.preempting_procs);
                 }
             }
-            let barred = self.barred(request, &used);
-            let room = |busy: &ProcSet| {
+            let room = self.room(request, |node| self.free_memory(&used, node));
+            let search = |busy: &ProcSet| {
                 (u64::from(busy.free()) >= shape.procs())
-                    .then(|| self.find(busy, shape, barred.as_ref()))
+                    .then(|| self.find(busy, shape, room.as_ref()))
                     .flatten()
             };
             let found = (taken.iter().enumerate())
-                .find_map(|(index, busy)| room(busy).map(|p| (Some(self.slices[index].id), p)))
+                .find_map(|(index, busy)| search(busy).map(|p| (Some(self.slices[index].id), p)))
                 .or_else(|| {
                     may_open
-                        .then(|| room(&self.preempting_procs))
+                        .then(|| search(&self.preempting_procs))
                         .flatten()
                         .map(|p| (None, p))
                 });
             if let Some((slice, reserved)) = found {
-                let memory = request.memory_per_node();
-                let memory_left = (self.machine.nodes_under(reserved.spans()))
-                    .map(|node| (node, capacity - used[node as usize] - memory))
+                let memory = request.needs_memory()?;
+                let memory_left = held_on_nodes(&self.machine, &reserved, memory)
+                    .map(|(node, bytes)| (node, self.free_memory(&used, node) - bytes))
                     .collect();
                 return Some(ReservationMemo {
                     head,
@@ -1362,21 +1400,22 @@ impl Scheduler {
             let ends_in_time = request
                 .estimate
                 .is_some_and(|e| now.saturating_add(self.stretched(e)) <= shadow);
-            // Nodes short of its memory now, and, if it may run past the shadow, the
-            // reserved nodes where it would leave the head too little.
-            let memory = request.memory_per_node();
-            let mut barred = self.barred(request, &self.memory_used);
-            if !ends_in_time {
-                let short = (reservation.memory_left.iter())
-                    .filter(|&&(_, left)| memory > left)
-                    .map(|&(node, _)| node);
-                self.bar_nodes(short, &mut barred);
-            }
-            let barred = barred.as_ref();
+            // The memory free now and, if it may run past the shadow, on the reserved nodes
+            // what the head leaves there.
+            let memory = request.needs_memory();
+            let left = &reservation.memory_left;
+            let room = self.room(request, |node| {
+                let free = self.free_memory(&self.memory_used, node);
+                match left.iter().find(|&&(n, _)| n == node) {
+                    Some(&(_, left)) if !ends_in_time => free.min(left),
+                    _ => free,
+                }
+            });
+            let room = room.as_ref();
             // A failed count (no run, no set that large) bounds nothing about a by-node
             // request; a failure for want of memory bounds nothing about other jobs.
             let bounded = !by_node(shape);
-            let learns = bounded && barred.is_none();
+            let learns = bounded && room.is_none();
             let attempt = |find: &dyn Fn() -> Option<Partition>, failed: &mut u64| {
                 if bounded && size >= *failed {
                     return None;
@@ -1389,11 +1428,11 @@ impl Scheduler {
             };
             let mut placed = None;
             for (index, slice) in self.slices.iter().enumerate() {
-                let in_slice = || self.find(&slice.taken, shape, barred);
+                let in_slice = || self.find(&slice.taken, shape, room);
                 let found = if Some(index) == reserved_index {
                     // Processors outside the reservation first: then the end time does not matter.
                     let outside = reservation.outside(&slice.taken, self.config.partitioner);
-                    let in_outside = || outside.find(self, &slice.taken, shape, barred);
+                    let in_outside = || outside.find(self, &slice.taken, shape, room);
                     attempt(&in_outside, &mut failed_outside).or_else(|| {
                         ends_in_time
                             .then(|| attempt(&in_slice, &mut failed[index]))
@@ -1413,12 +1452,11 @@ impl Scheduler {
                         .outside(&self.slices[index].taken, self.config.partitioner)
                         .mark(&partition);
                 }
-                if !ends_in_time && memory > 0 {
-                    for node in self.machine.nodes_under(partition.spans()) {
-                        if let Some((_, left)) =
-                            reservation.memory_left.iter_mut().find(|(n, _)| *n == node)
-                        {
-                            *left -= memory;
+                if let Some(memory) = memory.filter(|_| !ends_in_time) {
+                    for (node, bytes) in held_on_nodes(&self.machine, &partition, memory) {
+                        let left = reservation.memory_left.iter_mut().find(|(n, _)| *n == node);
+                        if let Some((_, left)) = left {
+                            *left -= bytes;
                         }
                     }
                 }
@@ -1474,7 +1512,7 @@ impl Scheduler {
             home,
             placed_at: now,
         };
-        let memory = job.request.memory_per_node();
+        let memory = job.request.needs_memory();
         self.charge(&partition, memory, true);
         let end = self.planned_end(&self.jobs[&id]);
         match home {
@@ -1543,7 +1581,7 @@ impl Scheduler {
             self.held.remove(&key);
             return;
         };
-        self.charge(partition, job.request.memory_per_node(), false);
+        self.charge(partition, job.request.needs_memory(), false);
         match *home {
             Home::Preempting => {
                 self.preempting.remove(&job.placed_seq);
@@ -1696,10 +1734,12 @@ impl Scheduler {
         }
         let mut memory = vec![0u64; self.memory_used.len()];
         for job in self.jobs.values() {
-            if let JobState::Placed { partition, .. } = &job.state {
-                for node in self.machine.nodes_under(partition.spans()) {
+            if let (JobState::Placed { partition, .. }, Some(need)) =
+                (&job.state, job.request.needs_memory())
+            {
+                for (node, bytes) in held_on_nodes(&self.machine, partition, need) {
                     let held = &mut memory[node as usize];
-                    *held = held.saturating_add(job.request.memory_per_node());
+                    *held = held.saturating_add(bytes);
                 }
             }
         }
@@ -1929,6 +1969,22 @@ impl Scheduler {
     }
 }
 
+/// For one job, the nodes where memory lets it take fewer processors than the node has, with
+/// how many, by node ([`Scheduler::room`]).
+type Room = Vec<(u32, u32)>;
+
+/// The bytes a job needing `memory` holds on each node under `partition`.
+fn held_on_nodes<'a>(
+    machine: &'a Machine,
+    partition: &'a Partition,
+    memory: Memory,
+) -> impl Iterator<Item = (u32, u64)> + 'a {
+    machine.nodes_under(partition.spans()).map(move |node| {
+        let procs = partition.processors_in(machine.node_span(node));
+        (node, memory.on_node(procs))
+    })
+}
+
 /// Whether `shape` is placed node by node (a spread, or so many on given nodes), which no
 /// partitioner's own rule does (see `PartitionerKind::find`).
 fn by_node(shape: &Shape) -> bool {
@@ -2114,16 +2170,16 @@ impl Outside {
     }
 
     /// Where the scheduler's partitioner would put `shape` outside the reservation, in the
-    /// slice whose `taken` is given, skipping `barred` (see [`Scheduler::find`]).
+    /// slice whose `taken` is given, within `room` (see [`Scheduler::find`]).
     fn find(
         &self,
         scheduler: &Scheduler,
         taken: &ProcSet,
         shape: &Shape,
-        barred: Option<&ProcSet>,
+        room: Option<&Room>,
     ) -> Option<Partition> {
         match *self {
-            Outside::Marked(ref set) => scheduler.find(set, shape, barred),
+            Outside::Marked(ref set) => scheduler.find(set, shape, room),
             Outside::AroundBlock { block, free } => {
                 if shape.procs() > u64::from(free) {
                     return None;
@@ -2131,15 +2187,15 @@ impl Outside {
                 // The answer in the whole slice if it misses the block; else the block leaves
                 // nothing below its end that serves (first fit: the run there is cut short;
                 // scatter: nothing there is free).
-                let whole = scheduler.find(taken, shape, barred)?;
+                let whole = scheduler.find(taken, shape, room)?;
                 if whole.processors_in(block) == 0 {
                     return Some(whole);
                 }
-                if !scheduler.by_rule(shape) || barred.is_some() {
+                if !scheduler.by_rule(shape) || room.is_some() {
                     // Processors below the block may serve: search around it.
                     let mut around = taken.clone();
                     around.insert_span(block);
-                    return scheduler.find(&around, shape, barred);
+                    return scheduler.find(&around, shape, room);
                 }
                 let partitioner = scheduler.config.partitioner;
                 partitioner.find_from(taken, block.end(), shape)

@@ -11,8 +11,8 @@ enum Op {
         shape: Shape,
         class: Class,
         est: i64,
-        /// Bytes per node, against nodes of [`NODE_MEMORY`] when the machine declares it.
-        memory: u64,
+        /// Against nodes of [`NODE_MEMORY`] when the machine declares it.
+        memory: Memory,
     },
     Remove {
         pick: usize,
@@ -69,9 +69,17 @@ fn op(nodes: u32, per_node: u32) -> impl Strategy<Value = Op> {
 const NODE_MEMORY: u64 = 100;
 
 /// Often none, often a share of a node that two or three jobs fit in together, now and
-/// then more than a node has (refused).
-fn memory() -> impl Strategy<Value = u64> {
-    prop_oneof![2 => Just(0), 6 => 1..=NODE_MEMORY / 2, 1 => NODE_MEMORY / 2..=NODE_MEMORY + 10]
+/// then more than a node has (refused); per node or per processor.
+fn memory() -> impl Strategy<Value = Memory> {
+    let bytes = prop_oneof![
+        2 => Just(0),
+        6 => 1..=NODE_MEMORY / 2,
+        1 => NODE_MEMORY / 2..=NODE_MEMORY + 10
+    ];
+    (bytes, any::<bool>()).prop_map(|(bytes, per_node)| match per_node {
+        true => Memory::PerNode(bytes),
+        false => Memory::PerCpu(bytes / 4),
+    })
 }
 
 /// The 1-D partitioners (the machines here are lines).
@@ -139,7 +147,7 @@ fn run(machine: &Machine, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, Test
     let mut live: Vec<JobId> = Vec::new();
     let mut gone: Vec<u32> = Vec::new();
     let mut plans = Vec::new();
-    let mut memories: BTreeMap<JobId, u64> = BTreeMap::new();
+    let mut memories: BTreeMap<JobId, Memory> = BTreeMap::new();
     for (step, op) in ops.iter().enumerate() {
         let now = step as Micros * 10;
         match op {
@@ -154,14 +162,18 @@ fn run(machine: &Machine, config: &Config, ops: &[Op]) -> Result<Vec<Plan>, Test
                     .class(*class)
                     .estimate(*est)
                     .memory(*memory);
-                let too_much = machine.node_memory().is_some_and(|m| *memory > m);
-                let never = too_much || config.partitioner.check(s.machine(), shape).is_err();
+                let never = config.partitioner.check(s.machine(), shape).is_err();
                 match s.submit(request, now) {
                     Ok(_) => {
                         prop_assert!(!never, "job {id} of {shape} accepted but can never fit");
                         live.push(id);
                         memories.insert(id, *memory);
                     }
+                    // Refused for memory only where the machine declares it.
+                    Err(SubmitError::NeverFits {
+                        reason: NeverFits::TooMuchMemory { .. },
+                        ..
+                    }) if machine.node_memory().is_some() => {}
                     Err(e) => prop_assert!(never, "job {id} refused: {e}"),
                 }
             }
@@ -279,20 +291,20 @@ fn journal_covers(before: Option<&Plan>, after: &Plan, changes: PlanChanges) -> 
 
 /// No node's placed jobs (own, preempting or standby, in the plan or preempted) need more
 /// memory together than it has, counted from the jobs' requests, not the scheduler's tally.
-fn memory_fits(s: &Scheduler, memories: &BTreeMap<JobId, u64>) -> Result<(), String> {
+fn memory_fits(s: &Scheduler, memories: &BTreeMap<JobId, Memory>) -> Result<(), String> {
     let Some(capacity) = s.machine().node_memory() else {
         return Ok(());
     };
     let mut held = vec![0u64; s.machine().nodes() as usize];
     for (id, _, state) in s.jobs() {
         if let JobState::Placed { partition, .. } = state {
-            let nodes: BTreeSet<u32> = partition
-                .processors()
-                .map(|p| s.machine().node_of(p))
-                .collect();
-            nodes
-                .iter()
-                .for_each(|&n| held[n as usize] += memories[&id]);
+            let mut procs: BTreeMap<u32, u32> = BTreeMap::new();
+            for p in partition.processors() {
+                *procs.entry(s.machine().node_of(p)).or_default() += 1;
+            }
+            for (node, n) in procs {
+                held[node as usize] += memories[&id].on_node(n);
+            }
         }
     }
     match held.iter().enumerate().find(|&(_, &m)| m > capacity) {

@@ -605,7 +605,7 @@ fn sched_with_memory(nodes: u32, per_node: u32, memory: u64, config: Config) -> 
 }
 
 fn with_memory(id: JobId, n: u32, memory: u64) -> JobRequest {
-    JobRequest::new(id, Shape::Count(n)).memory(memory)
+    JobRequest::new(id, Shape::Count(n)).memory(Memory::PerNode(memory))
 }
 
 fn submit_request(s: &mut Scheduler, request: JobRequest, now: Micros) -> Vec<Decision> {
@@ -639,8 +639,12 @@ fn a_job_that_needs_more_memory_than_a_node_has_is_refused() {
     let error = s.submit(with_memory(1, 1, 101), 0).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "job 1 can never run: 101 bytes of memory per node requested but a node has 100"
+        "job 1 can never run: 1 processors with 101 bytes of memory per node requested but a node has 100 bytes"
     );
+    // 40 per processor: at most 2 of a node's, so 4 processors need 2 nodes, 5 cannot run.
+    let per_cpu = |id, n| JobRequest::new(id, Shape::Count(n)).memory(Memory::PerCpu(40));
+    assert!(s.check(&per_cpu(2, 4)).is_ok());
+    assert!(s.check(&per_cpu(3, 5)).is_err());
     // Without node memory declared, memory never refuses.
     let mut s = sched_on_nodes(2, 2, gang(2));
     submit_request(&mut s, with_memory(1, 4, 1 << 40), 0);

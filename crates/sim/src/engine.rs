@@ -601,12 +601,9 @@ pub fn simulate(
         if memory.fit {
             machine = machine.with_node_memory(memory.bytes);
         }
-        watch = Some(Watch::new(
-            memory,
-            machine.nodes(),
-            jobs.len(),
-            median_kb(jobs),
-        ));
+        let default_kb = median_kb(jobs);
+        let core = config.core_config();
+        watch = Some(Watch::new(memory, &machine, core, jobs.len(), default_kb));
     }
     let mut replay = Replay {
         config,
@@ -656,11 +653,11 @@ pub fn simulate(
             next_arrival += 1;
             if let Some(watch) = &mut watch {
                 // Refused here with the rule or without, so both replay the same jobs.
-                let Some(memory) = watch.memory_of(job) else {
+                let Some(with_memory) = watch.with_memory(job, request) else {
                     dropped.never_fits += 1;
                     continue;
                 };
-                request = request.memory(memory);
+                request = with_memory;
             }
             match replay.sched.submit(request, now) {
                 Ok(decisions) => {

@@ -1,10 +1,11 @@
-//! Memory-fit time sharing in the replay: each job's memory on a node from the log's request
-//! (SWF field 10, KB per processor), and what the figures need on both sides of the rule: the
-//! jobs it made wait for memory, and, without it, how often and how far the jobs placed on a
-//! node would have needed more memory than the node has (the paging the rule prevents).
+//! Memory-fit time sharing in the replay: each job's memory from the log's request (SWF field
+//! 10, KB per processor: so much on a node for each of its processors there), and what the
+//! figures need on both sides of the rule: the jobs it made wait for memory, and, without it,
+//! how often and how far the jobs placed on a node would have needed more memory than the node
+//! has (the paging the rule prevents).
 
 use crate::workload::SimJob;
-use cosched_core::{Micros, Pending, Scheduler};
+use cosched_core::{Config, JobRequest, Machine, Memory, Micros, Pending, Scheduler};
 use serde::Serialize;
 
 /// Nodes with memory (`SimConfig::node_memory`).
@@ -28,7 +29,7 @@ pub struct MemoryStats {
     /// counted at `memory_default_kb_per_proc`: the median of the others' requests.
     pub memory_unknown: u64,
     pub memory_default_kb_per_proc: u64,
-    /// Jobs that need more than a node's memory: refused with the rule or without (so both
+    /// Jobs the memory of the nodes can never hold: refused with the rule or without (so both
     /// replay the same jobs), and counted in `dropped_by_reason.never_fits`.
     pub memory_never_fits: u64,
     /// Jobs that waited for memory at some event: processors were free for them in some
@@ -45,7 +46,7 @@ pub struct MemoryStats {
 }
 
 /// The median of the jobs' known requests per processor (KB; 0 when none is known): what a
-/// job without one is counted at, the request most users made (on HPC2N, 400 MB).
+/// job without one is counted at: the request most users made.
 pub fn median_kb(jobs: &[SimJob]) -> u64 {
     let mut known: Vec<u64> = jobs.iter().filter_map(|j| j.memory_kb_per_proc).collect();
     if known.is_empty() {
@@ -58,6 +59,9 @@ pub fn median_kb(jobs: &[SimJob]) -> u64 {
 /// Follows a replay event by event.
 pub(crate) struct Watch {
     stats: MemoryStats,
+    /// An empty scheduler on the nodes with their memory: whether a job could ever run is
+    /// the core's answer there, whether or not the replay applies the rule.
+    judge: Scheduler,
     /// Which nodes are overcommitted now.
     over: Vec<bool>,
     overcommitted: u64,
@@ -70,9 +74,18 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
-    /// `default_kb`: what a job with no request counts per processor.
-    pub(crate) fn new(memory: &NodeMemory, nodes: u32, jobs: usize, default_kb: u64) -> Watch {
+    /// `machine`: the replay's, in nodes; `default_kb`: what a job with no request counts
+    /// per processor.
+    pub(crate) fn new(
+        memory: &NodeMemory,
+        machine: &Machine,
+        config: Config,
+        jobs: usize,
+        default_kb: u64,
+    ) -> Watch {
+        let judge = Machine::with_node_memory(machine.clone(), memory.bytes);
         Watch {
+            judge: Scheduler::new(judge, config).expect("the replay's own configuration"),
             stats: MemoryStats {
                 node_memory_bytes: memory.bytes,
                 procs_per_node: memory.procs_per_node,
@@ -85,7 +98,7 @@ impl Watch {
                 overcommitted_node_time: 0.0,
                 peak_node_memory: 0.0,
             },
-            over: vec![false; nodes as usize],
+            over: vec![false; machine.nodes() as usize],
             overcommitted: 0,
             over_time: 0,
             first: None,
@@ -94,23 +107,18 @@ impl Watch {
         }
     }
 
-    /// The bytes per node job `job` is submitted with, or `None` if it can never fit a node:
-    /// its request per processor times the most processors it can have on one node. A job
-    /// with fewer on some node is counted as if it had the full share there (the core keeps
-    /// one figure per node): this errs on the safe side.
-    pub(crate) fn memory_of(&mut self, job: &SimJob) -> Option<u64> {
+    /// `request` with job `job`'s memory, or `None` if the nodes' memory can never hold it.
+    pub(crate) fn with_memory(&mut self, job: &SimJob, request: JobRequest) -> Option<JobRequest> {
         let kb = job.memory_kb_per_proc.unwrap_or_else(|| {
             self.stats.memory_unknown += 1;
             self.stats.memory_default_kb_per_proc
         });
-        let bytes = kb
-            .saturating_mul(1024)
-            .saturating_mul(u64::from(job.procs.min(self.stats.procs_per_node)));
-        if bytes > self.stats.node_memory_bytes {
+        let request = request.memory(Memory::PerCpu(kb.saturating_mul(1024)));
+        if self.judge.check(&request).is_err() {
             self.stats.memory_never_fits += 1;
             return None;
         }
-        Some(bytes)
+        Some(request)
     }
 
     /// The matrix as it stands after everything that happened at `now`.

@@ -114,7 +114,11 @@ impl Controller {
             .iter()
             .filter_map(|(&job, clock)| {
                 let record = self.records.get(&job)?;
-                if record.status.ended() || record.timed_out || record.cancel_requested {
+                if !record.launched
+                    || record.status.ended()
+                    || record.timed_out
+                    || record.cancel_requested
+                {
                     return None;
                 }
                 let over = record
