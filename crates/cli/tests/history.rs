@@ -175,4 +175,34 @@ fn history_shows_ended_jobs_with_their_figures_and_replays_as_swf() {
     assert!(piped.status.success(), "{piped:?}");
     let replayed: Value = serde_json::from_slice(&piped.stdout).unwrap();
     assert_eq!(replayed["jobs"], 3, "{replayed}");
+    // The loop it is for: the site's own jobs under another policy beside the current one.
+    let (other, current) = (d.dir.join("other.toml"), d.dir.join("current.toml"));
+    std::fs::write(&other, "[scheduler]\nmpl = 1\n").unwrap();
+    std::fs::write(&current, "[scheduler]\nmpl = 4\nbackfill = \"none\"\n").unwrap();
+    let mut compared = std::process::Command::new(COSCHED)
+        .args(["sim", "--trace", "-", "--json", "--config"])
+        .arg(&other)
+        .arg("--compare")
+        .arg(&current)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut compared.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let compared = compared.wait_with_output().unwrap();
+    assert!(compared.status.success(), "{compared:?}");
+    let compared: Value = serde_json::from_slice(&compared.stdout).unwrap();
+    let reports = compared["reports"].as_array().expect("two reports");
+    assert_eq!(
+        reports
+            .iter()
+            .map(|r| (r["jobs"].as_u64(), r["mpl"].as_u64()))
+            .collect::<Vec<_>>(),
+        [(Some(3), Some(1)), (Some(3), Some(4))],
+        "{compared}"
+    );
+    assert!(
+        compared["difference"]["mean_wait_s"].is_number(),
+        "{compared}"
+    );
 }
