@@ -132,10 +132,21 @@ const ONE_CPU_EACH: Nodes = [&["--cpus", "0"], &["--cpus", "1"]];
 
 /// A controller and two agents on `etcd`, with etcd's auth on (as clusters should run).
 fn cluster_on(
+    etcd: Etcd,
+    name: &str,
+    deadline_ms: u64,
+    nodes: Nodes,
+) -> (Etcd, Daemon, Agent, Agent) {
+    cluster_with(etcd, name, deadline_ms, nodes, &[])
+}
+
+/// [`cluster_on`], the controller started with `controller` besides its usual options.
+fn cluster_with(
     mut etcd: Etcd,
     name: &str,
     deadline_ms: u64,
     nodes: Nodes,
+    controller: &[&str],
 ) -> (Etcd, Daemon, Agent, Agent) {
     etcd.enable_auth();
     let cluster = format!("{name}-{}", std::process::id());
@@ -145,6 +156,7 @@ fn cluster_on(
     args.extend(CONTROLLER);
     let port = cosched_etcd::testing::free_port().to_string();
     args.extend(["--http", &port]);
+    args.extend(controller);
     let d = Daemon::start(&args);
     let a = Agent::start(&etcd, &cluster, &d, "a", nodes[0], &d.parent, deadline_ms);
     let b_parent = format!("{}-b", d.parent);
@@ -633,6 +645,46 @@ fn a_job_across_two_nodes_is_stopped_on_both_at_its_time_limit_and_ends_timeout(
         let procs = std::fs::read_to_string(cgroup.join("cgroup.procs")).unwrap_or_default();
         assert!(procs.trim().is_empty(), "{}: {procs}", cgroup.display());
     }
+}
+
+#[test]
+fn jobs_whose_memory_does_not_fit_a_node_together_never_share_its_processors() {
+    let _serial = serial();
+    let policy =
+        std::env::temp_dir().join(format!("cosched-cluster-mem-{}.toml", std::process::id()));
+    std::fs::write(&policy, "[memory]\nnode_memory = \"1G\"\n").unwrap();
+    std::fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let (_etcd, d, _a, _b) = cluster_with(
+        Etcd::start("memory"),
+        "memory",
+        DEADLINE_MS,
+        ONE_CPU_EACH,
+        &["--config", policy.to_str().unwrap()],
+    );
+    let spread = |mem: &str| d.submit(&["-N", "2", "-n", "2", "--mem", mem, "--", "sleep", "100"]);
+    let first = spread("700M");
+    let second = spread("700M");
+    let third = spread("200M");
+    assert!(wait_until(Duration::from_secs(20), || d.job(first)
+        ["state"]
+        == "running"));
+    let waiting = d.job(second);
+    assert_eq!(waiting["reason"], "memory", "{waiting}\n{}", d.log());
+    // Strict order behind the second (no limits to backfill by), though it would fit.
+    assert_eq!(d.job(third)["reason"], "priority");
+    assert!(d.cosched(&["cancel", &first.to_string()]).status.success());
+    assert!(
+        wait_until(Duration::from_secs(20), || d.job(second)["state"]
+            == "running"
+            && d.job(third)["state"] == "running"),
+        "{}\n{}",
+        d.job(second),
+        d.job(third)
+    );
+    for job in [second, third] {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+    }
+    let _ = std::fs::remove_file(&policy);
 }
 
 #[test]
