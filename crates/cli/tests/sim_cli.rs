@@ -474,5 +474,10 @@ fn node_memory_keeps_jobs_that_do_not_fit_together_apart() {
         stderr(&out)
     );
     let out = cosched(&["sim", "--generate", "10", "--no-memory-fit"]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("give --node-memory (or a policy file"),
+        "{}",
+        stderr(&out)
+    );
 }
