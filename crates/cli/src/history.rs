@@ -346,11 +346,9 @@ fn as_swf(jobs: &[HistoryView], machine: &MatrixView) -> Trace {
                 (0, job.id as f64),
                 (1, (job.submitted_us.div_euclid(1_000_000) - start_s) as f64),
                 (2, seconds(job.wait_us)),
-                (
-                    3,
-                    job.elapsed_us
-                        .map_or(0.0, |us| (us.max(0) as f64 / 1e6).ceil()),
-                ),
+                // The time it was let run, not its elapsed time: what it took of its slots is
+                // its work, so a replay does not count time frozen in others' slots as work.
+                (3, (job.run_us.max(0) as f64 / 1e6).ceil()),
                 (4, procs),
                 (7, procs),
                 (10, swf_status(job)),
@@ -403,8 +401,9 @@ fn as_swf(jobs: &[HistoryView], machine: &MatrixView) -> Trace {
         format!("; MaxQueues: {}", Class::ALL.len()),
         format!("; Queues: {queues} (cosched's classes)"),
         "; Partitions: 1 the whole machine".to_string(),
-        "; Note: field 1 is the cosched job id; CPU time and used memory are from each job's \
-         cgroup on its first node; requested time is the job's time limit (time let run, -1 \
+        "; Note: field 1 is the cosched job id; run time is the time the job was let run (its \
+         share of the slots: end minus start only when it had every slot); CPU time and used \
+         memory are from each job's cgroup on its first node; requested time is the job's time limit (time let run, -1 \
          without one), requested memory its --mem per processor (-1 without)"
             .to_string(),
     ];

@@ -49,7 +49,8 @@ impl Class {
 
 impl fmt::Display for Class {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        // Padded as asked: `ps` lines its columns up with `{:<11}`.
+        f.pad(self.name())
     }
 }
 
@@ -151,5 +152,16 @@ impl JobRequest {
     /// Its memory if it needs any.
     pub fn needs_memory(&self) -> Option<Memory> {
         self.memory.filter(|m| m.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_class_is_padded_to_the_width_asked() {
+        assert_eq!(format!("{:<11}|", Class::Batch), "batch      |");
+        assert_eq!(format!("{}", Class::Standby), "standby");
     }
 }
