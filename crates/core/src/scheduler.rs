@@ -923,10 +923,16 @@ impl Scheduler {
                 self.commit(key, partition, home, now, decisions);
                 continue;
             }
-            // No job behind the head small enough for any slice's free processors: nothing
-            // to backfill, and no reservation to compute.
+            // No job behind the head small enough for any slice's free processors (or a new
+            // slice's, where the MPL allows one the head cannot take: memory): nothing to
+            // backfill, and no reservation to compute.
             let partitioner = self.config.partitioner;
-            let room = self.slices.iter().map(|s| partitioner.room(&s.taken)).max();
+            let room = self
+                .slices
+                .iter()
+                .map(|s| partitioner.room(&s.taken))
+                .chain(self.new_slice_room())
+                .max();
             let candidate =
                 room.and_then(|room| self.queue.next_smaller(key, Class::Standby, room));
             if candidate.is_none() {
@@ -953,6 +959,12 @@ impl Scheduler {
             };
             self.commit(key, partition, Home::Standby, now, decisions);
         }
+    }
+
+    /// The room a new slice would offer, when the MPL allows one.
+    fn new_slice_room(&self) -> Option<u64> {
+        (self.slices.len() < self.config.mpl as usize)
+            .then(|| self.config.partitioner.room(&self.preempting_procs))
     }
 
     /// The first waiting job of the classes from `from` up to (not including) `until`.
@@ -1374,6 +1386,7 @@ impl Scheduler {
         let upward = self.config.partitioner.fails_upward();
         let mut failed = vec![u64::MAX; self.slices.len()];
         let mut failed_outside = u64::MAX;
+        let mut failed_new = u64::MAX;
         let partitioner = self.config.partitioner;
         let room = |busy: &ProcSet, failed: u64| partitioner.room(busy).min(failed);
         let mut cursor = head;
@@ -1385,6 +1398,7 @@ impl Scheduler {
                 .map(|(slice, &failed)| room(&slice.taken, failed))
                 // Unbuilt, the reserved slice's room outside the reservation is bounded by
                 // its whole room, which is in the fold already.
+                .chain(self.new_slice_room().map(|room| room.min(failed_new)))
                 .fold(
                     reservation.outside.as_ref().map_or(0, |outside| {
                         (u64::from(outside.free()) + 1).min(failed_outside)
@@ -1446,7 +1460,17 @@ impl Scheduler {
                     break;
                 }
             }
+            if placed.is_none() && self.new_slice_room().is_some() {
+                // A slice of its own: it takes nothing the head's reservation holds (a slice
+                // that exists), and its memory is bounded as in any slice.
+                let in_new = || self.find(&self.preempting_procs, shape, room);
+                placed = attempt(&in_new, &mut failed_new).map(|p| (p, self.slices.len()));
+            }
             if let Some((partition, index)) = placed {
+                if index == self.slices.len() {
+                    failed.push(u64::MAX);
+                    failed_new = u64::MAX;
+                }
                 if Some(index) == reserved_index {
                     reservation
                         .outside(&self.slices[index].taken, self.config.partitioner)
@@ -1460,7 +1484,7 @@ impl Scheduler {
                         }
                     }
                 }
-                let home = Home::Slice(self.slices[index].id);
+                let home = Home::Slice(self.slices.get(index).map_or(self.next_slice, |s| s.id));
                 self.commit(next, partition, home, now, decisions);
             }
         }

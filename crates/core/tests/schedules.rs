@@ -738,3 +738,33 @@ fn easy_backfilling_leaves_the_head_its_memory_at_the_shadow() {
     s.audit().unwrap();
     assert!(matches!(decisions[1], Decision::Placed { job: 3, .. }));
 }
+
+#[test]
+fn behind_a_head_short_of_memory_a_job_that_cannot_delay_it_opens_a_slice() {
+    let easy_gang = Config {
+        mpl: 2,
+        alternates: false,
+        backfill: Backfill::Easy,
+        ..Config::default()
+    };
+    let mut s = sched_with_memory(1, 2, 150, easy_gang);
+    let job = |id, n, memory, estimate| with_memory(id, n, memory).estimate(estimate);
+    submit_request(&mut s, job(1, 2, 70, 100), 0);
+    // A second slice has the processors, the node not the memory (80 left): the head waits
+    // for job 1's end.
+    submit_request(&mut s, job(2, 2, 100, 100), 0);
+    assert_eq!(s.pending_reason(2), Some(Pending::Memory));
+    // Behind it, a job ending before the head's shadow (by its stretched estimate) takes a
+    // slice of its own: it holds nothing the head's reservation needs.
+    submit_request(&mut s, job(3, 2, 60, 10), 0);
+    assert_eq!(show(&s), ["1@0-1", "3@0-1"]);
+    // One that would still hold 60 then would leave the head 90 of its 100: it waits.
+    remove(&mut s, 3);
+    submit_request(&mut s, job(4, 2, 60, 1_000), 0);
+    assert_eq!(s.pending_reason(4), Some(Pending::Priority));
+    assert_eq!(show(&s), ["1@0-1"]);
+    // Job 1 ends: the head starts.
+    let decisions = s.remove(1, 100).unwrap();
+    s.audit().unwrap();
+    assert!(matches!(decisions[1], Decision::Placed { job: 2, .. }));
+}
