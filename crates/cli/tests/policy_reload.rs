@@ -108,3 +108,49 @@ fn a_daemon_refuses_to_start_on_a_bad_policy_file() {
         "{error}"
     );
 }
+
+#[test]
+fn a_policy_file_another_user_could_replace_is_refused_by_config_check_and_the_daemon() {
+    cosched_os::require_root("the daemon's tests");
+    let dir = std::env::temp_dir().join(format!("cosched-policy-trust-{}", std::process::id()));
+    let open = dir.join("open");
+    std::fs::create_dir_all(&open).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let check = |file: &Path| {
+        std::process::Command::new(COSCHED)
+            .args(["config", "--check"])
+            .arg(file)
+            .output()
+            .unwrap()
+    };
+    let good = dir.join("good.toml");
+    write_policy(&good, "[limits]\nprocs = 1\n");
+    assert!(check(&good).status.success());
+    // Writable by others: the daemon refuses it, so --check (as root) does too.
+    let loose = dir.join("loose.toml");
+    write_policy(&loose, "[limits]\nprocs = 1\n");
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o666)).unwrap();
+    refused(&check(&loose), "mode 666 lets others write it");
+    // In a directory nobody may write, root's file could be swapped for a link.
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let planted = open.join("site.toml");
+    write_policy(&planted, "[limits]\nprocs = 1\n");
+    refused(&check(&planted), "is not root's alone");
+    // A link to a good file is not followed.
+    let link = dir.join("link.toml");
+    std::os::unix::fs::symlink(&good, &link).unwrap();
+    let out = check(&link);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let daemon = std::process::Command::new(COSCHED)
+        .args(["daemon", "--socket", "/nonexistent/s.sock", "--config"])
+        .arg(&planted)
+        .output()
+        .unwrap();
+    refused(&daemon, "is not root's alone");
+    let _ = std::fs::remove_dir_all(&dir);
+}

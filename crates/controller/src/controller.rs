@@ -359,6 +359,7 @@ impl Controller {
             .time_limits
             .limit_for(class, run.time_limit())
             .map_err(|e| ApiError::Invalid(e.to_string()))?;
+        self.check_procs_limit(run.procs, who.is_root())?;
         self.check_queued_limit(who.uid, who.is_root())?;
         self.check_descriptors(who)?;
         let (unfinished, held_bytes) = self.held.get(&who.uid).copied().unwrap_or_default();
@@ -496,6 +497,8 @@ impl Controller {
         let record = &self.records[&job];
         let mut request = JobRequest::new(job, self.shape_of(record)?).class(record.class);
         request.memory = record.core_memory();
+        // A job that ran has had its preempting stretch (interactive): a resume is no new one.
+        request.settled = record.launched;
         // Backfilling plans with what is left of its limit (what it may still run).
         if let Some(limit) = record.time_limit_us {
             request = request.estimate((limit - self.run_time(record, now)).max(1));

@@ -287,12 +287,17 @@ impl Harness {
         )
     }
 
-    /// A machine of `procs` processors whose scheduler runs EASY backfilling.
-    pub fn backfilling(procs: u32) -> Harness {
+    /// A machine of `procs` processors whose scheduler's configuration `change` sets.
+    pub fn configured(procs: u32, change: impl FnOnce(&mut Config)) -> Harness {
         let mut h = Harness::machine(procs);
-        h.config.backfill = cosched_core::Backfill::Easy;
+        change(&mut h.config);
         h.restart();
         h
+    }
+
+    /// A machine of `procs` processors whose scheduler runs EASY backfilling.
+    pub fn backfilling(procs: u32) -> Harness {
+        Harness::configured(procs, |c| c.backfill = cosched_core::Backfill::Easy)
     }
 
     /// A machine of `procs` processors, one node of `bytes` of memory, admitting by memory.

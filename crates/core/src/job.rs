@@ -78,6 +78,9 @@ pub struct JobRequest {
     /// The memory the job needs on each node it uses. `None` (not declared) counts as none:
     /// a caller with a site default fills it in before submitting.
     pub memory: Option<Memory>,
+    /// It had its preempting stretch already (an interactive job back from a suspension):
+    /// it takes a slice like batch, else a suspend and resume would give it another.
+    pub settled: bool,
 }
 
 /// Memory a job needs: so many bytes on each node it uses (`--mem`), or so many for each of
@@ -131,6 +134,7 @@ impl JobRequest {
             class: Class::Batch,
             estimate: None,
             memory: None,
+            settled: false,
         }
     }
 

@@ -561,6 +561,7 @@ impl Scheduler {
         self.next_seq += 1;
         self.wait((request.class, seq, request.id), &request.shape);
         let id = request.id;
+        let request_settled = request.settled;
         self.jobs.insert(
             id,
             Job {
@@ -568,7 +569,7 @@ impl Scheduler {
                 seq,
                 state: JobState::Queued,
                 placed_seq: 0,
-                settled: false,
+                settled: request_settled,
             },
         );
         let mut decisions = Vec::new();

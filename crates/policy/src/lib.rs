@@ -15,7 +15,7 @@ use cosched_core::{
 };
 use cosched_proto::Mode;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Where the daemon and `cosched config` look when no `--config` is given.
 pub const DEFAULT_PATH: &str = "/etc/cosched/cosched.toml";
@@ -199,17 +199,52 @@ impl fmt::Display for Change {
     }
 }
 
+/// Why a file's directories would let a user other than root replace it, if they would:
+/// each directory above it, as written and as resolved, must be root's and writable by no
+/// one else, unless sticky (as /tmp: others cannot rename root's file there).
+fn unsafe_directories(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let written = std::path::absolute(&parent).unwrap_or_else(|_| parent.clone());
+    let resolved = std::fs::canonicalize(&parent).unwrap_or_else(|_| parent.clone());
+    for dir in written.ancestors().chain(resolved.ancestors()) {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            continue;
+        };
+        let sticky = meta.mode() & 0o1000 != 0;
+        if meta.uid() != 0 || (meta.mode() & 0o022 != 0 && !sticky) {
+            return Some(format!(
+                "its directory {} is not root's alone (owner uid {}, mode {:o}): another user could replace the file",
+                dir.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    None
+}
+
 impl Policy {
     /// Reads and checks a policy file.
     pub fn read(path: &Path) -> Result<Policy, PolicyError> {
-        Policy::read_checked(path, |_| None)
+        Policy::read_checked(path, false, |_| None)
     }
 
     /// Reads a policy file for the daemon, which runs as root: refused unless root owns it
     /// and no one else may write it (else a user could lift their own limits).
     pub fn read_trusted(path: &Path) -> Result<Policy, PolicyError> {
         use std::os::unix::fs::MetadataExt;
-        Policy::read_checked(path, |meta| {
+        if let Some(why) = unsafe_directories(path) {
+            return Err(PolicyError::Untrusted {
+                path: path.display().to_string(),
+                why,
+            });
+        }
+        // Not through a link: one in a directory a user could once write points anywhere.
+        Policy::read_checked(path, true, |meta| {
             if meta.uid() != 0 {
                 Some(format!("owned by uid {}, not root", meta.uid()))
             } else if meta.mode() & 0o022 != 0 {
@@ -227,15 +262,22 @@ impl Policy {
     /// metadata, so what is read is what was judged.
     fn read_checked(
         path: &Path,
+        no_links: bool,
         refuse: impl FnOnce(&std::fs::Metadata) -> Option<String>,
     ) -> Result<Policy, PolicyError> {
         use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
         let name = path.display().to_string();
         let io = |source| PolicyError::Read {
             path: name.clone(),
             source,
         };
-        let mut file = std::fs::File::open(path).map_err(io)?;
+        let flags = if no_links { libc::O_NOFOLLOW } else { 0 };
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(path)
+            .map_err(io)?;
         if let Some(why) = refuse(&file.metadata().map_err(io)?) {
             return Err(PolicyError::Untrusted { path: name, why });
         }

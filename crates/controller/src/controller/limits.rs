@@ -236,6 +236,16 @@ impl Controller {
         }
     }
 
+    /// A job of more processors than its owner may ever hold could never start: refused.
+    pub(super) fn check_procs_limit(&self, procs: u32, root: bool) -> Result<(), ApiError> {
+        match self.settings.user_limits.procs {
+            Some(most) if !root && procs > most => Err(ApiError::Invalid(format!(
+                "the job can never run: it asks for {procs} processors and a user may hold at most {most} (limits.procs)"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The user's jobs not started yet, against the policy's `queued_jobs`.
     pub(super) fn check_queued_limit(&self, uid: u32, root: bool) -> Result<(), ApiError> {
         let Some(most) = self.settings.user_limits.queued_jobs else {

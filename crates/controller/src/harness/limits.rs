@@ -5,7 +5,7 @@ use super::Harness;
 use crate::ApiError;
 use cosched_core::{Class, ClassTimes, JobId, Micros, TimeLimits, UserLimits, MICROS_PER_SEC};
 use cosched_proto::api::JobView;
-use cosched_proto::{Command, Ending, Event, ExitInfo, JobState, Pending};
+use cosched_proto::{Command, Ending, Event, ExitInfo, JobState, Pending, Role};
 use std::collections::BTreeMap;
 
 const UID: u32 = 1000;
@@ -198,6 +198,17 @@ fn a_user_at_the_processor_limit_waits_and_a_raised_limit_lets_the_job_go() {
         ..UserLimits::default()
     };
     h.set_limits(TimeLimits::default(), procs(2));
+    // More than a user may ever hold: refused, not left waiting for ever.
+    let refused = h.controller.submit(
+        &Harness::user(UID),
+        Harness::request(3, &["true"]),
+        None,
+        h.now,
+    );
+    let Err(ApiError::Invalid(message)) = refused else {
+        panic!("{refused:?}");
+    };
+    assert!(message.contains("at most 2 (limits.procs)"), "{message}");
     run_for(&mut h, UID, 2, None);
     let over = run_for(&mut h, UID, 1, None);
     h.orders();
@@ -300,4 +311,36 @@ fn memory_that_does_not_fit_beside_a_nodes_jobs_waits_and_more_than_a_node_is_re
     h.event(killed(first, 9));
     let started = Harness::starts(&h.orders());
     assert_eq!(started, [(second, true), (third, true)], "3 GiB together");
+}
+
+#[test]
+fn a_suspend_and_resume_gives_an_interactive_job_no_second_preempting_stretch() {
+    let mut h = Harness::configured(2, |c| c.interactive_preempts = true);
+    let batch = run_for(&mut h, 0, 2, None);
+    let mut run = Harness::request(1, &["sh"]);
+    run.class = Some("interactive".into());
+    let who = Harness::user(UID);
+    let interactive = h.controller.submit(&who, run, None, h.now).unwrap();
+    let roles = |h: &Harness| {
+        let matrix = h.controller.matrix(h.now);
+        matrix
+            .slices
+            .iter()
+            .flatten()
+            .filter(|e| e.job == interactive)
+            .map(|e| e.role)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(roles(&h), [Role::Preempting]);
+    h.advance(10 * S);
+    h.controller.settle_overdue(h.now - 10 * S, h.now);
+    assert_eq!(
+        roles(&h),
+        [Role::Own],
+        "its stretch is over: a slice of its own"
+    );
+    h.controller.suspend(&who, interactive, h.now).unwrap();
+    h.controller.resume(&who, interactive, h.now).unwrap();
+    assert_eq!(roles(&h), [Role::Own], "the batch job is not frozen again");
+    assert_eq!(view(&h, batch).slices.len(), 1);
 }
