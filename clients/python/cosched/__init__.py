@@ -144,8 +144,11 @@ class Ended:
 
     @property
     def status(self) -> int:
-        """The shell's status: the exit code, 128 + the signal, or 1."""
+        """The shell's status: the exit code, 128 + the signal, or 1; never 0 for a job that
+        ended `failed` (cosched ended it: out of memory), whatever its own code."""
         if self.exit_code is not None:
+            if self.state == "failed":
+                return max(self.exit_code, 1)
             return self.exit_code
         if self.exit_signal is not None:
             return 128 + self.exit_signal

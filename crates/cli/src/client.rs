@@ -104,7 +104,7 @@ pub fn ask(socket: &Path, request: &Request) -> Result<Reply> {
   id=$(cosched run -n 2 --detach -- ./sim)      # output in cosched-$id.out\n\n\
 The job runs as you, in this directory, with this environment plus COSCHED_JOB_ID and \
 COSCHED_CPUS (its processors). No shell is involved: write `sh -c '...'` for one. The exit \
-code is the job's (128 + the signal when it was killed). Ctrl-C cancels the job. If the daemon \
+code is the job's (128 + the signal when it was killed). Ctrl-C (or a TERM or HUP to this command) cancels the job. If the daemon \
 restarts meanwhile, the job keeps running and this command waits for it. With --detach the job \
 reads nothing; its output goes to this terminal when standard output is one, else (in a script) \
 to --output or cosched-JOBID.out here, and only the id is printed, as sbatch does. In a \
@@ -169,13 +169,17 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
+/// Ctrl-C, and as srun does a TERM (`timeout`, a killed script) or a HUP (a closed
+/// session), cancel the job: else it would run on with no one waiting for it.
 fn catch_interrupts() {
     // SAFETY: the handler only stores to an atomic; SA_RESTART is off so blocking reads return.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = on_interrupt as *const () as usize;
         libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
     }
 }
 
@@ -411,6 +415,8 @@ fn exit_status(job: u64, state: JobState, exit: Option<ExitInfo>) -> i32 {
             eprintln!("cosched: job {job} stopped at its time limit");
             exit.shell_status()
         }
+        // Ended by cosched for what it did (out of memory): its script's own 0 is no success.
+        Some(exit) if state == JobState::Failed => exit.shell_status().max(1),
         Some(exit) => exit.shell_status(),
         None => {
             eprintln!("cosched: job {job} {state} without running to its end");

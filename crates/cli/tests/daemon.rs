@@ -309,6 +309,38 @@ s.sendmsg([line], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [0, 1
 print(s.makefile().readline())";
 
 #[test]
+fn a_blocking_run_killed_by_term_or_hup_cancels_its_job() {
+    let d = Daemon::start(&["--quantum-ms", "50"]);
+    for signal in [libc::SIGTERM, libc::SIGHUP] {
+        let mut run = Command::new(COSCHED)
+            .args(["run", "-n", "1", "--name", "orphan", "--", "sleep", "100"])
+            .env("COSCHED_SOCKET", d.socket())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut job = None;
+        assert!(wait_until(Duration::from_secs(10), || {
+            let jobs = d.json(&["ps", "--json"]);
+            job = jobs
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|j| j["name"] == "orphan")
+                .cloned();
+            job.is_some()
+        }));
+        let id = job.unwrap()["id"].as_u64().unwrap();
+        unsafe { libc::kill(run.id() as i32, signal) };
+        let ended = d.wait_end(id, Duration::from_secs(20));
+        assert_eq!(ended["state"], "cancelled", "signal {signal}: {ended}");
+        let status = run.wait().unwrap();
+        assert_eq!(status.code(), Some(128 + libc::SIGTERM), "signal {signal}");
+    }
+}
+
+#[test]
 fn a_running_job_whose_class_changes_runs_on_and_ends() {
     let d = Daemon::start(&["--quantum-ms", "100"]);
     let x = d.submit(&["-n", "1", "--", "sh", "-c", "sleep 2; exit 3"]);

@@ -148,4 +148,16 @@ fn a_job_run_with_mem_that_fills_more_ends_failed_out_of_memory() {
     let history = d.json(&["history", "--json", "-j", &job.to_string()]);
     assert_eq!(history[0]["state"], "failed", "{history}");
     assert!(history[0]["peak_memory_bytes"].as_u64().unwrap_or(0) <= 64 << 20);
+    // A script that carries on after its child was killed for memory and exits 0 still
+    // fails `run` and `wait`: cosched ended it failed.
+    let script = "perl -e '$x = \"x\" x (256 << 20)'; exit 0";
+    let out = d.cosched(&["run", "-n", "1", "--mem", "64M", "--", "sh", "-c", script]);
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("out of memory"), "{stderr}");
 }
