@@ -320,6 +320,16 @@ impl<K: Ord> Numbering<K> {
 /// The jobs as a Standard Workload Format log (version 2.2), oldest submission first: times
 /// in seconds from the first submission (run time rounded up: a job that ran counts at least
 /// a second, as a replay drops jobs of none), queue = the class's number.
+/// The machine's nodes: as many as its processors' `node/cpu` names name (one machine: one).
+fn node_count(machine: &MatrixView) -> usize {
+    let nodes: std::collections::BTreeSet<&str> = machine
+        .processors
+        .iter()
+        .filter_map(|p| p.split_once('/').map(|(node, _)| node))
+        .collect();
+    nodes.len().max(1)
+}
+
 fn as_swf(jobs: &[HistoryView], machine: &MatrixView) -> Trace {
     let mut jobs: Vec<&HistoryView> = jobs.iter().collect();
     jobs.sort_by_key(|job| (job.submitted_us, job.id));
@@ -397,6 +407,7 @@ fn as_swf(jobs: &[HistoryView], machine: &MatrixView) -> Trace {
         format!("; UnixStartTime: {start_s}"),
         format!("; MaxJobs: {}", jobs.len()),
         format!("; MaxRecords: {}", jobs.len()),
+        format!("; MaxNodes: {}", node_count(machine)),
         format!("; MaxProcs: {}", machine.procs),
         format!("; MaxQueues: {}", Class::ALL.len()),
         format!("; Queues: {queues} (cosched's classes)"),
@@ -525,6 +536,11 @@ mod tests {
         swf::write(&as_swf(&jobs, &machine), &mut text).unwrap();
         let read = swf::read_bytes(&text[..], "history").unwrap();
         assert_eq!(read.header.max_procs(), Some(8));
+        assert_eq!(
+            read.header.get_int("MaxNodes"),
+            Some(1),
+            "one machine: one node"
+        );
         let fields: Vec<Vec<f64>> = read
             .records
             .iter()
