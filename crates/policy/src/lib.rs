@@ -138,10 +138,11 @@ impl fmt::Display for Place {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    #[error("{path}: {source}")]
+    /// (`error`, not `source`: its text is in this one's, and printed once.)
+    #[error("{path}: {error}")]
     Read {
         path: String,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The daemon's file could be changed by someone other than root.
     #[error("{path}: {why}: the policy sets every user's limits, so only root may write it (chown root, chmod go-w)")]
@@ -268,9 +269,9 @@ impl Policy {
         use std::io::Read;
         use std::os::unix::fs::OpenOptionsExt;
         let name = path.display().to_string();
-        let io = |source| PolicyError::Read {
+        let io = |error| PolicyError::Read {
             path: name.clone(),
-            source,
+            error,
         };
         let flags = if no_links { libc::O_NOFOLLOW } else { 0 };
         let mut file = std::fs::OpenOptions::new()
