@@ -140,10 +140,7 @@ impl fmt::Display for Place {
 pub enum PolicyError {
     /// (`error`, not `source`: its text is in this one's, and printed once.)
     #[error("{path}: {error}")]
-    Read {
-        path: String,
-        error: std::io::Error,
-    },
+    Read { path: String, error: std::io::Error },
     /// The daemon's file could be changed by someone other than root.
     #[error("{path}: {why}: the policy sets every user's limits, so only root may write it (chown root, chmod go-w)")]
     Untrusted { path: String, why: String },
