@@ -271,6 +271,14 @@ fn two_jobs_whose_memory_does_not_fit_together_never_share_the_processors() {
         "{waiting}"
     );
     assert_eq!(d.job(first)["mem_bytes"], 700u64 << 20);
+    // Suspended, the first keeps its pages: the second still may not start.
+    assert!(d.cosched(&["suspend", &first.to_string()]).status.success());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(d.job(second)["reason"], "memory", "{}", d.job(second));
+    assert!(d.cosched(&["resume", &first.to_string()]).status.success());
+    assert!(wait_until(Duration::from_secs(10), || d.job(first)
+        ["state"]
+        == "running"));
     let out = d.cosched(&["run", "-n", "1", "--mem", "2G", "--", "true"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");

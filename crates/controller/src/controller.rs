@@ -539,9 +539,20 @@ impl Controller {
         self.settings.nodes.nodes().len() > 1
     }
 
+    /// The job is gone from the core, and whatever memory it held there with it.
     fn unschedule(&mut self, job: JobId, now: Micros) {
+        let decisions = match self.scheduler.state(job) {
+            Some(_) => self.scheduler.remove(job, now).expect("present"),
+            None => self.scheduler.release_memory(job, now),
+        };
+        self.apply(decisions, now);
+    }
+
+    /// The job leaves the rotation while its processes stay (suspended, idle, being
+    /// stopped): their pages stay, so its memory stays held on its nodes.
+    fn unschedule_resident(&mut self, job: JobId, now: Micros) {
         if self.scheduler.state(job).is_some() {
-            let decisions = self.scheduler.remove(job, now).expect("present");
+            let decisions = self.scheduler.remove_resident(job, now).expect("present");
             self.apply(decisions, now);
         }
     }
@@ -903,7 +914,7 @@ impl Controller {
             self.end(job, JobState::Cancelled, Ending::default(), now);
             return Ok(format!("job {job} cancelled before it started"));
         }
-        self.unschedule(job, now);
+        self.unschedule_resident(job, now);
         self.tell(Command::Cancel { job });
         Ok(format!(
             "job {job}: SIGTERM sent (SIGKILL in {} s if it is still there)",
@@ -932,7 +943,7 @@ impl Controller {
             record.status = JobState::Suspended;
             record.suspended_since_us = Some(now);
         })?;
-        self.unschedule(job, now);
+        self.unschedule_resident(job, now);
         self.tell(Command::Suspend { job });
         Ok(format!("job {job} suspended"))
     }
@@ -1015,7 +1026,7 @@ impl Controller {
             return;
         }
         self.idle_departures += 1;
-        self.unschedule(job, now);
+        self.unschedule_resident(job, now);
         self.tell(Command::LetLoose { job });
     }
 
@@ -1308,6 +1319,8 @@ impl Controller {
             return;
         }
         if suspended {
+            // Its processes keep their pages while it waits to be resumed.
+            self.hold_resident_memory(job);
             return;
         }
         let queued = self
@@ -1320,6 +1333,24 @@ impl Controller {
         if let Err(error) = queued {
             self.fail(job, &error.to_string(), now);
         }
+    }
+
+    /// A launched job out of the rotation keeps its memory held on the nodes it runs on.
+    fn hold_resident_memory(&mut self, job: JobId) {
+        let record = &self.records[&job];
+        let Some(memory) = record.core_memory() else {
+            return;
+        };
+        let shares: Vec<NodeShare> = record
+            .nodes
+            .iter()
+            .zip(&record.cpus_on_nodes)
+            .filter_map(|(name, &procs)| {
+                let node = self.node_number(name)?;
+                Some(NodeShare { node, procs })
+            })
+            .collect();
+        self.scheduler.hold_memory(job, &shares, memory);
     }
 
     /// The agent found no sign that a launched job ever started (the daemon stopped between

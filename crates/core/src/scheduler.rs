@@ -386,6 +386,10 @@ pub struct Scheduler {
     /// Bytes of memory the placed jobs hold on each node, whatever their home; kept with or
     /// without node memory declared, so a caller can see what sharing would cost.
     memory_used: Vec<u64>,
+    /// Jobs out of the matrix whose processes keep their pages (suspended, idle, queued again,
+    /// being stopped), with the bytes they hold on each node: counted in `memory_used` until
+    /// they are placed again or leave, and free for their own placement.
+    resident: BTreeMap<JobId, Vec<(u32, u64)>>,
     /// Waiting jobs that cannot run on the nodes present (they need withheld processors),
     /// kept out of the queue so that they hold up no one behind them; back in the queue when
     /// a node returns or joins.
@@ -430,6 +434,7 @@ impl Scheduler {
             standby_procs: ProcSet::new(procs),
             withheld: ProcSet::new(procs),
             memory_used: vec![0; nodes],
+            resident: BTreeMap::new(),
             held: BTreeSet::new(),
             next_seq: 0,
             next_slice: 0,
@@ -557,8 +562,15 @@ impl Scheduler {
         now: Micros,
     ) -> Result<Vec<Decision>, SubmitError> {
         self.check(&request)?;
-        let seq = self.next_seq;
-        self.next_seq += 1;
+        // A job whose processes hold memory out of the matrix (resumed, awake again) goes
+        // ahead of its class: a job behind it waiting for that memory would otherwise wait
+        // for ever, and it for that job.
+        let seq = if self.resident.contains_key(&request.id) {
+            0
+        } else {
+            self.next_seq += 1;
+            self.next_seq - 1
+        };
         self.wait((request.class, seq, request.id), &request.shape);
         let id = request.id;
         let request_settled = request.settled;
@@ -584,9 +596,92 @@ impl Scheduler {
     pub fn remove(&mut self, job: JobId, now: Micros) -> Result<Vec<Decision>, JobError> {
         let removed = self.jobs.remove(&job).ok_or(JobError::Unknown(job))?;
         self.unplace(&removed);
+        self.drop_hold(job);
         let mut decisions = vec![Decision::Removed { job }];
         self.schedule(now, &mut decisions);
         Ok(decisions)
+    }
+
+    /// A job leaves the matrix and the queue but its processes stay, keeping their pages
+    /// (suspended, idle, being stopped): its memory stays held on its nodes until it is
+    /// submitted and placed again, or [`Scheduler::release_memory`].
+    pub fn remove_resident(&mut self, job: JobId, now: Micros) -> Result<Vec<Decision>, JobError> {
+        let removed = self.jobs.remove(&job).ok_or(JobError::Unknown(job))?;
+        self.unplace_resident(&removed);
+        let mut decisions = vec![Decision::Removed { job }];
+        self.schedule(now, &mut decisions);
+        Ok(decisions)
+    }
+
+    /// Holds `memory` on the nodes of `shares` for a job out of the matrix whose processes
+    /// exist (a restarted caller taking back a suspended job).
+    pub fn hold_memory(&mut self, job: JobId, shares: &[NodeShare], memory: Memory) {
+        let nodes = self.memory_used.len() as u32;
+        let held = shares
+            .iter()
+            .filter(|share| share.node < nodes)
+            .map(|share| (share.node, memory.on_node(share.procs)))
+            .collect();
+        self.add_hold(job, held);
+        self.matrix_changes += 1;
+    }
+
+    /// The held memory of a job out of the matrix is free again (its processes are gone);
+    /// waiting jobs may take it.
+    pub fn release_memory(&mut self, job: JobId, now: Micros) -> Vec<Decision> {
+        let mut decisions = Vec::new();
+        if self.drop_hold(job) {
+            self.matrix_changes += 1;
+            self.schedule(now, &mut decisions);
+        }
+        decisions
+    }
+
+    /// Bytes held on each node by jobs out of the matrix ([`Scheduler::remove_resident`]).
+    pub fn resident(&self, job: JobId) -> Option<&[(u32, u64)]> {
+        self.resident.get(&job).map(Vec::as_slice)
+    }
+
+    fn add_hold(&mut self, job: JobId, held: Vec<(u32, u64)>) {
+        self.drop_hold(job);
+        for &(node, bytes) in &held {
+            let used = &mut self.memory_used[node as usize];
+            *used = used.saturating_add(bytes);
+        }
+        self.resident.insert(job, held);
+    }
+
+    /// Whether `job` held memory out of the matrix (now given back).
+    fn drop_hold(&mut self, job: JobId) -> bool {
+        let Some(held) = self.resident.remove(&job) else {
+            return false;
+        };
+        for (node, bytes) in held {
+            let used = &mut self.memory_used[node as usize];
+            *used = used.saturating_sub(bytes);
+        }
+        true
+    }
+
+    /// What `job` holds on `node` out of the matrix: free for its own placement.
+    fn own_hold(&self, job: JobId, node: u32) -> u64 {
+        self.resident.get(&job).map_or(0, |held| {
+            held.iter()
+                .filter(|&&(n, _)| n == node)
+                .map(|&(_, bytes)| bytes)
+                .sum()
+        })
+    }
+
+    /// [`Scheduler::unplace`], its memory kept as a hold where it was placed.
+    fn unplace_resident(&mut self, job: &Job) {
+        if let (JobState::Placed { partition, .. }, Some(memory)) =
+            (&job.state, job.request.needs_memory())
+        {
+            let held = held_on_nodes(&self.machine, partition, memory).collect();
+            self.add_hold(job.request.id, held);
+        }
+        self.unplace(job);
     }
 
     /// Changes a job's class. A queued job moves in the queue; a placed job that changes layer
@@ -1015,7 +1110,9 @@ impl Scheduler {
         let per_node = self.machine.cpus_per_node();
         let room: Room = (0..self.machine.nodes())
             .filter_map(|node| {
-                let procs = memory.procs_within(free(node));
+                // What it holds out of the matrix is its own to use.
+                let free = free(node).saturating_add(self.own_hold(request.id, node));
+                let procs = memory.procs_within(free);
                 (procs < per_node).then_some((node, procs))
             })
             .collect();
@@ -1239,7 +1336,10 @@ impl Scheduler {
             if let Some((slice, reserved)) = found {
                 let memory = request.needs_memory()?;
                 let memory_left = held_on_nodes(&self.machine, &reserved, memory)
-                    .map(|(node, bytes)| (node, self.free_memory(&used, node) - bytes))
+                    .map(|(node, bytes)| {
+                        let free = self.free_memory(&used, node) + self.own_hold(head, node);
+                        (node, free - bytes)
+                    })
                     .collect();
                 return Some(ReservationMemo {
                     head,
@@ -1479,9 +1579,11 @@ impl Scheduler {
                 }
                 if let Some(memory) = memory.filter(|_| !ends_in_time) {
                     for (node, bytes) in held_on_nodes(&self.machine, &partition, memory) {
+                        // What it held out of the matrix was counted as taken already.
+                        let more = bytes.saturating_sub(self.own_hold(next.2, node));
                         let left = reservation.memory_left.iter_mut().find(|(n, _)| *n == node);
                         if let Some((_, left)) = left {
-                            *left -= bytes;
+                            *left = left.saturating_sub(more);
                         }
                     }
                 }
@@ -1494,6 +1596,8 @@ impl Scheduler {
     /// Puts a job in the matrix and refreshes what depends on it.
     fn place(&mut self, id: JobId, partition: Partition, home: Home, now: Micros) {
         self.matrix_changes += 1;
+        // Its placement holds its memory from here on.
+        self.drop_hold(id);
         let mut opened = false;
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -1768,9 +1872,24 @@ impl Scheduler {
                 }
             }
         }
+        for (job, held) in &self.resident {
+            if self
+                .jobs
+                .get(job)
+                .is_some_and(|j| matches!(j.state, JobState::Placed { .. }))
+            {
+                return Err(format!(
+                    "job {job}: placed, and holding memory out of the matrix"
+                ));
+            }
+            for &(node, bytes) in held {
+                let used = &mut memory[node as usize];
+                *used = used.saturating_add(bytes);
+            }
+        }
         if memory != self.memory_used {
             return Err(format!(
-                "memory drifted: kept {:?}, placed jobs hold {memory:?}",
+                "memory drifted: kept {:?}, placed and resident jobs hold {memory:?}",
                 self.memory_used
             ));
         }

@@ -146,7 +146,7 @@ impl Controller {
                     "job {job}: time limit reached ({}); SIGTERM now, SIGKILL after the grace",
                     cosched_core::Clock(run_us)
                 ));
-                self.unschedule(job, now);
+                self.unschedule_resident(job, now);
                 self.tell(Command::Cancel { job });
             }
         }

@@ -186,7 +186,7 @@ impl Controller {
         }
         // As an idle job: out of the rotation, its processors free for others.
         self.update(job, |record| record.status = JobState::Idle)?;
-        self.unschedule(job, now);
+        self.unschedule_resident(job, now);
         self.tell(Command::Finish { job });
         Ok(format!(
             "job {job} is no longer scheduled; it ends once its processes have exited"

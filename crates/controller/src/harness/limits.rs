@@ -344,3 +344,38 @@ fn a_suspend_and_resume_gives_an_interactive_job_no_second_preempting_stretch() 
     assert_eq!(roles(&h), [Role::Own], "the batch job is not frozen again");
     assert_eq!(view(&h, batch).slices.len(), 1);
 }
+
+#[test]
+fn a_suspended_or_idle_job_keeps_its_memory_until_it_ends() {
+    const G: u64 = 1 << 30;
+    let mut h = Harness::with_memory(2, 4 * G);
+    let who = Harness::user(UID);
+    let with_memory = |h: &mut Harness, bytes| {
+        let mut run = Harness::request(1, &["sleep", "100"]);
+        run.mem_bytes = Some(bytes);
+        h.controller
+            .submit(&Harness::user(UID), run, None, h.now)
+            .unwrap()
+    };
+    let first = with_memory(&mut h, 3 * G);
+    h.controller.suspend(&who, first, h.now).unwrap();
+    // Its pages stay: a second 3 GiB job would page, so it waits, suspended or not.
+    let second = with_memory(&mut h, 3 * G);
+    assert_eq!(view(&h, second).reason, Some(Pending::Memory));
+    h.controller.audit().unwrap();
+    // Resumed, it takes its own memory back (nothing else could).
+    h.controller.resume(&who, first, h.now).unwrap();
+    assert_eq!(view(&h, first).state, JobState::Running);
+    // Idle, the same; a restart holds it again for a suspended job.
+    h.event(Event::Idle { job: first });
+    assert_eq!(view(&h, second).reason, Some(Pending::Memory));
+    h.event(Event::Woke { job: first });
+    h.controller.suspend(&who, first, h.now).unwrap();
+    h.restart();
+    assert_eq!(view(&h, second).reason, Some(Pending::Memory));
+    h.controller.audit().unwrap();
+    // Its end frees it.
+    h.orders();
+    h.event(killed(first, 9));
+    assert_eq!(Harness::starts(&h.orders()), [(second, true)]);
+}

@@ -18,6 +18,8 @@ enum Step {
         procs: u32,
         class: usize,
         limit_s: Option<u64>,
+        /// GiB per node it asks for.
+        mem_gib: Option<u64>,
     },
     /// The policy's per-user limits change (a reload).
     Limits {
@@ -45,8 +47,8 @@ const CLASSES: [&str; 4] = ["express", "interactive", "batch", "standby"];
 fn step() -> impl Strategy<Value = Step> {
     let job = 0usize..16;
     prop_oneof![
-        4 => (0u32..3, 1u32..=4, 1usize..4, prop::option::of(1u64..5))
-            .prop_map(|(user, procs, class, limit_s)| Step::Run { user, procs, class, limit_s }),
+        4 => (0u32..3, 1u32..=4, 1usize..4, prop::option::of(1u64..5), prop::option::of(1u64..4))
+            .prop_map(|(user, procs, class, limit_s, mem_gib)| Step::Run { user, procs, class, limit_s, mem_gib }),
         1 => (prop::option::of(1u32..3), prop::option::of(1u32..5))
             .prop_map(|(running_jobs, procs)| Step::Limits { running_jobs, procs }),
         1 => job.clone().prop_map(Step::Cancel),
@@ -86,10 +88,12 @@ fn take(h: &mut Harness, jobs: &mut Vec<JobId>, step: &Step) -> Result<(), TestC
             procs,
             class,
             limit_s,
+            mem_gib,
         } => {
             let mut run = Harness::request(procs, &["sleep", "1"]);
             run.class = Some(CLASSES[class].into());
             run.time_limit_s = limit_s;
+            run.mem_bytes = mem_gib.map(|g| g << 30);
             let who = Harness::user(user(u));
             if let Ok(job) = h.controller.submit(&who, run, None, now) {
                 prop_assert!(
@@ -176,6 +180,15 @@ proptest! {
         let mut h = Harness::cluster(&[("a", 2), ("b", 2)]);
         let mut jobs = Vec::new();
         for step in &steps {
+            take(&mut h, &mut jobs, step)?;
+        }
+    }
+
+    #[test]
+    fn with_node_memory(steps in prop::collection::vec(step(), 1..60)) {
+        let mut h = Harness::with_memory(4, 4 << 30);
+        let mut jobs = Vec::new();
+        for step in steps.iter().filter(|s| !matches!(s, Step::Node(_))) {
             take(&mut h, &mut jobs, step)?;
         }
     }
