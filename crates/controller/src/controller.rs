@@ -1276,21 +1276,28 @@ impl Controller {
 
     /// After a restart: every unfinished job is taken back, in submission order.
     pub fn recover(&mut self, records: Vec<JobRecord>, now: Micros) {
+        let mut unfinished = Vec::new();
         for mut record in records {
             let job = record.id;
-            let ended = record.status.ended();
-            if ended {
+            if record.status.ended() {
                 // A store written before ended jobs shed their environment.
                 record.shed_for_history();
-            } else {
-                self.tally(&record, true);
-            }
-            self.records.insert(job, record);
-            if ended {
                 self.ended.push_back(job);
             } else {
-                self.readopt(job, now);
+                self.tally(&record, true);
+                unfinished.push(job);
             }
+            self.records.insert(job, record);
+        }
+        // Suspended jobs' pages are there before anything is placed: their memory first.
+        for &job in &unfinished {
+            let record = &self.records[&job];
+            if record.launched && record.status == JobState::Suspended {
+                self.hold_resident_memory(job);
+            }
+        }
+        for job in unfinished {
+            self.readopt(job, now);
         }
         self.evict_ended();
     }
@@ -1319,8 +1326,7 @@ impl Controller {
             return;
         }
         if suspended {
-            // Its processes keep their pages while it waits to be resumed.
-            self.hold_resident_memory(job);
+            // Its memory is held (`recover`): its processes keep their pages.
             return;
         }
         let queued = self
