@@ -430,7 +430,12 @@ fn exit_status(job: u64, state: JobState, exit: Option<ExitInfo>) -> i32 {
 #[command(
     after_help = "N is the job's processors, or NODESxPER-NODE for a job spread with -N. CPUS \
 are the scheduler's processor numbers, not a node's own CPU numbers (in a cluster, each node's \
-agent reports what it runs: `cosched nodes`)."
+agent reports what it runs: `cosched nodes`). TIME_LEFT is what remains of its time limit, \
+counted in time it is let run (its share of the slots), not wall time. REASON says why a \
+waiting job waits: resources (no slice has its processors free), memory (processors are free \
+but not the memory beside the jobs resident there), priority (it would fit, but an earlier \
+job comes first), limit (its owner is at a per-user limit), node (pinned to a node whose \
+agent left), held (suspended by its owner)."
 )]
 pub struct PsArgs {
     /// Only this job, with its whole command (a listing shows the start of each)
@@ -439,6 +444,7 @@ pub struct PsArgs {
     /// Include jobs that ended
     #[arg(long)]
     all: bool,
+    /// Print the jobs as JSON (run_us, time_limit_us, reason, mem_bytes... per job)
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -559,6 +565,7 @@ pub(crate) fn truncate(text: &str, width: usize) -> String {
 /// Show the Ousterhout matrix: slices by processors, the running slice marked.
 #[derive(Args)]
 pub struct MatrixArgs {
+    /// Print the matrix as JSON
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -670,6 +677,7 @@ pub fn console_token(args: ConsoleTokenArgs) -> Result<()> {
 /// Show switch statistics: slot lateness, switch time and skew (p50/p99/max).
 #[derive(Args)]
 pub struct StatsArgs {
+    /// Print the figures as JSON
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -727,6 +735,7 @@ fn render_stats(s: &StatsView) -> String {
 /// boundary lateness, as each node's agent last reported.
 #[derive(Args)]
 pub struct NodesArgs {
+    /// Print the nodes as JSON
     #[arg(long)]
     json: bool,
     #[command(flatten)]

@@ -23,7 +23,9 @@ Examples:\n  \
   cosched history -u ann --state failed,timeout\n  \
   cosched history -j 41,42 --json\n  \
   cosched history --since -7d --swf > week.swf   # then: cosched sim --trace week.swf\n\n\
-WAIT is from submission to start; ELAPSED from start to end, frozen slots included; HELD the \
+WAIT is from submission to start; ELAPSED from start to end, frozen slots included; RUN the \
+time it was let run (its share of the slots: what its limit spends); LIMIT its time limit; \
+HELD the \
 time its owner kept it suspended; CPU the processor time of all its processes; PEAK the most \
 memory they held at once (- where the node cannot tell). Anyone may read every user's jobs, \
 as with ps. At most --limit jobs come back, the latest ended; a reply carries at most 4 MiB \
@@ -48,6 +50,7 @@ pub struct HistoryArgs {
     /// At most this many jobs, the latest ended [default: 1000; at most 10000]
     #[arg(long, value_name = "N")]
     limit: Option<u32>,
+    /// Print the jobs as JSON (times in µs, every figure a row has)
     #[arg(long, conflicts_with = "swf")]
     json: bool,
     /// Write the jobs as a Standard Workload Format log, oldest first
