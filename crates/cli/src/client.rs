@@ -159,7 +159,7 @@ fn parse_time(text: &str) -> Result<u64, String> {
         .map_err(|e| e.to_string())
 }
 
-fn parse_memory(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_memory(text: &str) -> Result<u64, String> {
     cosched_core::parse_size(text).map_err(|e| e.to_string())
 }
 

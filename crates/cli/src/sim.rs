@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Args};
 use cosched_core::{Backfill, Machine, Micros, PartitionerKind, MICROS_PER_SEC};
-use cosched_policy::{NodeMemory as PolicyNodeMemory, Policy as SitePolicy};
+use cosched_policy::Policy as SitePolicy;
 use cosched_proto::Mode;
 use cosched_sim::generate::{generate as generate_trace, generate_shaped, Shape, ShapeStats};
 use cosched_sim::swf::{self, Trace};
@@ -115,7 +115,7 @@ pub struct SimArgs {
     /// Memory of each node (512M, 4G): jobs carry the log's requested memory (field 10, KB per
     /// processor) and those placed on a node must fit in its memory together [default: the
     /// policy file's memory.node_memory when it is a size and memory.fit is on]
-    #[arg(long, value_name = "SIZE", value_parser = parse_node_memory)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::client::parse_memory)]
     node_memory: Option<u64>,
     /// Processors per node, with node memory [default: the trace's MaxProcs / MaxNodes]
     #[arg(long, value_name = "N")]
@@ -719,10 +719,6 @@ fn print_report(report: &Report, json: bool, out: &mut dyn Write) -> Result<()> 
     Ok(())
 }
 
-fn parse_node_memory(text: &str) -> Result<u64, String> {
-    cosched_core::parse_size(text).map_err(|e| e.to_string())
-}
-
 /// `--procs-per-node` and `--no-memory-fit` shape nodes' memory: alone they are a mistake.
 fn memory_flags_alone(args: &SimArgs) -> Result<()> {
     if args.procs_per_node.is_some() || args.no_memory_fit {
@@ -739,12 +735,8 @@ fn node_memory(
     header: &swf::Header,
     policy: Option<&SitePolicy>,
 ) -> Result<Option<NodeMemory>> {
-    let from_policy = policy
-        .filter(|p| p.memory.fit)
-        .and_then(|p| match p.memory.node_memory {
-            PolicyNodeMemory::Bytes(bytes) => Some(bytes),
-            PolicyNodeMemory::Auto => None,
-        });
+    // `auto` is the node's own size: a log's nodes have none to find.
+    let from_policy = policy.and_then(|p| p.memory.node_size(None));
     let Some(bytes) = args.node_memory.or(from_policy) else {
         return Ok(None);
     };

@@ -143,20 +143,8 @@ fn a_user_at_a_limit_waits_with_the_reason_and_past_the_queued_limit_is_refused(
         all.extend_from_slice(args);
         as_nobody(&all)
     };
-    let id = |out: std::process::Output| -> u64 {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
-    let first = id(submit(&["sleep", "100"]));
-    let second = id(submit(&["sleep", "100"]));
+    let first = job_id(submit(&["sleep", "100"]));
+    let second = job_id(submit(&["sleep", "100"]));
     let refused = submit(&["sleep", "100"]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");

@@ -88,20 +88,6 @@ pub fn core_memory(mem: Option<u64>, per_cpu: Option<u64>) -> Option<Memory> {
     mem.map(Memory::PerNode).or(per_cpu.map(Memory::PerCpu))
 }
 
-/// A job's memory on each node it runs on: `mem` per node, or `per_cpu` times its processors
-/// per node (all of them, unless spread over `node_count` nodes).
-pub fn memory_per_node(
-    mem: Option<u64>,
-    per_cpu: Option<u64>,
-    procs: u32,
-    node_count: Option<u32>,
-) -> Option<u64> {
-    mem.or_else(|| {
-        let per_node = procs / node_count.unwrap_or(1).max(1);
-        Some(per_cpu?.saturating_mul(u64::from(per_node)))
-    })
-}
-
 /// Bytes a job's submission holds: arguments, environment, working directory.
 pub fn submitted_bytes(argv: &[String], env: &[(String, String)], cwd: &str) -> usize {
     let argv: usize = argv.iter().map(String::len).sum();
@@ -115,19 +101,16 @@ impl JobRecord {
         submitted_bytes(&self.argv, &self.env, &self.cwd)
     }
 
-    /// The memory it asked for on each node it runs on (bytes): `--mem`, or `--mem-per-cpu`
-    /// times its processors per node (all of them, unless spread over `node_count` nodes).
+    /// The memory it asked for, as the core admits it.
     pub fn core_memory(&self) -> Option<Memory> {
         core_memory(self.mem_bytes, self.mem_per_cpu_bytes)
     }
 
+    /// The memory it asked for on each node it runs on (bytes): `--mem`, or `--mem-per-cpu`
+    /// times its processors per node (all of them, unless spread over `node_count` nodes).
     pub fn memory_per_node(&self) -> Option<u64> {
-        memory_per_node(
-            self.mem_bytes,
-            self.mem_per_cpu_bytes,
-            self.procs,
-            self.node_count,
-        )
+        let per_node = self.procs / self.node_count.unwrap_or(1).max(1);
+        self.core_memory().map(|memory| memory.on_node(per_node))
     }
 
     /// An ended job sheds what only a run needs: its environment, and its command past

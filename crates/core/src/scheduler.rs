@@ -637,11 +637,6 @@ impl Scheduler {
         decisions
     }
 
-    /// Bytes held on each node by jobs out of the matrix ([`Scheduler::remove_resident`]).
-    pub fn resident(&self, job: JobId) -> Option<&[(u32, u64)]> {
-        self.resident.get(&job).map(Vec::as_slice)
-    }
-
     fn add_hold(&mut self, job: JobId, held: Vec<(u32, u64)>) {
         self.drop_hold(job);
         for &(node, bytes) in &held {

@@ -20,7 +20,7 @@ use cosched_controller::{log, ApiError, Controller, Settings};
 use cosched_core::{Micros, Rotation, Scheduler};
 use cosched_os::unix::{self, Credentials};
 use cosched_os::{now_micros, usable_cpus};
-use cosched_policy::{MemoryPolicy, NodeMemory, Policy};
+use cosched_policy::{MemoryPolicy, Policy};
 use cosched_proto::api::{Reply, Request, MAX_REQUEST_BYTES};
 use cosched_proto::{Mode, NodeInfo, NodeMap, Order, OrderSink};
 use std::collections::BTreeMap;
@@ -534,14 +534,8 @@ fn lead_cluster(
 /// `auto` the node's own (`found`: the smallest node's in a cluster); none with the rule off
 /// or the size unknown (logged: jobs are then admitted by processors alone).
 fn node_memory(policy: &MemoryPolicy, found: Option<u64>) -> Option<u64> {
-    if !policy.fit {
-        return None;
-    }
-    let bytes = match policy.node_memory {
-        NodeMemory::Bytes(bytes) => Some(bytes),
-        NodeMemory::Auto => found,
-    };
-    if bytes.is_none() {
+    let bytes = policy.node_size(found);
+    if policy.fit && bytes.is_none() {
         log("memory.node_memory is auto and a node's memory is unknown: jobs are admitted by processors alone");
     }
     bytes

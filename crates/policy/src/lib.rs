@@ -79,6 +79,21 @@ pub struct MemoryPolicy {
     pub default_mem_per_cpu: Option<u64>,
 }
 
+impl MemoryPolicy {
+    /// What jobs may hold on a node in all, with the rule on: the policy's size, or with
+    /// `auto` the node's own (`found`, if known). `None`: jobs are admitted by processors
+    /// alone.
+    pub fn node_size(&self, found: Option<u64>) -> Option<u64> {
+        if !self.fit {
+            return None;
+        }
+        match self.node_memory {
+            NodeMemory::Bytes(bytes) => Some(bytes),
+            NodeMemory::Auto => found,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeMemory {
     /// The node's own size, as the agent finds it.

@@ -191,17 +191,7 @@ impl Daemon {
     pub fn submit_to(&self, output: &std::path::Path, args: &[&str]) -> u64 {
         let mut all = vec!["run", "--detach", "--output", output.to_str().unwrap()];
         all.extend_from_slice(args);
-        let out = self.cosched(&all);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
+        job_id(self.cosched(&all))
     }
 
     pub fn json(&self, args: &[&str]) -> Value {
@@ -434,6 +424,20 @@ pub fn v2_root() -> PathBuf {
     layout
         .v2
         .expect("these tests read job CPU time from the cgroup v2 tree")
+}
+
+/// The id a successful `run --detach` printed.
+pub fn job_id(out: Output) -> u64 {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// Sends raw bytes, returns the reply line.
