@@ -509,6 +509,79 @@ proptest! {
     }
 }
 
+/// Found by CI (one run in six): nodes leave and return around memory-holding jobs, and a
+/// later head that fits was left waiting for priority.
+#[test]
+fn a_head_that_fits_is_placed_after_nodes_leave_and_return() {
+    use Op::*;
+    let batch = |n, memory| Submit {
+        shape: Shape::Count(n),
+        class: Class::Batch,
+        est: 1,
+        memory,
+    };
+    let express = |n, memory| Submit {
+        shape: Shape::Count(n),
+        class: Class::Express,
+        est: 1,
+        memory,
+    };
+    let interactive = |n| Submit {
+        shape: Shape::Count(n),
+        class: Class::Interactive,
+        est: 1,
+        memory: Memory::PerCpu(0),
+    };
+    let node0 = || NodeLeavesOrReturns { node: 0 };
+    let machine = Machine::line(12)
+        .unwrap()
+        .with_nodes(12)
+        .unwrap()
+        .with_node_memory(NODE_MEMORY);
+    let config = Config {
+        partitioner: PartitionerKind::BestFit,
+        mpl: 5,
+        alternates: false,
+        backfill: Backfill::Easy,
+        repack: true,
+        interactive_preempts: true,
+    };
+    let ops = [
+        NodeJoins,
+        node0(),
+        node0(),
+        batch(13, Memory::PerNode(10)),
+        NodeJoins,
+        batch(2, Memory::PerCpu(3)),
+        interactive(5),
+        Settle {
+            pick: 4293749553013580570,
+        },
+        batch(9, Memory::PerCpu(5)),
+        node0(),
+        express(1, Memory::PerCpu(0)),
+        express(1, Memory::PerNode(76)),
+        node0(),
+        Remove {
+            pick: 11610351967969797931,
+        },
+        node0(),
+        batch(8, Memory::PerCpu(0)),
+        node0(),
+        node0(),
+        node0(),
+        batch(2, Memory::PerNode(3)),
+        Remove {
+            pick: 2458372174818946207,
+        },
+        batch(4, Memory::PerCpu(1)),
+        node0(),
+        express(6, Memory::PerCpu(12)),
+        interactive(7),
+    ];
+    run(&machine, &config, &ops).unwrap();
+}
+
 /// Crowded matrices of small batch jobs: many alternates per slice, so an ending or new job
 /// changes the greedy fill in chains (a job newly fitting evicts later ones, whose processors
 /// let others in). Slices are refilled only where their processors changed; `audit` holds each
