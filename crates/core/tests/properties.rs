@@ -630,3 +630,79 @@ proptest! {
         }
     }
 }
+
+/// Found by the property test: a job requeued by a class change held its memory on one
+/// node, then was placed on another, freeing the first after the express layer had been
+/// served; the express head that now fit was left waiting.
+#[test]
+fn memory_freed_by_a_placement_is_offered_to_the_layers_before_it() {
+    use Class::*;
+    use Memory::*;
+    use Op::*;
+    let submit = |n, class, est, memory| Submit {
+        shape: Shape::Count(n),
+        class,
+        est,
+        memory,
+    };
+    let node = |node| NodeLeavesOrReturns { node };
+    let machine = Machine::line(10)
+        .unwrap()
+        .with_nodes(5)
+        .unwrap()
+        .with_node_memory(NODE_MEMORY);
+    let config = Config {
+        partitioner: PartitionerKind::BestFit,
+        mpl: 1,
+        alternates: true,
+        backfill: Backfill::Easy,
+        repack: false,
+        interactive_preempts: false,
+    };
+    let ops = [
+        submit(2, Express, 1, PerCpu(3)),
+        submit(6, Express, 1, PerNode(95)),
+        node(0),
+        submit(1, Express, 135, PerNode(6)),
+        NodeJoins,
+        SetClass {
+            pick: 131687864665214431,
+            class: Standby,
+        },
+        submit(11, Interactive, 1, PerCpu(0)),
+        submit(1, Express, 1, PerCpu(0)),
+        SetClass {
+            pick: 2300812964256631252,
+            class: Batch,
+        },
+        submit(8, Interactive, 1, PerCpu(0)),
+        submit(6, Interactive, 1, PerCpu(0)),
+        submit(2, Batch, 1, PerCpu(0)),
+        node(0),
+        submit(5, Interactive, 1, PerCpu(0)),
+        submit(1, Interactive, 326, PerNode(32)),
+        node(0),
+        submit(4, Interactive, 257, PerNode(69)),
+        submit(1, Interactive, 296, PerNode(12)),
+        node(1),
+        submit(2, Express, 1, PerCpu(7)),
+        submit(1, Interactive, 1, PerCpu(0)),
+        Remove {
+            pick: 4030579118835890774,
+        },
+        NodeJoins,
+        submit(1, Express, 1, PerCpu(0)),
+        submit(1, Interactive, 1, PerCpu(0)),
+        submit(1, Interactive, 1, PerCpu(0)),
+        submit(3, Interactive, 1, PerCpu(0)),
+        submit(6, Express, 1, PerNode(43)),
+        Remove {
+            pick: 10655780692178886216,
+        },
+        SetClass {
+            pick: 15403904709685255339,
+            class: Standby,
+        },
+    ];
+    run(&machine, &config, &ops).unwrap();
+}
