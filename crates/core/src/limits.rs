@@ -17,6 +17,12 @@ pub enum DurationError {
     Zero(String),
     #[error("'{0}' is longer than a year")]
     TooLong(String),
+    #[error("'{text}': {field} must be below {below} (only the first field may be larger)")]
+    OutOfRange {
+        text: String,
+        field: &'static str,
+        below: i64,
+    },
 }
 
 /// A time limit as Slurm writes it: `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`.
@@ -36,6 +42,22 @@ pub fn parse_duration(text: &str) -> Result<Micros, DurationError> {
         .split(':')
         .map(number)
         .collect::<Result<Vec<_>, _>>()?;
+    // As a clock reads: a first field may be large (90:00 is ninety minutes), the rest not.
+    let bounds: &[(&str, i64)] = match (days, parts.len()) {
+        (None, 2) => &[("seconds", 60)],
+        (None, _) => &[("minutes", 60), ("seconds", 60)],
+        (Some(_), _) => &[("hours", 24), ("minutes", 60), ("seconds", 60)],
+    };
+    let first_bounded = usize::from(days.is_none());
+    for (&value, &(field, below)) in parts[first_bounded..].iter().zip(bounds) {
+        if value >= below {
+            return Err(DurationError::OutOfRange {
+                text: text.to_string(),
+                field,
+                below,
+            });
+        }
+    }
     let seconds = match (days, parts.as_slice()) {
         (None, [m]) => m * 60,
         (None, [m, s]) => m * 60 + s,
@@ -180,6 +202,19 @@ mod tests {
                 "{bad}"
             );
         }
+        for (over, field) in [
+            ("00:60", "seconds"),
+            ("1:60:00", "minutes"),
+            ("1-24", "hours"),
+            ("1-2:60", "minutes"),
+        ] {
+            assert!(
+                matches!(parse_duration(over), Err(DurationError::OutOfRange { field: f, .. }) if f == field),
+                "{over}"
+            );
+        }
+        assert_eq!(parse_duration("90:00"), Ok(90 * 60 * S));
+        assert_eq!(parse_duration("36:00:00"), Ok(36 * 3600 * S));
         assert!(matches!(parse_duration("0"), Err(DurationError::Zero(_))));
         assert!(matches!(
             parse_duration("366-0"),
