@@ -17,12 +17,35 @@ pub enum DurationError {
     Zero(String),
     #[error("'{0}' is longer than a year")]
     TooLong(String),
-    #[error("'{text}': {field} must be below {below} (only the first field may be larger)")]
-    OutOfRange {
-        text: String,
-        field: &'static str,
-        below: i64,
-    },
+    #[error("'{text}': {field} must be below {below} (only the first field may be larger)", below = field.bound())]
+    OutOfRange { text: String, field: ClockField },
+}
+
+/// A field of a clock after the first, which must stay below its bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockField {
+    Hours,
+    Minutes,
+    Seconds,
+}
+
+impl ClockField {
+    fn bound(self) -> i64 {
+        match self {
+            ClockField::Hours => 24,
+            ClockField::Minutes | ClockField::Seconds => 60,
+        }
+    }
+}
+
+impl fmt::Display for ClockField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClockField::Hours => "hours",
+            ClockField::Minutes => "minutes",
+            ClockField::Seconds => "seconds",
+        })
+    }
 }
 
 /// A time limit as Slurm writes it: `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`.
@@ -43,18 +66,18 @@ pub fn parse_duration(text: &str) -> Result<Micros, DurationError> {
         .map(number)
         .collect::<Result<Vec<_>, _>>()?;
     // As a clock reads: a first field may be large (90:00 is ninety minutes), the rest not.
-    let bounds: &[(&str, i64)] = match (days, parts.len()) {
-        (None, 2) => &[("seconds", 60)],
-        (None, _) => &[("minutes", 60), ("seconds", 60)],
-        (Some(_), _) => &[("hours", 24), ("minutes", 60), ("seconds", 60)],
+    use ClockField::*;
+    let bounded: &[ClockField] = match (days, parts.len()) {
+        (None, 2) => &[Seconds],
+        (None, _) => &[Minutes, Seconds],
+        (Some(_), _) => &[Hours, Minutes, Seconds],
     };
     let first_bounded = usize::from(days.is_none());
-    for (&value, &(field, below)) in parts[first_bounded..].iter().zip(bounds) {
-        if value >= below {
+    for (&value, &field) in parts[first_bounded..].iter().zip(bounded) {
+        if value >= field.bound() {
             return Err(DurationError::OutOfRange {
                 text: text.to_string(),
                 field,
-                below,
             });
         }
     }
@@ -203,10 +226,10 @@ mod tests {
             );
         }
         for (over, field) in [
-            ("00:60", "seconds"),
-            ("1:60:00", "minutes"),
-            ("1-24", "hours"),
-            ("1-2:60", "minutes"),
+            ("00:60", ClockField::Seconds),
+            ("1:60:00", ClockField::Minutes),
+            ("1-24", ClockField::Hours),
+            ("1-2:60", ClockField::Minutes),
         ] {
             assert!(
                 matches!(parse_duration(over), Err(DurationError::OutOfRange { field: f, .. }) if f == field),
