@@ -423,6 +423,7 @@ impl Controller {
             note: None,
             suspended_us: 0,
             suspended_since_us: None,
+            suspended_by_root: false,
             nodes: Vec::new(),
             cpus_on_nodes: Vec::new(),
             time_limit_us,
@@ -939,9 +940,11 @@ impl Controller {
                 })
             }
         }
+        let by_root = who.is_root();
         self.update(job, |record| {
             record.status = JobState::Suspended;
             record.suspended_since_us = Some(now);
+            record.suspended_by_root = by_root;
         })?;
         self.unschedule_resident(job, now);
         self.tell(Command::Suspend { job });
@@ -962,10 +965,16 @@ impl Controller {
                 action: "resume",
             });
         }
+        if record.suspended_by_root && !who.is_root() {
+            return Err(ApiError::Forbidden(format!(
+                "job {job} was suspended by root: only root may resume it"
+            )));
+        }
         self.update(job, |record| {
             record.status = JobState::Queued;
             record.suspended_us += suspended_for(record, now);
             record.suspended_since_us = None;
+            record.suspended_by_root = false;
         })?;
         if let Err(error) = self.enqueue(job, now) {
             // Not left "queued" with nothing to run it.
