@@ -2,21 +2,37 @@
 //! It probes for real (a scratch cgroup, a real-time thread), then removes what it made.
 
 use cosched_cgroups::{Actuator, Cgroups, Layout};
-use serde::Serialize;
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-#[derive(Clone, Debug, Serialize)]
+/// One thing the daemon may use: whether this machine has it, and where or why not.
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Feature {
     pub name: &'static str,
     pub available: bool,
     pub detail: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct Report {
     pub features: Vec<Feature>,
     /// The actuator the daemon would use, or why none can be used.
     pub actuator: Result<String, String>,
     pub cpus: u32,
+}
+
+/// `daemon --check --json` (docs/clients.md): `{"usable": bool, "actuator": the actuator or
+/// null, "unusable_because": why none can be used or null, "cpus": n, "features": [{"name",
+/// "available", "detail"}]}`; exactly one of `actuator` and `unusable_because` is a string.
+impl Serialize for Report {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut report = serializer.serialize_struct("Report", 5)?;
+        report.serialize_field("usable", &self.usable())?;
+        report.serialize_field("actuator", &self.actuator.as_ref().ok())?;
+        report.serialize_field("unusable_because", &self.actuator.as_ref().err())?;
+        report.serialize_field("cpus", &self.cpus)?;
+        report.serialize_field("features", &self.features)?;
+        report.end()
+    }
 }
 
 impl Report {
@@ -178,5 +194,40 @@ pub fn check() -> Report {
         features,
         actuator,
         cpus: cosched_os::usable_cpus(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_json_report_says_usable_and_the_actuator_or_why_not_in_fields_of_their_own() {
+        let mut report = Report {
+            features: vec![feature("cpuset", true, "cgroup v2")],
+            actuator: Ok("stop: cgroup v2 freezer".into()),
+            cpus: 2,
+        };
+        assert_eq!(
+            serde_json::to_value(&report).unwrap(),
+            json!({
+                "usable": true,
+                "actuator": "stop: cgroup v2 freezer",
+                "unusable_because": null,
+                "cpus": 2,
+                "features": [{"name": "cpuset", "available": true, "detail": "cgroup v2"}],
+            })
+        );
+        report.actuator = Err("no freezer".into());
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            (
+                &json["usable"],
+                &json["actuator"],
+                &json["unusable_because"]
+            ),
+            (&json!(false), &json!(null), &json!("no freezer"))
+        );
     }
 }
