@@ -363,14 +363,9 @@ fn answer(head: &str, shared: &Shared, site: Site) -> Answer {
             ("GET", "/metrics") => {
                 let format = crate::metrics::Format::negotiate(header(head, "Accept"));
                 let scrape = shared.with(|inner, now| inner.scrape(now));
-                let mut page = Page::new(
-                    200,
-                    format.content_type(),
-                    crate::metrics::encode(scrape, format),
-                );
+                let body = crate::metrics::encode(scrape, format);
                 // Caches must keep each format apart.
-                page.extra = "Vary: Accept\r\n";
-                page
+                Page::new(200, format.content_type(), body).with("Vary: Accept\r\n")
             }
             ("GET", "/") => Page::new(
                 200,
@@ -418,9 +413,7 @@ fn not_allowed(action: bool) -> Page {
             "only GET and HEAD are served here (and POST /jobs/ID/ACTION with a token)\n",
         )
     };
-    let mut page = Page::new(405, "text/plain", why);
-    page.extra = allow;
-    page
+    Page::new(405, "text/plain", why).with(allow)
 }
 
 /// What the console shows now: unfinished jobs and the latest ended ones.
@@ -533,6 +526,14 @@ impl Page {
             kind,
             body: body.into(),
             extra: "",
+        }
+    }
+
+    /// The page with `header` (ending in CRLF) among its headers.
+    fn with(self, header: &'static str) -> Page {
+        Page {
+            extra: header,
+            ..self
         }
     }
 

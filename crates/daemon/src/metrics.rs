@@ -1,8 +1,8 @@
 //! `/metrics`: the daemon's figures, encoded by `prometheus-client` from a snapshot taken under
 //! the state's lock at each scrape. Names have the `cosched_` prefix and base units; no job id
 //! or user is a label. Two text formats ([`Format`]): OpenMetrics 1.0.0 when the scraper's
-//! `Accept` asks for it (Prometheus does), else the Prometheus text format 0.0.4 (`curl`,
-//! `promtool check metrics` and older scrapers read only that one).
+//! `Accept` asks for it (Prometheus does), else the Prometheus text format 0.0.4 (what `curl`
+//! gets, and the one format `promtool check metrics` and older scrapers read).
 
 use cosched_controller::counts::{Scrape, WAIT_BOUNDS_S};
 use cosched_proto::api::NodeView;
