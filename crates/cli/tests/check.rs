@@ -63,4 +63,20 @@ fn the_json_check_is_one_object_saying_whether_the_daemon_can_run_and_why_not() 
     // Nobody may make the scratch cgroup: the reason is the kernel's refusal.
     let why = report["unusable_because"].as_str().unwrap();
     assert!(why.contains("Permission denied"), "{report}");
+    // Nor the probe that looks for the v2 freezer: it says so, rather than blame the kernel.
+    let v2 = report["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "cgroup v2 freezer")
+        .unwrap();
+    if v2["detail"] != "no cgroup2 mount" {
+        assert!(
+            v2["detail"]
+                .as_str()
+                .unwrap()
+                .contains("cannot make a cgroup"),
+            "{v2}"
+        );
+    }
 }

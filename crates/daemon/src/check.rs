@@ -71,21 +71,29 @@ pub fn check() -> Report {
     let v2_controllers = layout.v2_controllers();
     let v2_has = |c: &str| v2_controllers.iter().any(|x| x == c);
     let probe = format!("cosched-check-{}", std::process::id());
+    // The scratch cgroup's files, or why it could not be made (then nothing is known).
     let v2_freeze = layout.v2.as_ref().map(|root| {
         let dir = root.join(&probe);
-        let made = std::fs::create_dir(&dir).is_ok();
+        let made = std::fs::create_dir(&dir);
         let has = dir.join("cgroup.freeze").exists();
         // Only where the root passes the memory controller down (as the daemon has it do).
         let peak = dir.join("memory.peak").exists();
-        if made {
+        if made.is_ok() {
             let _ = std::fs::remove_dir(&dir);
         }
-        (root.clone(), has, peak)
+        (root.clone(), made.err(), has, peak)
     });
-    let v2_peak = v2_freeze.as_ref().is_some_and(|(_, _, peak)| *peak);
+    let v2_peak = v2_freeze.as_ref().is_some_and(|(_, _, _, peak)| *peak);
     features.push(match &v2_freeze {
-        Some((root, true, _)) => feature("cgroup v2 freezer", true, format!("{}", root.display())),
-        Some((root, false, _)) => feature(
+        Some((root, Some(error), _, _)) => feature(
+            "cgroup v2 freezer",
+            false,
+            format!("cannot make a cgroup under {}: {error}", root.display()),
+        ),
+        Some((root, None, true, _)) => {
+            feature("cgroup v2 freezer", true, format!("{}", root.display()))
+        }
+        Some((root, None, false, _)) => feature(
             "cgroup v2 freezer",
             false,
             format!(
