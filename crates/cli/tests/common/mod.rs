@@ -461,19 +461,23 @@ pub fn refused(out: &Output, expected: &str) {
 
 /// GETs `path` from the daemon's HTTP side; returns the status line and the body.
 pub fn http_get(port: u16, path: &str) -> (String, String) {
-    use std::io::{Read, Write};
+    let (head, body) = http(port, &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n"));
+    (head.lines().next().unwrap_or("").to_string(), body)
+}
+
+/// Sends `head` (request line and headers, each ending in CRLF) on a new connection to the
+/// daemon's HTTP side; the answer's head (status line and headers) and body.
+pub fn http(port: u16, head: &str) -> (String, String) {
+    use std::io::Read;
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    write!(stream, "{head}\r\n").unwrap();
     let mut text = String::new();
     stream.read_to_string(&mut text).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    (
-        head.lines().next().unwrap_or("").to_string(),
-        body.to_string(),
-    )
+    (head.to_string(), body.to_string())
 }
 
 /// The value of the sample `name` (with its labels, as printed) in a scrape.
