@@ -661,12 +661,15 @@ impl Controller {
             None
         };
         // The launcher runs on the job's first node; the other nodes only place it.
+        let memory = self.records[&job].core_memory();
         for placed in placed {
+            let here = memory.map(|memory| memory.on_node(placed.cpus.size()));
             self.send(
                 &placed.node,
                 Order {
                     command: Command::Start {
                         job,
+                        memory: here.and_then(std::num::NonZeroU64::new),
                         cpus: placed.cpus,
                         launch: launch.take(),
                     },
@@ -725,7 +728,6 @@ impl Controller {
             groups: record.owner.groups.clone(),
             output: record.output.clone(),
             holder: record.registered,
-            memory: record.memory_per_node().and_then(std::num::NonZeroU64::new),
         }
     }
 

@@ -419,6 +419,23 @@ pub fn cgroup_cpu_us(cgroup: &Path) -> i64 {
     cosched_cgroups::cpu_usage_of(cgroup).map_or(0, |used| used.as_micros() as i64)
 }
 
+/// The file holding a job's memory limit, in whichever tree has the memory controller.
+pub fn memory_limit_file(
+    layout: &cosched_cgroups::Layout,
+    parent: &str,
+    job: u64,
+) -> Option<PathBuf> {
+    if layout.v2_controllers().iter().any(|c| c == "memory") {
+        let root = layout.v2.as_ref()?;
+        return Some(root.join(parent).join(format!("job-{job}/memory.max")));
+    }
+    let root = layout.v1_memory.as_ref()?;
+    Some(
+        root.join(parent)
+            .join(format!("job-{job}/memory.limit_in_bytes")),
+    )
+}
+
 pub fn v2_root() -> PathBuf {
     let layout = cosched_cgroups::Layout::detect().unwrap();
     layout
