@@ -1598,9 +1598,14 @@ impl Scheduler {
                     break;
                 }
             }
-            if placed.is_none() && self.new_slice_room().is_some() {
-                // A slice of its own: it takes nothing the head's reservation holds (a slice
-                // that exists), and its memory is bounded as in any slice.
+            // A slice of its own takes no processor the head's reservation holds in a slice
+            // that exists, and its memory is bounded as in any slice. Where the head is to
+            // open a slice at the shadow, the job must leave one for it or end in time: else
+            // the head finds the MPL reached and its reservation moves (a starved head).
+            let leaves_the_head_a_slice = reserved_index.is_some()
+                || ends_in_time
+                || self.slices.len() + 1 < self.config.mpl as usize;
+            if placed.is_none() && leaves_the_head_a_slice && self.new_slice_room().is_some() {
                 let in_new = || self.find(&self.preempting_procs, shape, room);
                 placed = attempt(&in_new, &mut failed_new).map(|p| (p, self.slices.len()));
             }

@@ -768,3 +768,40 @@ fn behind_a_head_short_of_memory_a_job_that_cannot_delay_it_opens_a_slice() {
     s.audit().unwrap();
     assert!(matches!(decisions[1], Decision::Placed { job: 2, .. }));
 }
+
+#[test]
+fn a_long_job_leaves_the_slice_a_head_short_of_memory_is_to_open() {
+    let easy_gang = Config {
+        mpl: 3,
+        alternates: false,
+        backfill: Backfill::Easy,
+        ..Config::default()
+    };
+    let mut s = sched_with_memory(1, 2, 150, easy_gang);
+    let job = |id, n, memory, estimate| with_memory(id, n, memory).estimate(estimate);
+    submit_request(&mut s, job(1, 2, 10, 1_000), 0);
+    submit_request(&mut s, job(2, 1, 100, 10), 0);
+    submit_request(&mut s, job(3, 1, 10, 1_000), 0);
+    assert_eq!(show(&s), ["1@0-1", "2@0 3@1"]);
+    // 30 left: the head waits for job 2's memory; then no slice has its processors free
+    // (job 3 keeps one of slice 1's), so it is to open the third.
+    submit_request(&mut s, job(4, 2, 100, 10), 0);
+    assert_eq!(s.pending_reason(4), Some(Pending::Memory));
+    // A long job would fit in memory beside it, but opening the last slice would leave
+    // the head none at its shadow: it waits.
+    submit_request(&mut s, job(5, 2, 10, 1_000), 0);
+    assert_eq!(s.pending_reason(5), Some(Pending::Priority));
+    assert_eq!(show(&s), ["1@0-1", "2@0 3@1"]);
+    // A short one may: it ends before the head needs the slice.
+    submit_request(&mut s, job(6, 2, 10, 5), 0);
+    assert_eq!(show(&s), ["1@0-1", "2@0 3@1", "6@0-1"]);
+    remove(&mut s, 6);
+    let decisions = s.remove(2, 30).unwrap();
+    s.audit().unwrap();
+    assert!(
+        decisions
+            .iter()
+            .any(|d| matches!(d, Decision::Placed { job: 4, .. })),
+        "{decisions:?}"
+    );
+}
