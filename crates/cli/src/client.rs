@@ -4,9 +4,10 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use cosched_os::unix;
-use cosched_proto::api::{JobView, MatrixView, NodeView, Reply, Request, RunRequest, StatsView};
+use cosched_proto::api::{MatrixView, NodeView, Reply, Request, RunRequest, StatsView};
+use cosched_proto::pattern::{expand, names_job, PatternFields};
 use cosched_proto::{ExitInfo, JobState, Summary};
-use std::io::Write;
+use std::io::IsTerminal;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -113,7 +114,7 @@ cosched-JOBID.out in this directory as seen on those nodes (a shared file system
 sbatch), opened there as you, as this command says on standard error; across nodes, mpirun finds the job's hosts in COSCHED_HOSTS (Open MPI reads them by itself).")]
 pub struct RunArgs {
     /// Processors the job needs
-    #[arg(short = 'n', long = "procs", value_name = "N")]
+    #[arg(short = 'n', long = "procs", value_name = "N", default_value_t = 1)]
     procs: u32,
     /// Spread the processors evenly over this many distinct nodes (N/NODES on each; N must be
     /// a multiple) [default: wherever the partitioner puts them, perhaps all on one node]
@@ -128,9 +129,19 @@ pub struct RunArgs {
     /// Print the job id and return at once (see below for where the output goes)
     #[arg(long)]
     detach: bool,
-    /// Append the job's stdout and stderr to this file
-    #[arg(long, value_name = "FILE")]
-    output: Option<PathBuf>,
+    /// Write the job's stdout (and stderr, unless --error) to this file: a pattern where %j
+    /// is the job id, %x its name, %u your user name, %N its first node, %% a percent sign
+    #[arg(short, long, value_name = "PATTERN")]
+    output: Option<String>,
+    /// Write the job's stderr to this file (a pattern as --output's)
+    #[arg(short, long, value_name = "PATTERN")]
+    error: Option<String>,
+    /// Whether --output and --error start the files afresh or add to them
+    #[arg(long, value_name = "MODE", default_value = "truncate")]
+    open_mode: OpenMode,
+    /// Say nothing on standard error about waiting in the queue and starting
+    #[arg(short, long)]
+    quiet: bool,
     /// Time limit, counted in time the job is let run (not time frozen in other jobs'
     /// slots): minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, as in Slurm. At the
     /// limit the job gets SIGTERM, then SIGKILL after the grace, and ends `timeout`.
@@ -145,8 +156,8 @@ pub struct RunArgs {
     /// Memory the job needs per processor it has (instead of --mem)
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     mem_per_cpu: Option<u64>,
-    /// The command and its arguments
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command and its arguments (after `--` when they start with `-`)
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     command: Vec<String>,
     #[command(flatten)]
     socket: Socket,
@@ -193,28 +204,46 @@ pub fn run(args: RunArgs) -> Result<i32> {
         .ok_or_else(|| anyhow!("the working directory {} is not UTF-8", cwd.display()))?
         .to_string();
     let null = std::fs::File::open("/dev/null").context("/dev/null")?;
+    let name = args.name.clone().unwrap_or_else(|| {
+        let program = &args.command[0];
+        program.rsplit('/').next().unwrap_or(program).to_string()
+    });
+    let user = user_name();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .context("this machine's host name")?;
+    let fields = PatternFields {
+        job: None,
+        name: Some(&name),
+        user: Some(&user),
+        node: Some(&host),
+    };
     // A detached job must not hold a pipe its caller waits on (`id=$(cosched run --detach ...)`).
-    let default_output =
-        args.output.is_none() && args.detach && unsafe { libc::isatty(libc::STDOUT_FILENO) } == 0;
+    let default_output = args.output.is_none()
+        && args.detach
+        && !std::io::stdout().is_terminal();
     let output = match (&args.output, default_output) {
-        (Some(path), _) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("opening --output {}", path.display()))?,
-        ),
-        (None, true) => Some(PendingOutput::create()?),
+        (Some(pattern), _) => Some(OutputFile::open(pattern, &fields, args.open_mode, "out")?),
+        (None, true) => Some(OutputFile::open(DEFAULT_OUTPUT, &fields, args.open_mode, "out")?),
         (None, false) => None,
     };
-    let stdin = if args.detach { null.as_raw_fd() } else { 0 };
-    let (stdout, stderr) = match &output {
-        Some(file) => (file.as_raw_fd(), file.as_raw_fd()),
-        None => (1, 2),
+    let errors = match &args.error {
+        Some(pattern) => Some(OutputFile::open(pattern, &fields, args.open_mode, "err")?),
+        None => None,
     };
-    // Where the descriptors sent cannot go (a cluster's nodes), the job opens it there.
+    let stdin = if args.detach { null.as_raw_fd() } else { 0 };
+    let stdout = output.as_ref().map_or(1, |o| o.file.as_raw_fd());
+    let stderr = match (&errors, &output) {
+        (Some(file), _) | (None, Some(file)) => file.file.as_raw_fd(),
+        (None, None) => 2,
+    };
+    // Where the descriptors sent cannot go (a cluster's nodes), the job opens it there,
+    // filling in %j and %N.
     let output_path = match &args.output {
-        Some(path) => Some(absolute(&cwd, path)?),
+        Some(pattern) => {
+            let elsewhere = PatternFields { node: None, ..fields };
+            Some(absolute(&cwd, &expand(pattern, &elsewhere)?)?)
+        }
         None => None,
     };
     let request = Request::Run(RunRequest {
@@ -241,80 +270,171 @@ pub fn run(args: RunArgs) -> Result<i32> {
                 output,
                 reason,
                 ..
-            }) => {
-                if let (Some(reason), false) = (reason, args.detach) {
-                    eprintln!(
-                        "cosched: job {job} queued: {} ({reason})",
-                        reason.explained()
-                    );
-                }
-                Ok((stream, job, output))
-            }
+            }) => Ok((stream, job, output, reason)),
             Some(Reply::Error { error, .. }) => bail!("{error}"),
             _ => bail!("the daemon closed the connection without a reply"),
         }
     });
-    let (stream, job, elsewhere) = match submitted {
-        Ok((stream, job, None)) if default_output => {
-            // The job exists now: a script must get its id whatever happens to the name
-            // (one that retried would run it twice).
-            if let Err(error) = PendingOutput::name(job) {
-                eprintln!(
-                    "cosched: job {job} writes its output to {} ({error:#})",
-                    PendingOutput::path().display()
-                );
+    let (stream, job, elsewhere, reason) = match submitted {
+        Ok(submitted) => submitted,
+        Err(error) => {
+            for file in output.iter().chain(&errors) {
+                file.abandon();
             }
-            (stream, job, None)
-        }
-        other => {
-            if default_output {
-                let _ = std::fs::remove_file(PendingOutput::path());
-            }
-            other?
+            return Err(error);
         }
     };
+    // The job exists now: a script must get its id whatever happens to a file's name (one
+    // that retried would run it twice).
+    for file in output.iter().chain(&errors) {
+        match &elsewhere {
+            Some(_) => file.abandon(),
+            None => file.name(job, args.open_mode),
+        }
+    }
     if let Some(place) = elsewhere {
         eprintln!("cosched: job {job} writes its output to {place}");
+        if args.error.is_some() {
+            eprintln!("cosched: job {job}: in a cluster its stderr goes with its stdout");
+        }
     }
     if args.detach {
         println!("{job}");
         return Ok(0);
     }
+    let queued = reason.filter(|_| !args.quiet);
+    if let Some(reason) = queued {
+        eprintln!(
+            "cosched: job {job} queued and waiting: {} ({reason})",
+            reason.explained()
+        );
+    }
     catch_interrupts();
-    wait_for(&socket, job, stream, true)
+    wait_for(&socket, job, stream, true, queued.is_some())
+}
+
+/// Where a detached job's output goes by default.
+const DEFAULT_OUTPUT: &str = "cosched-%j.out";
+
+/// How --output and --error open their files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OpenMode {
+    Truncate,
+    Append,
+}
+
+/// A file of the job's output, opened here, as the user who submits (the daemon, root, never
+/// opens it: root's rights would write where the user may not, through any link).
+struct OutputFile {
+    file: std::fs::File,
+    /// A pattern naming the job id is made under a temporary name (`.cosched-PID.out` in
+    /// its directory) and named once the job has an id: that name and the pattern.
+    pending: Option<(PathBuf, String)>,
+}
+
+impl OutputFile {
+    fn open(pattern: &str, fields: &PatternFields, mode: OpenMode, kind: &str) -> Result<Self> {
+        let local = expand(pattern, fields)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true);
+        if !names_job(&local) {
+            let path = expand(&local, &PatternFields { job: Some(0), ..*fields })?;
+            match mode {
+                OpenMode::Truncate => options.create(true).truncate(true),
+                OpenMode::Append => options.create(true).append(true),
+            };
+            let file = options
+                .open(&path)
+                .with_context(|| format!("opening the job's {kind} file {path}"))?;
+            return Ok(OutputFile {
+                file,
+                pending: None,
+            });
+        }
+        let dir = Path::new(&local).parent().unwrap_or(Path::new(""));
+        if names_job(&dir.to_string_lossy()) {
+            bail!("output pattern {pattern:?}: %j may name the file, not a directory");
+        }
+        let pending = dir.join(format!(".cosched-{}.{kind}", std::process::id()));
+        let file = options
+            .create_new(true)
+            .open(&pending)
+            .with_context(|| format!("creating the job's {kind} file in {}", dir.display()))?;
+        Ok(OutputFile {
+            file,
+            pending: Some((pending, local)),
+        })
+    }
+
+    /// Gives the file its name now the job has an id (appending to an existing file of that
+    /// name cannot be done any more: the job writes to this one; it keeps its temporary name).
+    fn name(&self, job: u64, mode: OpenMode) {
+        let Some((pending, pattern)) = &self.pending else {
+            return;
+        };
+        // The other fields were filled in before: only %j and %% are left.
+        let all = PatternFields {
+            job: Some(job),
+            name: Some(""),
+            user: Some(""),
+            node: Some(""),
+        };
+        let named = expand(pattern, &all).unwrap_or_else(|_| pattern.clone());
+        let outcome = match mode {
+            OpenMode::Append if Path::new(&named).exists() => Err(anyhow!(
+                "{named} exists and this job's output cannot be appended to it"
+            )),
+            _ => std::fs::rename(pending, &named)
+                .with_context(|| format!("naming the job's output file {named}")),
+        };
+        if let Err(error) = outcome {
+            eprintln!(
+                "cosched: job {job} writes to {} ({error:#})",
+                pending.display()
+            );
+        }
+    }
+
+    /// The job was not taken, or writes elsewhere: its temporary file goes.
+    fn abandon(&self) {
+        if let Some((pending, _)) = &self.pending {
+            let _ = std::fs::remove_file(pending);
+        }
+    }
+}
+
+/// The name of the user this command runs as (the uid when it has none).
+fn user_name() -> String {
+    // SAFETY: geteuid has no preconditions; a zeroed passwd is valid, getpwuid_r writes
+    // within `buffer`.
+    unsafe {
+        let uid = libc::geteuid();
+        let mut buffer = vec![0 as libc::c_char; 4096];
+        let mut entry: libc::passwd = std::mem::zeroed();
+        let mut found = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(
+            uid,
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        );
+        if rc == 0 && !found.is_null() {
+            if let Ok(name) = std::ffi::CStr::from_ptr(entry.pw_name).to_str() {
+                return name.to_string();
+            }
+        }
+        uid.to_string()
+    }
 }
 
 /// `path` as seen from `cwd`, as a string the daemon takes.
-fn absolute(cwd: &str, path: &std::path::Path) -> Result<String> {
+fn absolute(cwd: &str, path: &str) -> Result<String> {
     let joined = std::path::Path::new(cwd).join(path);
     joined
         .to_str()
         .map(str::to_string)
-        .ok_or_else(|| anyhow!("--output {} is not UTF-8", path.display()))
-}
-
-/// The default output of a detached job: made in this directory before the job has an id,
-/// named `cosched-JOBID.out` once it has one.
-struct PendingOutput;
-
-impl PendingOutput {
-    fn path() -> PathBuf {
-        PathBuf::from(format!(".cosched-{}.out", std::process::id()))
-    }
-
-    fn create() -> Result<std::fs::File> {
-        std::fs::OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(Self::path())
-            .context("cannot create the job's output file in this directory (pass --output FILE)")
-    }
-
-    fn name(job: u64) -> Result<()> {
-        let named = format!("cosched-{job}.out");
-        std::fs::rename(Self::path(), &named)
-            .with_context(|| format!("naming the job's output file {named}"))
-    }
+        .ok_or_else(|| anyhow!("--output {path} is not UTF-8"))
 }
 
 /// Wait for jobs to end (jobs started with `run --detach`, or anyone's): blocks without
@@ -340,7 +460,7 @@ pub fn wait(args: WaitArgs) -> Result<i32> {
     for job in args.jobs {
         let stream = connect(&socket)?;
         send(&stream, &Request::Wait { job, stdio: false }, &[])?;
-        let status = wait_for(&socket, job, stream, false)?;
+        let status = wait_for(&socket, job, stream, false, false)?;
         if first_failure == 0 {
             first_failure = status;
         }
@@ -349,13 +469,36 @@ pub fn wait(args: WaitArgs) -> Result<i32> {
 }
 
 /// Waits for the end of `job` on `stream`; cancels it on Ctrl-C when interrupts are caught;
-/// outlives daemon restarts (handing this terminal to the job again when `stdio`).
-fn wait_for(socket: &Path, job: u64, mut stream: UnixStream, stdio: bool) -> Result<i32> {
+/// outlives daemon restarts (handing this terminal to the job again when `stdio`). With
+/// `queued`, says where the job starts once it does (as srun's "has been allocated").
+fn wait_for(
+    socket: &Path,
+    job: u64,
+    mut stream: UnixStream,
+    stdio: bool,
+    mut queued: bool,
+) -> Result<i32> {
     let mut cancelled = false;
     let mut told_lost = false;
+    let mut looked = std::time::Instant::now();
     loop {
         stream.set_read_timeout(Some(Duration::from_millis(200)))?;
         let outcome = receive(&stream);
+        // Once a second at most, and only while it waits: the daemon sends no word of a start.
+        if queued && looked.elapsed() >= Duration::from_secs(1) {
+            looked = std::time::Instant::now();
+            if let Ok(Reply::Jobs { jobs, .. }) = ask(socket, &Request::Ps { all: true, job: Some(job) }) {
+                if let Some(view) = jobs.first().filter(|v| v.started_us.is_some()) {
+                    queued = false;
+                    if !view.state.ended() {
+                        eprintln!(
+                            "cosched: job {job} has been allocated resources: CPUs {}",
+                            view.cpus.as_deref().unwrap_or("-")
+                        );
+                    }
+                }
+            }
+        }
         if INTERRUPTED.load(Ordering::SeqCst) && !cancelled {
             cancelled = true;
             eprintln!("cosched: cancelling job {job}");
@@ -416,139 +559,18 @@ fn exit_status(job: u64, state: JobState, exit: Option<ExitInfo>) -> i32 {
             exit.shell_status()
         }
         // Ended by cosched for what it did (out of memory): its script's own 0 is no success.
-        Some(exit) if state == JobState::Failed => exit.shell_status().max(1),
+        Some(exit) if state == JobState::Failed => {
+            if exit.signal.is_some() {
+                eprintln!("cosched: job {job} failed: killed by {exit}");
+            }
+            exit.shell_status().max(1)
+        }
         Some(exit) => exit.shell_status(),
         None => {
             eprintln!("cosched: job {job} {state} without running to its end");
             1
         }
     }
-}
-
-/// List jobs.
-#[derive(Args)]
-#[command(
-    after_help = "N is the job's processors, or NODESxPER-NODE for a job spread with -N. CPUS \
-are the scheduler's processor numbers, not a node's own CPU numbers (in a cluster, each node's \
-agent reports what it runs: `cosched nodes`). TIME_LEFT is what remains of its time limit, \
-counted in time it is let run (its share of the slots), not wall time. REASON says why a \
-waiting job waits: resources (no slice has its processors free), memory (processors are free \
-but not the memory beside the jobs resident there), priority (it would fit, but an earlier \
-job comes first), limit (its owner is at a per-user limit), node (pinned to a node whose \
-agent left), held (suspended by its owner)."
-)]
-pub struct PsArgs {
-    /// Only this job, with its whole command (a listing shows the start of each)
-    #[arg(value_name = "JOB")]
-    job: Option<u64>,
-    /// Include jobs that ended
-    #[arg(long)]
-    all: bool,
-    /// Print the jobs as JSON (run_us, time_limit_us, reason, mem_bytes... per job)
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    socket: Socket,
-}
-
-fn elapsed(job: &JobView, now: i64) -> String {
-    match job.started_us {
-        Some(start) => {
-            let seconds = (job.ended_us.unwrap_or(now) - start) / 1_000_000;
-            format!(
-                "{}:{:02}:{:02}",
-                seconds / 3600,
-                seconds / 60 % 60,
-                seconds % 60
-            )
-        }
-        None => "-".into(),
-    }
-}
-
-pub fn ps(args: PsArgs) -> Result<()> {
-    let Reply::Jobs { jobs, .. } = ask(
-        &args.socket.socket,
-        &Request::Ps {
-            all: args.all,
-            job: args.job,
-        },
-    )?
-    else {
-        bail!("unexpected reply to ps");
-    };
-    if let (Some(job), true) = (args.job, jobs.is_empty()) {
-        bail!("no job {job}");
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&jobs)?);
-        return Ok(());
-    }
-    let now = cosched_os::now_micros();
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "{:>5} {:<12} {:<8} {:<11} {:>4} {:<8} {:<9} {:<9} {:<7} {:>9} {:>11} {:>5}  COMMAND",
-        "ID",
-        "NAME",
-        "USER",
-        "CLASS",
-        "N",
-        "CPUS",
-        "STATE",
-        "REASON",
-        "SLICES",
-        "ELAPSED",
-        "TIME_LEFT",
-        "EXIT"
-    )?;
-    for job in &jobs {
-        let slices = job
-            .slices
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        let exit = match job.exit {
-            Some(ExitInfo { code: Some(c), .. }) => c.to_string(),
-            Some(ExitInfo {
-                signal: Some(s), ..
-            }) => format!("sig{s}"),
-            _ => "-".into(),
-        };
-        writeln!(
-            out,
-            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<8} {:<9} {:<9} {:<7} {:>9} {:>11} {:>5}  {}",
-            job.id,
-            truncate(&job.name, 12),
-            truncate(&job.user, 8),
-            job.class,
-            match job.node_count {
-                Some(nodes) => format!("{nodes}x{}", job.procs / nodes.max(1)),
-                None => job.procs.to_string(),
-            },
-            job.cpus.as_deref().unwrap_or("-"),
-            job.state,
-            job.reason.map_or("-", |r| r.name()),
-            if slices.is_empty() {
-                "-".into()
-            } else {
-                slices
-            },
-            elapsed(job, now),
-            match job.time_left_us() {
-                Some(left) if !job.state.ended() => cosched_core::Clock(left).to_string(),
-                _ => "-".into(),
-            },
-            exit,
-            if args.job.is_some() {
-                truncate(&job.argv.join(" "), usize::MAX)
-            } else {
-                truncate(&job.argv.join(" "), 40)
-            }
-        )?;
-    }
-    Ok(())
 }
 
 /// At most `width` characters, control characters shown as '?': another user's command line
@@ -790,22 +812,6 @@ fn render_nodes(nodes: &[NodeView]) -> String {
         out += "(no node has reported yet)\n";
     }
     out
-}
-
-/// Act on one job: cancel, suspend or resume it.
-#[derive(Args)]
-pub struct JobArgs {
-    /// The job id (from `cosched ps`)
-    job: u64,
-    #[command(flatten)]
-    socket: Socket,
-}
-
-pub fn act(args: JobArgs, make: fn(u64) -> Request) -> Result<()> {
-    if let Reply::Done { message, .. } = ask(&args.socket.socket, &make(args.job))? {
-        println!("{message}");
-    }
-    Ok(())
 }
 
 /// Change a job's class (owners may lower it; only root may raise it or use express).

@@ -38,7 +38,7 @@ pub struct HistoryArgs {
     /// Only these jobs
     #[arg(short, long = "job", value_name = "ID[,ID]", value_delimiter = ',')]
     jobs: Vec<u64>,
-    /// Only jobs that ended so: done (or completed), failed, cancelled, timeout, lost
+    /// Only jobs that ended so: completed (exit 0), failed, cancelled, timeout, lost
     #[arg(long, value_name = "S[,S]", value_delimiter = ',', value_parser = parse_state)]
     state: Vec<JobState>,
     /// Only jobs that ended at or after WHEN
@@ -98,7 +98,7 @@ pub fn history(args: HistoryArgs) -> Result<()> {
 }
 
 /// A user's uid: a number as it is, else the name looked up here (the daemon's machine).
-fn uid_of(user: &str) -> Result<u32> {
+pub(crate) fn uid_of(user: &str) -> Result<u32> {
     if let Ok(uid) = user.parse() {
         return Ok(uid);
     }
@@ -123,15 +123,12 @@ fn uid_of(user: &str) -> Result<u32> {
 }
 
 fn parse_state(text: &str) -> Result<JobState, String> {
-    if text == "completed" {
-        return Ok(JobState::Done);
-    }
     JobState::ENDED
         .into_iter()
         .find(|state| state.name() == text)
         .ok_or_else(|| {
             format!(
-                "'{text}' is not a way of ending: one of {}, completed",
+                "'{text}' is not a way of ending: one of {}",
                 JobState::ENDED.map(JobState::name).join(", ")
             )
         })
@@ -299,11 +296,11 @@ fn render(jobs: &[HistoryView]) -> String {
     text
 }
 
-/// SWF's status: 1 completed, 0 failed (a non-zero exit, killed by cosched, lost), 5
-/// cancelled.
+/// SWF's status: 1 completed, 0 failed (a non-zero exit or a signal, killed by cosched,
+/// lost, out of time), 5 cancelled.
 fn swf_status(job: &HistoryView) -> f64 {
     match job.state {
-        JobState::Done if job.exit.is_some_and(|e| e.code == Some(0)) => 1.0,
+        JobState::Completed => 1.0,
         JobState::Cancelled => 5.0,
         _ => 0.0,
     }
@@ -473,7 +470,7 @@ mod tests {
 
     #[test]
     fn states_are_ways_of_ending() {
-        assert_eq!(parse_state("completed"), Ok(JobState::Done));
+        assert_eq!(parse_state("completed"), Ok(JobState::Completed));
         assert_eq!(parse_state("timeout"), Ok(JobState::Timeout));
         let refused = parse_state("running").unwrap_err();
         assert!(
@@ -520,8 +517,8 @@ mod tests {
         };
         let jobs = [
             view(3, 1000, JobState::Cancelled, code(143)),
-            view(2, 0, JobState::Done, code(3)),
-            view(1, 1000, JobState::Done, code(0)),
+            view(2, 0, JobState::Failed, code(3)),
+            view(1, 1000, JobState::Completed, code(0)),
         ];
         let machine = MatrixView {
             procs: 8,

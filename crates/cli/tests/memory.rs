@@ -77,6 +77,7 @@ fn a_job_over_its_memory_ends_with_the_oom_kill_its_cgroup_counted() {
         output: Some(output.clone()),
         holder: false,
         memory: NonZeroU64::new(LIMIT),
+        hosts: Vec::new(),
     };
     let start = Command::Start {
         job: 1,

@@ -213,14 +213,7 @@ fn jobs(jobs: &[JobView], hidden: usize, now_us: Micros) -> String {
             .started_us
             .map(|start| duration(job.ended_us.unwrap_or(now_us) - start))
             .unwrap_or_default();
-        let exit = match job.exit {
-            Some(e) => match (e.code, e.signal) {
-                (Some(code), _) => code.to_string(),
-                (_, Some(signal)) => format!("signal {signal}"),
-                _ => String::new(),
-            },
-            None => String::new(),
-        };
+        let exit = job.exit.map(|e| e.to_string()).unwrap_or_default();
         let slices: Vec<String> = job.slices.iter().map(usize::to_string).collect();
         let class = job.class.to_string();
         let state = job.state.name();

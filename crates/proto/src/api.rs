@@ -159,7 +159,8 @@ pub struct RunRequest {
     #[serde(default)]
     pub stdio: bool,
     /// The file (absolute) the job appends its output to where the descriptors sent cannot
-    /// reach it (a cluster's nodes); by default `cosched-JOBID.out` in `cwd`.
+    /// reach it (a cluster's nodes); by default `cosched-JOBID.out` in `cwd`. A pattern:
+    /// `%j` and `%N` are filled in there, `%%` is a percent sign (`crate::pattern`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
     /// Seconds it may run (time it is let run, not time frozen in others' slots); then
@@ -267,6 +268,8 @@ pub fn validate_run(run: &RunRequest) -> Result<(), String> {
         ));
     }
     if let Some(output) = &run.output {
+        crate::pattern::expand(output, &crate::pattern::PatternFields::default())
+            .map_err(|error| error.to_string())?;
         if !output.starts_with('/') || has_nul(output) || output.len() > MAX_PATH_BYTES {
             return Err(format!(
                 "output file {:?} is not an absolute path (of at most {MAX_PATH_BYTES} bytes)",
