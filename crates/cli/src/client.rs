@@ -490,12 +490,10 @@ fn wait_for(
             if let Ok(Reply::Jobs { jobs, .. }) = ask(socket, &Request::Ps { all: true, job: Some(job) }) {
                 if let Some(view) = jobs.first().filter(|v| v.started_us.is_some()) {
                     queued = false;
-                    if !view.state.ended() {
-                        eprintln!(
-                            "cosched: job {job} has been allocated resources: CPUs {}",
-                            view.cpus.as_deref().unwrap_or("-")
-                        );
-                    }
+                    eprintln!(
+                        "cosched: job {job} has been allocated resources: CPUs {}",
+                        view.cpus.as_deref().unwrap_or("-")
+                    );
                 }
             }
         }

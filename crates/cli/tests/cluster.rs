@@ -465,7 +465,7 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
     // That job's start and end change the plan, and a generation for a slot it leaves vacant
     // applies within the slot (CI once saw x and y share a slot here): sample after it.
     let short_done = wait_until(Duration::from_secs(15), || {
-        standby.job(y + 1)["state"] == "done"
+        standby.job(y + 1)["state"] == "completed"
     });
     assert!(short_done, "job {} never ended:\n{}", y + 1, standby.log());
     std::thread::sleep(Duration::from_millis(300));
@@ -478,7 +478,7 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
     );
     for (job, code) in [(x, 5), (y, 6)] {
         let done = wait_until(Duration::from_secs(60), || {
-            standby.job(job)["state"] == "done"
+            standby.job(job)["state"] == "completed"
         });
         assert!(done, "job {job}: {}\n{}", standby.job(job), standby.log());
         assert_eq!(standby.job(job)["exit"]["code"], code);

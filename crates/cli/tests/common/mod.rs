@@ -219,7 +219,7 @@ impl Daemon {
         let mut job = Value::Null;
         let ended = wait_until(patience, || {
             job = self.job(id);
-            ["done", "cancelled", "timeout", "failed", "lost"]
+            ["completed", "cancelled", "timeout", "failed", "lost"]
                 .contains(&job["state"].as_str().unwrap())
         });
         assert!(
