@@ -98,20 +98,32 @@ pub fn ask(socket: &Path, request: &Request) -> Result<Reply> {
 /// and exits with the job's exit code.
 #[derive(Args)]
 #[command(after_help = "Examples:\n  \
+  cosched run hostname                                  # one processor\n  \
   cosched run -n 2 -- mpirun -np 2 --bind-to none ./stencil\n  \
   cosched run -N 2 -n 2 -- mpirun -np 2 --bind-to none ./pingpong   # one rank per node\n  \
   cosched run -n 1 --class interactive -- make -j1\n  \
-  cosched run -n 4 --detach --output sim.log -- ./sim --steps 1000\n  \
+  cosched run -n 4 --detach -o sim-%j.log -e sim-%j.err -- ./sim --steps 1000\n  \
   id=$(cosched run -n 2 --detach -- ./sim)      # output in cosched-$id.out\n\n\
-The job runs as you, in this directory, with this environment plus COSCHED_JOB_ID and \
-COSCHED_CPUS (its processors). No shell is involved: write `sh -c '...'` for one. The exit \
-code is the job's (128 + the signal when it was killed). Ctrl-C (or a TERM or HUP to this command) cancels the job. If the daemon \
-restarts meanwhile, the job keeps running and this command waits for it. With --detach the job \
-reads nothing; its output goes to this terminal when standard output is one, else (in a script) \
-to --output or cosched-JOBID.out here, and only the id is printed, as sbatch does. In a \
-cluster the job's processes are on its nodes, not here: its output goes to --output or \
-cosched-JOBID.out in this directory as seen on those nodes (a shared file system, as for \
-sbatch), opened there as you, as this command says on standard error; across nodes, mpirun finds the job's hosts in COSCHED_HOSTS (Open MPI reads them by itself).")]
+The job runs as you, in this directory, with this environment plus COSCHED_JOB_ID, \
+COSCHED_CPUS (its processors), COSCHED_NTASKS (its processor count), COSCHED_NODELIST (its \
+nodes: this machine's host name on one machine) and COSCHED_HOSTFILE (a file of `HOST slots=N` \
+lines, one a node, for `mpirun --hostfile`). Arguments after the command are the command's; \
+write `--` before a command that starts with `-`. No shell is involved: write `sh -c '...'` \
+for one. The exit code is the job's (128 + the signal when it was killed); the job ends \
+completed (exit 0) or failed (any other end of its own). Ctrl-C (or a TERM or HUP to this \
+command) cancels the job. A job that cannot start at once is said to be queued, and why, on \
+standard error, then where it started (--quiet: neither). If the daemon restarts meanwhile, \
+the job keeps running and this command waits for it.\n\n\
+--output and --error are opened here, as you, before the job is submitted (truncated unless \
+--open-mode append); a pattern naming %j makes the file under a temporary name in its \
+directory and names it once the job has its id. With --detach the job reads nothing; its \
+output goes to this terminal when standard output is one, else (in a script) to --output or \
+cosched-JOBID.out here, and only the id is printed, as sbatch does. In a cluster the job's \
+processes are on its nodes, not here: its output goes to --output (%j and %N filled in there) \
+or cosched-JOBID.out in this directory as seen on those nodes (a shared file system, as for \
+sbatch), opened there as you and appended to, stderr with stdout, as this command says on \
+standard error; across nodes, mpirun finds the job's hosts in COSCHED_HOSTS and \
+COSCHED_HOSTFILE (Open MPI reads them by itself).")]
 pub struct RunArgs {
     /// Processors the job needs
     #[arg(short = 'n', long = "procs", value_name = "N", default_value_t = 1)]

@@ -434,7 +434,7 @@ mod tests {
                 old["exit"] = serde_json::json!({"code": code, "signal": null});
                 db.execute(
                     "INSERT INTO jobs (id, status, record) VALUES (?1, 'done', ?2)",
-                    params![id, old.to_string()],
+                    params![id as i64, old.to_string()],
                 )
                 .unwrap();
             }

@@ -106,7 +106,7 @@ fn history_filters_ended_jobs_the_latest_ended_first() {
             states: vec![JobState::Failed, JobState::Cancelled],
             ..all.clone()
         }),
-        [c]
+        [c, b]
     );
     assert_eq!(
         only(HistoryRequest {
