@@ -341,15 +341,21 @@ pub fn act(args: JobArgs, make: fn(u64) -> Request) -> Result<()> {
     if chosen.is_empty() {
         bail!("no job matches");
     }
+    let one = |job: u64| -> Result<()> {
+        if let Reply::Done { message, .. } = ask(socket, &make(job))? {
+            println!("{message}");
+        }
+        Ok(())
+    };
+    // One job: its refusal is the command's one-line error.
+    if let [job] = chosen[..] {
+        return one(job);
+    }
     let mut failed = 0;
     for &job in &chosen {
-        match ask(socket, &make(job)) {
-            Ok(Reply::Done { message, .. }) => println!("{message}"),
-            Ok(_) => println!("job {job}: done"),
-            Err(error) => {
-                failed += 1;
-                eprintln!("cosched: job {job}: {error:#}");
-            }
+        if let Err(error) = one(job) {
+            failed += 1;
+            eprintln!("cosched: job {job}: {error:#}");
         }
     }
     if failed > 0 {
