@@ -25,8 +25,8 @@ use cosched_proto::{
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::Child;
@@ -264,7 +264,7 @@ impl<A: Actuator> NodeAgent<A> {
     fn await_rotation(&mut self, source: &mut impl PlanSource) {
         while self.rotation.is_none() && !self.closed {
             match source.next_order(now_micros() + self.settings.status_every) {
-                Received::Order(order) => self.handle(order),
+                Received::Order(order) => self.handle(*order),
                 Received::Timeout => self.report_status(now_micros()),
                 Received::Closed => self.close(),
                 Received::Adrift => self.go_adrift(),
@@ -666,7 +666,11 @@ impl<A: Actuator> NodeAgent<A> {
         if launch.hosts.is_empty() {
             return Ok(());
         }
-        let names: Vec<String> = launch.hosts.iter().map(|h| self.host_name(&h.node)).collect();
+        let names: Vec<String> = launch
+            .hosts
+            .iter()
+            .map(|h| self.host_name(&h.node))
+            .collect();
         let lines: String = launch
             .hosts
             .iter()
@@ -692,7 +696,9 @@ impl<A: Actuator> NodeAgent<A> {
             ("COSCHED_NODELIST", names.join(",")),
             ("COSCHED_HOSTFILE", path.display().to_string()),
         ];
-        launch.env.retain(|(k, _)| !ours.iter().any(|(o, _)| o == k));
+        launch
+            .env
+            .retain(|(k, _)| !ours.iter().any(|(o, _)| o == k));
         launch
             .env
             .extend(ours.into_iter().map(|(k, v)| (k.to_string(), v)));
@@ -1273,7 +1279,7 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
             match self.source.next_order(until) {
                 Received::Order(order) => {
                     let began = now_micros();
-                    self.agent.handle(order);
+                    self.agent.handle(*order);
                     self.agent.order_times.record(now_micros() - began);
                     if self.agent.rotation != Some(self.rotation) {
                         return false;

@@ -231,12 +231,15 @@ pub fn run(args: RunArgs) -> Result<i32> {
         node: Some(&host),
     };
     // A detached job must not hold a pipe its caller waits on (`id=$(cosched run --detach ...)`).
-    let default_output = args.output.is_none()
-        && args.detach
-        && !std::io::stdout().is_terminal();
+    let default_output = args.output.is_none() && args.detach && !std::io::stdout().is_terminal();
     let output = match (&args.output, default_output) {
         (Some(pattern), _) => Some(OutputFile::open(pattern, &fields, args.open_mode, "out")?),
-        (None, true) => Some(OutputFile::open(DEFAULT_OUTPUT, &fields, args.open_mode, "out")?),
+        (None, true) => Some(OutputFile::open(
+            DEFAULT_OUTPUT,
+            &fields,
+            args.open_mode,
+            "out",
+        )?),
         (None, false) => None,
     };
     let errors = match &args.error {
@@ -253,7 +256,10 @@ pub fn run(args: RunArgs) -> Result<i32> {
     // filling in %j and %N.
     let output_path = match &args.output {
         Some(pattern) => {
-            let elsewhere = PatternFields { node: None, ..fields };
+            let elsewhere = PatternFields {
+                node: None,
+                ..fields
+            };
             Some(absolute(&cwd, &expand(pattern, &elsewhere)?)?)
         }
         None => None,
@@ -350,7 +356,13 @@ impl OutputFile {
         let mut options = std::fs::OpenOptions::new();
         options.write(true);
         if !names_job(&local) {
-            let path = expand(&local, &PatternFields { job: Some(0), ..*fields })?;
+            let path = expand(
+                &local,
+                &PatternFields {
+                    job: Some(0),
+                    ..*fields
+                },
+            )?;
             match mode {
                 OpenMode::Truncate => options.create(true).truncate(true),
                 OpenMode::Append => options.create(true).append(true),
@@ -499,7 +511,13 @@ fn wait_for(
         // Once a second at most, and only while it waits: the daemon sends no word of a start.
         if queued && looked.elapsed() >= Duration::from_secs(1) {
             looked = std::time::Instant::now();
-            if let Ok(Reply::Jobs { jobs, .. }) = ask(socket, &Request::Ps { all: true, job: Some(job) }) {
+            if let Ok(Reply::Jobs { jobs, .. }) = ask(
+                socket,
+                &Request::Ps {
+                    all: true,
+                    job: Some(job),
+                },
+            ) {
                 if let Some(view) = jobs.first().filter(|v| v.started_us.is_some()) {
                     queued = false;
                     eprintln!(

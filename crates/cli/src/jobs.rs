@@ -40,7 +40,13 @@ impl Selection {
             jobs = list(socket, Request::Ps { all, job: None })?;
         }
         for &id in ids {
-            let found = list(socket, Request::Ps { all: true, job: Some(id) })?;
+            let found = list(
+                socket,
+                Request::Ps {
+                    all: true,
+                    job: Some(id),
+                },
+            )?;
             if found.is_empty() {
                 bail!("no job {id}");
             }
@@ -84,7 +90,12 @@ pub struct PsArgs {
     #[arg(value_name = "JOB", value_delimiter = ',')]
     jobs: Vec<u64>,
     /// Only these jobs (as the JOB arguments)
-    #[arg(short = 'j', long = "jobs", value_name = "ID[,ID]", value_delimiter = ',')]
+    #[arg(
+        short = 'j',
+        long = "jobs",
+        value_name = "ID[,ID]",
+        value_delimiter = ','
+    )]
     more_jobs: Vec<u64>,
     #[command(flatten)]
     select: Selection,
@@ -379,10 +390,7 @@ mod tests {
             &rows,
             &[true, false, false],
         );
-        assert_eq!(
-            text,
-            "ID NAME   COMMAND\n 7 a      x y\n12 longer z\n"
-        );
+        assert_eq!(text, "ID NAME   COMMAND\n 7 a      x y\n12 longer z\n");
         assert_eq!(table(None, &rows[..1], &[true, false, false]), "7 a x y\n");
     }
 

@@ -27,7 +27,9 @@ fn stdout(out: &std::process::Output) -> String {
 }
 
 fn host() -> String {
-    text(Path::new("/proc/sys/kernel/hostname")).trim().to_string()
+    text(Path::new("/proc/sys/kernel/hostname"))
+        .trim()
+        .to_string()
 }
 
 #[test]
@@ -58,7 +60,9 @@ fn ends_are_told_apart_and_output_patterns_are_filled_in() {
         (&"failed".into(), &3.into()),
         "{ended}"
     );
-    let named = d.dir.join(format!("out-{three}-three-root-{}-100%.log", host()));
+    let named = d
+        .dir
+        .join(format!("out-{three}-three-root-{}-100%.log", host()));
     assert_eq!(text(&named), "to-out\n");
     assert_eq!(text(&d.dir.join(format!("err-{three}.log"))), "to-err\n");
     // No temporary file is left behind.
@@ -113,9 +117,20 @@ fn ends_are_told_apart_and_output_patterns_are_filled_in() {
     let fixed = d.dir.join("fixed.log");
     std::fs::write(&fixed, "old old old\n").unwrap();
     let fixed_s = fixed.to_str().unwrap();
-    assert!(d.cosched(&["run", "-o", fixed_s, "echo", "new"]).status.success());
+    assert!(d
+        .cosched(&["run", "-o", fixed_s, "echo", "new"])
+        .status
+        .success());
     assert_eq!(text(&fixed), "new\n");
-    let append = ["run", "-o", fixed_s, "--open-mode", "append", "echo", "more"];
+    let append = [
+        "run",
+        "-o",
+        fixed_s,
+        "--open-mode",
+        "append",
+        "echo",
+        "more",
+    ];
     assert!(d.cosched(&append).status.success());
     assert_eq!(text(&fixed), "new\nmore\n");
 
@@ -177,7 +192,10 @@ fn ps_and_cancel_choose_jobs_by_id_user_name_and_state() {
     };
     assert_eq!(ids(&["-u", "root", "-t", "running"]), [first, second]);
     assert_eq!(ids(&["-j", &format!("{second}")]), [second]);
-    assert_eq!(ids(&[&first.to_string(), &second.to_string()]), [first, second]);
+    assert_eq!(
+        ids(&[&first.to_string(), &second.to_string()]),
+        [first, second]
+    );
     assert!(ids(&["-u", "nobody"]).is_empty());
     // A malformed command line: the argument parser's status, 2.
     let out = d.cosched(&["ps", "-t", "done"]);
@@ -185,8 +203,16 @@ fn ps_and_cancel_choose_jobs_by_id_user_name_and_state() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown job state 'done'"));
 
     // A blocking run that cannot start says it is queued and why, then where it started.
-    let mut waiting = Command::new(COSCHED)
-        .args(["run", "-n", "2", "--output", log.to_str().unwrap(), "sleep", "3"])
+    let waiting = Command::new(COSCHED)
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--output",
+            log.to_str().unwrap(),
+            "sleep",
+            "3",
+        ])
         .env("COSCHED_SOCKET", d.socket())
         .stderr(Stdio::piped())
         .spawn()
@@ -216,7 +242,10 @@ fn ps_and_cancel_choose_jobs_by_id_user_name_and_state() {
         said.contains("queued and waiting: waiting for processors (resources)"),
         "{said}"
     );
-    assert!(said.contains("has been allocated resources: CPUs 0-1"), "{said}");
+    assert!(
+        said.contains("has been allocated resources: CPUs 0-1"),
+        "{said}"
+    );
 }
 
 #[test]

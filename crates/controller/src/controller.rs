@@ -18,8 +18,8 @@ use cosched_proto::api::{
     RunRequest, StatsView, LISTED_COMMAND_BYTES,
 };
 use cosched_proto::{
-    Command, Ending, Event, ExitInfo, JobHost, JobState, Launch, Mode, NodeChange, NodeCpus, NodeInfo,
-    NodeMap, NodeStatus, Order, OrderSink, ProcessRef, Summary, WriteWatch, CANCEL_GRACE,
+    Command, Ending, Event, ExitInfo, JobHost, JobState, Launch, Mode, NodeChange, NodeCpus,
+    NodeInfo, NodeMap, NodeStatus, Order, OrderSink, ProcessRef, Summary, WriteWatch, CANCEL_GRACE,
     STATUS_PERIOD_US,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -458,8 +458,12 @@ impl Controller {
 
     /// Where a job's output goes when not to its client's descriptors (a cluster's jobs).
     pub fn output_elsewhere(&self, job: JobId) -> Option<String> {
-        (!self.stdio_reaches_jobs())
-            .then(|| format!("{} on its nodes", self.launch_of(job).output_path(job, None)))
+        (!self.stdio_reaches_jobs()).then(|| {
+            format!(
+                "{} on its nodes",
+                self.launch_of(job).output_path(job, None)
+            )
+        })
     }
 
     /// Refuses a job whose client descriptors the daemon could not hold: past the open-file
@@ -696,7 +700,7 @@ impl Controller {
                     .iter()
                     .find(|n| n.name == p.node)
                     .and_then(|n| n.address.clone()),
-                slots: p.cpus.size() as u32,
+                slots: p.cpus.size(),
             })
             .collect()
     }

@@ -364,14 +364,18 @@ mod tests {
         let dir = scratch("history");
         let path = dir.join("jobs.sqlite");
         let mut store = SqliteStore::open(&path).unwrap();
-        store.insert(&ended(1, 1000, JobState::Completed, 300)).unwrap();
+        store
+            .insert(&ended(1, 1000, JobState::Completed, 300))
+            .unwrap();
         store
             .insert(&ended(2, 1001, JobState::Failed, 100))
             .unwrap();
         store
             .insert(&ended(3, 1000, JobState::Cancelled, 200))
             .unwrap();
-        store.insert(&ended(4, 1000, JobState::Completed, 200)).unwrap();
+        store
+            .insert(&ended(4, 1000, JobState::Completed, 200))
+            .unwrap();
         store.insert(&record(5)).unwrap();
         let all = HistoryRequest::default();
         assert_eq!(ids(store.history(&all).unwrap()), [1, 4, 3, 2]);
@@ -427,8 +431,8 @@ mod tests {
             // Records as an older daemon wrote them: no accounting fields, and `done` for
             // every exit, 0 or not.
             for (id, code) in [(7, 0), (8, 3)] {
-                let mut old = serde_json::to_value(ended(id, 1000, JobState::Completed, 50))
-                    .unwrap();
+                let mut old =
+                    serde_json::to_value(ended(id, 1000, JobState::Completed, 50)).unwrap();
                 old.as_object_mut().unwrap().remove("cpu_us");
                 old["status"] = "done".into();
                 old["exit"] = serde_json::json!({"code": code, "signal": null});

@@ -19,8 +19,8 @@ pub use generation::{
 pub use membership::{NodeChange, NodeInfo, WriteWatch};
 pub use names::{Class, JobState, Mode, Pending, UnknownMode, UnknownState};
 pub use order::{
-    signal_name, Command, Ending, Event, ExitInfo, JobHost, Launch, ProcessRef, ProcessRequest, CANCEL_GRACE,
-    OUT_OF_MEMORY,
+    signal_name, Command, Ending, Event, ExitInfo, JobHost, Launch, ProcessRef, ProcessRequest,
+    CANCEL_GRACE, OUT_OF_MEMORY,
 };
 pub use seam::{EventSink, Order, OrderSink, PlanSource, Received};
 pub use status::{

@@ -50,7 +50,10 @@ pub fn signal_name(signal: i32) -> String {
         "PIPE", "ALRM", "TERM", "STKFLT", "CHLD", "CONT", "STOP", "TSTP", "TTIN", "TTOU", "URG",
         "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS",
     ];
-    match usize::try_from(signal).ok().and_then(|s| NAMES.get(s.wrapping_sub(1))) {
+    match usize::try_from(signal)
+        .ok()
+        .and_then(|s| NAMES.get(s.wrapping_sub(1)))
+    {
         Some(name) => format!("SIG{name}"),
         None => format!("signal {signal}"),
     }

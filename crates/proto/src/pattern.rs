@@ -97,10 +97,7 @@ mod tests {
             node: Some("n1"),
             ..known
         };
-        assert_eq!(
-            expand(&step, &all).unwrap(),
-            "/o/a%jb-ann-42-n1-100%.log"
-        );
+        assert_eq!(expand(&step, &all).unwrap(), "/o/a%jb-ann-42-n1-100%.log");
     }
 
     #[test]

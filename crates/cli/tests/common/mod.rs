@@ -190,7 +190,14 @@ impl Daemon {
     /// Submits a detached job whose output is appended to `output`; returns its id.
     pub fn submit_to(&self, output: &std::path::Path, args: &[&str]) -> u64 {
         let output = output.to_str().unwrap();
-        let mut all = vec!["run", "--detach", "--open-mode", "append", "--output", output];
+        let mut all = vec![
+            "run",
+            "--detach",
+            "--open-mode",
+            "append",
+            "--output",
+            output,
+        ];
         all.extend_from_slice(args);
         job_id(self.cosched(&all))
     }
