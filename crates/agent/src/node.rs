@@ -650,8 +650,8 @@ impl<A: Actuator> NodeAgent<A> {
     /// own agent) the machine's host name, as Slurm's node lists name hosts; else the name.
     fn host_name(&self, node: &str) -> String {
         if self.door.is_none() && node == self.settings.node {
-            if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-                return host.trim().to_string();
+            if let Ok(host) = cosched_os::host_name() {
+                return host;
             }
         }
         node.to_string()

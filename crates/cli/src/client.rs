@@ -220,10 +220,9 @@ pub fn run(args: RunArgs) -> Result<i32> {
         let program = &args.command[0];
         program.rsplit('/').next().unwrap_or(program).to_string()
     });
-    let user = user_name();
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .context("this machine's host name")?;
+    // SAFETY: geteuid has no preconditions.
+    let user = unix::user_name(unsafe { libc::geteuid() });
+    let host = cosched_os::host_name().context("this machine's host name")?;
     let fields = PatternFields {
         job: None,
         name: Some(&name),
@@ -424,31 +423,6 @@ impl OutputFile {
         if let Some((pending, _)) = &self.pending {
             let _ = std::fs::remove_file(pending);
         }
-    }
-}
-
-/// The name of the user this command runs as (the uid when it has none).
-fn user_name() -> String {
-    // SAFETY: geteuid has no preconditions; a zeroed passwd is valid, getpwuid_r writes
-    // within `buffer`.
-    unsafe {
-        let uid = libc::geteuid();
-        let mut buffer = vec![0 as libc::c_char; 4096];
-        let mut entry: libc::passwd = std::mem::zeroed();
-        let mut found = std::ptr::null_mut();
-        let rc = libc::getpwuid_r(
-            uid,
-            &mut entry,
-            buffer.as_mut_ptr(),
-            buffer.len(),
-            &mut found,
-        );
-        if rc == 0 && !found.is_null() {
-            if let Ok(name) = std::ffi::CStr::from_ptr(entry.pw_name).to_str() {
-                return name.to_string();
-            }
-        }
-        uid.to_string()
     }
 }
 

@@ -395,12 +395,12 @@ fn as_swf(jobs: &[HistoryView], machine: &MatrixView) -> Trace {
         .map(|(i, class)| format!("{} {class}", i + 1))
         .collect::<Vec<_>>()
         .join(", ");
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = cosched_os::host_name().unwrap_or_default();
     let lines = [
         "; Version: 2.2".to_string(),
         format!(
             "; Computer: {} (cosched, {} mode)",
-            host.trim(),
+            host,
             machine.mode
         ),
         "; Installation: cosched history --swf".to_string(),
