@@ -773,6 +773,7 @@ impl<A: Actuator> NodeAgent<A> {
             started_file,
             socket,
             output_file: None,
+            error_file: None,
             usage: self
                 .applier
                 .actuator()
@@ -844,6 +845,7 @@ impl<A: Actuator> NodeAgent<A> {
     fn output_to_file(&self, spec: &mut LaunchSpec) -> Result<[OwnedFd; 3], String> {
         let node = self.host_name(&self.settings.node);
         spec.output_file = Some(spec.launch.output_path(spec.job, Some(&node)));
+        spec.error_file = spec.launch.error_path(spec.job, Some(&node));
         let null = || {
             std::fs::File::open("/dev/null")
                 .map(OwnedFd::from)

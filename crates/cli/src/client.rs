@@ -232,17 +232,27 @@ pub fn run(args: RunArgs) -> Result<i32> {
     // A detached job must not hold a pipe its caller waits on (`id=$(cosched run --detach ...)`).
     let default_output = args.output.is_none() && args.detach && !std::io::stdout().is_terminal();
     let output = match (&args.output, default_output) {
-        (Some(pattern), _) => Some(OutputFile::open(pattern, &fields, args.open_mode, "out")?),
+        (Some(pattern), _) => Some(OutputFile::open(
+            pattern,
+            &fields,
+            args.open_mode,
+            Stream::Output,
+        )?),
         (None, true) => Some(OutputFile::open(
             DEFAULT_OUTPUT,
             &fields,
             args.open_mode,
-            "out",
+            Stream::Output,
         )?),
         (None, false) => None,
     };
     let errors = match &args.error {
-        Some(pattern) => Some(OutputFile::open(pattern, &fields, args.open_mode, "err")?),
+        Some(pattern) => Some(OutputFile::open(
+            pattern,
+            &fields,
+            args.open_mode,
+            Stream::Error,
+        )?),
         None => None,
     };
     let stdin = if args.detach { null.as_raw_fd() } else { 0 };
@@ -251,18 +261,19 @@ pub fn run(args: RunArgs) -> Result<i32> {
         (Some(file), _) | (None, Some(file)) => file.file.as_raw_fd(),
         (None, None) => 2,
     };
-    // Where the descriptors sent cannot go (a cluster's nodes), the job opens it there,
+    // Where the descriptors sent cannot go (a cluster's nodes), the job opens them there,
     // filling in %j and %N.
-    let output_path = match &args.output {
-        Some(pattern) => {
-            let elsewhere = PatternFields {
-                node: None,
-                ..fields
-            };
-            Some(absolute(&cwd, &expand(pattern, &elsewhere)?)?)
+    let there = |pattern: &Option<String>| -> Result<Option<String>> {
+        let elsewhere = PatternFields {
+            node: None,
+            ..fields
+        };
+        match pattern {
+            Some(pattern) => Ok(Some(absolute(&cwd, &expand(pattern, &elsewhere)?)?)),
+            None => Ok(None),
         }
-        None => None,
     };
+    let (output_path, error_path) = (there(&args.output)?, there(&args.error)?);
     let request = Request::Run(RunRequest {
         argv: args.command,
         env,
@@ -274,6 +285,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         detach: args.detach,
         stdio: true,
         output: output_path,
+        error: error_path.clone(),
         time_limit_s: args.time,
         mem_bytes: args.mem,
         mem_per_cpu_bytes: args.mem_per_cpu,
@@ -311,8 +323,13 @@ pub fn run(args: RunArgs) -> Result<i32> {
     }
     if let Some(place) = elsewhere {
         eprintln!("cosched: job {job} writes its output to {place}");
-        if args.error.is_some() {
-            eprintln!("cosched: job {job}: in a cluster its stderr goes with its stdout");
+        if let Some(pattern) = error_path {
+            let named = PatternFields {
+                job: Some(job),
+                ..PatternFields::default()
+            };
+            let errors = expand(&pattern, &named).unwrap_or(pattern);
+            eprintln!("cosched: job {job} writes its stderr to {errors} on its nodes");
         }
     }
     if args.detach {
@@ -340,6 +357,31 @@ pub enum OpenMode {
     Append,
 }
 
+/// Which of the job's streams a file takes.
+#[derive(Clone, Copy)]
+enum Stream {
+    /// Stdout, and stderr unless --error.
+    Output,
+    Error,
+}
+
+impl Stream {
+    fn name(self) -> &'static str {
+        match self {
+            Stream::Output => "output",
+            Stream::Error => "stderr",
+        }
+    }
+
+    /// A temporary file's ending.
+    fn suffix(self) -> &'static str {
+        match self {
+            Stream::Output => "out",
+            Stream::Error => "err",
+        }
+    }
+}
+
 /// A file of the job's output, opened here, as the user who submits (the daemon, root, never
 /// opens it: root's rights would write where the user may not, through any link).
 struct OutputFile {
@@ -347,10 +389,12 @@ struct OutputFile {
     /// A pattern naming the job id is made under a temporary name (`.cosched-PID.out` in
     /// its directory) and named once the job has an id: that name and the pattern.
     pending: Option<(PathBuf, String)>,
+    stream: Stream,
 }
 
 impl OutputFile {
-    fn open(pattern: &str, fields: &PatternFields, mode: OpenMode, kind: &str) -> Result<Self> {
+    fn open(pattern: &str, fields: &PatternFields, mode: OpenMode, stream: Stream) -> Result<Self> {
+        let what = stream.name();
         let local = expand(pattern, fields)?;
         let mut options = std::fs::OpenOptions::new();
         options.write(true);
@@ -368,24 +412,30 @@ impl OutputFile {
             };
             let file = options
                 .open(&path)
-                .with_context(|| format!("opening the job's {kind} file {path}"))?;
+                .with_context(|| format!("opening the job's {what} file {path}"))?;
             return Ok(OutputFile {
                 file,
                 pending: None,
+                stream,
             });
         }
         let dir = Path::new(&local).parent().unwrap_or(Path::new(""));
         if names_job(&dir.to_string_lossy()) {
             bail!("output pattern {pattern:?}: %j may name the file, not a directory");
         }
-        let pending = dir.join(format!(".cosched-{}.{kind}", std::process::id()));
+        let pending = dir.join(format!(
+            ".cosched-{}.{}",
+            std::process::id(),
+            stream.suffix()
+        ));
         let file = options
             .create_new(true)
             .open(&pending)
-            .with_context(|| format!("creating the job's {kind} file in {}", dir.display()))?;
+            .with_context(|| format!("creating the job's {what} file in {}", dir.display()))?;
         Ok(OutputFile {
             file,
             pending: Some((pending, local)),
+            stream,
         })
     }
 
@@ -403,16 +453,17 @@ impl OutputFile {
             node: Some(""),
         };
         let named = expand(pattern, &all).unwrap_or_else(|_| pattern.clone());
+        let what = self.stream.name();
         let outcome = match mode {
             OpenMode::Append if Path::new(&named).exists() => Err(anyhow!(
-                "{named} exists and this job's output cannot be appended to it"
+                "{named} exists and this job's {what} cannot be appended to it"
             )),
             _ => std::fs::rename(pending, &named)
-                .with_context(|| format!("naming the job's output file {named}")),
+                .with_context(|| format!("naming the job's {what} file {named}")),
         };
         if let Err(error) = outcome {
             eprintln!(
-                "cosched: job {job} writes to {} ({error:#})",
+                "cosched: job {job} writes its {what} to {} ({error:#})",
                 pending.display()
             );
         }
@@ -432,7 +483,7 @@ fn absolute(cwd: &str, path: &str) -> Result<String> {
     joined
         .to_str()
         .map(str::to_string)
-        .ok_or_else(|| anyhow!("--output {path} is not UTF-8"))
+        .ok_or_else(|| anyhow!("the output file {path} is not UTF-8"))
 }
 
 /// Wait for jobs to end (jobs started with `run --detach`, or anyone's): blocks without

@@ -1046,3 +1046,59 @@ fn a_standby_takes_over_from_a_stopped_leader_whose_lease_something_else_keeps()
     );
     assert_eq!(standby.job(x)["exit"]["code"], 3, "{}", standby.log());
 }
+
+#[test]
+fn a_cluster_job_fills_in_its_output_pattern_on_its_node_and_knows_its_hosts() {
+    let _serial = serial();
+    let (_etcd, d, _a, _b) = cluster_on(
+        Etcd::start("habits"),
+        "habits",
+        DEADLINE_MS,
+        [
+            &["--cpus", "0", "--address", "127.0.0.1"],
+            &["--cpus", "1", "--address", "127.0.0.2"],
+        ],
+    );
+    let here = d.dir.join("nobodys");
+    std::fs::create_dir_all(&here).unwrap();
+    std::os::unix::fs::chown(&here, Some(NOBODY), Some(NOBODY)).unwrap();
+    let script = "echo $COSCHED_NTASKS $COSCHED_NODELIST; cat $COSCHED_HOSTFILE; echo oops >&2";
+    let out = Command::new(COSCHED)
+        .args(["run", "--detach", "-N", "2", "-n", "2"])
+        .args([
+            "-o",
+            "out-%j-%N-%u.log",
+            "-e",
+            "err-%j.log",
+            "sh",
+            "-c",
+            script,
+        ])
+        .current_dir(&here)
+        .env("COSCHED_SOCKET", d.socket())
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let job: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    let errors = here.join(format!("err-{job}.log"));
+    assert!(
+        said.contains(&format!(
+            "writes its stderr to {} on its nodes",
+            errors.display()
+        )),
+        "{said}"
+    );
+    assert_eq!(d.wait_end(job, Duration::from_secs(20))["exit"]["code"], 0);
+    // The launcher runs on node a: %N is the node's name there, the host file its addresses.
+    let output = here.join(format!("out-{job}-a-nobody.log"));
+    assert_eq!(
+        std::fs::read_to_string(&output).unwrap_or_else(|e| panic!("{e}: {said}")),
+        "2 a,b\n127.0.0.1 slots=1\n127.0.0.2 slots=1\n"
+    );
+    assert_eq!(std::fs::read_to_string(&errors).unwrap(), "oops\n");
+    let left: Vec<_> = std::fs::read_dir(&here).unwrap().flatten().collect();
+    assert_eq!(left.len(), 2, "only the job's files here: {left:?}");
+}

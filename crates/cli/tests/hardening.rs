@@ -687,7 +687,7 @@ fn a_full_disk_loses_no_exit_status_and_leaves_no_phantom_job() {
     d.launch();
     let record = d.wait_end(job, Duration::from_secs(30));
     assert_eq!(record["exit"]["code"], 5, "{record}");
-    assert_eq!(record["state"], "completed");
+    assert_eq!(record["state"], "failed");
     let ran = record["ended_us"].as_i64().unwrap() - record["started_us"].as_i64().unwrap();
     assert!(
         (3_000_000..5_500_000).contains(&ran),

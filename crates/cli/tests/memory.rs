@@ -75,6 +75,7 @@ fn a_job_over_its_memory_ends_with_the_oom_kill_its_cgroup_counted() {
         gid: NOBODY,
         groups: Vec::new(),
         output: Some(output.clone()),
+        error: None,
         holder: false,
         memory: NonZeroU64::new(LIMIT),
         hosts: Vec::new(),

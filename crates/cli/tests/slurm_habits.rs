@@ -153,13 +153,13 @@ fn output_files_are_opened_with_the_users_rights_only() {
     std::os::unix::fs::symlink(&victim, &link).unwrap();
     for target in ["/etc/cosched-habits-test", link.to_str().unwrap()] {
         let out = d.cosched_as(NOBODY, &["run", "--output", target, "true"]);
-        refused(&out, "opening the job's out file");
+        refused(&out, "opening the job's output file");
     }
     assert!(!Path::new("/etc/cosched-habits-test").exists());
     assert_eq!(text(&victim), "root's\n");
     // With %j the file is made in the directory as nobody: refused where nobody may not.
     let out = d.cosched_as(NOBODY, &["run", "--output", "/etc/x-%j.log", "true"]);
-    refused(&out, "creating the job's out file in /etc");
+    refused(&out, "creating the job's output file in /etc");
 }
 
 #[test]

@@ -28,6 +28,9 @@ pub struct JobRecord {
     /// Where its output goes when no client's descriptors reach it (`Launch::output`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// Where its stderr goes there, when not with its output (`Launch::error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// Its processes are started elsewhere and join it (`register`); its own is a holder.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub registered: bool,

@@ -293,6 +293,7 @@ mod tests {
             env: vec![("PATH".into(), "/usr/bin".into())],
             cwd: "/tmp".into(),
             output: None,
+            error: None,
             registered: false,
             status: JobState::Queued,
             launched: false,

@@ -109,6 +109,9 @@ pub struct Launch {
     /// there ([`crate::pattern`]). `None`: `cosched-JOBID.out` in `cwd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// Where its stderr goes, there, when not with its stdout: a pattern as `output`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// A registered job's holder (`cosched hold`): it starts with SIGTERM blocked, so that
     /// the SIGTERM asking for the job's end waits for it, however early that comes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -141,19 +144,31 @@ impl Launch {
     /// Where the job's output goes when no client's descriptors reach it (see `output`), its
     /// pattern filled in with the job's id and `node` (`None`: `%N` kept, to tell a person).
     pub fn output_path(&self, job: JobId, node: Option<&str>) -> String {
-        let Some(pattern) = &self.output else {
-            return format!("{}/cosched-{job}.out", self.cwd.trim_end_matches('/'));
-        };
-        let fields = crate::pattern::PatternFields {
-            job: Some(job),
-            node,
-            // Filled in by the client before it submitted.
-            name: Some(""),
-            user: Some(""),
-        };
-        // Checked at submission; a record from before patterns is a plain path.
-        crate::pattern::expand(pattern, &fields).unwrap_or_else(|_| pattern.clone())
+        match &self.output {
+            Some(pattern) => filled(pattern, job, node),
+            None => format!("{}/cosched-{job}.out", self.cwd.trim_end_matches('/')),
+        }
     }
+
+    /// Where its stderr goes there, when not with its stdout (as `output_path`).
+    pub fn error_path(&self, job: JobId, node: Option<&str>) -> Option<String> {
+        self.error
+            .as_ref()
+            .map(|pattern| filled(pattern, job, node))
+    }
+}
+
+/// An output pattern with the job's id and node filled in.
+fn filled(pattern: &str, job: JobId, node: Option<&str>) -> String {
+    let fields = crate::pattern::PatternFields {
+        job: Some(job),
+        node,
+        // Filled in by the client before it submitted.
+        name: Some(""),
+        user: Some(""),
+    };
+    // Checked at submission; a record from before patterns is a plain path.
+    crate::pattern::expand(pattern, &fields).unwrap_or_else(|_| pattern.to_string())
 }
 
 /// A cancelled job gets SIGTERM, then SIGKILL this much later if it is still there (the
