@@ -121,7 +121,7 @@ output goes to this terminal when standard output is one, else (in a script) to 
 cosched-JOBID.out here, and only the id is printed, as sbatch does. In a cluster the job's \
 processes are on its nodes, not here: its output goes to --output (%j and %N filled in there) \
 or cosched-JOBID.out in this directory as seen on those nodes (a shared file system, as for \
-sbatch), opened there as you and appended to, stderr with stdout, as this command says on \
+sbatch), and --error likewise, opened there as you and appended to, as this command says on \
 standard error; across nodes, mpirun finds the job's hosts in COSCHED_HOSTS and \
 COSCHED_HOSTFILE (Open MPI reads them by itself).")]
 pub struct RunArgs {

@@ -349,8 +349,10 @@ pub fn act(args: JobArgs, make: fn(u64) -> Request) -> Result<()> {
             .collect(),
         false => args.jobs,
     };
+    // As scancel: none left to act on is no failure (a script cancelling whatever remains).
     if chosen.is_empty() {
-        bail!("no job matches");
+        eprintln!("cosched: no job matches");
+        return Ok(());
     }
     let one = |job: u64| -> Result<()> {
         if let Reply::Done { message, .. } = ask(socket, &make(job))? {

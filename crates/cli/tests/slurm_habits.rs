@@ -229,6 +229,9 @@ fn ps_and_cancel_choose_jobs_by_id_user_name_and_state() {
     assert!(said.contains(&format!("job {second}:")), "{said}");
     assert_eq!(d.job(first)["state"], "running");
     refused(&d.cosched(&["cancel"]), "name the jobs");
+    // Nothing left to cancel is no failure, as with scancel.
+    let out = d.cosched_as(NOBODY, &["cancel", "-u", "nobody"]);
+    assert!(out.status.success(), "{out:?}");
 
     let out = d.cosched(&["cancel", &first.to_string(), &second.to_string()]);
     assert!(out.status.success(), "{out:?}");
