@@ -116,6 +116,16 @@ impl JobRecord {
         self.core_memory().map(|memory| memory.on_node(per_node))
     }
 
+    /// A record as this daemon reads it: one an older daemon stored as `done` (read as
+    /// `completed`) that did not exit 0 failed. This one never stores such a pair, so it tells
+    /// an old record. (SQLite rewrites its records when opened; etcd's are read through this.)
+    pub fn told_apart(mut self) -> JobRecord {
+        if self.status == JobState::Completed && self.exit.is_some_and(|e| !e.success()) {
+            self.status = JobState::Failed;
+        }
+        self
+    }
+
     /// An ended job sheds what only a run needs: its environment, and its command past
     /// [`KEPT_COMMAND_BYTES`].
     pub fn shed_for_history(&mut self) {

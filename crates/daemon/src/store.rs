@@ -437,6 +437,14 @@ mod tests {
                 old.as_object_mut().unwrap().remove("cpu_us");
                 old["status"] = "done".into();
                 old["exit"] = serde_json::json!({"code": code, "signal": null});
+                // As etcd's store reads such a record: the same end.
+                let read: JobRecord = serde_json::from_value(old.clone()).unwrap();
+                let told = if code == 0 {
+                    JobState::Completed
+                } else {
+                    JobState::Failed
+                };
+                assert_eq!(read.told_apart().status, told);
                 db.execute(
                     "INSERT INTO jobs (id, status, record) VALUES (?1, 'done', ?2)",
                     params![id as i64, old.to_string()],
