@@ -5,7 +5,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use cosched_os::unix;
 use cosched_proto::api::{MatrixView, NodeView, Reply, Request, RunRequest, StatsView};
-use cosched_proto::pattern::{expand, names_job, PatternFields};
+use cosched_proto::pattern::{expand, fill, names, PatternFields};
 use cosched_proto::{ExitInfo, JobState, Summary};
 use std::io::IsTerminal;
 use std::os::fd::{AsRawFd, RawFd};
@@ -223,11 +223,12 @@ pub fn run(args: RunArgs) -> Result<i32> {
     // SAFETY: geteuid has no preconditions.
     let user = unix::user_name(unsafe { libc::geteuid() });
     let host = cosched_os::host_name().context("this machine's host name")?;
+    // The job and its node are filled in once known.
     let fields = PatternFields {
         job: None,
         name: Some(&name),
         user: Some(&user),
-        node: Some(&host),
+        node: None,
     };
     // A detached job must not hold a pipe its caller waits on (`id=$(cosched run --detach ...)`).
     let default_output = args.output.is_none() && args.detach && !std::io::stdout().is_terminal();
@@ -235,12 +236,14 @@ pub fn run(args: RunArgs) -> Result<i32> {
         (Some(pattern), _) => Some(OutputFile::open(
             pattern,
             &fields,
+            &host,
             args.open_mode,
             Stream::Output,
         )?),
         (None, true) => Some(OutputFile::open(
             DEFAULT_OUTPUT,
             &fields,
+            &host,
             args.open_mode,
             Stream::Output,
         )?),
@@ -250,6 +253,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         Some(pattern) => Some(OutputFile::open(
             pattern,
             &fields,
+            &host,
             args.open_mode,
             Stream::Error,
         )?),
@@ -264,12 +268,8 @@ pub fn run(args: RunArgs) -> Result<i32> {
     // Where the descriptors sent cannot go (a cluster's nodes), the job opens them there,
     // filling in %j and %N.
     let there = |pattern: &Option<String>| -> Result<Option<String>> {
-        let elsewhere = PatternFields {
-            node: None,
-            ..fields
-        };
         match pattern {
-            Some(pattern) => Ok(Some(absolute(&cwd, &expand(pattern, &elsewhere)?)?)),
+            Some(pattern) => Ok(Some(absolute(&cwd, &expand(pattern, &fields)?)?)),
             None => Ok(None),
         }
     };
@@ -324,11 +324,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
     if let Some(place) = elsewhere {
         eprintln!("cosched: job {job} writes its output to {place}");
         if let Some(pattern) = error_path {
-            let named = PatternFields {
-                job: Some(job),
-                ..PatternFields::default()
-            };
-            let errors = expand(&pattern, &named).unwrap_or(pattern);
+            let errors = fill(&pattern, job, None);
             eprintln!("cosched: job {job} writes its stderr to {errors} on its nodes");
         }
     }
@@ -386,26 +382,31 @@ impl Stream {
 /// opens it: root's rights would write where the user may not, through any link).
 struct OutputFile {
     file: std::fs::File,
-    /// A pattern naming the job id is made under a temporary name (`.cosched-PID.out` in
-    /// its directory) and named once the job has an id: that name and the pattern.
-    pending: Option<(PathBuf, String)>,
+    /// A pattern naming the job id or the node is made under a temporary name
+    /// (`.cosched-PID.out` in its directory) and named once the job has an id: that name,
+    /// and the pattern with what fills it in then.
+    pending: Option<(PathBuf, (String, String))>,
     stream: Stream,
 }
 
 impl OutputFile {
-    fn open(pattern: &str, fields: &PatternFields, mode: OpenMode, stream: Stream) -> Result<Self> {
+    /// Opens the file `pattern` names, `fields` filled in (all but the job and the node:
+    /// `host` is this machine's name, for `%N` where the job runs here).
+    fn open(
+        pattern: &str,
+        fields: &PatternFields,
+        host: &str,
+        mode: OpenMode,
+        stream: Stream,
+    ) -> Result<Self> {
         let what = stream.name();
         let local = expand(pattern, fields)?;
         let mut options = std::fs::OpenOptions::new();
         options.write(true);
-        if !names_job(&local) {
-            let path = expand(
-                &local,
-                &PatternFields {
-                    job: Some(0),
-                    ..*fields
-                },
-            )?;
+        // Named by the job or by where it runs: made under a temporary name until the daemon
+        // says (a cluster's job opens its own files on its node, and this one goes).
+        if !names(&local, 'j') && !names(&local, 'N') {
+            let path = fill(&local, 0, Some(host));
             match mode {
                 OpenMode::Truncate => options.create(true).truncate(true),
                 OpenMode::Append => options.create(true).append(true),
@@ -420,8 +421,9 @@ impl OutputFile {
             });
         }
         let dir = Path::new(&local).parent().unwrap_or(Path::new(""));
-        if names_job(&dir.to_string_lossy()) {
-            bail!("output pattern {pattern:?}: %j may name the file, not a directory");
+        let dir_text = dir.to_string_lossy();
+        if names(&dir_text, 'j') || names(&dir_text, 'N') {
+            bail!("output pattern {pattern:?}: %j and %N may name the file, not a directory");
         }
         let pending = dir.join(format!(
             ".cosched-{}.{}",
@@ -434,7 +436,7 @@ impl OutputFile {
             .with_context(|| format!("creating the job's {what} file in {}", dir.display()))?;
         Ok(OutputFile {
             file,
-            pending: Some((pending, local)),
+            pending: Some((pending, (local, host.to_string()))),
             stream,
         })
     }
@@ -442,17 +444,10 @@ impl OutputFile {
     /// Gives the file its name now the job has an id (appending to an existing file of that
     /// name cannot be done any more: the job writes to this one; it keeps its temporary name).
     fn name(&self, job: u64, mode: OpenMode) {
-        let Some((pending, pattern)) = &self.pending else {
+        let Some((pending, (pattern, host))) = &self.pending else {
             return;
         };
-        // The other fields were filled in before: only %j and %% are left.
-        let all = PatternFields {
-            job: Some(job),
-            name: Some(""),
-            user: Some(""),
-            node: Some(""),
-        };
-        let named = expand(pattern, &all).unwrap_or_else(|_| pattern.clone());
+        let named = fill(pattern, job, Some(host));
         let what = self.stream.name();
         let outcome = match mode {
             OpenMode::Append if Path::new(&named).exists() => Err(anyhow!(

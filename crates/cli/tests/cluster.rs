@@ -1069,7 +1069,7 @@ fn a_cluster_job_fills_in_its_output_pattern_on_its_node_and_knows_its_hosts() {
             "-o",
             "out-%j-%N-%u.log",
             "-e",
-            "err-%j.log",
+            "err-%N.log",
             "sh",
             "-c",
             script,
@@ -1083,7 +1083,7 @@ fn a_cluster_job_fills_in_its_output_pattern_on_its_node_and_knows_its_hosts() {
     assert!(out.status.success(), "{out:?}");
     let job: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
-    let errors = here.join(format!("err-{job}.log"));
+    let errors = here.join("err-%N.log");
     assert!(
         said.contains(&format!(
             "writes its stderr to {} on its nodes",
@@ -1091,6 +1091,7 @@ fn a_cluster_job_fills_in_its_output_pattern_on_its_node_and_knows_its_hosts() {
         )),
         "{said}"
     );
+    let errors = here.join("err-a.log");
     assert_eq!(d.wait_end(job, Duration::from_secs(20))["exit"]["code"], 0);
     // The launcher runs on node a: %N is the node's name there, the host file its addresses.
     let output = here.join(format!("out-{job}-a-nobody.log"));
@@ -1099,6 +1100,7 @@ fn a_cluster_job_fills_in_its_output_pattern_on_its_node_and_knows_its_hosts() {
         "2 a,b\n127.0.0.1 slots=1\n127.0.0.2 slots=1\n"
     );
     assert_eq!(std::fs::read_to_string(&errors).unwrap(), "oops\n");
+    // Nothing named for this machine's host (where the client ran), no temporary file.
     let left: Vec<_> = std::fs::read_dir(&here).unwrap().flatten().collect();
     assert_eq!(left.len(), 2, "only the job's files here: {left:?}");
 }

@@ -145,7 +145,7 @@ impl Launch {
     /// pattern filled in with the job's id and `node` (`None`: `%N` kept, to tell a person).
     pub fn output_path(&self, job: JobId, node: Option<&str>) -> String {
         match &self.output {
-            Some(pattern) => filled(pattern, job, node),
+            Some(pattern) => crate::pattern::fill(pattern, job, node),
             None => format!("{}/cosched-{job}.out", self.cwd.trim_end_matches('/')),
         }
     }
@@ -154,21 +154,8 @@ impl Launch {
     pub fn error_path(&self, job: JobId, node: Option<&str>) -> Option<String> {
         self.error
             .as_ref()
-            .map(|pattern| filled(pattern, job, node))
+            .map(|pattern| crate::pattern::fill(pattern, job, node))
     }
-}
-
-/// An output pattern with the job's id and node filled in.
-fn filled(pattern: &str, job: JobId, node: Option<&str>) -> String {
-    let fields = crate::pattern::PatternFields {
-        job: Some(job),
-        node,
-        // Filled in by the client before it submitted.
-        name: Some(""),
-        user: Some(""),
-    };
-    // Checked at submission; a record from before patterns is a plain path.
-    crate::pattern::expand(pattern, &fields).unwrap_or_else(|_| pattern.to_string())
 }
 
 /// A cancelled job gets SIGTERM, then SIGKILL this much later if it is still there (the

@@ -65,12 +65,26 @@ pub fn expand(pattern: &str, fields: &PatternFields) -> Result<String, PatternEr
     Ok(out)
 }
 
-/// Whether `pattern` (a valid one) names the job id: such a file can be named only once the
-/// job is submitted.
-pub fn names_job(pattern: &str) -> bool {
+/// The file a pattern the client filled in before submitting names, once the job's id and
+/// node are known (`node` none: `%N` kept, to tell a person where on its nodes).
+pub fn fill(pattern: &str, job: JobId, node: Option<&str>) -> String {
+    let fields = PatternFields {
+        job: Some(job),
+        node,
+        // The client filled them in: none is left.
+        name: Some(""),
+        user: Some(""),
+    };
+    // Checked at submission; a record from before patterns is a plain path.
+    expand(pattern, &fields).unwrap_or_else(|_| pattern.to_string())
+}
+
+/// Whether `pattern` (a valid one) names `field` (`'j'`: such a file can be named only once
+/// the job is submitted; `'N'`: only once it is known where it runs).
+pub fn names(pattern: &str, field: char) -> bool {
     let mut chars = pattern.chars();
     while let Some(c) = chars.next() {
-        if c == '%' && chars.next() == Some('j') {
+        if c == '%' && chars.next() == Some(field) {
             return true;
         }
     }
@@ -90,8 +104,8 @@ mod tests {
         };
         let step = expand("/o/%x-%u-%j-%N-100%%.log", &known).unwrap();
         assert_eq!(step, "/o/a%%jb-ann-%j-%N-100%%.log");
-        assert!(names_job(&step));
-        assert!(!names_job("/o/a%%jb.log"));
+        assert!(names(&step, 'j') && names(&step, 'N') && !names(&step, 'x'));
+        assert!(!names("/o/a%%jb.log", 'j'));
         let all = PatternFields {
             job: Some(42),
             node: Some("n1"),
