@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use cosched_core::Class;
 use cosched_proto::api::{HistoryRequest, HistoryView, MatrixView, Reply, Request};
-use cosched_proto::{ExitInfo, JobState};
+use cosched_proto::JobState;
 use cosched_sim::swf::{self, Header, Record, Trace};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -250,33 +250,23 @@ fn bytes(n: u64) -> String {
     }
 }
 
-fn exit(exit: Option<ExitInfo>) -> String {
-    match exit {
-        Some(ExitInfo { code: Some(c), .. }) => c.to_string(),
-        Some(ExitInfo {
-            signal: Some(s), ..
-        }) => format!("sig{s}"),
-        _ => "-".into(),
-    }
-}
-
 fn render(jobs: &[HistoryView]) -> String {
     let mut text = format!(
-        "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>5} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} NOTE\n",
+        "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>7} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} NOTE\n",
         "ID", "NAME", "USER", "CLASS", "N", "STATE", "EXIT", "SUBMITTED", "STARTED", "ENDED",
         "WAIT", "ELAPSED", "RUN", "LIMIT", "HELD", "CPU", "PEAK", "NODES"
     );
     for job in jobs {
         let nodes = job.nodes.join(",");
         let line = format!(
-            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>5} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} {}",
+            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>7} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} {}",
             job.id,
             truncate(&job.name, 12),
             truncate(&job.user, 8),
             job.class.name(),
             job.procs,
             job.state,
-            exit(job.exit),
+            job.exit.map_or("-".into(), |exit| exit.to_string()),
             local_time(job.submitted_us),
             job.started_us.map_or("-".into(), local_time),
             local_time(job.ended_us),
@@ -430,6 +420,7 @@ fn as_swf(jobs: &[HistoryView], machine: &MatrixView) -> Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cosched_proto::ExitInfo;
 
     #[test]
     fn times_are_dates_relative_times_or_now() {
