@@ -1,6 +1,6 @@
 """Prints the median of every Criterion benchmark under a folder, and the issue 2 targets.
    criterion_medians.py [FOLDER] [--json PATH]: with --json, the medians also go to PATH, with
-   the machine, commit and date they were taken on (the README's Speed tables come from it)."""
+   the machine, commit and date they were taken on (the Speed tables of docs/performance.md come from it)."""
 import datetime
 import json
 import pathlib

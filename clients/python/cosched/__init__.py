@@ -3,6 +3,12 @@
 One connection per request, one JSON line each way. Before sending anything the client checks
 who serves the socket (SO_PEERCRED): root or the caller, else it refuses, since `run` sends the
 caller's environment.
+
+Every verb's result is typed (the package ships `py.typed`): frozen dataclasses for jobs, ends,
+history rows, registrations and the matrix; `TypedDict`s (plain dicts at run time, as these
+verbs always returned) for `stats()`, `nodes()` and `boundaries()`. A job's `state` is a `str`:
+the daemon's names for how jobs end may grow (a newer daemon tells `completed` from `failed`
+where an older one said `done`), and an older client must still read them.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import json
 import os
 import socket
 import struct
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, TypedDict
 
 __all__ = [
     "Client",
@@ -23,6 +29,15 @@ __all__ = [
     "Registered",
     "MatrixEntry",
     "Matrix",
+    "Summary",
+    "Stats",
+    "Histogram",
+    "NodeHistograms",
+    "SlotStart",
+    "NodeStatus",
+    "Node",
+    "JobMoment",
+    "Boundary",
     "CoschedError",
     "DaemonUnreachable",
     "UntrustedSocket",
@@ -242,6 +257,109 @@ class Matrix:
     queued: List[int]
 
 
+class Summary(TypedDict):
+    """Percentiles of a measure (µs); `count`: every sample ever recorded."""
+
+    p50: int
+    p99: int
+    max: int
+    count: int
+
+
+class Stats(TypedDict):
+    """`stats()`: the daemon's mode and slot, how its switches go (over every node: the worst
+    percentiles, the sum of counts), and how many jobs are where."""
+
+    mode: str
+    quantum_ms: float
+    actuator: str
+    realtime: bool
+    lateness_us: Summary
+    switch_us: Summary
+    skew_us: Summary
+    missed_slots: int
+    jobs_running: int
+    jobs_queued: int
+    jobs_ended: int
+    idle_departures: int
+    clients_waiting: int
+
+
+class Histogram(TypedDict):
+    """Samples per bucket (not cumulative; the last bucket is past the last bound)."""
+
+    buckets: List[int]
+    sum_us: int
+    count: int
+
+
+class NodeHistograms(TypedDict):
+    lateness: Histogram
+    switch: Histogram
+    skew: Histogram
+
+
+class SlotStart(TypedDict):
+    slot: int
+    job: int
+    at_us: int
+
+
+class _NodeStatus(TypedDict):
+    node: str
+    # The CPUs it schedules: [[first, last], ...].
+    cpus: List[List[int]]
+    mode: str
+    actuator: str
+    realtime: bool
+    generation: Optional[int]
+    lateness_us: Summary
+    switch_us: Summary
+    skew_us: Summary
+    publish_us: Summary
+    missed_slots: int
+    clock_offset_us: Optional[int]
+    clock_shift_us: int
+    sent_us: int
+    scheduling: bool
+    histograms: NodeHistograms
+
+
+class NodeStatus(_NodeStatus, total=False):
+    """A node agent's latest report on itself; `starts` only when it started jobs at sampled
+    slot boundaries since its report before."""
+
+    starts: List[SlotStart]
+
+
+class Node(TypedDict):
+    """`nodes()`: a node as the daemon knows it; `left`: its lease expired (`status` is then
+    its last report)."""
+
+    name: str
+    joined_us: int
+    heard_ms_ago: int
+    status: NodeStatus
+    left: bool
+
+
+class JobMoment(TypedDict):
+    job: int
+    at_us: int
+
+
+class Boundary(TypedDict):
+    """`boundaries()`: a slot boundary at which a node stopped or started jobs (true clock)."""
+
+    node: str
+    slot: int
+    generation: Optional[int]
+    woke_us: int
+    lateness_us: Optional[int]
+    stopped: List[JobMoment]
+    started: List[JobMoment]
+
+
 def _refusal(message: str) -> RequestRefused:
     if message.startswith("no job "):
         return NoSuchJob(message)
@@ -302,7 +420,7 @@ class Client:
             if len(line) > _REPLY_LIMIT:
                 raise CoschedError(f"a reply longer than {_REPLY_LIMIT} bytes")
             raise DaemonUnreachable("the daemon closed the connection without a reply")
-        reply = json.loads(line.decode())
+        reply: Dict[str, Any] = json.loads(line.decode())
         if not reply.get("ok"):
             raise _refusal(reply.get("error", "the daemon refused without a reason"))
         return reply
@@ -372,7 +490,8 @@ class Client:
                 opened += [out, out]
                 request["stdio"] = True
             with self._send(request, opened) as sock, sock.makefile("rb") as replies:
-                return self._read(sock, replies, self.timeout)["job"]
+                job: int = self._read(sock, replies, self.timeout)["job"]
+                return job
         finally:
             for fd in set(opened):
                 os.close(fd)
@@ -441,27 +560,35 @@ class Client:
             queued=list(m["queued"]),
         )
 
-    def stats(self) -> Dict[str, Any]:
-        return self._ask({"op": "stats"})["stats"]
+    def stats(self) -> Stats:
+        stats: Stats = self._ask({"op": "stats"})["stats"]
+        return stats
 
-    def nodes(self) -> List[Dict[str, Any]]:
-        return self._ask({"op": "nodes"})["nodes"]
+    def nodes(self) -> List[Node]:
+        nodes: List[Node] = self._ask({"op": "nodes"})["nodes"]
+        return nodes
 
-    def boundaries(self, since_us: int) -> List[Dict[str, Any]]:
+    def boundaries(self, since_us: int) -> List[Boundary]:
         """The agent's log of slot boundaries from `since_us` on (one machine)."""
-        return self._ask({"op": "boundaries", "since_us": since_us})["boundaries"]
+        found: List[Boundary] = self._ask({"op": "boundaries", "since_us": since_us})["boundaries"]
+        return found
+
+    def _act(self, request: Dict[str, Any]) -> str:
+        """The daemon's one-line answer to an action."""
+        message: str = self._ask(request)["message"]
+        return message
 
     def cancel(self, job: int) -> str:
-        return self._ask({"op": "cancel", "job": job})["message"]
+        return self._act({"op": "cancel", "job": job})
 
     def suspend(self, job: int) -> str:
-        return self._ask({"op": "suspend", "job": job})["message"]
+        return self._act({"op": "suspend", "job": job})
 
     def resume(self, job: int) -> str:
-        return self._ask({"op": "resume", "job": job})["message"]
+        return self._act({"op": "resume", "job": job})
 
     def set_class(self, job: int, job_class: str) -> str:
-        return self._ask({"op": "class", "job": job, "class": job_class})["message"]
+        return self._act({"op": "class", "job": job, "class": job_class})
 
     # -- registration: jobs of processes started elsewhere (one machine) ---------------------
 
@@ -496,9 +623,9 @@ class Client:
     def proc_add(self, job: int, pid: int) -> str:
         """Process `pid` (one of the job owner's) joins running registered job `job`: it runs
         in the job's slots, on its processors, from now on."""
-        return self._ask({"op": "proc_add", "job": job, "pid": pid})["message"]
+        return self._act({"op": "proc_add", "job": job, "pid": pid})
 
     def job_end(self, job: int) -> str:
         """The registered job is over: its processes run unscheduled, and it ends once they
         have exited (nothing is killed)."""
-        return self._ask({"op": "job_end", "job": job})["message"]
+        return self._act({"op": "job_end", "job": job})

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 import unittest
+from typing import IO, List, Optional, Tuple
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -28,9 +29,10 @@ def binary() -> str:
     raise unittest.SkipTest("no cosched binary: cargo build first")
 
 
-def stretches(records, job):
+def stretches(records: List[cosched.Boundary], job: int) -> List[Tuple[int, int]]:
     """[start, stop) of each time `job` ran, from the agent's boundary log."""
-    out, running = [], None
+    out: List[Tuple[int, int]] = []
+    running: Optional[int] = None
     for record in sorted(records, key=lambda r: r["woke_us"]):
         for stop in record["stopped"]:
             if stop["job"] == job and running is not None:
@@ -44,8 +46,15 @@ def stretches(records, job):
 
 @unittest.skipUnless(os.geteuid() == 0, "the daemon needs root")
 class AgainstADaemon(unittest.TestCase):
+    dir: str
+    socket: str
+    parent: str
+    log: IO[str]
+    daemon: "subprocess.Popen[bytes]"
+    client: cosched.Client
+
     @classmethod
-    def setUpClass(cls):
+    def setUpClass(cls) -> None:
         cls.dir = tempfile.mkdtemp(prefix="cosched-py-")
         os.chmod(cls.dir, 0o755)
         cls.socket = os.path.join(cls.dir, "cosched.sock")
@@ -65,7 +74,7 @@ class AgainstADaemon(unittest.TestCase):
         cls.client = cosched.Client(cls.socket)
 
     @classmethod
-    def tearDownClass(cls):
+    def tearDownClass(cls) -> None:
         cls.daemon.terminate()
         cls.daemon.wait(30)
         cls.log.close()
@@ -75,7 +84,7 @@ class AgainstADaemon(unittest.TestCase):
             root.rmdir()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
-    def assert_took_turns(self, records, a, b):
+    def assert_took_turns(self, records: List[cosched.Boundary], a: int, b: int) -> None:
         """Both jobs ran several times, never at the same moment (the agent's own log)."""
         of_a, of_b = stretches(records, a), stretches(records, b)
         self.assertGreaterEqual(len(of_a), 3)
@@ -85,7 +94,7 @@ class AgainstADaemon(unittest.TestCase):
                 self.assertTrue(other_stop <= start or other_start >= stop,
                                 f"{a} ran {start}-{stop} while {b} ran {other_start}-{other_stop}")
 
-    def test_a_job_runs_as_asked_and_its_end_is_typed(self):
+    def test_a_job_runs_as_asked_and_its_end_is_typed(self) -> None:
         out = os.path.join(self.dir, "hello.out")
         job = self.client.run(["sh", "-c", "echo hello $COSCHED_JOB_ID; exit 3"],
                               name="hello", output=out)
@@ -97,17 +106,19 @@ class AgainstADaemon(unittest.TestCase):
         self.assertEqual((mine[0].name, mine[0].state, mine[0].exit_code, mine[0].uid),
                          ("hello", "failed", 3, os.getuid()))
 
-    def test_a_job_past_its_time_limit_ends_timeout_with_its_run_time(self):
+    def test_a_job_past_its_time_limit_ends_timeout_with_its_run_time(self) -> None:
         job = self.client.run(["sleep", "60"], time_limit_s=1)
         [seen] = [j for j in self.client.ps() if j.id == job]
         self.assertEqual(seen.time_limit_us, 1_000_000)
-        self.assertLessEqual(seen.time_left_us, 1_000_000)
+        left = seen.time_left_us
+        assert left is not None
+        self.assertLessEqual(left, 1_000_000)
         ended = self.client.wait(job, timeout=60)
         self.assertEqual((ended.state, ended.exit_signal), ("timeout", 15))
         [done] = [j for j in self.client.ps(all=True) if j.id == job]
         self.assertGreaterEqual(done.run_us, 1_000_000)
         self.assertEqual(done.time_left_us, 0)
-    def test_history_has_ended_jobs_typed_with_their_figures(self):
+    def test_history_has_ended_jobs_typed_with_their_figures(self) -> None:
         since = int(time.time() * 1e6)
         ok = self.client.run(["python3", "-c", SPIN.format(0.3)], name="hist-ok")
         three = self.client.run(["sh", "-c", "exit 3"], name="hist-three")
@@ -119,15 +130,17 @@ class AgainstADaemon(unittest.TestCase):
         self.assertTrue({ok, three} <= set(by_id), rows)
         self.assertEqual((by_id[ok].state, by_id[ok].exit_code), ("completed", 0))
         self.assertEqual((by_id[three].name, by_id[three].exit_code), ("hist-three", 3))
-        self.assertGreater(by_id[ok].cpu_us, 100_000)
-        self.assertGreaterEqual(by_id[ok].elapsed_us, 300_000)
+        cpu, elapsed = by_id[ok].cpu_us, by_id[ok].elapsed_us
+        assert cpu is not None and elapsed is not None
+        self.assertGreater(cpu, 100_000)
+        self.assertGreaterEqual(elapsed, 300_000)
         self.assertEqual(by_id[ok].nodes, ["local"])
         self.assertEqual([r.id for r in self.client.history(jobs=[three])], [three])
         self.assertEqual([r.id for r in self.client.history(jobs=[ok, three], states=["cancelled"])], [])
         with self.assertRaisesRegex(cosched.RequestRefused, "'running' is not a way of ending"):
             self.client.history(states=["running"])
 
-    def test_two_gang_jobs_never_run_at_once(self):
+    def test_two_gang_jobs_never_run_at_once(self) -> None:
         since = int(time.time() * 1e6)
         a = self.client.run(["python3", "-c", SPIN.format(1.5)], procs=2)
         b = self.client.run(["python3", "-c", SPIN.format(1.5)], procs=2)
@@ -139,7 +152,29 @@ class AgainstADaemon(unittest.TestCase):
         self.assertEqual(self.client.wait(b, timeout=60).status, 0)
         self.assert_took_turns(self.client.boundaries(since), a, b)
 
-    def test_acting_on_a_job_and_refusals_name_what_was_wrong(self):
+    def test_stats_nodes_and_boundaries_have_the_keys_their_types_declare(self) -> None:
+        since = int(time.time() * 1e6)
+        job = self.client.run(["sleep", "30"])
+        time.sleep(1.5)  # the agent reports about once a second
+        stats = self.client.stats()
+        self.assertEqual(set(stats), cosched.Stats.__required_keys__)
+        self.assertEqual(set(stats["switch_us"]), cosched.Summary.__required_keys__)
+        self.assertEqual(stats["mode"], "gang")
+        self.assertGreaterEqual(stats["jobs_running"], 1)
+        [node] = self.client.nodes()
+        self.assertEqual(set(node), cosched.Node.__required_keys__)
+        status = node["status"]
+        self.assertEqual(set(status) - cosched.NodeStatus.__optional_keys__,
+                         cosched.NodeStatus.__required_keys__)
+        self.assertEqual(set(status["histograms"]["switch"]), cosched.Histogram.__required_keys__)
+        self.assertEqual((node["name"], node["left"]), ("local", False))
+        boundaries = self.client.boundaries(since)
+        self.assertTrue(boundaries)
+        for boundary in boundaries:
+            self.assertEqual(set(boundary), cosched.Boundary.__required_keys__)
+        self.client.cancel(job)
+
+    def test_acting_on_a_job_and_refusals_name_what_was_wrong(self) -> None:
         job = self.client.run(["sleep", "30"])
         self.assertIn("suspended", self.client.suspend(job))
         self.assertIn("resumed", self.client.resume(job))
@@ -159,7 +194,7 @@ class AgainstADaemon(unittest.TestCase):
         with self.assertRaisesRegex(cosched.DaemonUnreachable, "no cosched daemon answers"):
             cosched.Client(os.path.join(self.dir, "nowhere.sock")).ps()
 
-    def test_another_users_job_is_not_theirs_to_touch(self):
+    def test_another_users_job_is_not_theirs_to_touch(self) -> None:
         job = self.client.run(["sleep", "30"])
         script = (f"import sys; sys.path.insert(0, {str(HERE.parent)!r}); import cosched\n"
                   f"c = cosched.Client({self.socket!r})\n"
@@ -172,7 +207,7 @@ class AgainstADaemon(unittest.TestCase):
         self.assertIn("only its owner or root may cancel it", out.stdout, out.stderr)
         self.client.cancel(job)
 
-    def test_registered_processes_started_here_take_turns(self):
+    def test_registered_processes_started_here_take_turns(self) -> None:
         since = int(time.time() * 1e6)
         jobs, workers = [], []
         for name in ("py-one", "py-two"):
@@ -191,7 +226,7 @@ class AgainstADaemon(unittest.TestCase):
             self.assertEqual((ended.state, ended.status), ("completed", 0))
         self.assert_took_turns(self.client.boundaries(since), *jobs)
 
-    def test_registration_refusals_name_what_was_wrong(self):
+    def test_registration_refusals_name_what_was_wrong(self) -> None:
         with self.assertRaisesRegex(cosched.RequestRefused, "4096 processors requested"):
             self.client.register(4096)
         with self.assertRaisesRegex(cosched.NoSuchJob, "no job 999999"):
@@ -206,7 +241,7 @@ class AgainstADaemon(unittest.TestCase):
         self.assertIn("no longer scheduled", self.client.job_end(job))
         self.assertEqual(self.client.wait(job, timeout=30).state, "completed")
 
-    def test_a_socket_another_user_serves_gets_nothing(self):
+    def test_a_socket_another_user_serves_gets_nothing(self) -> None:
         place = os.path.join(self.dir, "theirs")
         os.mkdir(place)
         os.chown(place, NOBODY, NOBODY)
@@ -222,6 +257,7 @@ class AgainstADaemon(unittest.TestCase):
              "open(sys.argv[2], 'wb').write(data)",
              fake, heard],
             stdout=subprocess.PIPE, text=True)
+        assert server.stdout is not None
         try:
             self.assertEqual(server.stdout.readline().strip(), "up")
             with self.assertRaisesRegex(cosched.UntrustedSocket, "served by uid 65534"):

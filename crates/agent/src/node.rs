@@ -25,6 +25,7 @@ use cosched_proto::{
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
+use std::num::NonZeroU64;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -380,12 +381,20 @@ impl<A: Actuator> NodeAgent<A> {
                 }
                 self.applier.publish(mine);
             }
-            Command::Start { job, cpus, launch } => {
+            Command::Start {
+                job,
+                cpus,
+                memory,
+                launch,
+            } => {
                 self.forget(job);
-                let started = self.admit(job, &cpus).and_then(|()| match launch {
-                    Some(launch) => self.launch(job, &cpus, launch, stdio),
-                    None => Ok(()),
-                });
+                let started = self
+                    .admit(job, &cpus)
+                    .and_then(|()| self.limit_memory(job, memory))
+                    .and_then(|()| match launch {
+                        Some(launch) => self.launch(job, &cpus, launch, stdio),
+                        None => Ok(()),
+                    });
                 if let Err(why) = started {
                     // The controller logs it as it records the job lost.
                     self.events.report(Event::Lost { job, why });
@@ -719,7 +728,6 @@ impl<A: Actuator> NodeAgent<A> {
             .get(&job)
             .cloned()
             .ok_or_else(|| format!("job {job} is not placed on node {}", self.settings.node))?;
-        self.limit_memory(job, &launch)?;
         let files = self.settings.process_files(job, process);
         let mut spec = self.spec(job, &cpus, launch, files)?;
         let stdio = self.output_to_file(&mut spec)?;
@@ -782,10 +790,10 @@ impl<A: Actuator> NodeAgent<A> {
         })
     }
 
-    /// Holds the job's cgroup here to the memory its launch asks for, before any process of
-    /// it starts (each process added on this node asks again: the same limit).
-    fn limit_memory(&mut self, job: JobId, launch: &Launch) -> Result<(), String> {
-        let Some(bytes) = launch.memory else {
+    /// Holds the job's cgroup here to the memory it may use on this node, before any process
+    /// of it starts or joins here.
+    fn limit_memory(&mut self, job: JobId, memory: Option<NonZeroU64>) -> Result<(), String> {
+        let Some(bytes) = memory else {
             return Ok(());
         };
         self.applier
@@ -826,7 +834,6 @@ impl<A: Actuator> NodeAgent<A> {
             self.settings.started_file(job),
             self.settings.socket_file(job),
         ];
-        self.limit_memory(job, &launch)?;
         let mut spec = self.spec(job, cpus, launch, files)?;
         let stdio = match stdio {
             Some(stdio) => stdio,

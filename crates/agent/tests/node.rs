@@ -80,6 +80,7 @@ fn agent_with_two_jobs(settings: NodeSettings) -> Running {
         let start = Command::Start {
             job,
             cpus: "0".parse().unwrap(),
+            memory: None,
             launch: None,
         };
         orders.send(start.into()).unwrap();

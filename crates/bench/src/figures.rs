@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 /// Where and when figures were taken, by which command on which commit: kept beside them in
-/// `results/`, so a figure quoted in the README can be traced to its run.
+/// `results/`, so a figure quoted in the docs can be traced to its run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Provenance {
     pub machine: String,

@@ -182,8 +182,16 @@ fn parse_time(text: &str) -> Result<u64, String> {
         .map_err(|e| e.to_string())
 }
 
+/// A memory size for jobs or nodes: below a mebibyte no program starts (a job given less
+/// would be killed by its cgroup at once).
 pub(crate) fn parse_memory(text: &str) -> Result<u64, String> {
-    cosched_core::parse_size(text).map_err(|e| e.to_string())
+    const SMALLEST: u64 = 1 << 20;
+    match cosched_core::parse_size(text) {
+        Ok(bytes) if bytes < SMALLEST => Err(format!(
+            "'{text}' is less than 1M: too little for any program to start"
+        )),
+        other => other.map_err(|e| e.to_string()),
+    }
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);

@@ -42,7 +42,9 @@ pub struct DaemonArgs {
     /// which actuator would be used, then exit (non-zero if none can be used)
     #[arg(long)]
     check: bool,
-    /// With --check: print the report as JSON
+    /// With --check: print the report as one JSON object: usable (true or false), actuator
+    /// (what would stop and start jobs, or null), unusable_because (why none can, or null),
+    /// cpus, and features (each {name, available, detail})
     #[arg(long, requires = "check")]
     json: bool,
     /// Where the job store (jobs.sqlite; in etcd with --etcd) and the supervisors' files live

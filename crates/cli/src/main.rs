@@ -96,8 +96,30 @@ fn main() -> ExitCode {
     }
 }
 
+/// A listing piped into `head` ends as other Unix tools' do, by SIGPIPE, when the reader goes
+/// (Rust ignores the signal, and a print to the closed pipe panics). Only for commands that
+/// print and exit: the daemon, agent and supervisor must outlive a client that hangs up.
+fn end_quietly_when_the_reader_goes() {
+    // SAFETY: restores a signal's default disposition; no other thread runs yet.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 /// The exit code: `run` and `wait` give their jobs' status; the rest 0 when they succeed.
 fn execute(command: Command) -> anyhow::Result<i32> {
+    if matches!(
+        command,
+        Command::Ps(_)
+            | Command::Matrix(_)
+            | Command::Stats(_)
+            | Command::Nodes(_)
+            | Command::Gantt(_)
+            | Command::History(_)
+            | Command::Sim(_)
+            | Command::Generate(_)
+            | Command::Config(_)
+    ) {
+        end_quietly_when_the_reader_goes();
+    }
     match command {
         Command::Run(args) => return client::run(args),
         Command::Wait(args) => return client::wait(args),

@@ -654,7 +654,7 @@ fn jobs_whose_memory_does_not_fit_a_node_together_never_share_its_processors() {
         std::env::temp_dir().join(format!("cosched-cluster-mem-{}.toml", std::process::id()));
     std::fs::write(&policy, "[memory]\nnode_memory = \"1G\"\n").unwrap();
     std::fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    let (_etcd, d, _a, _b) = cluster_with(
+    let (_etcd, d, a, b) = cluster_with(
         Etcd::start("memory"),
         "memory",
         DEADLINE_MS,
@@ -668,6 +668,20 @@ fn jobs_whose_memory_does_not_fit_a_node_together_never_share_its_processors() {
     assert!(wait_until(Duration::from_secs(20), || d.job(first)
         ["state"]
         == "running"));
+    // Held to its memory on both nodes, though it runs no process on b (a registered job's
+    // ranks join there later, out of cosched's launch).
+    let layout = cosched_cgroups::Layout::detect().unwrap();
+    for parent in [&a.parent, &b.parent] {
+        if let Some(file) = memory_limit_file(&layout, parent, first) {
+            let limit = std::fs::read_to_string(&file).unwrap_or_default();
+            assert_eq!(
+                limit.trim(),
+                (700u64 << 20).to_string(),
+                "{}",
+                file.display()
+            );
+        }
+    }
     let waiting = d.job(second);
     assert_eq!(waiting["reason"], "memory", "{waiting}\n{}", d.log());
     // Strict order behind the second (no limits to backfill by), though it would fit.

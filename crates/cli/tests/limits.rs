@@ -98,6 +98,10 @@ fn bad_limits_and_memory_sizes_are_refused_with_what_was_wrong() {
         (vec!["--time", "400-0"], "longer than a year"),
         (vec!["--mem", "0"], "not a memory size"),
         (vec!["--mem", "12Q"], "not a memory size"),
+        (vec!["--time", "00:60"], "seconds must be below 60"),
+        (vec!["--time", "1-24:00"], "hours must be below 24"),
+        (vec!["--mem", "1K"], "less than 1M"),
+        (vec!["--mem-per-cpu", "512K"], "less than 1M"),
         (
             vec!["--mem", "1G", "--mem-per-cpu", "1G"],
             "cannot be used with",

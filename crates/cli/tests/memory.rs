@@ -18,22 +18,12 @@ use std::time::Duration;
 
 const LIMIT: u64 = 64 << 20;
 
-/// The file holding the job's memory limit, in whichever tree has the memory controller.
-fn limit_file(layout: &Layout, parent: &str) -> Option<PathBuf> {
-    if layout.v2_controllers().iter().any(|c| c == "memory") {
-        let root = layout.v2.as_ref()?;
-        return Some(root.join(parent).join("job-1/memory.max"));
-    }
-    let root = layout.v1_memory.as_ref()?;
-    Some(root.join(parent).join("job-1/memory.limit_in_bytes"))
-}
-
 #[test]
 fn a_job_over_its_memory_ends_with_the_oom_kill_its_cgroup_counted() {
     cosched_os::require_root("the memory tests");
     let layout = Layout::detect().unwrap();
     let parent = format!("cosched-mem-{}", std::process::id());
-    let Some(limit_file) = limit_file(&layout, &parent) else {
+    let Some(limit_file) = memory_limit_file(&layout, &parent, 1) else {
         eprintln!("no memory controller on this machine ({layout}): nothing to enforce");
         return;
     };
@@ -77,12 +67,12 @@ fn a_job_over_its_memory_ends_with_the_oom_kill_its_cgroup_counted() {
         output: Some(output.clone()),
         error: None,
         holder: false,
-        memory: NonZeroU64::new(LIMIT),
         hosts: Vec::new(),
     };
     let start = Command::Start {
         job: 1,
         cpus: "0".parse().unwrap(),
+        memory: NonZeroU64::new(LIMIT),
         launch: Some(launch),
     };
     orders.send(start.into()).unwrap();

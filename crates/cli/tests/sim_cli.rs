@@ -481,3 +481,16 @@ fn node_memory_keeps_jobs_that_do_not_fit_together_apart() {
         stderr(&out)
     );
 }
+
+#[test]
+fn output_piped_into_head_ends_quietly() {
+    // Far more than a pipe holds, so the writer meets the closed pipe.
+    let script = format!(
+        "'{}' generate --jobs 100000 | head -1; echo \"status ${{PIPESTATUS[0]}}\"",
+        env!("CARGO_BIN_EXE_cosched")
+    );
+    let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.ends_with("status 141\n"), "{stdout}");
+    assert_eq!(stderr(&out), "", "no panic, no message");
+}

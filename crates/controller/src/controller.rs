@@ -424,6 +424,7 @@ impl Controller {
             note: None,
             suspended_us: 0,
             suspended_since_us: None,
+            suspended_by_root: false,
             nodes: Vec::new(),
             cpus_on_nodes: Vec::new(),
             time_limit_us,
@@ -666,12 +667,15 @@ impl Controller {
             None
         };
         // The launcher runs on the job's first node; the other nodes only place it.
+        let memory = self.records[&job].core_memory();
         for placed in placed {
+            let here = memory.map(|memory| memory.on_node(placed.cpus.size()));
             self.send(
                 &placed.node,
                 Order {
                     command: Command::Start {
                         job,
+                        memory: here.and_then(std::num::NonZeroU64::new),
                         cpus: placed.cpus,
                         launch: launch.take(),
                     },
@@ -719,7 +723,6 @@ impl Controller {
             output: record.output.clone(),
             error: record.error.clone(),
             holder: record.registered,
-            memory: record.memory_per_node().and_then(std::num::NonZeroU64::new),
             hosts: Vec::new(),
         }
     }
@@ -931,9 +934,11 @@ impl Controller {
                 })
             }
         }
+        let by_root = who.is_root();
         self.update(job, |record| {
             record.status = JobState::Suspended;
             record.suspended_since_us = Some(now);
+            record.suspended_by_root = by_root;
         })?;
         self.unschedule_resident(job, now);
         self.tell(Command::Suspend { job });
@@ -954,10 +959,16 @@ impl Controller {
                 action: "resume",
             });
         }
+        if record.suspended_by_root && !who.is_root() {
+            return Err(ApiError::Forbidden(format!(
+                "job {job} was suspended by root: only root may resume it"
+            )));
+        }
         self.update(job, |record| {
             record.status = JobState::Queued;
             record.suspended_us += suspended_for(record, now);
             record.suspended_since_us = None;
+            record.suspended_by_root = false;
         })?;
         if let Err(error) = self.enqueue(job, now) {
             // Not left "queued" with nothing to run it.

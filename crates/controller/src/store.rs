@@ -51,6 +51,9 @@ pub struct JobRecord {
     pub suspended_us: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspended_since_us: Option<i64>,
+    /// Root suspended it (an operator's hold): its owner may not resume it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended_by_root: bool,
     /// The nodes it was started on, the one running its launcher first.
     #[serde(default)]
     pub nodes: Vec<String>,

@@ -16,8 +16,8 @@ pub mod scheduler;
 
 pub use job::{Class, JobId, JobRequest, Memory, Micros, UnknownClass, MICROS_PER_SEC};
 pub use limits::{
-    parse_duration, parse_size, ClassTimes, Clock, DurationError, OverMaxTime, SizeError,
-    TimeLimits, UserLimits, LONGEST_LIMIT,
+    parse_duration, parse_size, ClassTimes, Clock, ClockField, DurationError, OverMaxTime,
+    SizeError, TimeLimits, UserLimits, LONGEST_LIMIT,
 };
 pub use machine::{Machine, MachineError, Topology};
 pub use partition::{CpuListError, NodeShare, Partition, Shape, Span};

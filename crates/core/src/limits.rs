@@ -17,6 +17,35 @@ pub enum DurationError {
     Zero(String),
     #[error("'{0}' is longer than a year")]
     TooLong(String),
+    #[error("'{text}': {field} must be below {below} (only the first field may be larger)", below = field.bound())]
+    OutOfRange { text: String, field: ClockField },
+}
+
+/// A field of a clock after the first, which must stay below its bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockField {
+    Hours,
+    Minutes,
+    Seconds,
+}
+
+impl ClockField {
+    fn bound(self) -> i64 {
+        match self {
+            ClockField::Hours => 24,
+            ClockField::Minutes | ClockField::Seconds => 60,
+        }
+    }
+}
+
+impl fmt::Display for ClockField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClockField::Hours => "hours",
+            ClockField::Minutes => "minutes",
+            ClockField::Seconds => "seconds",
+        })
+    }
 }
 
 /// A time limit as Slurm writes it: `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`.
@@ -36,6 +65,22 @@ pub fn parse_duration(text: &str) -> Result<Micros, DurationError> {
         .split(':')
         .map(number)
         .collect::<Result<Vec<_>, _>>()?;
+    // As a clock reads: a first field may be large (90:00 is ninety minutes), the rest not.
+    use ClockField::*;
+    let bounded: &[ClockField] = match (days, parts.len()) {
+        (None, 2) => &[Seconds],
+        (None, _) => &[Minutes, Seconds],
+        (Some(_), _) => &[Hours, Minutes, Seconds],
+    };
+    let first_bounded = usize::from(days.is_none());
+    for (&value, &field) in parts[first_bounded..].iter().zip(bounded) {
+        if value >= field.bound() {
+            return Err(DurationError::OutOfRange {
+                text: text.to_string(),
+                field,
+            });
+        }
+    }
     let seconds = match (days, parts.as_slice()) {
         (None, [m]) => m * 60,
         (None, [m, s]) => m * 60 + s,
@@ -180,6 +225,19 @@ mod tests {
                 "{bad}"
             );
         }
+        for (over, field) in [
+            ("00:60", ClockField::Seconds),
+            ("1:60:00", ClockField::Minutes),
+            ("1-24", ClockField::Hours),
+            ("1-2:60", ClockField::Minutes),
+        ] {
+            assert!(
+                matches!(parse_duration(over), Err(DurationError::OutOfRange { field: f, .. }) if f == field),
+                "{over}"
+            );
+        }
+        assert_eq!(parse_duration("90:00"), Ok(90 * 60 * S));
+        assert_eq!(parse_duration("36:00:00"), Ok(36 * 3600 * S));
         assert!(matches!(parse_duration("0"), Err(DurationError::Zero(_))));
         assert!(matches!(
             parse_duration("366-0"),

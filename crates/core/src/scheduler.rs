@@ -719,7 +719,13 @@ impl Scheduler {
     fn requeue(&mut self, job: JobId, now: Micros, change: impl FnOnce(&mut Job)) -> Vec<Decision> {
         let mut moved = self.jobs.remove(&job).expect("a known job");
         let was_placed = matches!(moved.state, JobState::Placed { .. });
-        self.unplace(&moved);
+        // Its processes stop but keep their pages: their memory stays held, and the job goes
+        // ahead of its class, as a resident job does on submission (else a job ahead of it
+        // could wait for that memory while it waits for its turn).
+        self.unplace_resident(&moved);
+        if self.resident.contains_key(&job) {
+            moved.seq = 0;
+        }
         change(&mut moved);
         moved.state = JobState::Queued;
         self.wait((moved.request.class, moved.seq, job), &moved.request.shape);
@@ -987,6 +993,42 @@ impl Scheduler {
     /// stops at its first job that does not fit, so a call costs the jobs it places plus one,
     /// not the length of the queue (EASY scans the line, as it must).
     fn schedule(&mut self, now: Micros, decisions: &mut Vec<Decision>) {
+        loop {
+            let holds = self.resident.len();
+            self.place_express(now, decisions);
+            while self.place_normal(now, decisions) && self.express_waits_on_memory() {
+                // Memory caps the express head's share of a node, and the search keeps the
+                // lowest free processors there: a job that just took some to preempt may
+                // have left a run the head fits in.
+                self.place_express(now, decisions);
+            }
+            self.place_standby(now, decisions);
+            // A job placed away from the nodes it held memory on (requeued, resumed) freed
+            // that memory for the layers served before it.
+            if self.resident.len() == holds {
+                break;
+            }
+        }
+    }
+
+    fn place_standby(&mut self, now: Micros, decisions: &mut Vec<Decision>) {
+        while let Some(key) = self.first_waiting(Class::Standby, None) {
+            let request = &self.jobs[&key.2].request;
+            let room = self.room_now(request);
+            let Some(partition) = self.find_standby(&request.shape, room.as_ref()) else {
+                break;
+            };
+            self.commit(key, partition, Home::Standby, now, decisions);
+        }
+    }
+
+    fn express_waits_on_memory(&self) -> bool {
+        self.first_waiting(Class::Express, Some(Class::Interactive))
+            .is_some_and(|key| self.memory_may_refuse(&self.jobs[&key.2].request))
+    }
+
+    /// Places express jobs in order while the head fits beside the preempting jobs.
+    fn place_express(&mut self, now: Micros, decisions: &mut Vec<Decision>) {
         while let Some(key) = self.first_waiting(Class::Express, Some(Class::Interactive)) {
             let request = &self.jobs[&key.2].request;
             let room = self.room_now(request);
@@ -996,6 +1038,12 @@ impl Scheduler {
             };
             self.commit(key, partition, Home::Preempting, now, decisions);
         }
+    }
+
+    /// Places interactive and batch jobs in order, then backfills behind a head that does
+    /// not fit; true if any job was placed to preempt.
+    fn place_normal(&mut self, now: Micros, decisions: &mut Vec<Decision>) -> bool {
+        let mut preempted = false;
         while let Some(key) = self.first_waiting(Class::Interactive, Some(Class::Standby)) {
             let job = &self.jobs[&key.2];
             let shape = &job.request.shape;
@@ -1008,6 +1056,7 @@ impl Scheduler {
                 .flatten()
             {
                 self.commit(key, partition, Home::Preempting, now, decisions);
+                preempted = true;
                 continue;
             }
             if let Some((partition, home)) = self.find_own(shape, room.as_ref()) {
@@ -1042,14 +1091,7 @@ impl Scheduler {
             }
             break;
         }
-        while let Some(key) = self.first_waiting(Class::Standby, None) {
-            let request = &self.jobs[&key.2].request;
-            let room = self.room_now(request);
-            let Some(partition) = self.find_standby(&request.shape, room.as_ref()) else {
-                break;
-            };
-            self.commit(key, partition, Home::Standby, now, decisions);
-        }
+        preempted
     }
 
     /// The room a new slice would offer, when the MPL allows one.

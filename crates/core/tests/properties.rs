@@ -509,6 +509,79 @@ proptest! {
     }
 }
 
+/// Found by CI (one run in six): nodes leave and return around memory-holding jobs, and a
+/// later head that fits was left waiting for priority.
+#[test]
+fn a_head_that_fits_is_placed_after_nodes_leave_and_return() {
+    use Op::*;
+    let batch = |n, memory| Submit {
+        shape: Shape::Count(n),
+        class: Class::Batch,
+        est: 1,
+        memory,
+    };
+    let express = |n, memory| Submit {
+        shape: Shape::Count(n),
+        class: Class::Express,
+        est: 1,
+        memory,
+    };
+    let interactive = |n| Submit {
+        shape: Shape::Count(n),
+        class: Class::Interactive,
+        est: 1,
+        memory: Memory::PerCpu(0),
+    };
+    let node0 = || NodeLeavesOrReturns { node: 0 };
+    let machine = Machine::line(12)
+        .unwrap()
+        .with_nodes(12)
+        .unwrap()
+        .with_node_memory(NODE_MEMORY);
+    let config = Config {
+        partitioner: PartitionerKind::BestFit,
+        mpl: 5,
+        alternates: false,
+        backfill: Backfill::Easy,
+        repack: true,
+        interactive_preempts: true,
+    };
+    let ops = [
+        NodeJoins,
+        node0(),
+        node0(),
+        batch(13, Memory::PerNode(10)),
+        NodeJoins,
+        batch(2, Memory::PerCpu(3)),
+        interactive(5),
+        Settle {
+            pick: 4293749553013580570,
+        },
+        batch(9, Memory::PerCpu(5)),
+        node0(),
+        express(1, Memory::PerCpu(0)),
+        express(1, Memory::PerNode(76)),
+        node0(),
+        Remove {
+            pick: 11610351967969797931,
+        },
+        node0(),
+        batch(8, Memory::PerCpu(0)),
+        node0(),
+        node0(),
+        node0(),
+        batch(2, Memory::PerNode(3)),
+        Remove {
+            pick: 2458372174818946207,
+        },
+        batch(4, Memory::PerCpu(1)),
+        node0(),
+        express(6, Memory::PerCpu(12)),
+        interactive(7),
+    ];
+    run(&machine, &config, &ops).unwrap();
+}
+
 /// Crowded matrices of small batch jobs: many alternates per slice, so an ending or new job
 /// changes the greedy fill in chains (a job newly fitting evicts later ones, whose processors
 /// let others in). Slices are refilled only where their processors changed; `audit` holds each
@@ -556,4 +629,80 @@ proptest! {
             s.audit().map_err(|e| TestCaseError::fail(format!("after step {step}: {e}")))?;
         }
     }
+}
+
+/// Found by the property test: a job requeued by a class change held its memory on one
+/// node, then was placed on another, freeing the first after the express layer had been
+/// served; the express head that now fit was left waiting.
+#[test]
+fn memory_freed_by_a_placement_is_offered_to_the_layers_before_it() {
+    use Class::*;
+    use Memory::*;
+    use Op::*;
+    let submit = |n, class, est, memory| Submit {
+        shape: Shape::Count(n),
+        class,
+        est,
+        memory,
+    };
+    let node = |node| NodeLeavesOrReturns { node };
+    let machine = Machine::line(10)
+        .unwrap()
+        .with_nodes(5)
+        .unwrap()
+        .with_node_memory(NODE_MEMORY);
+    let config = Config {
+        partitioner: PartitionerKind::BestFit,
+        mpl: 1,
+        alternates: true,
+        backfill: Backfill::Easy,
+        repack: false,
+        interactive_preempts: false,
+    };
+    let ops = [
+        submit(2, Express, 1, PerCpu(3)),
+        submit(6, Express, 1, PerNode(95)),
+        node(0),
+        submit(1, Express, 135, PerNode(6)),
+        NodeJoins,
+        SetClass {
+            pick: 131687864665214431,
+            class: Standby,
+        },
+        submit(11, Interactive, 1, PerCpu(0)),
+        submit(1, Express, 1, PerCpu(0)),
+        SetClass {
+            pick: 2300812964256631252,
+            class: Batch,
+        },
+        submit(8, Interactive, 1, PerCpu(0)),
+        submit(6, Interactive, 1, PerCpu(0)),
+        submit(2, Batch, 1, PerCpu(0)),
+        node(0),
+        submit(5, Interactive, 1, PerCpu(0)),
+        submit(1, Interactive, 326, PerNode(32)),
+        node(0),
+        submit(4, Interactive, 257, PerNode(69)),
+        submit(1, Interactive, 296, PerNode(12)),
+        node(1),
+        submit(2, Express, 1, PerCpu(7)),
+        submit(1, Interactive, 1, PerCpu(0)),
+        Remove {
+            pick: 4030579118835890774,
+        },
+        NodeJoins,
+        submit(1, Express, 1, PerCpu(0)),
+        submit(1, Interactive, 1, PerCpu(0)),
+        submit(1, Interactive, 1, PerCpu(0)),
+        submit(3, Interactive, 1, PerCpu(0)),
+        submit(6, Express, 1, PerNode(43)),
+        Remove {
+            pick: 10655780692178886216,
+        },
+        SetClass {
+            pick: 15403904709685255339,
+            class: Standby,
+        },
+    ];
+    run(&machine, &config, &ops).unwrap();
 }

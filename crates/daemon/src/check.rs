@@ -2,21 +2,37 @@
 //! It probes for real (a scratch cgroup, a real-time thread), then removes what it made.
 
 use cosched_cgroups::{Actuator, Cgroups, Layout};
-use serde::Serialize;
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-#[derive(Clone, Debug, Serialize)]
+/// One thing the daemon may use: whether this machine has it, and where or why not.
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Feature {
     pub name: &'static str,
     pub available: bool,
     pub detail: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct Report {
     pub features: Vec<Feature>,
     /// The actuator the daemon would use, or why none can be used.
     pub actuator: Result<String, String>,
     pub cpus: u32,
+}
+
+/// `daemon --check --json` (docs/clients.md): `{"usable": bool, "actuator": the actuator or
+/// null, "unusable_because": why none can be used or null, "cpus": n, "features": [{"name",
+/// "available", "detail"}]}`; exactly one of `actuator` and `unusable_because` is a string.
+impl Serialize for Report {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut report = serializer.serialize_struct("Report", 5)?;
+        report.serialize_field("usable", &self.usable())?;
+        report.serialize_field("actuator", &self.actuator.as_ref().ok())?;
+        report.serialize_field("unusable_because", &self.actuator.as_ref().err())?;
+        report.serialize_field("cpus", &self.cpus)?;
+        report.serialize_field("features", &self.features)?;
+        report.end()
+    }
 }
 
 impl Report {
@@ -55,21 +71,29 @@ pub fn check() -> Report {
     let v2_controllers = layout.v2_controllers();
     let v2_has = |c: &str| v2_controllers.iter().any(|x| x == c);
     let probe = format!("cosched-check-{}", std::process::id());
+    // The scratch cgroup's files, or why it could not be made (then nothing is known).
     let v2_freeze = layout.v2.as_ref().map(|root| {
         let dir = root.join(&probe);
-        let made = std::fs::create_dir(&dir).is_ok();
+        let made = std::fs::create_dir(&dir);
         let has = dir.join("cgroup.freeze").exists();
         // Only where the root passes the memory controller down (as the daemon has it do).
         let peak = dir.join("memory.peak").exists();
-        if made {
+        if made.is_ok() {
             let _ = std::fs::remove_dir(&dir);
         }
-        (root.clone(), has, peak)
+        (root.clone(), made.err(), has, peak)
     });
-    let v2_peak = v2_freeze.as_ref().is_some_and(|(_, _, peak)| *peak);
+    let v2_peak = v2_freeze.as_ref().is_some_and(|(_, _, _, peak)| *peak);
     features.push(match &v2_freeze {
-        Some((root, true, _)) => feature("cgroup v2 freezer", true, format!("{}", root.display())),
-        Some((root, false, _)) => feature(
+        Some((root, Some(error), _, _)) => feature(
+            "cgroup v2 freezer",
+            false,
+            format!("cannot make a cgroup under {}: {error}", root.display()),
+        ),
+        Some((root, None, true, _)) => {
+            feature("cgroup v2 freezer", true, format!("{}", root.display()))
+        }
+        Some((root, None, false, _)) => feature(
             "cgroup v2 freezer",
             false,
             format!(
@@ -178,5 +202,40 @@ pub fn check() -> Report {
         features,
         actuator,
         cpus: cosched_os::usable_cpus(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_json_report_says_usable_and_the_actuator_or_why_not_in_fields_of_their_own() {
+        let mut report = Report {
+            features: vec![feature("cpuset", true, "cgroup v2")],
+            actuator: Ok("stop: cgroup v2 freezer".into()),
+            cpus: 2,
+        };
+        assert_eq!(
+            serde_json::to_value(&report).unwrap(),
+            json!({
+                "usable": true,
+                "actuator": "stop: cgroup v2 freezer",
+                "unusable_because": null,
+                "cpus": 2,
+                "features": [{"name": "cpuset", "available": true, "detail": "cgroup v2"}],
+            })
+        );
+        report.actuator = Err("no freezer".into());
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            (
+                &json["usable"],
+                &json["actuator"],
+                &json["unusable_because"]
+            ),
+            (&json!(false), &json!(null), &json!("no freezer"))
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! The daemon's HTTP side (`--http`): `/metrics` for Prometheus and the web console
 //! ([`crate::console`]: `/`, its live part as server-sent events at `/events`, and actions
 //! posted with a token). Off unless asked for, on loopback unless told another address.
-//! `/metrics` is the same for whoever connects (no job id, user or command is in it).
+//! `/metrics` is the same for whoever connects (no job id, user or command is in it), in
+//! OpenMetrics when `Accept` asks for it, else in the Prometheus text format
+//! ([`crate::metrics::Format`]). Every page answers `HEAD` with the head its `GET` would get.
 //!
 //! One thread, polling: it reads request heads from at most [`MOST_PENDING`] connections at
 //! once, each within [`DEADLINE`], and answers a whole head at once (a scrape takes the state's
@@ -44,7 +46,6 @@ const SEND_DEADLINE: Duration = Duration::from_secs(5);
 /// Answers being written at once (past it, the oldest is dropped): a few MB at most held.
 const MOST_SENDING: usize = 64;
 
-const METRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// How often console viewers get the live part.
 const TICK: Duration = Duration::from_millis(250);
 /// Console viewers held at once.
@@ -265,10 +266,8 @@ impl Outbox<'_> {
     }
 
     fn view(&mut self, stream: TcpStream) {
-        let head =
-            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
-                    X-Content-Type-Options: nosniff\r\n\r\nretry: 1000\n\n";
-        if !matches!((&stream).write(head.as_bytes()), Ok(n) if n == head.len()) {
+        let start = format!("{EVENTS_HEAD}retry: 1000\n\n");
+        if !matches!((&stream).write(start.as_bytes()), Ok(n) if n == start.len()) {
             return;
         }
         if self.viewers.len() >= MOST_VIEWERS {
@@ -290,7 +289,10 @@ fn finish(
             Answer::Bytes(bytes) => out.send(stream, bytes),
             Answer::Events => out.view(stream),
         },
-        Err(Some(why)) => out.send(stream, response(400, "text/plain", &format!("{why}\n"))),
+        Err(Some(why)) => out.send(
+            stream,
+            Page::new(400, "text/plain", format!("{why}\n")).bytes(false),
+        ),
         Err(None) => {}
     }
 }
@@ -340,49 +342,78 @@ enum Answer {
     Events,
 }
 
-/// Answers a whole head.
+/// The head of the console's live stream (its body follows as long as the viewer stays).
+const EVENTS_HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                           Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n\r\n";
+
+/// Answers a whole head. `HEAD` gets what `GET` would get, but the body (the live stream's
+/// head alone, without becoming a viewer).
 fn answer(head: &str, shared: &Shared, site: Site) -> Answer {
     let mut words = head.lines().next().unwrap_or("").split_whitespace();
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-    if !site.allows(header(head, "Host")) {
-        return Answer::Bytes(response(
+    let head_only = method == "HEAD";
+    let page = if !site.allows(header(head, "Host")) {
+        Page::new(
             421,
             "text/plain",
             "this server answers to 127.0.0.1, localhost or [::1] (with its port) only\n",
-        ));
-    }
-    Answer::Bytes(match (method, path) {
-        ("GET", "/metrics") => {
-            let scrape = shared.with(|inner, now| inner.scrape(now));
-            response(200, METRICS_TYPE, &crate::metrics::encode(scrape))
+        )
+    } else {
+        match (if head_only { "GET" } else { method }, path) {
+            ("GET", "/metrics") => {
+                let format = crate::metrics::Format::negotiate(header(head, "Accept"));
+                let scrape = shared.with(|inner, now| inner.scrape(now));
+                let body = crate::metrics::encode(scrape, format);
+                // Caches must keep each format apart.
+                Page::new(200, format.content_type(), body).with("Vary: Accept\r\n")
+            }
+            ("GET", "/") => Page::new(
+                200,
+                "text/html; charset=utf-8",
+                console::page(&snapshot(shared)),
+            ),
+            ("GET", "/console.js") => {
+                Page::new(200, "text/javascript; charset=utf-8", console::PAGE_SCRIPT)
+            }
+            ("GET", "/console.css") => {
+                Page::new(200, "text/css; charset=utf-8", console::PAGE_STYLE)
+            }
+            ("GET", "/events") if head_only => {
+                return Answer::Bytes(EVENTS_HEAD.as_bytes().to_vec())
+            }
+            ("GET", "/events") => return Answer::Events,
+            ("GET", "/favicon.ico") => Page::new(204, "image/x-icon", ""),
+            ("POST", path) if path.starts_with("/jobs/") => {
+                let (status, reply) = act(path, header(head, "Authorization"), shared);
+                let body = serde_json::to_string(&reply).expect("replies serialize") + "\n";
+                Page::new(status, "application/json", body)
+            }
+            (_, path) if path.starts_with("/jobs/") => not_allowed(true),
+            ("GET", _) => Page::new(
+                404,
+                "text/plain",
+                "no such page: the console is at /, the figures at /metrics\n",
+            ),
+            _ => not_allowed(false),
         }
-        ("GET", "/") => response(
-            200,
-            "text/html; charset=utf-8",
-            &console::page(&snapshot(shared)),
-        ),
-        ("GET", "/console.js") => {
-            response(200, "text/javascript; charset=utf-8", console::PAGE_SCRIPT)
-        }
-        ("GET", "/console.css") => response(200, "text/css; charset=utf-8", console::PAGE_STYLE),
-        ("GET", "/events") => return Answer::Events,
-        ("GET", "/favicon.ico") => response(204, "image/x-icon", ""),
-        ("POST", path) if path.starts_with("/jobs/") => {
-            let (status, reply) = act(path, header(head, "Authorization"), shared);
-            let body = serde_json::to_string(&reply).expect("replies serialize") + "\n";
-            response(status, "application/json", &body)
-        }
-        ("GET", _) => response(
-            404,
-            "text/plain",
-            "no such page: the console is at /, the figures at /metrics\n",
-        ),
-        _ => response(
-            405,
-            "text/plain",
-            "only GET (and POST /jobs/ID/ACTION with a token) is served\n",
-        ),
-    })
+    };
+    Answer::Bytes(page.bytes(head_only))
+}
+
+/// 405, naming the methods the path takes: an action is posted, every page is read.
+fn not_allowed(action: bool) -> Page {
+    let (allow, why) = if action {
+        (
+            "Allow: POST\r\n",
+            "an action is POST /jobs/ID/ACTION with a token\n",
+        )
+    } else {
+        (
+            "Allow: GET, HEAD\r\n",
+            "only GET and HEAD are served here (and POST /jobs/ID/ACTION with a token)\n",
+        )
+    };
+    Page::new(405, "text/plain", why).with(allow)
 }
 
 /// What the console shows now: unfinished jobs and the latest ended ones.
@@ -476,30 +507,70 @@ fn act(path: &str, authorization: Option<&str>, shared: &Shared) -> (u16, Reply)
     }
 }
 
-/// A whole answer: head and body (the connection closes after it).
-fn response(status: u16, kind: &str, body: &str) -> Vec<u8> {
-    let reason = match status {
-        200 => "OK",
-        204 => "No Content",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        409 => "Conflict",
-        421 => "Misdirected Request",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Method Not Allowed",
-    };
-    let mut bytes = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
-         Content-Security-Policy: {PAGE_POLICY}\r\nX-Content-Type-Options: nosniff\r\n\
-         Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    bytes.extend_from_slice(body.as_bytes());
-    bytes
+/// An answer: its status, type, body and headers of its own (each ending in CRLF).
+struct Page {
+    status: u16,
+    kind: &'static str,
+    body: std::borrow::Cow<'static, str>,
+    extra: &'static str,
+}
+
+impl Page {
+    fn new(
+        status: u16,
+        kind: &'static str,
+        body: impl Into<std::borrow::Cow<'static, str>>,
+    ) -> Page {
+        Page {
+            status,
+            kind,
+            body: body.into(),
+            extra: "",
+        }
+    }
+
+    /// The page with `header` (ending in CRLF) among its headers.
+    fn with(self, header: &'static str) -> Page {
+        Page {
+            extra: header,
+            ..self
+        }
+    }
+
+    /// The answer to write: head and body, or the head alone (to `HEAD`, with the length the
+    /// body has); the connection closes after it.
+    fn bytes(&self, head_only: bool) -> Vec<u8> {
+        let Page {
+            status,
+            kind,
+            body,
+            extra,
+        } = self;
+        let reason = match status {
+            200 => "OK",
+            204 => "No Content",
+            400 => "Bad Request",
+            401 => "Unauthorized",
+            403 => "Forbidden",
+            404 => "Not Found",
+            409 => "Conflict",
+            421 => "Misdirected Request",
+            500 => "Internal Server Error",
+            503 => "Service Unavailable",
+            _ => "Method Not Allowed",
+        };
+        let mut bytes = format!(
+            "HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
+             {extra}Content-Security-Policy: {PAGE_POLICY}\r\nX-Content-Type-Options: nosniff\r\n\
+             Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        if !head_only {
+            bytes.extend_from_slice(body.as_bytes());
+        }
+        bytes
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
-//! `/metrics`: the daemon's figures in the Prometheus (OpenMetrics) text format, encoded by
-//! `prometheus-client` from a snapshot taken under the state's lock at each scrape. Names have
-//! the `cosched_` prefix and base units; no job id or user is a label.
+//! `/metrics`: the daemon's figures, encoded by `prometheus-client` from a snapshot taken under
+//! the state's lock at each scrape. Names have the `cosched_` prefix and base units; no job id
+//! or user is a label. Two text formats ([`Format`]): OpenMetrics 1.0.0 when the scraper's
+//! `Accept` asks for it (Prometheus does), else the Prometheus text format 0.0.4 (what `curl`
+//! gets, and the one format `promtool check metrics` and older scrapers read).
 
 use cosched_controller::counts::{Scrape, WAIT_BOUNDS_S};
 use cosched_proto::api::NodeView;
@@ -11,15 +13,97 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// The scrape as the text a Prometheus server reads.
-pub fn encode(scrape: Scrape) -> String {
+/// A text format of the scrape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0.0: counter families named without `_total`, a closing `# EOF`.
+    OpenMetrics,
+    /// The Prometheus text format 0.0.4: each family named as its samples are.
+    Text,
+}
+
+impl Format {
+    /// The format an `Accept` header asks for: OpenMetrics when it names
+    /// `application/openmetrics-text` with a weight (`q`) no lower than any media range text
+    /// matches (`text/plain`, `text/*`, `*/*`); the text format otherwise, with no header or
+    /// one that names neither (as Prometheus' own libraries answer).
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let (mut openmetrics, mut text) = (0.0f32, 0.0f32);
+        for range in accept.unwrap_or("").split(',') {
+            let mut parts = range.split(';');
+            let kind = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let weight = parts
+                .filter_map(|p| p.trim().strip_prefix("q=")?.trim().parse::<f32>().ok())
+                .next()
+                .unwrap_or(1.0)
+                .clamp(0.0, 1.0);
+            match kind.as_str() {
+                "application/openmetrics-text" => openmetrics = openmetrics.max(weight),
+                "text/plain" | "text/*" | "*/*" => text = text.max(weight),
+                _ => {}
+            }
+        }
+        if openmetrics > 0.0 && openmetrics >= text {
+            Format::OpenMetrics
+        } else {
+            Format::Text
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// The scrape as the text a Prometheus server reads, in `format`.
+pub fn encode(scrape: Scrape, format: Format) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Metrics(scrape)));
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)
         .expect("writing to a String cannot fail");
+    match format {
+        Format::OpenMetrics => text,
+        Format::Text => prometheus_text(&text),
+    }
+}
+
+/// OpenMetrics as `prometheus-client` writes it (it writes no other text format) in the
+/// Prometheus text format 0.0.4. For the families made here (counters, gauges, histograms;
+/// no unit, exemplar, `_created` or info) two things differ: a counter family's HELP and TYPE
+/// name its samples (`x_total`: the old format has no family name apart from them, and a
+/// reader of it sees `x_total` samples under no HELP or TYPE), and there is no `# EOF`.
+/// Samples, label escaping and numbers are written alike in both.
+fn prometheus_text(openmetrics: &str) -> String {
+    let counters: BTreeSet<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut text = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let descriptor = ["# HELP ", "# TYPE "].into_iter().find_map(|tag| {
+            let (name, rest) = line.strip_prefix(tag)?.split_once(' ')?;
+            counters.contains(name).then_some((tag, name, rest))
+        });
+        match descriptor {
+            Some((tag, name, rest)) => {
+                text.push_str(tag);
+                text.push_str(name);
+                text.push_str("_total ");
+                text.push_str(rest);
+            }
+            None => text.push_str(line),
+        }
+        text.push('\n');
+    }
     text
 }
 
@@ -256,5 +340,61 @@ impl Collector for Metrics {
             [([("version", env!("CARGO_PKG_VERSION"))], 1)],
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openmetrics_only_when_accept_asks_for_it_at_least_as_much_as_text() {
+        let openmetrics = [
+            // Prometheus 2.42's scrape.
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+             version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+            "application/openmetrics-text",
+            "Application/OpenMetrics-Text; version=1.0.0",
+            "text/plain;q=0.5, application/openmetrics-text;q=0.6",
+        ];
+        for accept in openmetrics {
+            assert_eq!(
+                Format::negotiate(Some(accept)),
+                Format::OpenMetrics,
+                "{accept}"
+            );
+        }
+        let text = [
+            None,
+            Some(""),
+            Some("*/*"),
+            Some("text/plain;version=0.0.4"),
+            Some("text/html"),
+            Some("application/openmetrics-text;q=0"),
+            Some("application/openmetrics-text;q=0.2, */*;q=0.5"),
+            Some("application/openmetrics-text;q=nonsense;q=0.1, text/*"),
+        ];
+        for accept in text {
+            assert_eq!(Format::negotiate(accept), Format::Text, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn the_text_format_names_counter_families_for_their_samples_and_has_no_eof() {
+        let openmetrics = "# HELP a_jobs Jobs\n# TYPE a_jobs gauge\na_jobs 1\n\
+                           # HELP a_ends Ends\n# TYPE a_ends counter\n\
+                           a_ends_total{result=\"ok\"} 2\n\
+                           # HELP a_wait_seconds Wait\n# TYPE a_wait_seconds histogram\n\
+                           a_wait_seconds_sum 0.5\na_wait_seconds_count 1\n\
+                           a_wait_seconds_bucket{le=\"+Inf\"} 1\n# EOF\n";
+        assert_eq!(
+            prometheus_text(openmetrics),
+            "# HELP a_jobs Jobs\n# TYPE a_jobs gauge\na_jobs 1\n\
+             # HELP a_ends_total Ends\n# TYPE a_ends_total counter\n\
+             a_ends_total{result=\"ok\"} 2\n\
+             # HELP a_wait_seconds Wait\n# TYPE a_wait_seconds histogram\n\
+             a_wait_seconds_sum 0.5\na_wait_seconds_count 1\n\
+             a_wait_seconds_bucket{le=\"+Inf\"} 1\n"
+        );
     }
 }

@@ -305,6 +305,7 @@ mod tests {
             note: None,
             suspended_us: 0,
             suspended_since_us: None,
+            suspended_by_root: false,
             nodes: Vec::new(),
             cpus_on_nodes: Vec::new(),
             time_limit_us: None,

@@ -102,8 +102,8 @@ pub enum NodeMemory {
 }
 
 impl Default for Policy {
-    /// The best configuration the README's trace tables support ("Results on the archive's
-    /// SP2 logs", both the first-fit and the scatter table, rows `gang`, alternates on,
+    /// The best configuration the trace tables of docs/simulator.md support ("Results on the
+    /// archive's SP2 logs", both the first-fit and the scatter table, rows `gang`, alternates on,
     /// backfill on): gang with EASY backfilling keeps EASY's utilization and cuts the mean
     /// bounded slowdown on every log. MPL 8 cuts it further but lengthens the mean response
     /// (long jobs stretched), and every slice holds its frozen jobs' memory: MPL 4 is the

@@ -116,11 +116,6 @@ pub struct Launch {
     /// the SIGTERM asking for the job's end waits for it, however early that comes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub holder: bool,
-    /// The memory (bytes) the job may hold on the node, swap included: its cgroup's limit,
-    /// set before any of its processes starts there. A node that cannot enforce it refuses
-    /// the job (it ends lost, with that reason). Never 0 (no job runs in no memory).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<std::num::NonZeroU64>,
     /// The job's nodes and its processors on each, its launcher's node first: what the node
     /// tells the job in COSCHED_NTASKS, COSCHED_NODELIST and COSCHED_HOSTFILE.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -175,6 +170,12 @@ pub enum Command {
     Start {
         job: JobId,
         cpus: Partition,
+        /// The memory (bytes) the job may hold on this node, swap included: its cgroup's
+        /// limit, set on every node of the job before any of its processes starts there
+        /// (launched, added or joining). A node that cannot enforce it refuses the job (it
+        /// ends lost, with that reason). Never 0 (no job runs in no memory).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory: Option<std::num::NonZeroU64>,
         launch: Option<Launch>,
     },
     /// After a controller restart: find the job's supervisor again (or its kept exit status);
@@ -350,6 +351,7 @@ mod tests {
         let start = Command::Start {
             job: 3,
             cpus: "0-1".parse().unwrap(),
+            memory: None,
             launch: None,
         };
         let text = serde_json::to_string(&start).unwrap();

@@ -96,8 +96,9 @@ fn generated_workloads_match_the_reference_distributions() {
     );
 }
 
-/// The README's figures (`results/traces.jsonl`, written by `scripts/trace-results` before the
-/// engine was made fast on wide machines) are what the engine still gives, to the last bit:
+/// The figures docs/simulator.md shows (`results/traces.jsonl`, written by
+/// `scripts/trace-results` before the engine was made fast on wide machines) are what the
+/// engine still gives, to the last bit:
 /// counting free processors, the queue index and the reservation memo change the speed, not
 /// one decision. KTH-SP2 under a spread of policies and both partitioners; the other rows are
 /// checked the same way by `scripts/trace-results --check`.

@@ -427,6 +427,23 @@ pub fn cgroup_cpu_us(cgroup: &Path) -> i64 {
     cosched_cgroups::cpu_usage_of(cgroup).map_or(0, |used| used.as_micros() as i64)
 }
 
+/// The file holding a job's memory limit, in whichever tree has the memory controller.
+pub fn memory_limit_file(
+    layout: &cosched_cgroups::Layout,
+    parent: &str,
+    job: u64,
+) -> Option<PathBuf> {
+    if layout.v2_controllers().iter().any(|c| c == "memory") {
+        let root = layout.v2.as_ref()?;
+        return Some(root.join(parent).join(format!("job-{job}/memory.max")));
+    }
+    let root = layout.v1_memory.as_ref()?;
+    Some(
+        root.join(parent)
+            .join(format!("job-{job}/memory.limit_in_bytes")),
+    )
+}
+
 pub fn v2_root() -> PathBuf {
     let layout = cosched_cgroups::Layout::detect().unwrap();
     layout
@@ -469,19 +486,23 @@ pub fn refused(out: &Output, expected: &str) {
 
 /// GETs `path` from the daemon's HTTP side; returns the status line and the body.
 pub fn http_get(port: u16, path: &str) -> (String, String) {
-    use std::io::{Read, Write};
+    let (head, body) = http(port, &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n"));
+    (head.lines().next().unwrap_or("").to_string(), body)
+}
+
+/// Sends `head` (request line and headers, each ending in CRLF) on a new connection to the
+/// daemon's HTTP side; the answer's head (status line and headers) and body.
+pub fn http(port: u16, head: &str) -> (String, String) {
+    use std::io::Read;
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    write!(stream, "{head}\r\n").unwrap();
     let mut text = String::new();
     stream.read_to_string(&mut text).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    (
-        head.lines().next().unwrap_or("").to_string(),
-        body.to_string(),
-    )
+    (head.to_string(), body.to_string())
 }
 
 /// The value of the sample `name` (with its labels, as printed) in a scrape.

@@ -206,6 +206,27 @@ fn a_started_job_stays_on_its_nodes_through_a_takeover_and_a_class_change() {
 }
 
 #[test]
+fn a_job_root_suspended_is_resumed_by_root_only() {
+    let mut h = Harness::machine(4);
+    let job = h.run(UID, 2).unwrap();
+    let (owner, root) = (Harness::user(UID), Harness::user(0));
+    let now = h.now;
+    h.controller.suspend(&root, job, now).unwrap();
+    let refused = h.controller.resume(&owner, job, now);
+    assert!(
+        matches!(&refused, Err(ApiError::Forbidden(m)) if m.contains("suspended by root")),
+        "{refused:?}"
+    );
+    // Survives a restart: the hold is in the record.
+    h.restart();
+    assert!(h.controller.resume(&owner, job, h.now).is_err());
+    h.controller.resume(&root, job, h.now).unwrap();
+    // The owner's own suspension is the owner's to lift.
+    h.controller.suspend(&owner, job, h.now).unwrap();
+    h.controller.resume(&owner, job, h.now).unwrap();
+}
+
+#[test]
 fn owners_may_lower_a_class_and_only_root_raise_it() {
     let mut h = Harness::machine(4);
     let job = h.run(UID, 2).unwrap();
