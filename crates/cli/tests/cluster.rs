@@ -478,7 +478,7 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
     );
     for (job, code) in [(x, 5), (y, 6)] {
         let done = wait_until(Duration::from_secs(60), || {
-            standby.job(job)["state"] == "completed"
+            standby.job(job)["state"] == "failed"
         });
         assert!(done, "job {job}: {}\n{}", standby.job(job), standby.log());
         assert_eq!(standby.job(job)["exit"]["code"], code);

@@ -243,7 +243,7 @@ fn two_mpi_jobs_across_two_nodes_take_turns_and_keep_their_exit_codes() {
     let nodes = lab.json(&["nodes", "--json"]);
     assert_eq!(nodes.as_array().map(Vec::len), Some(2), "{nodes}");
     for (job, code) in [(first, 5), (second, 6)] {
-        let ended = lab.wait_state(job, "completed", Duration::from_secs(60));
+        let ended = lab.wait_state(job, "failed", Duration::from_secs(60));
         assert_eq!(ended["exit"]["code"], code, "{ended}");
         let out = lab.output(job);
         assert!(
