@@ -45,8 +45,9 @@ int cosched_proc_add(cosched_job_id job, pid_t pid);
  * once they have exited. */
 int cosched_job_end(cosched_job_id job);
 
-/* The job's state: "queued", "waiting", "running", "suspended", "idle", "done", "cancelled"
- * or "lost" (copied into state). */
+/* The job's state: "queued", "waiting", "running", "suspended", "idle", "completed" (exit 0),
+ * "failed", "cancelled", "timeout" or "lost" (copied into state; a daemon older than
+ * "completed" says "done" for every exit). */
 int cosched_job_state(cosched_job_id job, char *state, size_t state_len);
 
 /* Why the calling thread's last failed call failed. */

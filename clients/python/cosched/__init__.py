@@ -148,8 +148,8 @@ class Job:
 
 @dataclasses.dataclass(frozen=True)
 class Ended:
-    """How a job ended: `state` done, cancelled, timeout, failed or lost; its exit code or
-    signal."""
+    """How a job ended: `state` completed (exit 0), failed (a non-zero exit, a signal, or
+    ended by cosched), cancelled, timeout or lost; its exit code or signal."""
 
     job: int
     state: str
@@ -530,8 +530,8 @@ class Client:
         limit: Optional[int] = None,
     ) -> History:
         """Ended jobs from the daemon's store, the latest ended first; each filter given must
-        hold: owner `uid`, ids `jobs` (at most 1,000), ended `states` (done, cancelled,
-        timeout, failed, lost), an end time in [`since_us`, `until_us`) (µs since the epoch),
+        hold: owner `uid`, ids `jobs` (at most 1,000), ended `states` (completed, failed, cancelled,
+        timeout, lost), an end time in [`since_us`, `until_us`) (µs since the epoch),
         at most `limit` jobs (1 to 10,000; 1,000 by default). A reply holds at most 4 MiB: the
         list's `truncated` says whether it left older matches out."""
         request: Dict[str, Any] = {"op": "history"}

@@ -99,12 +99,12 @@ class AgainstADaemon(unittest.TestCase):
         job = self.client.run(["sh", "-c", "echo hello $COSCHED_JOB_ID; exit 3"],
                               name="hello", output=out)
         ended = self.client.wait(job, timeout=60)
-        self.assertEqual((ended.job, ended.state, ended.exit_code, ended.status), (job, "done", 3, 3))
+        self.assertEqual((ended.job, ended.state, ended.exit_code, ended.status), (job, "failed", 3, 3))
         self.assertEqual(open(out).read(), f"hello {job}\n")
         mine = [j for j in self.client.ps(all=True) if j.id == job]
         self.assertEqual(len(mine), 1)
         self.assertEqual((mine[0].name, mine[0].state, mine[0].exit_code, mine[0].uid),
-                         ("hello", "done", 3, os.getuid()))
+                         ("hello", "failed", 3, os.getuid()))
 
     def test_a_job_past_its_time_limit_ends_timeout_with_its_run_time(self) -> None:
         job = self.client.run(["sleep", "60"], time_limit_s=1)
@@ -128,7 +128,7 @@ class AgainstADaemon(unittest.TestCase):
         self.assertFalse(rows.truncated)
         by_id = {row.id: row for row in rows}
         self.assertTrue({ok, three} <= set(by_id), rows)
-        self.assertEqual((by_id[ok].state, by_id[ok].exit_code), ("done", 0))
+        self.assertEqual((by_id[ok].state, by_id[ok].exit_code), ("completed", 0))
         self.assertEqual((by_id[three].name, by_id[three].exit_code), ("hist-three", 3))
         cpu, elapsed = by_id[ok].cpu_us, by_id[ok].elapsed_us
         assert cpu is not None and elapsed is not None
@@ -223,7 +223,7 @@ class AgainstADaemon(unittest.TestCase):
             self.assertEqual(worker.wait(60), 0)
         for job in jobs:
             ended = self.client.wait(job, timeout=30)
-            self.assertEqual((ended.state, ended.status), ("done", 0))
+            self.assertEqual((ended.state, ended.status), ("completed", 0))
         self.assert_took_turns(self.client.boundaries(since), *jobs)
 
     def test_registration_refusals_name_what_was_wrong(self) -> None:
@@ -239,7 +239,7 @@ class AgainstADaemon(unittest.TestCase):
         with self.assertRaisesRegex(cosched.RequestRefused, "init and the agent itself"):
             self.client.proc_add(job, 1)
         self.assertIn("no longer scheduled", self.client.job_end(job))
-        self.assertEqual(self.client.wait(job, timeout=30).state, "done")
+        self.assertEqual(self.client.wait(job, timeout=30).state, "completed")
 
     def test_a_socket_another_user_serves_gets_nothing(self) -> None:
         place = os.path.join(self.dir, "theirs")

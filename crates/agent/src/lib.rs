@@ -23,7 +23,7 @@ mod stats;
 pub mod supervisor;
 
 pub use idle::IdleTracker;
-pub use node::{NodeAgent, NodeSettings, STATE_SUBDIRS};
+pub use node::{NodeAgent, NodeSettings, HOSTS_DIR, STATE_SUBDIRS};
 pub use process::{renewal_period, serve_node, NodeConfig};
 pub use stats::{Samples, Summary};
 

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
 use std::num::NonZeroU64;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::Child;
@@ -85,8 +86,10 @@ pub struct NodeSettings {
 /// restarted daemon.
 const JOBS_DIR: &str = "jobs";
 const RUN_DIR: &str = "run";
+/// Jobs' host files: root's, which every user may pass through (not list) to read their job's.
+pub const HOSTS_DIR: &str = "hosts";
 /// The subdirectories the agent's files live in (the daemon makes them, root's alone).
-pub const STATE_SUBDIRS: [&str; 2] = [JOBS_DIR, RUN_DIR];
+pub const STATE_SUBDIRS: [&str; 3] = [JOBS_DIR, RUN_DIR, HOSTS_DIR];
 
 impl NodeSettings {
     fn file(&self, dir: &str, job: JobId, suffix: &str) -> PathBuf {
@@ -105,6 +108,11 @@ impl NodeSettings {
 
     pub fn socket_file(&self, job: JobId) -> PathBuf {
         self.file(RUN_DIR, job, ".sock")
+    }
+
+    /// The job's host file (COSCHED_HOSTFILE).
+    pub fn hosts_file(&self, job: JobId) -> PathBuf {
+        self.file(HOSTS_DIR, job, ".hosts")
     }
 
     /// The supervisor's files of a process added to a job (beside the job's own).
@@ -257,7 +265,7 @@ impl<A: Actuator> NodeAgent<A> {
     fn await_rotation(&mut self, source: &mut impl PlanSource) {
         while self.rotation.is_none() && !self.closed {
             match source.next_order(now_micros() + self.settings.status_every) {
-                Received::Order(order) => self.handle(order),
+                Received::Order(order) => self.handle(*order),
                 Received::Timeout => self.report_status(now_micros()),
                 Received::Closed => self.close(),
                 Received::Adrift => self.go_adrift(),
@@ -647,6 +655,65 @@ impl<A: Actuator> NodeAgent<A> {
         env.extend(ours.into_iter().map(|(k, v)| (k.to_string(), v)));
     }
 
+    /// A node's name as the job's processes know it: on one machine (no door: the daemon's
+    /// own agent) the machine's host name, as Slurm's node lists name hosts; else the name.
+    fn host_name(&self, node: &str) -> String {
+        if self.door.is_none() && node == self.settings.node {
+            if let Ok(host) = cosched_os::host_name() {
+                return host;
+            }
+        }
+        node.to_string()
+    }
+
+    /// Tells the job its tasks and nodes as Slurm's SLURM_NTASKS and SLURM_JOB_NODELIST do,
+    /// and writes its host file (one `HOST slots=N` line a node, Open MPI's `--hostfile`
+    /// format). The file is made by root in root's state directory (no user can plant a link
+    /// or file there), readable by all (it names hosts only), removed once the job's end is
+    /// stored.
+    fn tell_hosts(&self, job: JobId, launch: &mut Launch) -> Result<(), String> {
+        if launch.hosts.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = launch
+            .hosts
+            .iter()
+            .map(|h| self.host_name(&h.node))
+            .collect();
+        let lines: String = launch
+            .hosts
+            .iter()
+            .zip(&names)
+            .map(|(host, name)| {
+                let reached = host.address.as_deref().unwrap_or(name);
+                format!("{reached} slots={}\n", host.slots)
+            })
+            .collect();
+        let path = self.settings.hosts_file(job);
+        let _ = std::fs::remove_file(&path);
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .and_then(|mut file| file.write_all(lines.as_bytes()));
+        written.map_err(|e| format!("writing the job's host file {}: {e}", path.display()))?;
+        let tasks: u32 = launch.hosts.iter().map(|h| h.slots).sum();
+        let ours = [
+            ("COSCHED_NTASKS", tasks.to_string()),
+            ("COSCHED_NODELIST", names.join(",")),
+            ("COSCHED_HOSTFILE", path.display().to_string()),
+        ];
+        launch
+            .env
+            .retain(|(k, _)| !ours.iter().any(|(o, _)| o == k));
+        launch
+            .env
+            .extend(ours.into_iter().map(|(k, v)| (k.to_string(), v)));
+        Ok(())
+    }
+
     /// Starts a process of a job placed here, asked for by a process of the job on another
     /// node: in the job's cgroup, as the job's user, under a supervisor that lets the job
     /// loose if this agent dies. Its output goes to the job's output file on this node.
@@ -663,7 +730,7 @@ impl<A: Actuator> NodeAgent<A> {
             .ok_or_else(|| format!("job {job} is not placed on node {}", self.settings.node))?;
         let files = self.settings.process_files(job, process);
         let mut spec = self.spec(job, &cpus, launch, files)?;
-        let stdio = Self::output_to_file(&mut spec)?;
+        let stdio = self.output_to_file(&mut spec)?;
         let (child, stream) = self.spawn_supervisor(&spec, stdio)?;
         let reader = stream
             .try_clone()
@@ -704,6 +771,7 @@ impl<A: Actuator> NodeAgent<A> {
         [exit_file, started_file, socket]: [PathBuf; 3],
     ) -> Result<LaunchSpec, String> {
         self.node_env(job, cpus, &mut launch.env);
+        self.tell_hosts(job, &mut launch)?;
         Ok(LaunchSpec {
             job,
             launch,
@@ -713,6 +781,7 @@ impl<A: Actuator> NodeAgent<A> {
             started_file,
             socket,
             output_file: None,
+            error_file: None,
             usage: self
                 .applier
                 .actuator()
@@ -768,7 +837,7 @@ impl<A: Actuator> NodeAgent<A> {
         let mut spec = self.spec(job, cpus, launch, files)?;
         let stdio = match stdio {
             Some(stdio) => stdio,
-            None => Self::output_to_file(&mut spec)?,
+            None => self.output_to_file(&mut spec)?,
         };
         let (child, stream) = self.spawn_supervisor(&spec, stdio)?;
         self.first_here.insert(job);
@@ -780,8 +849,10 @@ impl<A: Actuator> NodeAgent<A> {
     /// A job no client's descriptors reach (recovered after a restart, started on another
     /// node than its client's, or a process added to it): no input; its output file is
     /// opened by the job itself, as its user (root opening it could be steered by a link).
-    fn output_to_file(spec: &mut LaunchSpec) -> Result<[OwnedFd; 3], String> {
-        spec.output_file = Some(spec.launch.output_path(spec.job));
+    fn output_to_file(&self, spec: &mut LaunchSpec) -> Result<[OwnedFd; 3], String> {
+        let node = self.host_name(&self.settings.node);
+        spec.output_file = Some(spec.launch.output_path(spec.job, Some(&node)));
+        spec.error_file = spec.launch.error_path(spec.job, Some(&node));
         let null = || {
             std::fs::File::open("/dev/null")
                 .map(OwnedFd::from)
@@ -886,6 +957,7 @@ impl<A: Actuator> NodeAgent<A> {
             self.settings.exit_file(job),
             self.settings.socket_file(job),
             self.settings.started_file(job),
+            self.settings.hosts_file(job),
         ] {
             let _ = std::fs::remove_file(file);
         }
@@ -1216,7 +1288,7 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
             match self.source.next_order(until) {
                 Received::Order(order) => {
                     let began = now_micros();
-                    self.agent.handle(order);
+                    self.agent.handle(*order);
                     self.agent.order_times.record(now_micros() - began);
                     if self.agent.rotation != Some(self.rotation) {
                         return false;

@@ -3,7 +3,7 @@
 //! agent`): stop signals, inherited descriptors, the open-file limit, a state directory and
 //! socket paths only root controls, the node's cgroups; and why a start failed.
 
-use crate::STATE_SUBDIRS;
+use crate::{HOSTS_DIR, STATE_SUBDIRS};
 use cosched_cgroups::{Cgroups, Freezer, Layout};
 use cosched_cluster::ClusterError;
 use cosched_os::unix;
@@ -229,11 +229,14 @@ fn private_state_dir(dir: &Path) -> Result<PathBuf, StartError> {
     if let Some(why) = unsafe_directory(&meta, false) {
         return Err(refuse(&resolved, format!("the state directory is {why}")));
     }
-    std::fs::set_permissions(&resolved, std::fs::Permissions::from_mode(0o700))
+    // Passable (not readable) by all: a job reads its host file by name in `hosts/`; the
+    // other subdirectories stay root's alone.
+    std::fs::set_permissions(&resolved, std::fs::Permissions::from_mode(0o711))
         .map_err(io_error(&resolved))?;
     for sub in STATE_SUBDIRS {
         let path = resolved.join(sub);
-        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+        let mode = if sub == HOSTS_DIR { 0o711 } else { 0o700 };
+        match std::fs::DirBuilder::new().mode(mode).create(&path) {
             Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
                 return Err(io_error(&path)(error))
             }
@@ -243,6 +246,8 @@ fn private_state_dir(dir: &Path) -> Result<PathBuf, StartError> {
         if let Some(why) = unsafe_directory(&meta, false) {
             return Err(refuse(&path, format!("is {why}")));
         }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(io_error(&path))?;
     }
     Ok(resolved)
 }

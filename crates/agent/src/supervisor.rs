@@ -42,6 +42,9 @@ pub struct LaunchSpec {
     /// directory) when no client's descriptors reach it.
     #[serde(default)]
     pub output_file: Option<String>,
+    /// The job opens this for its stderr instead, the same way, when given.
+    #[serde(default)]
+    pub error_file: Option<String>,
     /// Where the job's CPU time, peak memory and OOM kills are read once its process ends,
     /// for its [`Ending`] (and so kept with the exit status across a daemon's restart).
     #[serde(default)]
@@ -164,7 +167,7 @@ fn cstring(s: &str) -> CString {
 }
 
 /// Steps of the child's start, reported through the error pipe when one fails.
-const STEPS: [&str; 8] = [
+const STEPS: [&str; 10] = [
     "",
     "cannot join its cgroup",
     "cannot take the submitter's uid, gid and groups",
@@ -173,6 +176,8 @@ const STEPS: [&str; 8] = [
     "cannot close the supervisor's descriptors",
     "cannot open its output file",
     "its output file is neither a regular file of its user's nor a device",
+    "cannot open its error file",
+    "its error file is neither a regular file of its user's nor a device",
 ];
 
 struct Prepared {
@@ -185,8 +190,54 @@ struct Prepared {
     gid: libc::gid_t,
     groups: Vec<libc::gid_t>,
     output: Option<CString>,
+    error: Option<CString>,
     /// The job's signal mask: SIGTERM for a holder (see `Launch::holder`), else none.
     mask: libc::sigset_t,
+}
+
+/// In the forked child, as the job's user: opens `file` for appending onto the descriptors
+/// `targets`; on failure the step that failed (`step`: the open, `step + 1`: the file's kind).
+/// Only async-signal-safe calls.
+unsafe fn open_output(
+    file: &CString,
+    uid: libc::uid_t,
+    targets: [i32; 2],
+    step: u8,
+) -> Result<(), u8> {
+    // Not a link, and not a file or FIFO someone else left in a shared directory (their
+    // file would get the job's output; their FIFO would hold the job at its open).
+    let fd = libc::open(
+        file.as_ptr(),
+        libc::O_WRONLY
+            | libc::O_CREAT
+            | libc::O_APPEND
+            | libc::O_NOFOLLOW
+            | libc::O_NONBLOCK
+            | libc::O_CLOEXEC,
+        0o600,
+    );
+    if fd < 0 {
+        return Err(step);
+    }
+    // A device (/dev/null) cannot be left by a user; a file must be the job user's own.
+    let mut stat: libc::stat = std::mem::zeroed();
+    if libc::fstat(fd, &mut stat) != 0
+        || !((stat.st_mode & libc::S_IFMT == libc::S_IFREG && stat.st_uid == uid)
+            || stat.st_mode & libc::S_IFMT == libc::S_IFCHR)
+    {
+        *libc::__errno_location() = libc::EPERM;
+        return Err(step + 1);
+    }
+    let flags = libc::fcntl(fd, libc::F_GETFL);
+    if flags < 0
+        || libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0
+        || libc::dup2(fd, targets[0]) < 0
+        || libc::dup2(fd, targets[1]) < 0
+    {
+        return Err(step);
+    }
+    libc::close(fd);
+    Ok(())
 }
 
 /// In the forked child: join, drop privileges, chdir, exec. Only async-signal-safe calls.
@@ -221,40 +272,14 @@ unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
     if libc::chdir(p.cwd.as_ptr()) != 0 {
         fail(3);
     }
-    if let Some(output) = &p.output {
-        // Not a link, and not a file or FIFO someone else left in a shared directory (their
-        // file would get the job's output; their FIFO would hold the job at its open).
-        let fd = libc::open(
-            output.as_ptr(),
-            libc::O_WRONLY
-                | libc::O_CREAT
-                | libc::O_APPEND
-                | libc::O_NOFOLLOW
-                | libc::O_NONBLOCK
-                | libc::O_CLOEXEC,
-            0o600,
-        );
-        if fd < 0 {
-            fail(6);
+    // Stdout and stderr to the output file, then stderr to the error file if it has one.
+    let files = [(&p.output, [1, 2], 6), (&p.error, [2, 2], 8)];
+    for (file, targets, step) in files {
+        if let Some(file) = file {
+            if let Err(step) = open_output(file, p.uid, targets, step) {
+                fail(step);
+            }
         }
-        // A device (/dev/null) cannot be left by a user; a file must be the job user's own.
-        let mut stat: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut stat) != 0
-            || !((stat.st_mode & libc::S_IFMT == libc::S_IFREG && stat.st_uid == p.uid)
-                || stat.st_mode & libc::S_IFMT == libc::S_IFCHR)
-        {
-            *libc::__errno_location() = libc::EPERM;
-            fail(7);
-        }
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags < 0
-            || libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0
-            || libc::dup2(fd, 1) < 0
-            || libc::dup2(fd, 2) < 0
-        {
-            fail(6);
-        }
-        libc::close(fd);
     }
     // The job gets its stdio and nothing else (the report pipe closes at exec as it should).
     if cosched_os::unix::close_on_exec_from(3).is_err() {
@@ -383,6 +408,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
         gid: spec.launch.gid,
         groups: spec.launch.groups.clone(),
         output: spec.output_file.as_deref().map(cstring),
+        error: spec.error_file.as_deref().map(cstring),
         mask: cosched_os::unix::signal_set(if spec.launch.holder {
             &[libc::SIGTERM]
         } else {
@@ -462,9 +488,10 @@ pub fn supervise() -> Result<(), SupervisorError> {
             let exit = reap(child).map_err(os_error(job, "waitpid"))?;
             let note = failed_step.map(|(step, error)| {
                 let what = STEPS.get(usize::from(step)).copied().unwrap_or("failed");
-                let subject = match (step, &spec.output_file) {
-                    (3, _) => &spec.launch.cwd,
-                    (6 | 7, Some(output)) => output,
+                let subject = match (step, &spec.output_file, &spec.error_file) {
+                    (3, _, _) => &spec.launch.cwd,
+                    (6 | 7, Some(output), _) => output,
+                    (8 | 9, _, Some(error)) => error,
                     _ => &spec.launch.argv[0],
                 };
                 let subject: String = subject.chars().take(200).collect();

@@ -150,7 +150,9 @@ impl Daemon {
     ) -> Result<u64> {
         let procs = procs.to_string();
         let output = output.to_string_lossy();
-        let mut args = vec!["run", "-n", &procs, "--detach", "--output", &output];
+        // Jobs of a run share a file: each adds to it.
+        let mut args = vec!["run", "-n", &procs, "--detach", "--open-mode", "append"];
+        args.extend(["--output", &output]);
         args.extend_from_slice(options);
         args.push("--");
         args.extend(argv.iter().map(String::as_str));

@@ -4,9 +4,10 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use cosched_os::unix;
-use cosched_proto::api::{JobView, MatrixView, NodeView, Reply, Request, RunRequest, StatsView};
+use cosched_proto::api::{MatrixView, NodeView, Reply, Request, RunRequest, StatsView};
+use cosched_proto::pattern::{expand, fill, names, PatternFields};
 use cosched_proto::{ExitInfo, JobState, Summary};
-use std::io::Write;
+use std::io::IsTerminal;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -97,23 +98,35 @@ pub fn ask(socket: &Path, request: &Request) -> Result<Reply> {
 /// and exits with the job's exit code.
 #[derive(Args)]
 #[command(after_help = "Examples:\n  \
+  cosched run hostname                                  # one processor\n  \
   cosched run -n 2 -- mpirun -np 2 --bind-to none ./stencil\n  \
   cosched run -N 2 -n 2 -- mpirun -np 2 --bind-to none ./pingpong   # one rank per node\n  \
   cosched run -n 1 --class interactive -- make -j1\n  \
-  cosched run -n 4 --detach --output sim.log -- ./sim --steps 1000\n  \
+  cosched run -n 4 --detach -o sim-%j.log -e sim-%j.err -- ./sim --steps 1000\n  \
   id=$(cosched run -n 2 --detach -- ./sim)      # output in cosched-$id.out\n\n\
-The job runs as you, in this directory, with this environment plus COSCHED_JOB_ID and \
-COSCHED_CPUS (its processors). No shell is involved: write `sh -c '...'` for one. The exit \
-code is the job's (128 + the signal when it was killed). Ctrl-C (or a TERM or HUP to this command) cancels the job. If the daemon \
-restarts meanwhile, the job keeps running and this command waits for it. With --detach the job \
-reads nothing; its output goes to this terminal when standard output is one, else (in a script) \
-to --output or cosched-JOBID.out here, and only the id is printed, as sbatch does. In a \
-cluster the job's processes are on its nodes, not here: its output goes to --output or \
-cosched-JOBID.out in this directory as seen on those nodes (a shared file system, as for \
-sbatch), opened there as you, as this command says on standard error; across nodes, mpirun finds the job's hosts in COSCHED_HOSTS (Open MPI reads them by itself).")]
+The job runs as you, in this directory, with this environment plus COSCHED_JOB_ID, \
+COSCHED_CPUS (its processors), COSCHED_NTASKS (its processor count), COSCHED_NODELIST (its \
+nodes: this machine's host name on one machine) and COSCHED_HOSTFILE (a file of `HOST slots=N` \
+lines, one a node, for `mpirun --hostfile`). Arguments after the command are the command's; \
+write `--` before a command that starts with `-`. No shell is involved: write `sh -c '...'` \
+for one. The exit code is the job's (128 + the signal when it was killed); the job ends \
+completed (exit 0) or failed (any other end of its own). Ctrl-C (or a TERM or HUP to this \
+command) cancels the job. A job that cannot start at once is said to be queued, and why, on \
+standard error, then where it started (--quiet: neither). If the daemon restarts meanwhile, \
+the job keeps running and this command waits for it.\n\n\
+--output and --error are opened here, as you, before the job is submitted (truncated unless \
+--open-mode append); a pattern naming %j makes the file under a temporary name in its \
+directory and names it once the job has its id. With --detach the job reads nothing; its \
+output goes to this terminal when standard output is one, else (in a script) to --output or \
+cosched-JOBID.out here, and only the id is printed, as sbatch does. In a cluster the job's \
+processes are on its nodes, not here: its output goes to --output (%j and %N filled in there) \
+or cosched-JOBID.out in this directory as seen on those nodes (a shared file system, as for \
+sbatch), and --error likewise, opened there as you and appended to, as this command says on \
+standard error; across nodes, mpirun finds the job's hosts in COSCHED_HOSTS and \
+COSCHED_HOSTFILE (Open MPI reads them by itself).")]
 pub struct RunArgs {
     /// Processors the job needs
-    #[arg(short = 'n', long = "procs", value_name = "N")]
+    #[arg(short = 'n', long = "procs", value_name = "N", default_value_t = 1)]
     procs: u32,
     /// Spread the processors evenly over this many distinct nodes (N/NODES on each; N must be
     /// a multiple) [default: wherever the partitioner puts them, perhaps all on one node]
@@ -128,9 +141,19 @@ pub struct RunArgs {
     /// Print the job id and return at once (see below for where the output goes)
     #[arg(long)]
     detach: bool,
-    /// Append the job's stdout and stderr to this file
-    #[arg(long, value_name = "FILE")]
-    output: Option<PathBuf>,
+    /// Write the job's stdout (and stderr, unless --error) to this file: a pattern where %j
+    /// is the job id, %x its name, %u your user name, %N its first node, %% a percent sign
+    #[arg(short, long, value_name = "PATTERN")]
+    output: Option<String>,
+    /// Write the job's stderr to this file (a pattern as --output's)
+    #[arg(short, long, value_name = "PATTERN")]
+    error: Option<String>,
+    /// Whether --output and --error start the files afresh or add to them
+    #[arg(long, value_name = "MODE", default_value = "truncate")]
+    open_mode: OpenMode,
+    /// Say nothing on standard error about waiting in the queue and starting
+    #[arg(short, long)]
+    quiet: bool,
     /// Time limit, counted in time the job is let run (not time frozen in other jobs'
     /// slots): minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, as in Slurm. At the
     /// limit the job gets SIGTERM, then SIGKILL after the grace, and ends `timeout`.
@@ -145,8 +168,8 @@ pub struct RunArgs {
     /// Memory the job needs per processor it has (instead of --mem)
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     mem_per_cpu: Option<u64>,
-    /// The command and its arguments
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command and its arguments (after `--` when they start with `-`)
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     command: Vec<String>,
     #[command(flatten)]
     socket: Socket,
@@ -201,30 +224,64 @@ pub fn run(args: RunArgs) -> Result<i32> {
         .ok_or_else(|| anyhow!("the working directory {} is not UTF-8", cwd.display()))?
         .to_string();
     let null = std::fs::File::open("/dev/null").context("/dev/null")?;
+    let name = args.name.clone().unwrap_or_else(|| {
+        let program = &args.command[0];
+        program.rsplit('/').next().unwrap_or(program).to_string()
+    });
+    // SAFETY: geteuid has no preconditions.
+    let user = unix::user_name(unsafe { libc::geteuid() });
+    let host = cosched_os::host_name().context("this machine's host name")?;
+    // The job and its node are filled in once known.
+    let fields = PatternFields {
+        job: None,
+        name: Some(&name),
+        user: Some(&user),
+        node: None,
+    };
     // A detached job must not hold a pipe its caller waits on (`id=$(cosched run --detach ...)`).
-    let default_output =
-        args.output.is_none() && args.detach && unsafe { libc::isatty(libc::STDOUT_FILENO) } == 0;
+    let default_output = args.output.is_none() && args.detach && !std::io::stdout().is_terminal();
     let output = match (&args.output, default_output) {
-        (Some(path), _) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("opening --output {}", path.display()))?,
-        ),
-        (None, true) => Some(PendingOutput::create()?),
+        (Some(pattern), _) => Some(OutputFile::open(
+            pattern,
+            &fields,
+            &host,
+            args.open_mode,
+            Stream::Output,
+        )?),
+        (None, true) => Some(OutputFile::open(
+            DEFAULT_OUTPUT,
+            &fields,
+            &host,
+            args.open_mode,
+            Stream::Output,
+        )?),
         (None, false) => None,
     };
-    let stdin = if args.detach { null.as_raw_fd() } else { 0 };
-    let (stdout, stderr) = match &output {
-        Some(file) => (file.as_raw_fd(), file.as_raw_fd()),
-        None => (1, 2),
-    };
-    // Where the descriptors sent cannot go (a cluster's nodes), the job opens it there.
-    let output_path = match &args.output {
-        Some(path) => Some(absolute(&cwd, path)?),
+    let errors = match &args.error {
+        Some(pattern) => Some(OutputFile::open(
+            pattern,
+            &fields,
+            &host,
+            args.open_mode,
+            Stream::Error,
+        )?),
         None => None,
     };
+    let stdin = if args.detach { null.as_raw_fd() } else { 0 };
+    let stdout = output.as_ref().map_or(1, |o| o.file.as_raw_fd());
+    let stderr = match (&errors, &output) {
+        (Some(file), _) | (None, Some(file)) => file.file.as_raw_fd(),
+        (None, None) => 2,
+    };
+    // Where the descriptors sent cannot go (a cluster's nodes), the job opens them there,
+    // filling in %j and %N.
+    let there = |pattern: &Option<String>| -> Result<Option<String>> {
+        match pattern {
+            Some(pattern) => Ok(Some(absolute(&cwd, &expand(pattern, &fields)?)?)),
+            None => Ok(None),
+        }
+    };
+    let (output_path, error_path) = (there(&args.output)?, there(&args.error)?);
     let request = Request::Run(RunRequest {
         argv: args.command,
         env,
@@ -236,6 +293,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         detach: args.detach,
         stdio: true,
         output: output_path,
+        error: error_path.clone(),
         time_limit_s: args.time,
         mem_bytes: args.mem,
         mem_per_cpu_bytes: args.mem_per_cpu,
@@ -249,80 +307,186 @@ pub fn run(args: RunArgs) -> Result<i32> {
                 output,
                 reason,
                 ..
-            }) => {
-                if let (Some(reason), false) = (reason, args.detach) {
-                    eprintln!(
-                        "cosched: job {job} queued: {} ({reason})",
-                        reason.explained()
-                    );
-                }
-                Ok((stream, job, output))
-            }
+            }) => Ok((stream, job, output, reason)),
             Some(Reply::Error { error, .. }) => bail!("{error}"),
             _ => bail!("the daemon closed the connection without a reply"),
         }
     });
-    let (stream, job, elsewhere) = match submitted {
-        Ok((stream, job, None)) if default_output => {
-            // The job exists now: a script must get its id whatever happens to the name
-            // (one that retried would run it twice).
-            if let Err(error) = PendingOutput::name(job) {
-                eprintln!(
-                    "cosched: job {job} writes its output to {} ({error:#})",
-                    PendingOutput::path().display()
-                );
+    let (stream, job, elsewhere, reason) = match submitted {
+        Ok(submitted) => submitted,
+        Err(error) => {
+            for file in output.iter().chain(&errors) {
+                file.abandon();
             }
-            (stream, job, None)
-        }
-        other => {
-            if default_output {
-                let _ = std::fs::remove_file(PendingOutput::path());
-            }
-            other?
+            return Err(error);
         }
     };
+    // The job exists now: a script must get its id whatever happens to a file's name (one
+    // that retried would run it twice).
+    for file in output.iter().chain(&errors) {
+        match &elsewhere {
+            Some(_) => file.abandon(),
+            None => file.name(job, args.open_mode),
+        }
+    }
     if let Some(place) = elsewhere {
         eprintln!("cosched: job {job} writes its output to {place}");
+        if let Some(pattern) = error_path {
+            let errors = fill(&pattern, job, None);
+            eprintln!("cosched: job {job} writes its stderr to {errors} on its nodes");
+        }
     }
     if args.detach {
         println!("{job}");
         return Ok(0);
     }
+    let queued = reason.filter(|_| !args.quiet);
+    if let Some(reason) = queued {
+        eprintln!(
+            "cosched: job {job} queued and waiting: {} ({reason})",
+            reason.explained()
+        );
+    }
     catch_interrupts();
-    wait_for(&socket, job, stream, true)
+    wait_for(&socket, job, stream, true, queued.is_some())
+}
+
+/// Where a detached job's output goes by default.
+const DEFAULT_OUTPUT: &str = "cosched-%j.out";
+
+/// How --output and --error open their files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OpenMode {
+    Truncate,
+    Append,
+}
+
+/// Which of the job's streams a file takes.
+#[derive(Clone, Copy)]
+enum Stream {
+    /// Stdout, and stderr unless --error.
+    Output,
+    Error,
+}
+
+impl Stream {
+    fn name(self) -> &'static str {
+        match self {
+            Stream::Output => "output",
+            Stream::Error => "stderr",
+        }
+    }
+
+    /// A temporary file's ending.
+    fn suffix(self) -> &'static str {
+        match self {
+            Stream::Output => "out",
+            Stream::Error => "err",
+        }
+    }
+}
+
+/// A file of the job's output, opened here, as the user who submits (the daemon, root, never
+/// opens it: root's rights would write where the user may not, through any link).
+struct OutputFile {
+    file: std::fs::File,
+    /// A pattern naming the job id or the node is made under a temporary name
+    /// (`.cosched-PID.out` in its directory) and named once the job has an id: that name,
+    /// and the pattern with what fills it in then.
+    pending: Option<(PathBuf, (String, String))>,
+    stream: Stream,
+}
+
+impl OutputFile {
+    /// Opens the file `pattern` names, `fields` filled in (all but the job and the node:
+    /// `host` is this machine's name, for `%N` where the job runs here).
+    fn open(
+        pattern: &str,
+        fields: &PatternFields,
+        host: &str,
+        mode: OpenMode,
+        stream: Stream,
+    ) -> Result<Self> {
+        let what = stream.name();
+        let local = expand(pattern, fields)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true);
+        // Named by the job or by where it runs: made under a temporary name until the daemon
+        // says (a cluster's job opens its own files on its node, and this one goes).
+        if !names(&local, 'j') && !names(&local, 'N') {
+            let path = fill(&local, 0, Some(host));
+            match mode {
+                OpenMode::Truncate => options.create(true).truncate(true),
+                OpenMode::Append => options.create(true).append(true),
+            };
+            let file = options
+                .open(&path)
+                .with_context(|| format!("opening the job's {what} file {path}"))?;
+            return Ok(OutputFile {
+                file,
+                pending: None,
+                stream,
+            });
+        }
+        let dir = Path::new(&local).parent().unwrap_or(Path::new(""));
+        let dir_text = dir.to_string_lossy();
+        if names(&dir_text, 'j') || names(&dir_text, 'N') {
+            bail!("output pattern {pattern:?}: %j and %N may name the file, not a directory");
+        }
+        let pending = dir.join(format!(
+            ".cosched-{}.{}",
+            std::process::id(),
+            stream.suffix()
+        ));
+        let file = options
+            .create_new(true)
+            .open(&pending)
+            .with_context(|| format!("creating the job's {what} file in {}", dir.display()))?;
+        Ok(OutputFile {
+            file,
+            pending: Some((pending, (local, host.to_string()))),
+            stream,
+        })
+    }
+
+    /// Gives the file its name now the job has an id (appending to an existing file of that
+    /// name cannot be done any more: the job writes to this one; it keeps its temporary name).
+    fn name(&self, job: u64, mode: OpenMode) {
+        let Some((pending, (pattern, host))) = &self.pending else {
+            return;
+        };
+        let named = fill(pattern, job, Some(host));
+        let what = self.stream.name();
+        let outcome = match mode {
+            OpenMode::Append if Path::new(&named).exists() => Err(anyhow!(
+                "{named} exists and this job's {what} cannot be appended to it"
+            )),
+            _ => std::fs::rename(pending, &named)
+                .with_context(|| format!("naming the job's {what} file {named}")),
+        };
+        if let Err(error) = outcome {
+            eprintln!(
+                "cosched: job {job} writes its {what} to {} ({error:#})",
+                pending.display()
+            );
+        }
+    }
+
+    /// The job was not taken, or writes elsewhere: its temporary file goes.
+    fn abandon(&self) {
+        if let Some((pending, _)) = &self.pending {
+            let _ = std::fs::remove_file(pending);
+        }
+    }
 }
 
 /// `path` as seen from `cwd`, as a string the daemon takes.
-fn absolute(cwd: &str, path: &std::path::Path) -> Result<String> {
+fn absolute(cwd: &str, path: &str) -> Result<String> {
     let joined = std::path::Path::new(cwd).join(path);
     joined
         .to_str()
         .map(str::to_string)
-        .ok_or_else(|| anyhow!("--output {} is not UTF-8", path.display()))
-}
-
-/// The default output of a detached job: made in this directory before the job has an id,
-/// named `cosched-JOBID.out` once it has one.
-struct PendingOutput;
-
-impl PendingOutput {
-    fn path() -> PathBuf {
-        PathBuf::from(format!(".cosched-{}.out", std::process::id()))
-    }
-
-    fn create() -> Result<std::fs::File> {
-        std::fs::OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(Self::path())
-            .context("cannot create the job's output file in this directory (pass --output FILE)")
-    }
-
-    fn name(job: u64) -> Result<()> {
-        let named = format!("cosched-{job}.out");
-        std::fs::rename(Self::path(), &named)
-            .with_context(|| format!("naming the job's output file {named}"))
-    }
+        .ok_or_else(|| anyhow!("the output file {path} is not UTF-8"))
 }
 
 /// Wait for jobs to end (jobs started with `run --detach`, or anyone's): blocks without
@@ -348,7 +512,7 @@ pub fn wait(args: WaitArgs) -> Result<i32> {
     for job in args.jobs {
         let stream = connect(&socket)?;
         send(&stream, &Request::Wait { job, stdio: false }, &[])?;
-        let status = wait_for(&socket, job, stream, false)?;
+        let status = wait_for(&socket, job, stream, false, false)?;
         if first_failure == 0 {
             first_failure = status;
         }
@@ -357,13 +521,40 @@ pub fn wait(args: WaitArgs) -> Result<i32> {
 }
 
 /// Waits for the end of `job` on `stream`; cancels it on Ctrl-C when interrupts are caught;
-/// outlives daemon restarts (handing this terminal to the job again when `stdio`).
-fn wait_for(socket: &Path, job: u64, mut stream: UnixStream, stdio: bool) -> Result<i32> {
+/// outlives daemon restarts (handing this terminal to the job again when `stdio`). With
+/// `queued`, says where the job starts once it does (as srun's "has been allocated").
+fn wait_for(
+    socket: &Path,
+    job: u64,
+    mut stream: UnixStream,
+    stdio: bool,
+    mut queued: bool,
+) -> Result<i32> {
     let mut cancelled = false;
     let mut told_lost = false;
+    let mut looked = std::time::Instant::now();
     loop {
         stream.set_read_timeout(Some(Duration::from_millis(200)))?;
         let outcome = receive(&stream);
+        // Once a second at most, and only while it waits: the daemon sends no word of a start.
+        if queued && looked.elapsed() >= Duration::from_secs(1) {
+            looked = std::time::Instant::now();
+            if let Ok(Reply::Jobs { jobs, .. }) = ask(
+                socket,
+                &Request::Ps {
+                    all: true,
+                    job: Some(job),
+                },
+            ) {
+                if let Some(view) = jobs.first().filter(|v| v.started_us.is_some()) {
+                    queued = false;
+                    eprintln!(
+                        "cosched: job {job} has been allocated resources: CPUs {}",
+                        view.cpus.as_deref().unwrap_or("-")
+                    );
+                }
+            }
+        }
         if INTERRUPTED.load(Ordering::SeqCst) && !cancelled {
             cancelled = true;
             eprintln!("cosched: cancelling job {job}");
@@ -424,139 +615,18 @@ fn exit_status(job: u64, state: JobState, exit: Option<ExitInfo>) -> i32 {
             exit.shell_status()
         }
         // Ended by cosched for what it did (out of memory): its script's own 0 is no success.
-        Some(exit) if state == JobState::Failed => exit.shell_status().max(1),
+        Some(exit) if state == JobState::Failed => {
+            if exit.signal.is_some() {
+                eprintln!("cosched: job {job} failed: killed by {exit}");
+            }
+            exit.shell_status().max(1)
+        }
         Some(exit) => exit.shell_status(),
         None => {
             eprintln!("cosched: job {job} {state} without running to its end");
             1
         }
     }
-}
-
-/// List jobs.
-#[derive(Args)]
-#[command(
-    after_help = "N is the job's processors, or NODESxPER-NODE for a job spread with -N. CPUS \
-are the scheduler's processor numbers, not a node's own CPU numbers (in a cluster, each node's \
-agent reports what it runs: `cosched nodes`). TIME_LEFT is what remains of its time limit, \
-counted in time it is let run (its share of the slots), not wall time. REASON says why a \
-waiting job waits: resources (no slice has its processors free), memory (processors are free \
-but not the memory beside the jobs resident there), priority (it would fit, but an earlier \
-job comes first), limit (its owner is at a per-user limit), node (pinned to a node whose \
-agent left), held (suspended by its owner)."
-)]
-pub struct PsArgs {
-    /// Only this job, with its whole command (a listing shows the start of each)
-    #[arg(value_name = "JOB")]
-    job: Option<u64>,
-    /// Include jobs that ended
-    #[arg(long)]
-    all: bool,
-    /// Print the jobs as JSON (run_us, time_limit_us, reason, mem_bytes... per job)
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    socket: Socket,
-}
-
-fn elapsed(job: &JobView, now: i64) -> String {
-    match job.started_us {
-        Some(start) => {
-            let seconds = (job.ended_us.unwrap_or(now) - start) / 1_000_000;
-            format!(
-                "{}:{:02}:{:02}",
-                seconds / 3600,
-                seconds / 60 % 60,
-                seconds % 60
-            )
-        }
-        None => "-".into(),
-    }
-}
-
-pub fn ps(args: PsArgs) -> Result<()> {
-    let Reply::Jobs { jobs, .. } = ask(
-        &args.socket.socket,
-        &Request::Ps {
-            all: args.all,
-            job: args.job,
-        },
-    )?
-    else {
-        bail!("unexpected reply to ps");
-    };
-    if let (Some(job), true) = (args.job, jobs.is_empty()) {
-        bail!("no job {job}");
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&jobs)?);
-        return Ok(());
-    }
-    let now = cosched_os::now_micros();
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "{:>5} {:<12} {:<8} {:<11} {:>4} {:<8} {:<9} {:<9} {:<7} {:>9} {:>11} {:>5}  COMMAND",
-        "ID",
-        "NAME",
-        "USER",
-        "CLASS",
-        "N",
-        "CPUS",
-        "STATE",
-        "REASON",
-        "SLICES",
-        "ELAPSED",
-        "TIME_LEFT",
-        "EXIT"
-    )?;
-    for job in &jobs {
-        let slices = job
-            .slices
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        let exit = match job.exit {
-            Some(ExitInfo { code: Some(c), .. }) => c.to_string(),
-            Some(ExitInfo {
-                signal: Some(s), ..
-            }) => format!("sig{s}"),
-            _ => "-".into(),
-        };
-        writeln!(
-            out,
-            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<8} {:<9} {:<9} {:<7} {:>9} {:>11} {:>5}  {}",
-            job.id,
-            truncate(&job.name, 12),
-            truncate(&job.user, 8),
-            job.class,
-            match job.node_count {
-                Some(nodes) => format!("{nodes}x{}", job.procs / nodes.max(1)),
-                None => job.procs.to_string(),
-            },
-            job.cpus.as_deref().unwrap_or("-"),
-            job.state,
-            job.reason.map_or("-", |r| r.name()),
-            if slices.is_empty() {
-                "-".into()
-            } else {
-                slices
-            },
-            elapsed(job, now),
-            match job.time_left_us() {
-                Some(left) if !job.state.ended() => cosched_core::Clock(left).to_string(),
-                _ => "-".into(),
-            },
-            exit,
-            if args.job.is_some() {
-                truncate(&job.argv.join(" "), usize::MAX)
-            } else {
-                truncate(&job.argv.join(" "), 40)
-            }
-        )?;
-    }
-    Ok(())
 }
 
 /// At most `width` characters, control characters shown as '?': another user's command line
@@ -798,22 +868,6 @@ fn render_nodes(nodes: &[NodeView]) -> String {
         out += "(no node has reported yet)\n";
     }
     out
-}
-
-/// Act on one job: cancel, suspend or resume it.
-#[derive(Args)]
-pub struct JobArgs {
-    /// The job id (from `cosched ps`)
-    job: u64,
-    #[command(flatten)]
-    socket: Socket,
-}
-
-pub fn act(args: JobArgs, make: fn(u64) -> Request) -> Result<()> {
-    if let Reply::Done { message, .. } = ask(&args.socket.socket, &make(args.job))? {
-        println!("{message}");
-    }
-    Ok(())
 }
 
 /// Change a job's class (owners may lower it; only root may raise it or use express).

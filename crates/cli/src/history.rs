@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use cosched_core::Class;
 use cosched_proto::api::{HistoryRequest, HistoryView, MatrixView, Reply, Request};
-use cosched_proto::{ExitInfo, JobState};
+use cosched_proto::JobState;
 use cosched_sim::swf::{self, Header, Record, Trace};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -38,7 +38,7 @@ pub struct HistoryArgs {
     /// Only these jobs
     #[arg(short, long = "job", value_name = "ID[,ID]", value_delimiter = ',')]
     jobs: Vec<u64>,
-    /// Only jobs that ended so: done (or completed), failed, cancelled, timeout, lost
+    /// Only jobs that ended so: completed (exit 0), failed, cancelled, timeout, lost
     #[arg(long, value_name = "S[,S]", value_delimiter = ',', value_parser = parse_state)]
     state: Vec<JobState>,
     /// Only jobs that ended at or after WHEN
@@ -98,7 +98,7 @@ pub fn history(args: HistoryArgs) -> Result<()> {
 }
 
 /// A user's uid: a number as it is, else the name looked up here (the daemon's machine).
-fn uid_of(user: &str) -> Result<u32> {
+pub(crate) fn uid_of(user: &str) -> Result<u32> {
     if let Ok(uid) = user.parse() {
         return Ok(uid);
     }
@@ -123,15 +123,12 @@ fn uid_of(user: &str) -> Result<u32> {
 }
 
 fn parse_state(text: &str) -> Result<JobState, String> {
-    if text == "completed" {
-        return Ok(JobState::Done);
-    }
     JobState::ENDED
         .into_iter()
         .find(|state| state.name() == text)
         .ok_or_else(|| {
             format!(
-                "'{text}' is not a way of ending: one of {}, completed",
+                "'{text}' is not a way of ending: one of {}",
                 JobState::ENDED.map(JobState::name).join(", ")
             )
         })
@@ -253,33 +250,23 @@ fn bytes(n: u64) -> String {
     }
 }
 
-fn exit(exit: Option<ExitInfo>) -> String {
-    match exit {
-        Some(ExitInfo { code: Some(c), .. }) => c.to_string(),
-        Some(ExitInfo {
-            signal: Some(s), ..
-        }) => format!("sig{s}"),
-        _ => "-".into(),
-    }
-}
-
 fn render(jobs: &[HistoryView]) -> String {
     let mut text = format!(
-        "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>5} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} NOTE\n",
+        "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>7} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} NOTE\n",
         "ID", "NAME", "USER", "CLASS", "N", "STATE", "EXIT", "SUBMITTED", "STARTED", "ENDED",
         "WAIT", "ELAPSED", "RUN", "LIMIT", "HELD", "CPU", "PEAK", "NODES"
     );
     for job in jobs {
         let nodes = job.nodes.join(",");
         let line = format!(
-            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>5} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} {}",
+            "{:>5} {:<12} {:<8} {:<11} {:>4} {:<9} {:>7} {:<19} {:<19} {:<19} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12} {:>7}  {:<12} {}",
             job.id,
             truncate(&job.name, 12),
             truncate(&job.user, 8),
             job.class.name(),
             job.procs,
             job.state,
-            exit(job.exit),
+            job.exit.map_or("-".into(), |exit| exit.to_string()),
             local_time(job.submitted_us),
             job.started_us.map_or("-".into(), local_time),
             local_time(job.ended_us),
@@ -299,11 +286,11 @@ fn render(jobs: &[HistoryView]) -> String {
     text
 }
 
-/// SWF's status: 1 completed, 0 failed (a non-zero exit, killed by cosched, lost), 5
-/// cancelled.
+/// SWF's status: 1 completed, 0 failed (a non-zero exit or a signal, killed by cosched,
+/// lost, out of time), 5 cancelled.
 fn swf_status(job: &HistoryView) -> f64 {
     match job.state {
-        JobState::Done if job.exit.is_some_and(|e| e.code == Some(0)) => 1.0,
+        JobState::Completed => 1.0,
         JobState::Cancelled => 5.0,
         _ => 0.0,
     }
@@ -398,12 +385,12 @@ fn as_swf(jobs: &[HistoryView], machine: &MatrixView) -> Trace {
         .map(|(i, class)| format!("{} {class}", i + 1))
         .collect::<Vec<_>>()
         .join(", ");
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = cosched_os::host_name().unwrap_or_default();
     let lines = [
         "; Version: 2.2".to_string(),
         format!(
             "; Computer: {} (cosched, {} mode)",
-            host.trim(),
+            host,
             machine.mode
         ),
         "; Installation: cosched history --swf".to_string(),
@@ -433,6 +420,7 @@ fn as_swf(jobs: &[HistoryView], machine: &MatrixView) -> Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cosched_proto::ExitInfo;
 
     #[test]
     fn times_are_dates_relative_times_or_now() {
@@ -473,7 +461,7 @@ mod tests {
 
     #[test]
     fn states_are_ways_of_ending() {
-        assert_eq!(parse_state("completed"), Ok(JobState::Done));
+        assert_eq!(parse_state("completed"), Ok(JobState::Completed));
         assert_eq!(parse_state("timeout"), Ok(JobState::Timeout));
         let refused = parse_state("running").unwrap_err();
         assert!(
@@ -520,8 +508,8 @@ mod tests {
         };
         let jobs = [
             view(3, 1000, JobState::Cancelled, code(143)),
-            view(2, 0, JobState::Done, code(3)),
-            view(1, 1000, JobState::Done, code(0)),
+            view(2, 0, JobState::Failed, code(3)),
+            view(1, 1000, JobState::Completed, code(0)),
         ];
         let machine = MatrixView {
             procs: 8,

@@ -11,6 +11,7 @@ mod config;
 mod daemon;
 mod gantt;
 mod history;
+mod jobs;
 mod remote;
 mod sim;
 
@@ -41,7 +42,7 @@ enum Command {
     Agent(daemon::AgentArgs),
     Run(client::RunArgs),
     Wait(client::WaitArgs),
-    Ps(client::PsArgs),
+    Ps(jobs::PsArgs),
     Matrix(client::MatrixArgs),
     Stats(client::StatsArgs),
     Nodes(client::NodesArgs),
@@ -49,12 +50,12 @@ enum Command {
     ConsoleToken(client::ConsoleTokenArgs),
     History(history::HistoryArgs),
     LaunchRemote(remote::LaunchRemoteArgs),
-    /// Cancel a job: SIGTERM, then SIGKILL after a grace period
-    Cancel(client::JobArgs),
-    /// Take a job out of the rotation and stop it
-    Suspend(client::JobArgs),
-    /// Put a suspended job back into the rotation
-    Resume(client::JobArgs),
+    /// Cancel jobs: SIGTERM, then SIGKILL after a grace period
+    Cancel(jobs::JobArgs),
+    /// Take jobs out of the rotation and stop them
+    Suspend(jobs::JobArgs),
+    /// Put suspended jobs back into the rotation
+    Resume(jobs::JobArgs),
     Class(client::ClassArgs),
     Sim(sim::SimArgs),
     Generate(sim::GenerateArgs),
@@ -125,16 +126,16 @@ fn execute(command: Command) -> anyhow::Result<i32> {
         Command::LaunchRemote(args) => return remote::launch_remote(args),
         Command::Daemon(args) => daemon::run(args),
         Command::Agent(args) => daemon::agent(args),
-        Command::Ps(args) => client::ps(args),
+        Command::Ps(args) => jobs::ps(args),
         Command::Matrix(args) => client::matrix(args),
         Command::Stats(args) => client::stats(args),
         Command::Nodes(args) => client::nodes(args),
         Command::Gantt(args) => gantt::gantt(args),
         Command::ConsoleToken(args) => client::console_token(args),
         Command::History(args) => history::history(args),
-        Command::Cancel(args) => client::act(args, |job| Request::Cancel { job }),
-        Command::Suspend(args) => client::act(args, |job| Request::Suspend { job }),
-        Command::Resume(args) => client::act(args, |job| Request::Resume { job }),
+        Command::Cancel(args) => jobs::act(args, |job| Request::Cancel { job }),
+        Command::Suspend(args) => jobs::act(args, |job| Request::Suspend { job }),
+        Command::Resume(args) => jobs::act(args, |job| Request::Resume { job }),
         Command::Class(args) => client::class(args),
         Command::Sim(args) => sim::run(args),
         Command::Generate(args) => sim::generate(args),

@@ -465,7 +465,7 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
     // That job's start and end change the plan, and a generation for a slot it leaves vacant
     // applies within the slot (CI once saw x and y share a slot here): sample after it.
     let short_done = wait_until(Duration::from_secs(15), || {
-        standby.job(y + 1)["state"] == "done"
+        standby.job(y + 1)["state"] == "completed"
     });
     assert!(short_done, "job {} never ended:\n{}", y + 1, standby.log());
     std::thread::sleep(Duration::from_millis(300));
@@ -478,7 +478,7 @@ fn a_killed_leader_hands_over_to_a_standby_and_no_record_is_lost() {
     );
     for (job, code) in [(x, 5), (y, 6)] {
         let done = wait_until(Duration::from_secs(60), || {
-            standby.job(job)["state"] == "done"
+            standby.job(job)["state"] == "failed"
         });
         assert!(done, "job {job}: {}\n{}", standby.job(job), standby.log());
         assert_eq!(standby.job(job)["exit"]["code"], code);
@@ -1059,4 +1059,62 @@ fn a_standby_takes_over_from_a_stopped_leader_whose_lease_something_else_keeps()
         standby.log()
     );
     assert_eq!(standby.job(x)["exit"]["code"], 3, "{}", standby.log());
+}
+
+#[test]
+fn a_cluster_job_fills_in_its_output_pattern_on_its_node_and_knows_its_hosts() {
+    let _serial = serial();
+    let (_etcd, d, _a, _b) = cluster_on(
+        Etcd::start("habits"),
+        "habits",
+        DEADLINE_MS,
+        [
+            &["--cpus", "0", "--address", "127.0.0.1"],
+            &["--cpus", "1", "--address", "127.0.0.2"],
+        ],
+    );
+    let here = d.dir.join("nobodys");
+    std::fs::create_dir_all(&here).unwrap();
+    std::os::unix::fs::chown(&here, Some(NOBODY), Some(NOBODY)).unwrap();
+    let script = "echo $COSCHED_NTASKS $COSCHED_NODELIST; cat $COSCHED_HOSTFILE; echo oops >&2";
+    let out = Command::new(COSCHED)
+        .args(["run", "--detach", "-N", "2", "-n", "2"])
+        .args([
+            "-o",
+            "out-%j-%N-%u.log",
+            "-e",
+            "err-%N.log",
+            "sh",
+            "-c",
+            script,
+        ])
+        .current_dir(&here)
+        .env("COSCHED_SOCKET", d.socket())
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let job: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    let errors = here.join("err-%N.log");
+    assert!(
+        said.contains(&format!(
+            "writes its stderr to {} on its nodes",
+            errors.display()
+        )),
+        "{said}"
+    );
+    let errors = here.join("err-a.log");
+    assert_eq!(d.wait_end(job, Duration::from_secs(20))["exit"]["code"], 0);
+    // The launcher runs on node a: %N is the node's name there, the host file its addresses.
+    let output = here.join(format!("out-{job}-a-nobody.log"));
+    assert_eq!(
+        std::fs::read_to_string(&output).unwrap_or_else(|e| panic!("{e}: {said}")),
+        "2 a,b\n127.0.0.1 slots=1\n127.0.0.2 slots=1\n"
+    );
+    assert_eq!(std::fs::read_to_string(&errors).unwrap(), "oops\n");
+    // Nothing named for this machine's host (where the client ran), no temporary file.
+    let left: Vec<_> = std::fs::read_dir(&here).unwrap().flatten().collect();
+    assert_eq!(left.len(), 2, "only the job's files here: {left:?}");
 }

@@ -687,7 +687,7 @@ fn a_full_disk_loses_no_exit_status_and_leaves_no_phantom_job() {
     d.launch();
     let record = d.wait_end(job, Duration::from_secs(30));
     assert_eq!(record["exit"]["code"], 5, "{record}");
-    assert_eq!(record["state"], "done");
+    assert_eq!(record["state"], "failed");
     let ran = record["ended_us"].as_i64().unwrap() - record["started_us"].as_i64().unwrap();
     assert!(
         (3_000_000..5_500_000).contains(&ran),
@@ -756,7 +756,7 @@ fn running_out_of_descriptors_refuses_jobs_clearly_and_never_spins() {
     for job in &accepted {
         let id: u64 = job.parse().unwrap();
         let end = d.wait_end(id, Duration::from_secs(60));
-        assert_eq!(end["state"], "done", "job {id} lost: {end}");
+        assert_eq!(end["state"], "completed", "job {id} lost: {end}");
     }
 }
 

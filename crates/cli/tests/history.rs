@@ -55,12 +55,12 @@ fn history_shows_ended_jobs_with_their_figures_and_replays_as_swf() {
     let (f, t, c) = (of(fine), of(three), of(cancelled));
     assert_eq!(
         (&f["state"], &f["exit"]["code"]),
-        (&"done".into(), &0.into()),
+        (&"completed".into(), &0.into()),
         "{f}"
     );
     assert_eq!(
         (&t["state"], &t["exit"]["code"]),
-        (&"done".into(), &3.into()),
+        (&"failed".into(), &3.into()),
         "{t}"
     );
     assert_eq!(c["state"], "cancelled", "{c}");
@@ -83,7 +83,7 @@ fn history_shows_ended_jobs_with_their_figures_and_replays_as_swf() {
     };
     assert_eq!(only(&["--state", "cancelled"]), [cancelled]);
     assert_eq!(
-        only(&["-j", &format!("{three},{cancelled}"), "--state", "done"]),
+        only(&["-j", &format!("{three},{cancelled}"), "--state", "failed"]),
         [three]
     );
     assert_eq!(

@@ -243,7 +243,7 @@ fn two_mpi_jobs_across_two_nodes_take_turns_and_keep_their_exit_codes() {
     let nodes = lab.json(&["nodes", "--json"]);
     assert_eq!(nodes.as_array().map(Vec::len), Some(2), "{nodes}");
     for (job, code) in [(first, 5), (second, 6)] {
-        let ended = lab.wait_state(job, "done", Duration::from_secs(60));
+        let ended = lab.wait_state(job, "failed", Duration::from_secs(60));
         assert_eq!(ended["exit"]["code"], code, "{ended}");
         let out = lab.output(job);
         assert!(
@@ -314,7 +314,7 @@ fn only_a_jobs_own_processes_may_add_processes_and_only_on_its_nodes() {
         let id = lab.submit(&format!(
             "try() {{ {COSCHED} launch-remote \"$@\"; echo \"rc=$?\"; }}; {script}"
         ));
-        lab.wait_state(id, "done", Duration::from_secs(30));
+        lab.wait_state(id, "completed", Duration::from_secs(30));
         (id, lab.output(id))
     };
     let (_, out) = inside("try nowhere true");
@@ -459,7 +459,7 @@ fn an_mpich_job_spans_two_nodes_through_hydra_with_no_launcher_option() {
         "mpiexec.hydra -hosts $COSCHED_HOSTS -n 2 {} -n 20000 -w 20 && exit 7",
         program.display()
     ));
-    let ended = lab.wait_state(job, "done", Duration::from_secs(60));
+    let ended = lab.wait_state(job, "failed", Duration::from_secs(60));
     assert_eq!(ended["exit"]["code"], 7, "{ended}\n{}", lab.output(job));
     let out = lab.output(job);
     assert!(
@@ -481,7 +481,7 @@ fn a_jobs_history_adds_up_the_cpu_time_of_its_parts_on_every_node() {
     let lab = Lab::up("used");
     let busy = "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done";
     let job = lab.submit(&format!("{COSCHED} launch-remote 10.77.0.12 '{busy}'"));
-    lab.wait_state(job, "done", Duration::from_secs(60));
+    lab.wait_state(job, "completed", Duration::from_secs(60));
     let cpu_us = || {
         let history = lab.json(&["history", "--json", "-j", &job.to_string()]);
         history[0]["cpu_us"].as_u64().unwrap_or(0)

@@ -65,7 +65,9 @@ fn a_job_over_its_memory_ends_with_the_oom_kill_its_cgroup_counted() {
         gid: NOBODY,
         groups: Vec::new(),
         output: Some(output.clone()),
+        error: None,
         holder: false,
+        hosts: Vec::new(),
     };
     let start = Command::Start {
         job: 1,

@@ -126,6 +126,11 @@ fn both_formats_of_a_real_scrape_pass_promtool_and_the_openmetrics_parser() {
     assert!(!text.contains("# EOF"), "{text}");
     let (clean, said) = promtool(&text);
     assert!(clean && said.trim().is_empty(), "promtool: {said}\n{text}");
+    // Each end counted by its name: `true` completed, `false` failed.
+    for result in ["completed", "failed"] {
+        let ended = format!(r#"cosched_jobs_ended_total{{result="{result}"}}"#);
+        assert_eq!(sample(&text, &ended), Some(1.0), "{text}");
+    }
     // A scraper preferring the text format gets it.
     let prefers_text = "application/openmetrics-text;q=0.3, text/plain;version=0.0.4";
     let (head, _) = scrape(port, "GET", Some(prefers_text));

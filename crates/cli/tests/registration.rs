@@ -120,7 +120,7 @@ fn c_clients_register_the_processes_they_fork_and_the_jobs_take_turns() {
         let end = d.wait_end(job, Duration::from_secs(20));
         assert_eq!(
             (end["state"].as_str(), end["exit"]["code"].as_i64()),
-            (Some("done"), Some(0)),
+            (Some("completed"), Some(0)),
             "{end}"
         );
     }
@@ -157,7 +157,7 @@ fn an_unmodified_mpi_program_started_by_plain_mpirun_with_the_pmpi_library_is_ga
     assert_eq!((a.len(), b.len()), (1, 1), "one job per mpirun");
     for job in [a[0], b[0]] {
         let end = d.wait_end(job, Duration::from_secs(20));
-        assert_eq!(end["state"], "done", "{end}");
+        assert_eq!(end["state"], "completed", "{end}");
         assert_eq!(end["procs"], 2, "as many processors as ranks: {end}");
     }
     assert_took_turns(&d, a[0], b[0]);
@@ -289,7 +289,7 @@ fn short_mpi_programs_in_c_and_fortran_end_cleanly_and_take_turns_with_another_j
             continue;
         };
         let end = d.wait_end(job, Duration::from_secs(20));
-        if (end["state"].as_str(), end["exit"]["code"].as_i64()) != (Some("done"), Some(0)) {
+        if (end["state"].as_str(), end["exit"]["code"].as_i64()) != (Some("completed"), Some(0)) {
             failures
                 .entry(name.clone())
                 .or_default()
@@ -551,7 +551,7 @@ fn registration_takes_only_the_callers_own_processes_and_jobs() {
     let ended = d.wait_end(job, Duration::from_secs(10));
     assert_eq!(
         (ended["state"].as_str(), ended["exit"]["code"].as_i64()),
-        (Some("done"), Some(0))
+        (Some("completed"), Some(0))
     );
     roots.kill().unwrap();
     roots.wait().unwrap();

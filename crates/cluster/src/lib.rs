@@ -169,9 +169,7 @@ pub fn etcd_client(
 
 /// Who this process is, for messages: host name and process id.
 pub fn whoami() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "?".into());
+    let host = cosched_os::host_name().unwrap_or_else(|_| "?".into());
     format!("{host} pid {}", std::process::id())
 }
 

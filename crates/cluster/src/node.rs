@@ -406,7 +406,7 @@ fn in_force(part: &(Generation, i64), header: Option<&(Generation, i64)>) -> Rec
         }
         _ => part.clone(),
     };
-    Received::Order(Command::Publish { generation }.into())
+    Received::Order(Box::new(Command::Publish { generation }.into()))
 }
 
 /// How often a source waiting for orders looks at the link's health.
@@ -449,7 +449,7 @@ impl PlanSource for EtcdSource {
                         continue;
                     }
                     self.carried_out = Some(key);
-                    return Received::Order(Order::from(command));
+                    return Received::Order(Box::new(Order::from(command)));
                 }
                 Ok(Incoming::Header(header, revision)) => {
                     let header = self.header.insert((header, revision));

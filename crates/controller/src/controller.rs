@@ -18,8 +18,8 @@ use cosched_proto::api::{
     RunRequest, StatsView, LISTED_COMMAND_BYTES,
 };
 use cosched_proto::{
-    Command, Ending, Event, ExitInfo, JobState, Launch, Mode, NodeChange, NodeCpus, NodeInfo,
-    NodeMap, NodeStatus, Order, OrderSink, ProcessRef, Summary, WriteWatch, CANCEL_GRACE,
+    Command, Ending, Event, ExitInfo, JobHost, JobState, Launch, Mode, NodeChange, NodeCpus,
+    NodeInfo, NodeMap, NodeStatus, Order, OrderSink, ProcessRef, Summary, WriteWatch, CANCEL_GRACE,
     STATUS_PERIOD_US,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -412,6 +412,7 @@ impl Controller {
             env: run.env,
             cwd: run.cwd,
             output: run.output,
+            error: run.error,
             registered,
             status: JobState::Queued,
             launched: false,
@@ -459,8 +460,12 @@ impl Controller {
 
     /// Where a job's output goes when not to its client's descriptors (a cluster's jobs).
     pub fn output_elsewhere(&self, job: JobId) -> Option<String> {
-        (!self.stdio_reaches_jobs())
-            .then(|| format!("{} on its nodes", self.launch_of(job).output_path(job)))
+        (!self.stdio_reaches_jobs()).then(|| {
+            format!(
+                "{} on its nodes",
+                self.launch_of(job).output_path(job, None)
+            )
+        })
     }
 
     /// Refuses a job whose client descriptors the daemon could not hold: past the open-file
@@ -652,7 +657,8 @@ impl Controller {
         let mut launch = first_launch.then(|| {
             fault::point("intent", job);
             let mut launch = self.launch_of(job);
-            self.tell_mpi_hosts(&placed, &mut launch.env);
+            launch.hosts = self.job_hosts(&placed);
+            tell_mpi_hosts(&launch.hosts, &mut launch.env);
             launch
         });
         let mut stdio = if first_launch {
@@ -686,34 +692,22 @@ impl Controller {
         Ok(())
     }
 
-    /// Where an MPI launcher in a job across a cluster's nodes starts its ranks:
-    /// `COSCHED_HOSTS` (`address:slots,...`, the job's nodes, its launcher's first) and, unless
-    /// the user set one, Open MPI's default `-host` (so a plain `mpirun -np N prog` spans the
-    /// job's nodes). Nothing on one machine.
-    fn tell_mpi_hosts(&self, placed: &[NodeCpus], env: &mut Vec<(String, String)>) {
-        let addresses: Option<Vec<String>> = placed
+    /// The job's nodes as its launch names them (COSCHED_NODELIST, COSCHED_HOSTFILE).
+    fn job_hosts(&self, placed: &[NodeCpus]) -> Vec<JobHost> {
+        placed
             .iter()
-            .map(|p| {
-                let node = self
+            .map(|p| JobHost {
+                node: p.node.clone(),
+                address: self
                     .settings
                     .nodes
                     .nodes()
                     .iter()
-                    .find(|n| n.name == p.node)?;
-                Some(format!("{}:{}", node.address.as_ref()?, p.cpus.size()))
+                    .find(|n| n.name == p.node)
+                    .and_then(|n| n.address.clone()),
+                slots: p.cpus.size(),
             })
-            .collect();
-        let Some(hosts) = addresses.map(|a| a.join(",")) else {
-            return;
-        };
-        env.retain(|(k, _)| k != "COSCHED_HOSTS");
-        if !env
-            .iter()
-            .any(|(k, _)| k == "OMPI_MCA_orte_default_dash_host")
-        {
-            env.push(("OMPI_MCA_orte_default_dash_host".into(), hosts.clone()));
-        }
-        env.push(("COSCHED_HOSTS".into(), hosts));
+            .collect()
     }
 
     /// What the job runs and as whom, from its record.
@@ -727,7 +721,9 @@ impl Controller {
             gid: record.owner.gid,
             groups: record.owner.groups.clone(),
             output: record.output.clone(),
+            error: record.error.clone(),
             holder: record.registered,
+            hosts: Vec::new(),
         }
     }
 
@@ -771,13 +767,16 @@ impl Controller {
         self.tally(&record, false);
         let launched = record.launched;
         let owner = record.owner.uid;
+        record.exit = (ending.exit != ExitInfo::default()).then_some(ending.exit);
+        // A cancel or limit explains whatever status the command left; else its own
+        // status says whether it succeeded.
         record.status = match status {
-            JobState::Done if record.cancel_requested => JobState::Cancelled,
-            JobState::Done if record.timed_out => JobState::Timeout,
+            JobState::Completed if record.cancel_requested => JobState::Cancelled,
+            JobState::Completed if record.timed_out => JobState::Timeout,
+            JobState::Completed if record.exit.is_some_and(|e| !e.success()) => JobState::Failed,
             status => status,
         };
         self.stamp_run_time(&mut record, now);
-        record.exit = (ending.exit != ExitInfo::default()).then_some(ending.exit);
         accounting::account(&mut record, accounting::NodeUsage::of(&ending));
         record.note = ending.note.or(record.note.take());
         let started = record.started_us.unwrap_or(record.submitted_us);
@@ -785,14 +784,7 @@ impl Controller {
         record.suspended_us += suspended_for(&record, record.ended_us.unwrap_or(now));
         record.suspended_since_us = None;
         record.shed_for_history();
-        let result = match record.status {
-            JobState::Done if record.exit.is_some_and(|e| e.code == Some(0)) => "ok",
-            JobState::Cancelled => "cancelled",
-            JobState::Timeout => "timeout",
-            JobState::Lost => "lost",
-            _ => "failed",
-        };
-        *self.counts.ended.entry(result).or_default() += 1;
+        *self.counts.ended.entry(record.status.name()).or_default() += 1;
         let reply = ended_reply(&record);
         // Acted on even unsaved (its processes are gone, its supervisor keeps the exit
         // status), but memory changes only once the store has it.
@@ -1400,7 +1392,7 @@ impl Controller {
 
     /// The job's supervisor reported its end (or left it in its exit file).
     pub fn exited(&mut self, job: JobId, ending: Ending, now: Micros) {
-        self.end(job, JobState::Done, ending, now);
+        self.end(job, JobState::Completed, ending, now);
     }
 
     /// The agent cannot run or find the job.
@@ -1807,6 +1799,28 @@ fn ended_reply(record: &JobRecord) -> Reply {
         exit: record.exit,
         note: record.note.clone(),
     }
+}
+
+/// Where an MPI launcher in a job across a cluster's nodes starts its ranks:
+/// `COSCHED_HOSTS` (`address:slots,...`, the job's nodes, its launcher's first) and, unless
+/// the user set one, Open MPI's default `-host` (so a plain `mpirun -np N prog` spans the
+/// job's nodes). Nothing on one machine.
+fn tell_mpi_hosts(hosts: &[JobHost], env: &mut Vec<(String, String)>) {
+    let addresses: Option<Vec<String>> = hosts
+        .iter()
+        .map(|h| Some(format!("{}:{}", h.address.as_ref()?, h.slots)))
+        .collect();
+    let Some(hosts) = addresses.map(|a| a.join(",")) else {
+        return;
+    };
+    env.retain(|(k, _)| k != "COSCHED_HOSTS");
+    if !env
+        .iter()
+        .any(|(k, _)| k == "OMPI_MCA_orte_default_dash_host")
+    {
+        env.push(("OMPI_MCA_orte_default_dash_host".into(), hosts.clone()));
+    }
+    env.push(("COSCHED_HOSTS".into(), hosts));
 }
 
 /// A job's default name: its program's file name, printable (as a `--name` must be: a control

@@ -368,6 +368,7 @@ impl Harness {
             detach: true,
             stdio: false,
             output: None,
+            error: None,
             time_limit_s: None,
             mem_bytes: None,
             mem_per_cpu_bytes: None,

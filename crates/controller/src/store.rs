@@ -28,6 +28,9 @@ pub struct JobRecord {
     /// Where its output goes when no client's descriptors reach it (`Launch::output`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// Where its stderr goes there, when not with its output (`Launch::error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// Its processes are started elsewhere and join it (`register`); its own is a holder.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub registered: bool,
@@ -114,6 +117,16 @@ impl JobRecord {
     pub fn memory_per_node(&self) -> Option<u64> {
         let per_node = self.procs / self.node_count.unwrap_or(1).max(1);
         self.core_memory().map(|memory| memory.on_node(per_node))
+    }
+
+    /// A record as this daemon reads it: one an older daemon stored as `done` (read as
+    /// `completed`) that did not exit 0 failed. This one never stores such a pair, so it tells
+    /// an old record. (SQLite rewrites its records when opened; etcd's are read through this.)
+    pub fn told_apart(mut self) -> JobRecord {
+        if self.status == JobState::Completed && self.exit.is_some_and(|e| !e.success()) {
+            self.status = JobState::Failed;
+        }
+        self
     }
 
     /// An ended job sheds what only a run needs: its environment, and its command past

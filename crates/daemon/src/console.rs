@@ -213,14 +213,7 @@ fn jobs(jobs: &[JobView], hidden: usize, now_us: Micros) -> String {
             .started_us
             .map(|start| duration(job.ended_us.unwrap_or(now_us) - start))
             .unwrap_or_default();
-        let exit = match job.exit {
-            Some(e) => match (e.code, e.signal) {
-                (Some(code), _) => code.to_string(),
-                (_, Some(signal)) => format!("signal {signal}"),
-                _ => String::new(),
-            },
-            None => String::new(),
-        };
+        let exit = job.exit.map(|e| e.to_string()).unwrap_or_default();
         let slices: Vec<String> = job.slices.iter().map(usize::to_string).collect();
         let class = job.class.to_string();
         let state = job.state.name();
@@ -343,6 +336,7 @@ fn stats(s: &StatsView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cosched_proto::{ExitInfo, JobState};
 
     #[test]
     fn what_users_choose_cannot_become_markup() {
@@ -374,6 +368,63 @@ mod tests {
             .holder(std::str::from_utf8(&one_off).unwrap())
             .is_none());
         assert!(tokens.holder(&second[..2 * TOKEN_BYTES - 1]).is_none());
+    }
+
+    #[test]
+    fn an_end_shows_by_its_name_with_its_code_or_signal() {
+        let ended = |id, state, exit| JobView {
+            id,
+            name: "solver".into(),
+            uid: 0,
+            user: "root".into(),
+            class: cosched_core::Class::Batch,
+            procs: 1,
+            node_count: None,
+            state,
+            cpus: None,
+            slices: Vec::new(),
+            submitted_us: 0,
+            started_us: Some(0),
+            ended_us: Some(1_000_000),
+            exit: Some(exit),
+            argv: vec!["./solver".into()],
+            argv_cut: false,
+            note: None,
+            suspended_us: 0,
+            reason: None,
+            time_limit_us: None,
+            run_us: 1_000_000,
+            mem_bytes: None,
+        };
+        let code = |code| ExitInfo {
+            code: Some(code),
+            signal: None,
+        };
+        let segv = ExitInfo {
+            code: None,
+            signal: Some(11),
+        };
+        let table = jobs(
+            &[
+                ended(1, JobState::Completed, code(0)),
+                ended(2, JobState::Failed, code(3)),
+                ended(3, JobState::Failed, segv),
+            ],
+            0,
+            2_000_000,
+        );
+        for (id, state, exit) in [
+            (1, "completed", "0"),
+            (2, "failed", "3"),
+            (3, "failed", "SIGSEGV"),
+        ] {
+            let row = table
+                .split("<tr ")
+                .find(|row| row.starts_with(&format!("data-job=\"{id}\"")))
+                .unwrap_or_else(|| panic!("no row {id}: {table}"));
+            assert!(row.contains(&format!("data-state=\"{state}\"")), "{row}");
+            assert!(row.contains(&format!("<td>{exit}</td>")), "{row}");
+        }
     }
 
     #[test]

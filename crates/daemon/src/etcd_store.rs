@@ -59,10 +59,12 @@ impl EtcdStore {
     }
 
     fn decode(&self, key: &str, value: &[u8]) -> Result<JobRecord, EtcdStoreError> {
-        serde_json::from_slice(value).map_err(|e| EtcdStoreError::Record {
-            key: key.to_string(),
-            why: format!("unreadable: {e}"),
-        })
+        serde_json::from_slice(value)
+            .map(JobRecord::told_apart)
+            .map_err(|e| EtcdStoreError::Record {
+                key: key.to_string(),
+                why: format!("unreadable: {e}"),
+            })
     }
 
     /// Writes a record under the leader's guard (and `also`); a failed comparison says why.

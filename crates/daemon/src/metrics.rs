@@ -6,7 +6,7 @@
 
 use cosched_controller::counts::{Scrape, WAIT_BOUNDS_S};
 use cosched_proto::api::NodeView;
-use cosched_proto::{Histogram, Pending, HISTOGRAM_BOUNDS_US};
+use cosched_proto::{Histogram, JobState, Pending, HISTOGRAM_BOUNDS_US};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -230,9 +230,10 @@ impl Collector for Metrics {
         family(
             &mut encoder,
             "cosched_jobs_ended",
-            "Jobs ended, by result: ok (exit 0), failed, cancelled, timeout, lost",
+            "Jobs ended, by result: completed (exit 0), failed, cancelled, timeout, lost",
             MetricType::Counter,
-            ["ok", "failed", "cancelled", "timeout", "lost"].map(|result| {
+            JobState::ENDED.map(|state| {
+                let result = state.name();
                 let n = scrape.counts.ended.get(result).copied().unwrap_or(0);
                 ([("result", result)], n)
             }),

@@ -42,6 +42,17 @@ const SCHEMA: &str = "CREATE TABLE jobs (
 const ENDED_AT: &str = "json_extract(record, '$.ended_us')";
 const OWNER: &str = "json_extract(record, '$.owner.uid')";
 
+/// Older daemons stored every job that exited as `done`, success or not: such a record
+/// becomes `completed` if it exited 0 (or left no status), else `failed`, column and record
+/// alike, so that history's queries by state find it.
+const DONE_TOLD_APART: &str = "UPDATE jobs SET status = CASE
+                 WHEN json_extract(record, '$.exit') IS NULL
+                   OR json_extract(record, '$.exit.code') = 0 THEN 'completed'
+                 ELSE 'failed' END
+             WHERE status = 'done';
+             UPDATE jobs SET record = json_set(record, '$.status', status)
+             WHERE json_extract(record, '$.status') = 'done';";
+
 pub struct SqliteStore {
     path: PathBuf,
     db: Connection,
@@ -107,6 +118,7 @@ impl SqliteStore {
         .map_err(fail)?;
         db.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID};"))
             .map_err(fail)?;
+        db.execute_batch(DONE_TOLD_APART).map_err(fail)?;
         Ok(SqliteStore {
             path: path.to_path_buf(),
             db,
@@ -281,6 +293,7 @@ mod tests {
             env: vec![("PATH".into(), "/usr/bin".into())],
             cwd: "/tmp".into(),
             output: None,
+            error: None,
             registered: false,
             status: JobState::Queued,
             launched: false,
@@ -318,7 +331,7 @@ mod tests {
             assert_eq!(store.next_id().unwrap(), 2);
             let mut r = record(2);
             store.put(&r).unwrap();
-            r.status = JobState::Done;
+            r.status = JobState::Failed;
             r.exit = Some(ExitInfo {
                 code: Some(3),
                 signal: None,
@@ -329,7 +342,7 @@ mod tests {
         let mut store = SqliteStore::open(&path).unwrap();
         let records = store.load(10).unwrap();
         assert_eq!(records.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1, 2]);
-        assert_eq!(records[1].status, JobState::Done);
+        assert_eq!(records[1].status, JobState::Failed);
         assert_eq!(records[1].exit.unwrap().code, Some(3));
         assert_eq!(store.next_id().unwrap(), 3, "ids are never reused");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -353,14 +366,18 @@ mod tests {
         let dir = scratch("history");
         let path = dir.join("jobs.sqlite");
         let mut store = SqliteStore::open(&path).unwrap();
-        store.insert(&ended(1, 1000, JobState::Done, 300)).unwrap();
+        store
+            .insert(&ended(1, 1000, JobState::Completed, 300))
+            .unwrap();
         store
             .insert(&ended(2, 1001, JobState::Failed, 100))
             .unwrap();
         store
             .insert(&ended(3, 1000, JobState::Cancelled, 200))
             .unwrap();
-        store.insert(&ended(4, 1000, JobState::Done, 200)).unwrap();
+        store
+            .insert(&ended(4, 1000, JobState::Completed, 200))
+            .unwrap();
         store.insert(&record(5)).unwrap();
         let all = HistoryRequest::default();
         assert_eq!(ids(store.history(&all).unwrap()), [1, 4, 3, 2]);
@@ -378,7 +395,7 @@ mod tests {
         assert_eq!(ids(store.history(&window).unwrap()), [4, 3]);
         let some = HistoryRequest {
             jobs: vec![2, 3, 5],
-            states: vec![JobState::Failed, JobState::Done],
+            states: vec![JobState::Failed, JobState::Completed],
             ..all.clone()
         };
         assert_eq!(ids(store.history(&some).unwrap()), [2]);
@@ -413,18 +430,41 @@ mod tests {
         {
             let db = Connection::open(&path).unwrap();
             db.execute_batch(SCHEMA).unwrap();
-            // A record as an older daemon wrote it: no accounting fields.
-            let mut old = serde_json::to_value(ended(7, 1000, JobState::Done, 50)).unwrap();
-            old.as_object_mut().unwrap().remove("cpu_us");
-            db.execute(
-                "INSERT INTO jobs (id, status, record) VALUES (7, 'done', ?1)",
-                [old.to_string()],
-            )
-            .unwrap();
+            // Records as an older daemon wrote them: no accounting fields, and `done` for
+            // every exit, 0 or not.
+            for (id, code) in [(7, 0), (8, 3)] {
+                let mut old =
+                    serde_json::to_value(ended(id, 1000, JobState::Completed, 50)).unwrap();
+                old.as_object_mut().unwrap().remove("cpu_us");
+                old["status"] = "done".into();
+                old["exit"] = serde_json::json!({"code": code, "signal": null});
+                // As etcd's store reads such a record: the same end.
+                let read: JobRecord = serde_json::from_value(old.clone()).unwrap();
+                let told = if code == 0 {
+                    JobState::Completed
+                } else {
+                    JobState::Failed
+                };
+                assert_eq!(read.told_apart().status, told);
+                db.execute(
+                    "INSERT INTO jobs (id, status, record) VALUES (?1, 'done', ?2)",
+                    params![id as i64, old.to_string()],
+                )
+                .unwrap();
+            }
         }
         let store = SqliteStore::open(&path).unwrap();
         let found = store.history(&HistoryRequest::default()).unwrap();
-        assert_eq!((found[0].id, found[0].cpu_us), (7, None));
+        let seen: Vec<_> = found.iter().map(|r| (r.id, r.status, r.cpu_us)).collect();
+        assert_eq!(
+            seen,
+            [(8, JobState::Failed, None), (7, JobState::Completed, None)]
+        );
+        let failed = HistoryRequest {
+            states: vec![JobState::Failed],
+            ..HistoryRequest::default()
+        };
+        assert_eq!(store.history(&failed).unwrap()[0].id, 8);
         let indexes: Vec<String> = store
             .db
             .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'jobs_by%'")
@@ -521,7 +561,7 @@ mod tests {
         for id in 1..=6 {
             let mut r = record(id);
             if id != 2 {
-                r.status = JobState::Done;
+                r.status = JobState::Completed;
             }
             store.insert(&r).unwrap();
         }

@@ -23,6 +23,11 @@ pub fn now_micros() -> Micros {
     ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
 }
 
+/// The machine's host name (the kernel's, as `hostname` prints it).
+pub fn host_name() -> std::io::Result<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|name| name.trim().to_string())
+}
+
 /// The machine's memory (`MemTotal` in /proc/meminfo), in bytes; `None` if unreadable.
 pub fn memory_total() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;

@@ -159,9 +159,13 @@ pub struct RunRequest {
     #[serde(default)]
     pub stdio: bool,
     /// The file (absolute) the job appends its output to where the descriptors sent cannot
-    /// reach it (a cluster's nodes); by default `cosched-JOBID.out` in `cwd`.
+    /// reach it (a cluster's nodes); by default `cosched-JOBID.out` in `cwd`. A pattern:
+    /// `%j` and `%N` are filled in there, `%%` is a percent sign (`crate::pattern`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// Where its stderr goes, there: a pattern as `output`'s. None: with its stdout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// Seconds it may run (time it is let run, not time frozen in others' slots); then
     /// SIGTERM, SIGKILL after the grace, and it ends `timeout`. None: its class's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -266,11 +270,14 @@ pub fn validate_run(run: &RunRequest) -> Result<(), String> {
             clip(&run.cwd, 64)
         ));
     }
-    if let Some(output) = &run.output {
-        if !output.starts_with('/') || has_nul(output) || output.len() > MAX_PATH_BYTES {
+    for (what, file) in [("output", &run.output), ("error", &run.error)] {
+        let Some(file) = file else { continue };
+        crate::pattern::expand(file, &crate::pattern::PatternFields::default())
+            .map_err(|error| error.to_string())?;
+        if !file.starts_with('/') || has_nul(file) || file.len() > MAX_PATH_BYTES {
             return Err(format!(
-                "output file {:?} is not an absolute path (of at most {MAX_PATH_BYTES} bytes)",
-                clip(output, 64)
+                "{what} file {:?} is not an absolute path (of at most {MAX_PATH_BYTES} bytes)",
+                clip(file, 64)
             ));
         }
     }
@@ -668,6 +675,7 @@ mod tests {
             detach: false,
             stdio: false,
             output: None,
+            error: None,
             time_limit_s: None,
             mem_bytes: None,
             mem_per_cpu_bytes: None,
@@ -701,6 +709,11 @@ mod tests {
                 "environment variable",
             ),
             (|r| r.cwd = "relative".into(), "absolute"),
+            (
+                |r| r.error = Some("err.log".into()),
+                "error file \"err.log\"",
+            ),
+            (|r| r.output = Some("/o-%q".into()), "'%q'"),
             (
                 |r| r.cwd = format!("/{}", "d".repeat(MAX_PATH_BYTES)),
                 "of at most 4096 bytes",

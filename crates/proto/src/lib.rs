@@ -9,6 +9,7 @@ mod generation;
 mod membership;
 mod names;
 mod order;
+pub mod pattern;
 mod seam;
 mod status;
 
@@ -16,10 +17,10 @@ pub use generation::{
     valid_node_name, Entry, Generation, Node, NodeCpus, NodeMap, NodeMapError, Role, Slice,
 };
 pub use membership::{NodeChange, NodeInfo, WriteWatch};
-pub use names::{Class, JobState, Mode, Pending, UnknownMode};
+pub use names::{Class, JobState, Mode, Pending, UnknownMode, UnknownState};
 pub use order::{
-    Command, Ending, Event, ExitInfo, Launch, ProcessRef, ProcessRequest, CANCEL_GRACE,
-    OUT_OF_MEMORY,
+    signal_name, Command, Ending, Event, ExitInfo, JobHost, Launch, ProcessRef, ProcessRequest,
+    CANCEL_GRACE, OUT_OF_MEMORY,
 };
 pub use seam::{EventSink, Order, OrderSink, PlanSource, Received};
 pub use status::{

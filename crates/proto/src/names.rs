@@ -25,11 +25,14 @@ pub enum JobState {
     Suspended,
     /// Out of the rotation for using no CPU in its slots; runs unscheduled.
     Idle,
-    Done,
+    /// Its command exited 0. Stores written before the distinction call it `done`.
+    #[serde(alias = "done")]
+    Completed,
     Cancelled,
     /// Killed at its time limit.
     Timeout,
-    /// Ended by cosched for what it did (over its memory), the reason in its record's note.
+    /// Its command exited non-zero or was killed by a signal that was no cancel or limit's,
+    /// or cosched ended it for what it did (over its memory: the reason in its record's note).
     Failed,
     /// Its supervisor and exit status were gone, or it could not start.
     Lost,
@@ -43,7 +46,7 @@ impl JobState {
             JobState::Running => "running",
             JobState::Suspended => "suspended",
             JobState::Idle => "idle",
-            JobState::Done => "done",
+            JobState::Completed => "completed",
             JobState::Cancelled => "cancelled",
             JobState::Timeout => "timeout",
             JobState::Failed => "failed",
@@ -51,10 +54,24 @@ impl JobState {
         }
     }
 
+    /// Every state a view shows, in the order of a job's life.
+    pub const ALL: [JobState; 10] = [
+        JobState::Queued,
+        JobState::Waiting,
+        JobState::Running,
+        JobState::Suspended,
+        JobState::Idle,
+        JobState::Completed,
+        JobState::Cancelled,
+        JobState::Timeout,
+        JobState::Failed,
+        JobState::Lost,
+    ];
+
     /// The states a job ends in. A new way of ending goes here: `ended` and the stores'
     /// queries of unfinished jobs read this list.
     pub const ENDED: [JobState; 5] = [
-        JobState::Done,
+        JobState::Completed,
         JobState::Cancelled,
         JobState::Timeout,
         JobState::Failed,
@@ -79,6 +96,20 @@ impl JobState {
 impl fmt::Display for JobState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(self.name())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown job state '{0}' (known: queued, waiting, running, suspended, idle, completed, cancelled, timeout, failed, lost)")]
+pub struct UnknownState(pub String);
+
+impl FromStr for JobState {
+    type Err = UnknownState;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.name() == s)
+            .ok_or_else(|| UnknownState(s.to_string()))
     }
 }
 
@@ -220,7 +251,7 @@ mod tests {
             );
         }
         assert!("fast".parse::<Mode>().is_err());
-        assert_eq!(format!("{:<6}|", JobState::Done), "done  |");
+        assert_eq!(format!("{:<10}|", JobState::Completed), "completed |");
     }
 
     #[test]
@@ -240,5 +271,14 @@ mod tests {
             assert_eq!(serde_json::from_str::<JobState>(&wire).unwrap(), state);
         }
         assert!(JobState::ENDED.iter().all(|s| s.ended()));
+        for state in JobState::ALL {
+            assert_eq!(state.name().parse::<JobState>(), Ok(state));
+        }
+        assert!("done".parse::<JobState>().is_err());
+        // Records stored before `completed` and `failed` were told apart still read.
+        assert_eq!(
+            serde_json::from_str::<JobState>("\"done\"").unwrap(),
+            JobState::Completed
+        );
     }
 }

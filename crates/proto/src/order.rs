@@ -24,6 +24,39 @@ impl ExitInfo {
             (None, None) => 1,
         }
     }
+
+    /// It exited 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// `3` for an exit code, `SIGSEGV` (or `signal 40`) for the signal that killed it: how ps and
+/// run name a failed job's end, as sacct's ExitCode column does.
+impl std::fmt::Display for ExitInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.code, self.signal) {
+            (Some(code), _) => f.pad(&code.to_string()),
+            (None, Some(signal)) => f.pad(&signal_name(signal)),
+            (None, None) => f.pad("-"),
+        }
+    }
+}
+
+/// A signal's name as `kill -l` gives it, with SIG.
+pub fn signal_name(signal: i32) -> String {
+    const NAMES: [&str; 31] = [
+        "HUP", "INT", "QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "KILL", "USR1", "SEGV", "USR2",
+        "PIPE", "ALRM", "TERM", "STKFLT", "CHLD", "CONT", "STOP", "TSTP", "TTIN", "TTOU", "URG",
+        "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS",
+    ];
+    match usize::try_from(signal)
+        .ok()
+        .and_then(|s| NAMES.get(s.wrapping_sub(1)))
+    {
+        Some(name) => format!("SIG{name}"),
+        None => format!("signal {signal}"),
+    }
 }
 
 /// How a job ended, as its supervisor reports and keeps it.
@@ -72,22 +105,51 @@ pub struct Launch {
     pub groups: Vec<u32>,
     /// The file (absolute) its stdout and stderr are appended to where no client's
     /// descriptors reach it (a cluster's jobs, or one whose client left before it started):
-    /// opened as the job's user on its node. `None`: `cosched-JOBID.out` in `cwd`.
+    /// opened as the job's user on its node. A pattern whose `%j` and `%N` are filled in
+    /// there ([`crate::pattern`]). `None`: `cosched-JOBID.out` in `cwd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// Where its stderr goes, there, when not with its stdout: a pattern as `output`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// A registered job's holder (`cosched hold`): it starts with SIGTERM blocked, so that
     /// the SIGTERM asking for the job's end waits for it, however early that comes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub holder: bool,
+    /// The job's nodes and its processors on each, its launcher's node first: what the node
+    /// tells the job in COSCHED_NTASKS, COSCHED_NODELIST and COSCHED_HOSTFILE.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<JobHost>,
+}
+
+/// One node of a job, as an MPI launcher reaches it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobHost {
+    /// The node's name in the cluster.
+    pub node: String,
+    /// Its address (as registered) where the job's launcher reaches it by another name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The job's processors on it.
+    pub slots: u32,
 }
 
 impl Launch {
-    /// Where the job's output goes when no client's descriptors reach it (see `output`).
-    pub fn output_path(&self, job: JobId) -> String {
+    /// Where the job's output goes when no client's descriptors reach it (see `output`), its
+    /// pattern filled in with the job's id and `node` (`None`: `%N` kept, to tell a person).
+    pub fn output_path(&self, job: JobId, node: Option<&str>) -> String {
         match &self.output {
-            Some(path) => path.clone(),
+            Some(pattern) => crate::pattern::fill(pattern, job, node),
             None => format!("{}/cosched-{job}.out", self.cwd.trim_end_matches('/')),
         }
+    }
+
+    /// Where its stderr goes there, when not with its stdout (as `output_path`).
+    pub fn error_path(&self, job: JobId, node: Option<&str>) -> Option<String> {
+        self.error
+            .as_ref()
+            .map(|pattern| crate::pattern::fill(pattern, job, node))
     }
 }
 

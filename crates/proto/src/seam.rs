@@ -31,7 +31,8 @@ impl From<Command> for Order {
 /// What a wait for the next order gave.
 #[derive(Debug)]
 pub enum Received {
-    Order(Order),
+    /// Boxed: an order carries a job's whole launch, the other answers nothing.
+    Order(Box<Order>),
     /// Nothing came before the time given.
     Timeout,
     /// The controller let go: the agent lets every job loose and ends.
@@ -59,7 +60,7 @@ impl PlanSource for Receiver<Order> {
     fn next_order(&mut self, until: Micros) -> Received {
         let wait = Duration::from_micros((until - now_micros()).max(0) as u64);
         match self.recv_timeout(wait) {
-            Ok(order) => Received::Order(order),
+            Ok(order) => Received::Order(Box::new(order)),
             Err(RecvTimeoutError::Timeout) => Received::Timeout,
             Err(RecvTimeoutError::Disconnected) => Received::Closed,
         }

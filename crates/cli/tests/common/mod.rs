@@ -189,7 +189,15 @@ impl Daemon {
 
     /// Submits a detached job whose output is appended to `output`; returns its id.
     pub fn submit_to(&self, output: &std::path::Path, args: &[&str]) -> u64 {
-        let mut all = vec!["run", "--detach", "--output", output.to_str().unwrap()];
+        let output = output.to_str().unwrap();
+        let mut all = vec![
+            "run",
+            "--detach",
+            "--open-mode",
+            "append",
+            "--output",
+            output,
+        ];
         all.extend_from_slice(args);
         job_id(self.cosched(&all))
     }
@@ -219,7 +227,7 @@ impl Daemon {
         let mut job = Value::Null;
         let ended = wait_until(patience, || {
             job = self.job(id);
-            ["done", "cancelled", "timeout", "failed", "lost"]
+            ["completed", "cancelled", "timeout", "failed", "lost"]
                 .contains(&job["state"].as_str().unwrap())
         });
         assert!(

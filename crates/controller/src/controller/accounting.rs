@@ -34,7 +34,7 @@ pub(super) fn account(record: &mut JobRecord, usage: NodeUsage) {
         (a, b) => a.or(b),
     };
     record.peak_memory_bytes = record.peak_memory_bytes.max(usage.peak_memory_bytes);
-    if usage.oom_kills > 0 && record.status == JobState::Done {
+    if usage.oom_kills > 0 && matches!(record.status, JobState::Completed | JobState::Failed) {
         // The kernel killed in the job at the memory limit cosched set: not the job's own
         // end, whatever status its process left.
         record.status = JobState::Failed;

@@ -62,6 +62,7 @@ impl Controller {
             detach: true,
             stdio: false,
             output: Some("/dev/null".into()),
+            error: None,
             time_limit_s: None,
             mem_bytes: None,
             mem_per_cpu_bytes: None,

@@ -50,7 +50,7 @@ fn a_job_the_oom_killer_killed_in_ends_failed_out_of_memory_with_its_figures() {
     );
     h.event(ended(fine, code(0), 0));
     let record = h.stored(fine).unwrap();
-    assert_eq!((record.status, record.note), (JobState::Done, None));
+    assert_eq!((record.status, record.note), (JobState::Completed, None));
     assert_eq!(record.cpu_us, Some(fine * 1000));
     // Its owner's cancel came first: the job ends cancelled, whatever else killed in it.
     h.controller
@@ -88,7 +88,7 @@ fn history_filters_ended_jobs_the_latest_ended_first() {
     let b_view = views.iter().find(|v| v.id == b).unwrap();
     assert_eq!(
         (b_view.uid, b_view.state, b_view.exit, b_view.ended_us),
-        (BOB, JobState::Done, Some(code(3)), first_end)
+        (BOB, JobState::Failed, Some(code(3)), first_end)
     );
     assert_eq!(b_view.elapsed_us, Some(first_end - started));
     assert_eq!(b_view.cpu_us, Some(b * 1000));
@@ -106,7 +106,7 @@ fn history_filters_ended_jobs_the_latest_ended_first() {
             states: vec![JobState::Failed, JobState::Cancelled],
             ..all.clone()
         }),
-        [c]
+        [c, b]
     );
     assert_eq!(
         only(HistoryRequest {
@@ -260,7 +260,7 @@ fn a_jobs_parts_on_other_nodes_add_their_figures_to_its_record() {
         record.peak_memory_bytes,
         Some(spread << 20).max(Some(3 << 20))
     );
-    assert_eq!(record.status, JobState::Done);
+    assert_eq!(record.status, JobState::Completed);
     h.event(used(spread, "b", 0, 0, 1));
     let record = h.stored(spread).unwrap();
     assert_eq!(
@@ -287,6 +287,6 @@ fn figures_for_an_unsaved_end_are_saved_with_it() {
     h.refuse_writes(false);
     h.controller.retry_unsaved();
     let record = h.stored(spread).unwrap();
-    assert_eq!(record.status, JobState::Done);
+    assert_eq!(record.status, JobState::Completed);
     assert_eq!(record.cpu_us, Some(spread * 1000 + 500));
 }

@@ -71,7 +71,7 @@ fn a_restarted_controller_takes_jobs_back_from_the_store_and_launches_none_twice
     assert_eq!(Harness::starts(&h.orders()), [(d, true)]);
     // Ended jobs stay ended; the one launched since is adopted.
     h.restart();
-    assert_eq!(status(&h, a), JobState::Done);
+    assert_eq!(status(&h, a), JobState::Completed);
     let orders = h.orders();
     assert!(orders.contains(&(
         "local".into(),
@@ -469,7 +469,7 @@ fn an_end_the_store_refuses_is_acted_on_but_changes_memory_only_once_stored() {
     let stored = h.stored(job).unwrap();
     assert_eq!(
         (stored.status, stored.exit.unwrap().code),
-        (JobState::Done, Some(5))
+        (JobState::Failed, Some(5))
     );
     assert_eq!(h.controller.record_of(job), Some(&stored));
     assert!(!h.controller.has_unsaved());
