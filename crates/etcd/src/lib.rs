@@ -15,16 +15,23 @@
 //! token with every request, authenticating again when etcd says the token is no longer
 //! valid. Without auth, every process that reaches etcd (a job on a node included) can
 //! read and write the cluster's control state.
+//!
+//! With [`Tls`], every endpoint is `https://` and etcd's certificate must be signed by the
+//! CA given; the client presents its own certificate (etcd's `--client-cert-auth` then
+//! refuses the handshake of any process without a key its CA signed, before any request).
 
 mod http;
 pub mod testing;
+mod tls;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use http::Connection;
 pub use http::Endpoint;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::net::{Shutdown, TcpStream};
+pub use tls::{read_private, Identity, PrivateFileError, Tls, TlsError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,8 +43,12 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
-    #[error("'{0}' is not an etcd endpoint (http://HOST:PORT)")]
+    #[error("'{0}' is not an etcd endpoint (http://HOST:PORT or https://HOST:PORT)")]
     BadEndpoint(String),
+    #[error("etcd endpoint {0} is plain HTTP while TLS is configured: give https://{host}:{port}", host = .0.host, port = .0.port)]
+    PlainWithTls(Endpoint),
+    #[error("etcd endpoint {0} is https but no CA is given to check etcd's certificate (--etcd-ca)")]
+    TlsWithoutCa(Endpoint),
     #[error("no etcd endpoint given")]
     NoEndpoints,
     #[error("no etcd member answers ({tried}): {last}")]
@@ -133,7 +144,9 @@ pub struct Client {
     token: Arc<Mutex<Option<String>>>,
     /// A connection left open by the last answer read whole, and its member's index: the next
     /// request goes on it.
-    idle: Mutex<Option<(usize, TcpStream)>>,
+    idle: Mutex<Option<(usize, Connection)>>,
+    /// How to reach `https` members (every member, when given).
+    tls: Option<Tls>,
 }
 
 /// A user of etcd's auth and its password.
@@ -199,14 +212,22 @@ fn key_value(kv: &Value) -> Result<KeyValue, String> {
 }
 
 impl Client {
-    /// A client for the members at `urls` (`http://HOST:PORT`); `timeout` bounds each request.
-    pub fn new(urls: &[String], timeout: Duration) -> Result<Client, EtcdError> {
+    /// A client for the members at `urls` (`http://HOST:PORT`, or with `tls` every one
+    /// `https://HOST:PORT`); `timeout` bounds each request.
+    pub fn new(urls: &[String], timeout: Duration, tls: Option<&Tls>) -> Result<Client, EtcdError> {
         let endpoints = urls
             .iter()
             .map(|url| Endpoint::parse(url).ok_or_else(|| EtcdError::BadEndpoint(url.clone())))
             .collect::<Result<Vec<_>, _>>()?;
         if endpoints.is_empty() {
             return Err(EtcdError::NoEndpoints);
+        }
+        // TLS for some members only would send the password in clear to the others.
+        if let Some(endpoint) = endpoints.iter().find(|e| e.tls != tls.is_some()) {
+            return Err(match tls {
+                Some(_) => EtcdError::PlainWithTls(endpoint.clone()),
+                None => EtcdError::TlsWithoutCa(endpoint.clone()),
+            });
         }
         Ok(Client {
             endpoints,
@@ -215,6 +236,7 @@ impl Client {
             credentials: None,
             token: Arc::default(),
             idle: Mutex::new(None),
+            tls: tls.cloned(),
         })
     }
 
@@ -236,11 +258,17 @@ impl Client {
             credentials: self.credentials.clone(),
             token: Arc::clone(&self.token),
             idle: Mutex::new(None),
+            tls: self.tls.clone(),
         }
     }
 
+    /// The TLS configuration for the members, if they are `https`.
+    fn tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
+        self.tls.as_ref().map(|tls| &tls.0)
+    }
+
     /// The kept connection to member `index`, if any (one to another member is dropped).
-    fn take_idle(&self, index: usize) -> Option<TcpStream> {
+    fn take_idle(&self, index: usize) -> Option<Connection> {
         let kept = self.idle.lock().unwrap_or_else(|p| p.into_inner()).take();
         kept.filter(|(member, _)| *member == index)
             .map(|(_, stream)| stream)
@@ -265,6 +293,7 @@ impl Client {
             Some(self.timeout),
             None,
             None,
+            self.tls(),
         )
         .map_err(|e| format!("{endpoint}: authenticating: {e}"))?;
         let mut text = Vec::new();
@@ -322,6 +351,7 @@ impl Client {
                     timeout,
                     token.as_deref(),
                     idle,
+                    self.tls(),
                 )
                 .map_err(|e| format!("{endpoint}: {e}"))
             };
@@ -372,7 +402,8 @@ impl Client {
             })?;
         // Read whole (a body past the cap leaves bytes behind: that connection goes).
         if response.reusable && read < 64 << 20 {
-            *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Some((index, response.stream));
+            let connection = response.body.into_connection();
+            *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Some((index, connection));
         }
         let garbled = |why: String| EtcdError::Garbled {
             endpoint: endpoint.clone(),
@@ -621,7 +652,7 @@ impl Client {
                     message: String::new(),
                 });
             }
-            let stream = response.stream;
+            let stream = response.socket;
             let mut messages = serde_json::Deserializer::from_reader(response.body).into_iter();
             let ended = |why: String| EtcdError::WatchEnded(format!("{endpoint}: {why}"));
             stream
@@ -748,14 +779,20 @@ mod tests {
         assert_eq!(prefix_end(""), vec![0]);
         assert_eq!(int(&json!("12")), 12);
         assert_eq!(int(&Value::Null), 0);
-        assert!(Client::new(&["http://127.0.0.1:2379".into()], Duration::from_secs(1)).is_ok());
+        let second = Duration::from_secs(1);
+        assert!(Client::new(&["http://127.0.0.1:2379".into()], second, None).is_ok());
         assert!(matches!(
-            Client::new(&["127.0.0.1:2379".into()], Duration::from_secs(1)),
+            Client::new(&["127.0.0.1:2379".into()], second, None),
             Err(EtcdError::BadEndpoint(_))
         ));
         assert!(matches!(
-            Client::new(&[], Duration::from_secs(1)),
+            Client::new(&[], second, None),
             Err(EtcdError::NoEndpoints)
         ));
+        let https = Client::new(&["https://10.0.0.1:2379".into()], second, None);
+        assert_eq!(
+            https.err().map(|e| e.to_string()).as_deref(),
+            Some("etcd endpoint https://10.0.0.1:2379 is https but no CA is given to check etcd's certificate (--etcd-ca)")
+        );
     }
 }
