@@ -274,8 +274,29 @@ impl Client {
             .map(|(_, stream)| stream)
     }
 
-    /// A token from `endpoint` for the credentials, if any (the one held, unless `fresh`).
-    fn token(&self, endpoint: &Endpoint, fresh: bool) -> Result<Option<String>, String> {
+    /// Reads `response`'s body whole (at most `cap` bytes) and keeps its connection to member
+    /// `index` for the next request when it can carry one: with TLS, a new connection costs a
+    /// handshake, and a renewal after an outage (token refused, authenticate, ask again) took
+    /// three of them, past an agent's renewal period under load.
+    fn read_whole(
+        &self,
+        index: usize,
+        mut response: http::Response,
+        cap: u64,
+    ) -> std::io::Result<(u16, Vec<u8>)> {
+        let mut text = Vec::new();
+        let read = response.body.by_ref().take(cap).read_to_end(&mut text)?;
+        // A body past the cap leaves bytes behind: that connection goes.
+        if response.reusable && (read as u64) < cap {
+            let connection = response.body.into_connection();
+            *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Some((index, connection));
+        }
+        Ok((response.status, text))
+    }
+
+    /// A token from member `index` for the credentials, if any (the one held, unless
+    /// `fresh`).
+    fn token(&self, index: usize, fresh: bool) -> Result<Option<String>, String> {
         let Some(credentials) = &self.credentials else {
             return Ok(None);
         };
@@ -285,30 +306,30 @@ impl Client {
                 return Ok(Some(token.clone()));
             }
         }
+        let endpoint = &self.endpoints[index];
         let body = json!({"name": credentials.user, "password": credentials.password});
-        let mut response = http::post(
+        let response = http::post(
             endpoint,
             "/v3/auth/authenticate",
             body.to_string().as_bytes(),
             Some(self.timeout),
             None,
-            None,
+            self.take_idle(index),
             self.tls(),
         )
         .map_err(|e| format!("{endpoint}: authenticating: {e}"))?;
-        let mut text = Vec::new();
-        let _ = response.body.by_ref().take(1 << 20).read_to_end(&mut text);
+        let (status, text) = self.read_whole(index, response, 1 << 20).unwrap_or_default();
         let answer: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
         let token = answer["token"]
             .as_str()
-            .filter(|t| response.status == 200 && t.chars().all(|c| c.is_ascii_graphic()))
+            .filter(|t| status == 200 && t.chars().all(|c| c.is_ascii_graphic()))
             .ok_or_else(|| {
                 let why = answer["message"]
                     .as_str()
                     .unwrap_or("no token in the answer");
                 format!(
-                    "{endpoint}: authenticating as {}: {} {why}",
-                    credentials.user, response.status
+                    "{endpoint}: authenticating as {}: {status} {why}",
+                    credentials.user
                 )
             })?;
         *held = Some(token.to_string());
@@ -342,7 +363,7 @@ impl Client {
             // A token etcd no longer knows (it expired, or the member restarted) is renewed
             // once.
             let attempt = |fresh| {
-                let token = self.token(endpoint, fresh)?;
+                let token = self.token(index, fresh)?;
                 let idle = if reuse { self.take_idle(index) } else { None };
                 http::post(
                     endpoint,
@@ -357,6 +378,7 @@ impl Client {
             };
             let sent = match attempt(fresh) {
                 Ok(response) if response.status == 401 && self.credentials.is_some() => {
+                    let _ = self.read_whole(index, response, 1 << 20);
                     attempt(true)
                 }
                 other => other,
@@ -388,23 +410,14 @@ impl Client {
 
     /// One request: its whole JSON answer and the member that gave it.
     fn answer(&self, path: &'static str, body: Value) -> Result<(Value, Endpoint), EtcdError> {
-        let (mut response, endpoint, index) =
+        let (response, endpoint, index) =
             self.send(path, &body, Some(self.timeout), false, true)?;
-        let mut text = Vec::new();
-        let read = response
-            .body
-            .by_ref()
-            .take(64 << 20)
-            .read_to_end(&mut text)
-            .map_err(|e| EtcdError::Unavailable {
-                tried: endpoint.to_string(),
-                last: format!("reading the answer to {path}: {e}"),
-            })?;
-        // Read whole (a body past the cap leaves bytes behind: that connection goes).
-        if response.reusable && read < 64 << 20 {
-            let connection = response.body.into_connection();
-            *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Some((index, connection));
-        }
+        let (status, text) =
+            self.read_whole(index, response, 64 << 20)
+                .map_err(|e| EtcdError::Unavailable {
+                    tried: endpoint.to_string(),
+                    last: format!("reading the answer to {path}: {e}"),
+                })?;
         let garbled = |why: String| EtcdError::Garbled {
             endpoint: endpoint.clone(),
             path,
@@ -412,7 +425,7 @@ impl Client {
         };
         let value: Value =
             serde_json::from_slice(&text).map_err(|e| garbled(format!("not JSON: {e}")))?;
-        if response.status != 200 {
+        if status != 200 {
             let message = value
                 .get("message")
                 .or_else(|| value.get("error"))
@@ -422,7 +435,7 @@ impl Client {
             return Err(EtcdError::Refused {
                 endpoint,
                 path,
-                status: response.status,
+                status,
                 message,
             });
         }
