@@ -210,8 +210,12 @@ impl ClusterArgs {
 /// A secret from a file that must be root's and unreadable by anyone else.
 fn read_secret(path: &Path) -> Result<String> {
     let bytes = cosched_daemon::read_private(path, "etcd's password")?;
-    let secret = String::from_utf8(bytes)
-        .with_context(|| format!("{} is not text (it should hold etcd's password)", path.display()))?;
+    let secret = String::from_utf8(bytes).with_context(|| {
+        format!(
+            "{} is not text (it should hold etcd's password)",
+            path.display()
+        )
+    })?;
     let secret = secret.trim_end_matches(['\n', '\r']).to_string();
     if secret.is_empty() {
         bail!(

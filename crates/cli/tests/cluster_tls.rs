@@ -77,28 +77,34 @@ fn with_tls_a_plain_etcd_is_refused_and_so_is_an_etcd_the_ca_did_not_sign() {
     let _ = std::fs::remove_dir_all(&state);
     refused(&out, &expected);
     // An https endpoint without the CA.
-    let no_ca = ["--etcd".to_string(), tls.url.clone(), "--etcd-insecure".into()];
+    let no_ca = [
+        "--etcd".to_string(),
+        tls.url.clone(),
+        "--etcd-insecure".into(),
+    ];
     let out = agent("tls-noca", &no_ca);
-    refused(&out, "is https but no CA is given to check etcd's certificate (--etcd-ca)");
+    refused(
+        &out,
+        "is https but no CA is given to check etcd's certificate (--etcd-ca)",
+    );
     // A CA that did not sign etcd's certificate: the agent stops at the handshake.
-    let other = Pki::new(&std::env::temp_dir().join(format!(
-        "cosched-it-tls-ca-{}",
-        std::process::id()
-    )));
+    let other =
+        Pki::new(&std::env::temp_dir().join(format!("cosched-it-tls-ca-{}", std::process::id())));
     let other_ca = other.ca().display().to_string();
     let out = agent("tls-ca", &with(&flags, "--etcd-ca", &other_ca));
     refused(
         &out,
-        &format!("{}: TLS handshake: invalid peer certificate: UnknownIssuer", tls.url),
+        &format!(
+            "{}: TLS handshake: invalid peer certificate: UnknownIssuer",
+            tls.url
+        ),
     );
 }
 
 #[test]
 fn a_key_others_may_read_is_refused_naming_the_file() {
-    let pki = Pki::new(&std::env::temp_dir().join(format!(
-        "cosched-it-tls-key-{}",
-        std::process::id()
-    )));
+    let pki =
+        Pki::new(&std::env::temp_dir().join(format!("cosched-it-tls-key-{}", std::process::id())));
     let id = pki.issue("agent-a");
     std::fs::set_permissions(&id.key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let files = [

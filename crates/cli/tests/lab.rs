@@ -361,7 +361,14 @@ except Exception as error:
     command.arg(format!("--net=/run/netns/cl-{}-a", lab.name));
     let uid = uid.to_string();
     if uid != "0" {
-        command.args(["setpriv", "--reuid", &uid, "--regid", &uid, "--clear-groups"]);
+        command.args([
+            "setpriv",
+            "--reuid",
+            &uid,
+            "--regid",
+            &uid,
+            "--clear-groups",
+        ]);
     }
     // Debian's python3: a nobody cannot reach one under /root.
     command.args(["/usr/bin/python3", "-c", SCRIPT, url, body]);
@@ -386,18 +393,28 @@ fn on_a_lab_node_a_job_without_a_key_the_labs_ca_signed_cannot_reach_etcd() {
     assert!(listed.starts_with("answered {"), "{listed}");
     let answer: Value =
         serde_json::from_str(listed.trim_start_matches("answered ").trim()).unwrap();
-    let lease = answer["leases"][0]["ID"].as_str().expect("a node's lease").to_string();
+    let lease = answer["leases"][0]["ID"]
+        .as_str()
+        .expect("a node's lease")
+        .to_string();
     // The keys are root's alone, in a directory only root may enter.
     let tls = lab.dir.join("tls");
     let mode = std::fs::metadata(&tls).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700);
     let key = tls.join("agent-a.key").display().to_string();
     let read = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat", &key])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "cat",
+            &key,
+        ])
         .output()
         .unwrap();
     assert!(
-        !read.status.success() && String::from_utf8_lossy(&read.stderr).contains("Permission denied"),
+        !read.status.success()
+            && String::from_utf8_lossy(&read.stderr).contains("Permission denied"),
         "{read:?}"
     );
     // As nobody on the node: the first wall (nft) resets the connection.
@@ -425,11 +442,23 @@ fn on_a_lab_node_a_job_without_a_key_the_labs_ca_signed_cannot_reach_etcd() {
             "{path}: {out}"
         );
     }
-    let plain = ask_etcd(&lab, NOBODY, "http://10.77.0.1:2379/v3/lease/leases", "{}", None);
+    let plain = ask_etcd(
+        &lab,
+        NOBODY,
+        "http://10.77.0.1:2379/v3/lease/leases",
+        "{}",
+        None,
+    );
     assert!(plain.starts_with("not reached"), "{plain}");
     // With a certificate but no password, auth still refuses writes.
     let put = r#"{"key": "L2Nvc2NoZWQveA==", "value": "eA=="}"#;
-    let out = ask_etcd(&lab, 0, "https://10.77.0.1:2379/v3/kv/put", put, Some("agent-a"));
+    let out = ask_etcd(
+        &lab,
+        0,
+        "https://10.77.0.1:2379/v3/kv/put",
+        put,
+        Some("agent-a"),
+    );
     assert!(out.starts_with("answered 403"), "{out}");
 }
 

@@ -185,14 +185,14 @@ fn handshake(
 ) -> io::Result<Connection> {
     let name = ServerName::try_from(endpoint.host.clone())
         .map_err(|e| bad(&format!("'{}' is not a host name: {e}", endpoint.host)))?;
-    let mut session = ClientConnection::new(Arc::clone(config), name)
-        .map_err(|e| bad(&format!("TLS: {e}")))?;
+    let mut session =
+        ClientConnection::new(Arc::clone(config), name).map_err(|e| bad(&format!("TLS: {e}")))?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     while session.is_handshaking() {
-        session.complete_io(&mut stream).map_err(|e| {
-            io::Error::new(e.kind(), format!("TLS handshake: {e}"))
-        })?;
+        session
+            .complete_io(&mut stream)
+            .map_err(|e| io::Error::new(e.kind(), format!("TLS handshake: {e}")))?;
     }
     Ok(Connection::Tls(Box::new(StreamOwned::new(session, stream))))
 }
@@ -395,7 +395,14 @@ mod tests {
             Endpoint::parse("https://etcd.example:2379").map(|e| e.to_string()),
             Some("https://etcd.example:2379".into())
         );
-        for bad in ["ftp://a:1", "https://a", "http://a", "http://:1", "http://a:x", "a:1"] {
+        for bad in [
+            "ftp://a:1",
+            "https://a",
+            "http://a",
+            "http://:1",
+            "http://a:x",
+            "a:1",
+        ] {
             assert_eq!(Endpoint::parse(bad), None, "{bad}");
         }
         let wire = b"5\r\nhello\r\n7;x=y\r\n, world\r\n0\r\n\r\n";

@@ -31,10 +31,10 @@ pub use http::Endpoint;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::net::{Shutdown, TcpStream};
-pub use tls::{read_private, Identity, PrivateFileError, Tls, TlsError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+pub use tls::{read_private, Identity, PrivateFileError, Tls, TlsError};
 
 /// How long a request may take before the next member is tried. A member whose leader died
 /// holds a write until then: with the leader of three killed, writes came back after 1.6 s
@@ -47,7 +47,9 @@ pub enum EtcdError {
     BadEndpoint(String),
     #[error("etcd endpoint {0} is plain HTTP while TLS is configured: give https://{host}:{port}", host = .0.host, port = .0.port)]
     PlainWithTls(Endpoint),
-    #[error("etcd endpoint {0} is https but no CA is given to check etcd's certificate (--etcd-ca)")]
+    #[error(
+        "etcd endpoint {0} is https but no CA is given to check etcd's certificate (--etcd-ca)"
+    )]
     TlsWithoutCa(Endpoint),
     #[error("no etcd endpoint given")]
     NoEndpoints,
@@ -318,7 +320,9 @@ impl Client {
             self.tls(),
         )
         .map_err(|e| format!("{endpoint}: authenticating: {e}"))?;
-        let (status, text) = self.read_whole(index, response, 1 << 20).unwrap_or_default();
+        let (status, text) = self
+            .read_whole(index, response, 1 << 20)
+            .unwrap_or_default();
         let answer: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
         let token = answer["token"]
             .as_str()

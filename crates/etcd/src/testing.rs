@@ -68,12 +68,15 @@ impl Etcd {
             std::env::temp_dir()
         };
         let pki = tls.then(|| {
-            let pki = Pki::new(&base.join(format!("cosched-etcd-{name}-{}-tls", std::process::id())));
+            let pki =
+                Pki::new(&base.join(format!("cosched-etcd-{name}-{}-tls", std::process::id())));
             let client = pki.issue("cosched-test-client");
             let loaded = Tls::load(&pki.ca(), Some(&client)).expect("the test CA's files load");
             (pki, client, loaded)
         });
-        let server = pki.as_ref().map(|(pki, _, _)| pki.issue("cosched-test-etcd"));
+        let server = pki
+            .as_ref()
+            .map(|(pki, _, _)| pki.issue("cosched-test-etcd"));
         let scheme = if tls { "https" } else { "http" };
         let metrics_port = free_port();
         let ports: Vec<(u16, u16)> = (0..count).map(|_| (free_port(), free_port())).collect();
@@ -166,11 +169,7 @@ impl Etcd {
         }
         // The leader first: clients start on it, so killing it (`kill_leader`) takes away the
         // member they use, the hard case.
-        let leader = etcd
-            .members
-            .iter()
-            .position(|m| etcd.leads(m))
-            .unwrap_or(0);
+        let leader = etcd.members.iter().position(|m| etcd.leads(m)).unwrap_or(0);
         etcd.members.swap(0, leader);
         etcd.url = etcd
             .members
@@ -317,7 +316,10 @@ impl Pki {
             dir: dir.to_path_buf(),
         };
         // Named after its directory: two CAs of one name would be taken for one another.
-        let name = format!("ca-{}", dir.file_name().unwrap_or_default().to_string_lossy());
+        let name = format!(
+            "ca-{}",
+            dir.file_name().unwrap_or_default().to_string_lossy()
+        );
         pki.openssl(
             "ca",
             &format!("/CN={name}"),

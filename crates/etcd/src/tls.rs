@@ -141,12 +141,11 @@ impl Tls {
             Some(Identity { cert, key }) => {
                 let chain = certificates(cert, "certificate")?;
                 let pem = read_private(key, "this client's TLS key")?;
-                let private =
-                    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::Pem {
-                        path: key.clone(),
-                        what: "private key",
-                        why: e.to_string(),
-                    })?;
+                let private = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::Pem {
+                    path: key.clone(),
+                    what: "private key",
+                    why: e.to_string(),
+                })?;
                 builder
                     .with_client_auth_cert(chain, private)
                     .map_err(|e| TlsError::Identity {

@@ -113,7 +113,12 @@ fn a_dead_member_is_skipped_and_none_alive_is_a_clear_error() {
     let c = Client::new(&two, Duration::from_secs(2), etcd.tls()).unwrap();
     c.put("/m", b"1", None).unwrap();
     assert_eq!(c.get("/m").unwrap().unwrap().value, b"1");
-    let none = Client::new(std::slice::from_ref(&dead), Duration::from_secs(2), etcd.tls()).unwrap();
+    let none = Client::new(
+        std::slice::from_ref(&dead),
+        Duration::from_secs(2),
+        etcd.tls(),
+    )
+    .unwrap();
     let error = none.get("/m").unwrap_err().to_string();
     assert!(
         error.contains("no etcd member answers") && error.contains(&dead),
@@ -170,7 +175,10 @@ fn with_auth_on_only_a_client_with_the_password_gets_in_and_its_token_is_renewed
     let anyone = Client::new(url, Duration::from_secs(2), etcd.tls()).unwrap();
     let refused = anyone.get("/cosched/t/secret").unwrap_err().to_string();
     // With a client certificate (this one has no common name, so no etcd user) and no token.
-    assert!(refused.contains("403 etcdserver: permission denied"), "{refused}");
+    assert!(
+        refused.contains("403 etcdserver: permission denied"),
+        "{refused}"
+    );
     assert!(anyone.put("/cosched/t/secret", b"mine", None).is_err());
     let guessed = Client::new(url, Duration::from_secs(2), etcd.tls())
         .unwrap()

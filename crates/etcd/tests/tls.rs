@@ -36,10 +36,8 @@ fn only_a_client_with_a_key_the_ca_signed_gets_in() {
     );
     assert!(no_key.get("/t/k").is_err());
     // A key and certificate of another CA's: refused as well.
-    let elsewhere = Pki::new(&std::env::temp_dir().join(format!(
-        "cosched-tls-other-{}",
-        std::process::id()
-    )));
+    let elsewhere =
+        Pki::new(&std::env::temp_dir().join(format!("cosched-tls-other-{}", std::process::id())));
     let intruder = elsewhere.issue("intruder");
     let foreign = client(&etcd, &Tls::load(&pki.ca(), Some(&intruder)).unwrap());
     let refused = foreign.keep_alive(lease.id).unwrap_err().to_string();
@@ -50,34 +48,40 @@ fn only_a_client_with_a_key_the_ca_signed_gets_in() {
 #[test]
 fn an_etcd_whose_certificate_another_ca_signed_is_refused() {
     let etcd = Etcd::start("tls-ca");
-    let other = Pki::new(&std::env::temp_dir().join(format!(
-        "cosched-tls-ca-{}",
-        std::process::id()
-    )));
+    let other =
+        Pki::new(&std::env::temp_dir().join(format!("cosched-tls-ca-{}", std::process::id())));
     // The client's own key is good; the CA it trusts did not sign etcd's certificate.
     let mine = etcd.pki().unwrap().issue("client");
     let c = client(&etcd, &Tls::load(&other.ca(), Some(&mine)).unwrap());
     let refused = c.get("/t").unwrap_err().to_string();
     assert!(
-        refused.contains(&format!("{}: TLS handshake: invalid peer certificate: UnknownIssuer", etcd.url)),
+        refused.contains(&format!(
+            "{}: TLS handshake: invalid peer certificate: UnknownIssuer",
+            etcd.url
+        )),
         "{refused}"
     );
 }
 
 #[test]
 fn with_tls_a_plain_endpoint_a_loose_key_and_a_bad_file_are_refused() {
-    let pki = Pki::new(&std::env::temp_dir().join(format!(
-        "cosched-tls-files-{}",
-        std::process::id()
-    )));
+    let pki =
+        Pki::new(&std::env::temp_dir().join(format!("cosched-tls-files-{}", std::process::id())));
     let id = pki.issue("client");
     let tls = Tls::load(&pki.ca(), Some(&id)).unwrap();
-    let plain = Client::new(&["http://10.0.0.1:2379".into()], Duration::from_secs(1), Some(&tls));
+    let plain = Client::new(
+        &["http://10.0.0.1:2379".into()],
+        Duration::from_secs(1),
+        Some(&tls),
+    );
     assert_eq!(
         plain.err().map(|e| e.to_string()).as_deref(),
         Some("etcd endpoint http://10.0.0.1:2379 is plain HTTP while TLS is configured: give https://10.0.0.1:2379")
     );
-    let mixed = ["https://10.0.0.1:2379".into(), "http://10.0.0.2:2379".into()];
+    let mixed = [
+        "https://10.0.0.1:2379".into(),
+        "http://10.0.0.2:2379".into(),
+    ];
     assert!(Client::new(&mixed, Duration::from_secs(1), Some(&tls)).is_err());
     // A key others may read: a job could then talk to etcd as the agent.
     std::fs::set_permissions(&id.key, std::fs::Permissions::from_mode(0o640)).unwrap();
@@ -103,7 +107,10 @@ fn with_tls_a_plain_endpoint_a_loose_key_and_a_bad_file_are_refused() {
         key: link.clone(),
     };
     let followed = Tls::load(&pki.ca(), Some(&linked)).unwrap_err().to_string();
-    assert!(followed.starts_with(&format!("cannot read {}", link.display())), "{followed}");
+    assert!(
+        followed.starts_with(&format!("cannot read {}", link.display())),
+        "{followed}"
+    );
     // A certificate where the CA should be, a key where a certificate should be.
     let wrong = Identity {
         cert: id.key.clone(),
@@ -113,13 +120,18 @@ fn with_tls_a_plain_endpoint_a_loose_key_and_a_bad_file_are_refused() {
     assert!(error.contains("holds no certificate in PEM"), "{error}");
     let missing = pki.ca().with_extension("missing");
     let error = Tls::load(&missing, None).unwrap_err().to_string();
-    assert!(error.starts_with(&format!("cannot read {}", missing.display())), "{error}");
+    assert!(
+        error.starts_with(&format!("cannot read {}", missing.display())),
+        "{error}"
+    );
     // The key of another certificate.
     let other = pki.issue("other");
     let crossed = Identity {
         cert: id.cert.clone(),
         key: other.key.clone(),
     };
-    let error = Tls::load(&pki.ca(), Some(&crossed)).unwrap_err().to_string();
+    let error = Tls::load(&pki.ca(), Some(&crossed))
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("do not go together"), "{error}");
 }
