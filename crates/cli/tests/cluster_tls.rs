@@ -7,40 +7,7 @@ mod common;
 use common::*;
 use cosched_etcd::testing::{Etcd, Pki};
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-/// `cosched agent` for node `a` with `etcd`'s flags, its cgroups and files under a directory of
-/// its own (removed after).
-fn agent(tag: &str, etcd: &[String]) -> Output {
-    let tag = format!("{tag}-{}", std::process::id());
-    let dir = std::env::temp_dir().join(format!("cosched-it-{tag}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let parent = format!("cosched-test-{tag}");
-    let out = Command::new(COSCHED)
-        .args(["agent", "--node", "a", "--cpus", "0"])
-        .args(etcd)
-        .args(["--cgroup-parent", &parent, "--state-dir"])
-        .arg(dir.join("state"))
-        .arg("--door")
-        .arg(dir.join("door.sock"))
-        .output()
-        .unwrap();
-    let left: Vec<PathBuf> = [
-        v2_root(),
-        PathBuf::from("/sys/fs/cgroup/cpuset"),
-        PathBuf::from("/sys/fs/cgroup/cpu"),
-        PathBuf::from("/sys/fs/cgroup/freezer"),
-    ]
-    .iter()
-    .map(|root| root.join(&parent))
-    .filter(|p| p.exists())
-    .collect();
-    remove_cgroups(&parent);
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(left.is_empty(), "cgroups left behind: {left:?}");
-    out
-}
+use std::process::Command;
 
 /// `flags` (an `Etcd`'s) with `--etcd` and the value of `flag` replaced.
 fn with(flags: &[String], flag: &str, value: &str) -> Vec<String> {
@@ -64,7 +31,7 @@ fn with_tls_a_plain_etcd_is_refused_and_so_is_an_etcd_the_ca_did_not_sign() {
         plain.url,
         plain.url.strip_prefix("http://").unwrap()
     );
-    refused(&agent("tls-plain", &at_plain), &expected);
+    refused(&lone_agent("tls-plain", &at_plain), &expected);
     let state = std::env::temp_dir().join(format!("cosched-it-tls-d-{}", std::process::id()));
     let out = Command::new(COSCHED)
         .args(["daemon", "--state-dir"])
@@ -82,7 +49,7 @@ fn with_tls_a_plain_etcd_is_refused_and_so_is_an_etcd_the_ca_did_not_sign() {
         tls.url.clone(),
         "--etcd-insecure".into(),
     ];
-    let out = agent("tls-noca", &no_ca);
+    let out = lone_agent("tls-noca", &no_ca);
     refused(
         &out,
         "is https but no CA is given to check etcd's certificate (--etcd-ca)",
@@ -91,7 +58,7 @@ fn with_tls_a_plain_etcd_is_refused_and_so_is_an_etcd_the_ca_did_not_sign() {
     let other =
         Pki::new(&std::env::temp_dir().join(format!("cosched-it-tls-ca-{}", std::process::id())));
     let other_ca = other.ca().display().to_string();
-    let out = agent("tls-ca", &with(&flags, "--etcd-ca", &other_ca));
+    let out = lone_agent("tls-ca", &with(&flags, "--etcd-ca", &other_ca));
     refused(
         &out,
         &format!(
@@ -119,7 +86,7 @@ fn a_key_others_may_read_is_refused_naming_the_file() {
         id.key.display().to_string(),
     ];
     refused(
-        &agent("tls-key", &files),
+        &lone_agent("tls-key", &files),
         &format!(
             "{} must be a file of root's that no one else may read or write (chown root, chmod 600): it holds this client's TLS key",
             id.key.display()
