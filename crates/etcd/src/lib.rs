@@ -34,7 +34,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-pub use tls::{read_private, Identity, PrivateFileError, Tls, TlsError};
+pub use tls::{read_private, FileError, Identity, Tls, TlsError};
 
 /// How long a request may take before the next member is tried. A member whose leader died
 /// holds a write until then: with the leader of three killed, writes came back after 1.6 s

@@ -14,9 +14,9 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A private file that cannot be used: unreadable, or open to others.
+/// A key, password or certificate file that cannot be used: unreadable, or open to others.
 #[derive(Debug, thiserror::Error)]
-pub enum PrivateFileError {
+pub enum FileError {
     #[error("cannot read {}: {source}", path.display())]
     Read {
         path: PathBuf,
@@ -26,6 +26,12 @@ pub enum PrivateFileError {
     Exposed {
         path: PathBuf,
         owner: String,
+        holds: &'static str,
+    },
+    #[error("{} must be a file of {owners}'s that no one else may write (chmod go-w): it holds {holds}", path.display())]
+    Writable {
+        path: PathBuf,
+        owners: String,
         holds: &'static str,
     },
     #[error("{} is larger than {limit} bytes: it cannot be {holds}", path.display())]
@@ -39,13 +45,8 @@ pub enum PrivateFileError {
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error(transparent)]
-    Private(#[from] PrivateFileError),
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{} holds no {what} in PEM ({why})", path.display())]
+    File(#[from] FileError),
+    #[error("{} holds no PEM {what} ({why})", path.display())]
     Pem {
         path: PathBuf,
         what: &'static str,
@@ -67,8 +68,18 @@ const MOST: u64 = 1 << 20;
 /// The bytes of `path`, a file that must be the caller's own (root's, for root) and closed to
 /// everyone else: it holds `holds` (a key, a password). Links are not followed (a link in a
 /// directory others can write would name any file).
-pub fn read_private(path: &Path, holds: &'static str) -> Result<Vec<u8>, PrivateFileError> {
-    let read = |source| PrivateFileError::Read {
+pub fn read_private(path: &Path, holds: &'static str) -> Result<Vec<u8>, FileError> {
+    read_checked(path, holds, true)
+}
+
+/// The bytes of `path`, which anyone may read but only the caller (or root) may write: a CA
+/// certificate another user could replace would make their server pass for etcd.
+fn read_public(path: &Path, holds: &'static str) -> Result<Vec<u8>, FileError> {
+    read_checked(path, holds, false)
+}
+
+fn read_checked(path: &Path, holds: &'static str, private: bool) -> Result<Vec<u8>, FileError> {
+    let read = |source| FileError::Read {
         path: path.to_path_buf(),
         source,
     };
@@ -80,26 +91,38 @@ pub fn read_private(path: &Path, holds: &'static str) -> Result<Vec<u8>, Private
     let meta = file.metadata().map_err(read)?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    if !meta.is_file() || meta.uid() != me || meta.mode() & 0o077 != 0 {
-        return Err(PrivateFileError::Exposed {
-            path: path.to_path_buf(),
-            owner: if me == 0 {
-                "root".into()
-            } else {
-                format!("uid {me}")
-            },
+    let owner = if me == 0 {
+        "root".into()
+    } else {
+        format!("uid {me}")
+    };
+    let path = path.to_path_buf();
+    if private && (!meta.is_file() || meta.uid() != me || meta.mode() & 0o077 != 0) {
+        return Err(FileError::Exposed { path, owner, holds });
+    }
+    if !private && (!meta.is_file() || ![me, 0].contains(&meta.uid()) || meta.mode() & 0o022 != 0) {
+        let owners = if me == 0 {
+            owner
+        } else {
+            format!("{owner} or root")
+        };
+        return Err(FileError::Writable {
+            path,
+            owners,
             holds,
         });
     }
     if meta.len() > MOST {
-        return Err(PrivateFileError::TooLarge {
-            path: path.to_path_buf(),
+        return Err(FileError::TooLarge {
+            path,
             limit: MOST,
             holds,
         });
     }
     let mut bytes = Vec::new();
-    file.take(MOST).read_to_end(&mut bytes).map_err(read)?;
+    file.take(MOST)
+        .read_to_end(&mut bytes)
+        .map_err(|source| FileError::Read { path, source })?;
     Ok(bytes)
 }
 
@@ -125,7 +148,7 @@ impl Tls {
     /// (an etcd with `--client-cert-auth` refuses a client without one).
     pub fn load(ca: &Path, identity: Option<&Identity>) -> Result<Tls, TlsError> {
         let mut roots = RootCertStore::empty();
-        for cert in certificates(ca, "CA certificate")? {
+        for cert in certificates(ca, "the CA certificate that signed etcd's")? {
             roots.add(cert).map_err(|e| TlsError::BadCa {
                 path: ca.to_path_buf(),
                 why: e.to_string(),
@@ -139,7 +162,7 @@ impl Tls {
         let config = match identity {
             None => builder.with_no_client_auth(),
             Some(Identity { cert, key }) => {
-                let chain = certificates(cert, "certificate")?;
+                let chain = certificates(cert, "this client's certificate")?;
                 let pem = read_private(key, "this client's TLS key")?;
                 let private = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::Pem {
                     path: key.clone(),
@@ -159,18 +182,15 @@ impl Tls {
     }
 }
 
-/// Every certificate in the PEM file `path` (at least one).
-fn certificates(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let mut pem = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|file| file.take(MOST).read_to_end(&mut pem))
-        .map_err(|source| TlsError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+/// Every certificate in the PEM file `path` (at least one), which holds `holds`.
+fn certificates(
+    path: &Path,
+    holds: &'static str,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = read_public(path, holds)?;
     let pem_error = |why: String| TlsError::Pem {
         path: path.to_path_buf(),
-        what,
+        what: "certificate",
         why,
     };
     let certs = CertificateDer::pem_slice_iter(&pem)

@@ -117,7 +117,18 @@ fn with_tls_a_plain_endpoint_a_loose_key_and_a_bad_file_are_refused() {
         key: id.key.clone(),
     };
     let error = Tls::load(&pki.ca(), Some(&wrong)).unwrap_err().to_string();
-    assert!(error.contains("holds no certificate in PEM"), "{error}");
+    assert!(error.contains("holds no PEM certificate"), "{error}");
+    // A CA others may write: they could put theirs in its place and pass for etcd.
+    std::fs::set_permissions(pki.ca(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let writable = Tls::load(&pki.ca(), Some(&id)).unwrap_err().to_string();
+    assert_eq!(
+        writable,
+        format!(
+            "{} must be a file of root's that no one else may write (chmod go-w): it holds the CA certificate that signed etcd's",
+            pki.ca().display()
+        )
+    );
+    std::fs::set_permissions(pki.ca(), std::fs::Permissions::from_mode(0o644)).unwrap();
     let missing = pki.ca().with_extension("missing");
     let error = Tls::load(&missing, None).unwrap_err().to_string();
     assert!(
