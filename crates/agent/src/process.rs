@@ -22,6 +22,8 @@ pub struct NodeConfig {
     pub etcd: Vec<String>,
     /// etcd's auth (none: an etcd no job can reach, `--etcd-insecure`).
     pub etcd_credentials: Option<cosched_etcd::Credentials>,
+    /// TLS to etcd (none: plain HTTP).
+    pub etcd_tls: Option<cosched_etcd::Tls>,
     pub cluster: String,
     pub node: String,
     pub cpus: Partition,
@@ -111,7 +113,11 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         ))
     })?;
     let described = actuator.describe();
-    let client = Arc::new(etcd_client(&config.etcd, &config.etcd_credentials)?);
+    let client = Arc::new(etcd_client(
+        &config.etcd,
+        &config.etcd_credentials,
+        config.etcd_tls.as_ref(),
+    )?);
     let keys = Keys::new(&config.cluster)?;
     let info = NodeInfo {
         protocol: cosched_proto::PROTOCOL_VERSION,

@@ -477,11 +477,13 @@ impl Lab {
             .collect())
     }
 
-    /// etcd's own counters, read from inside the hub namespace (never from the root one).
+    /// etcd's own counters, read from inside the hub namespace (never from the root one), on
+    /// its plain metrics listener on the hub's loopback (its clients' port wants a client
+    /// certificate).
     fn etcd_metrics(&self) -> Result<EtcdCounters> {
         let out = Command::new("nsenter")
             .arg(format!("--net=/run/netns/cl-{}-hub", self.name))
-            .args(["curl", "-sf", "http://10.77.0.1:2379/metrics"])
+            .args(["curl", "-sf", "http://127.0.0.1:2381/metrics"])
             .output()
             .context("reading etcd's metrics")?;
         if !out.status.success() {

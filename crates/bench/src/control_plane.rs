@@ -22,7 +22,7 @@ use cosched_cgroups::Fake;
 use cosched_cluster::{etcd_client, join, whoami, Closer, EtcdSink, Keys, Membership};
 use cosched_core::{JobId, Micros, Partition};
 use cosched_etcd::testing::Etcd;
-use cosched_etcd::Credentials;
+use cosched_etcd::{Credentials, Tls};
 use cosched_os::now_micros;
 use cosched_proto::{
     Command, Ending, Event, EventSink, ExitInfo, Mode, NodeInfo, PlanSource, Received, Summary,
@@ -58,6 +58,10 @@ pub struct ControlPlaneArgs {
     /// Jobs submitted per second while churning (each ends 5 s after it starts)
     #[arg(long, default_value_t = 1.0)]
     churn_rate: f64,
+    /// etcd over TLS with client certificates required (--client-cert-auth), as a real
+    /// cluster's should be; without it plain HTTP, as the recorded figures were measured
+    #[arg(long)]
+    etcd_tls: bool,
     /// Also write the figures as JSON here (the controller's log of each size goes to
     /// target/bench/control-plane-N.log)
     #[arg(long, default_value = "target/bench/control-plane.json")]
@@ -198,7 +202,7 @@ fn print_row(row: &Row) {
 fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
     // etcd's own token lifetime: a second's (the tests') would make re-authentication, a
     // write, most of what is measured.
-    let mut etcd = Etcd::start_with("control-plane", 1, 300);
+    let mut etcd = Etcd::start_with("control-plane", 1, 300, args.etcd_tls);
     let credentials = etcd.enable_auth();
     let watch_floor_us = watch_floor(&etcd, nodes)?;
     let urls: Vec<String> = etcd.url.split(',').map(String::from).collect();
@@ -209,6 +213,7 @@ fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
     let fleet = Fleet {
         urls,
         credentials,
+        tls: etcd.tls().cloned(),
         keys,
         cpus: args.cpus_per_node,
         state: state.clone(),
@@ -389,7 +394,7 @@ struct Snapshot {
 impl Snapshot {
     fn take(etcd: &Etcd, daemon: &Daemon, etcd_pid: u32) -> Result<Snapshot> {
         Ok(Snapshot {
-            etcd: etcd_metrics(&etcd.url)?,
+            etcd: etcd_metrics(&etcd.metrics_url)?,
             controller_s: cpu_seconds(daemon.pid())?,
             etcd_s: cpu_seconds(etcd_pid)?,
             agents_s: cpu_seconds(std::process::id())?,
@@ -455,6 +460,7 @@ fn phase(
 struct Fleet {
     urls: Vec<String>,
     credentials: Credentials,
+    tls: Option<Tls>,
     keys: Keys,
     cpus: u32,
     state: PathBuf,
@@ -471,7 +477,11 @@ struct FakeNode {
 impl Fleet {
     fn start(&self, i: usize) -> Result<FakeNode> {
         let node = format!("n{i:04}");
-        let client = Arc::new(etcd_client(&self.urls, &Some(self.credentials.clone()))?);
+        let client = Arc::new(etcd_client(
+            &self.urls,
+            &Some(self.credentials.clone()),
+            self.tls.as_ref(),
+        )?);
         let info = NodeInfo {
             memory_bytes: None,
             protocol: cosched_proto::PROTOCOL_VERSION,
@@ -636,12 +646,13 @@ impl Metrics {
     }
 }
 
+/// `url`: etcd's plain metrics listener (`http://HOST:PORT/metrics`), which needs no client
+/// certificate when its clients' port serves TLS.
 fn etcd_metrics(url: &str) -> Result<Metrics> {
     let address = url
-        .split(',')
-        .next()
-        .and_then(|u| u.strip_prefix("http://"))
-        .context("etcd's URL")?;
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix("/metrics"))
+        .context("etcd's metrics URL")?;
     let mut stream = std::net::TcpStream::connect(address)?;
     write!(
         stream,

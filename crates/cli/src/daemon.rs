@@ -137,9 +137,22 @@ fn parse_http(text: &str) -> Result<std::net::SocketAddr, String> {
 #[derive(Args)]
 pub struct ClusterArgs {
     /// Run as a cluster's controller (or agent): etcd members, comma-separated
-    /// (http://HOST:PORT,...); without it the daemon is one machine with its own agent
+    /// (https://HOST:PORT,... with --etcd-ca, else http://HOST:PORT,...); without it the
+    /// daemon is one machine with its own agent
     #[arg(long, value_delimiter = ',', value_name = "URL,...")]
     etcd: Vec<String>,
+    /// TLS to etcd: the CA certificate (PEM) that signed etcd's; with it every --etcd URL must
+    /// be https:// (a plain one is refused)
+    #[arg(long, value_name = "FILE")]
+    etcd_ca: Option<PathBuf>,
+    /// This process's client certificate (PEM) for an etcd that requires one
+    /// (--client-cert-auth), signed by a CA etcd trusts and without a common name
+    #[arg(long, value_name = "FILE", requires_all = ["etcd_ca", "etcd_key"])]
+    etcd_cert: Option<PathBuf>,
+    /// The key of --etcd-cert (PEM): a file of root's that no one else may read or write. With
+    /// it, a process talks to etcd as this node: a job must never be able to read it
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
     /// The cluster's name: its keys live under /cosched/NAME/ in etcd
     #[arg(long = "cluster", default_value = "default", value_name = "NAME")]
     name: String,
@@ -178,28 +191,33 @@ impl ClusterArgs {
             password: read_secret(path)?,
         }))
     }
+
+    /// TLS to etcd: the CA, and the client's certificate and key, loaded and checked now.
+    fn tls(&self) -> Result<Option<cosched_daemon::EtcdTls>> {
+        let Some(ca) = &self.etcd_ca else {
+            return Ok(None);
+        };
+        let identity = self
+            .etcd_cert
+            .as_ref()
+            .zip(self.etcd_key.as_ref())
+            .map(|(cert, key)| cosched_daemon::EtcdIdentity {
+                cert: cert.clone(),
+                key: key.clone(),
+            });
+        Ok(Some(cosched_daemon::EtcdTls::load(ca, identity.as_ref())?))
+    }
 }
 
 /// A secret from a file that must be root's and unreadable by anyone else.
 fn read_secret(path: &Path) -> Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .with_context(|| format!("cannot open {}", path.display()))?;
-    let meta = file.metadata()?;
-    if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o077 != 0 {
-        bail!(
-            "{} must be a file of root's that no one else may read or write (chown root, chmod 600): it holds etcd's password",
+    let bytes = cosched_daemon::read_private(path, "etcd's password")?;
+    let secret = String::from_utf8(bytes).with_context(|| {
+        format!(
+            "{} is not text (it should hold etcd's password)",
             path.display()
-        );
-    }
-    let mut secret = String::new();
-    file.take(4096)
-        .read_to_string(&mut secret)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+        )
+    })?;
     let secret = secret.trim_end_matches(['\n', '\r']).to_string();
     if secret.is_empty() {
         bail!(
@@ -300,6 +318,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
         allow_registration: args.allow_registration,
         cluster: (!args.cluster.etcd.is_empty()).then_some(ClusterConfig {
             etcd_credentials: args.cluster.credentials()?,
+            etcd_tls: args.cluster.tls()?,
             etcd: args.cluster.etcd,
             cluster: args.cluster.name,
             wait_nodes: args.wait_nodes,
@@ -314,12 +333,15 @@ pub fn run(args: DaemonArgs) -> Result<()> {
 /// controller places on this node, on the cluster's slot clock.
 #[derive(Args)]
 #[command(
-    after_help = "Example (two nodes and a controller, one etcd with its auth on):\n  \
-  cosched agent --etcd http://10.0.0.1:2379 --etcd-password-file /etc/cosched/etcd.password \\\n      \
+    after_help = "Example (two nodes and a controller, one etcd with TLS, client certificates and \
+its auth on; docs/cluster-tls.md makes the certificates; TLS below stands for --etcd-ca \
+/etc/cosched/tls/ca.pem --etcd-cert /etc/cosched/tls/client.pem --etcd-key \
+/etc/cosched/tls/client.key):\n  \
+  cosched agent --etcd https://10.0.0.1:2379 TLS --etcd-password-file /etc/cosched/etcd.password \\\n      \
   --node a --cpus 0-7 --address 10.0.0.11\n  \
-  cosched agent --etcd http://10.0.0.1:2379 --etcd-password-file /etc/cosched/etcd.password \\\n      \
+  cosched agent --etcd https://10.0.0.1:2379 TLS --etcd-password-file /etc/cosched/etcd.password \\\n      \
   --node b --cpus 0-7 --address 10.0.0.12\n  \
-  cosched daemon --etcd http://10.0.0.1:2379 --etcd-password-file /etc/cosched/etcd.password \\\n      \
+  cosched daemon --etcd https://10.0.0.1:2379 TLS --etcd-password-file /etc/cosched/etcd.password \\\n      \
   --wait-nodes 2\n\n\
 The agent registers the node under a lease: if it dies, its key goes after --lease-ttl and \
 the controller marks the node's jobs lost. If it loses etcd, or no controller holds the \
@@ -406,6 +428,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         .unwrap_or_else(|| Partition::block(0, cosched_os::usable_cpus()));
     let config = NodeConfig {
         etcd_credentials: args.cluster.credentials()?,
+        etcd_tls: args.cluster.tls()?,
         etcd: args.cluster.etcd,
         cluster: args.cluster.name,
         state_dir: args

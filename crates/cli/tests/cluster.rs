@@ -896,46 +896,14 @@ fn a_node_that_left_starts_nothing_ordered_before_it_left_and_serves_again_when_
 
 #[test]
 fn an_agent_that_cannot_reach_etcd_leaves_no_cgroup_behind() {
-    let tag = format!("noetcd-{}", std::process::id());
-    let dir = std::env::temp_dir().join(format!("cosched-it-{tag}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let parent = format!("cosched-test-{tag}");
     let nobody_listens = format!("http://127.0.0.1:{}", cosched_etcd::testing::free_port());
-    let out = Command::new(COSCHED)
-        .args([
-            "agent",
-            "--etcd",
-            &nobody_listens,
-            "--etcd-insecure",
-            "--node",
-            "a",
-            "--cpus",
-            "0",
-        ])
-        .args(["--cgroup-parent", &parent, "--state-dir"])
-        .arg(dir.join("state"))
-        .arg("--door")
-        .arg(dir.join("door.sock"))
-        .output()
-        .unwrap();
+    let etcd = ["--etcd", &nobody_listens, "--etcd-insecure"].map(String::from);
+    let out = lone_agent("noetcd", &etcd);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && stderr.contains("no etcd member answers"),
         "{out:?}"
     );
-    let left: Vec<PathBuf> = [
-        v2_root(),
-        PathBuf::from("/sys/fs/cgroup/cpuset"),
-        PathBuf::from("/sys/fs/cgroup/cpu"),
-        PathBuf::from("/sys/fs/cgroup/freezer"),
-    ]
-    .iter()
-    .map(|root| root.join(&parent))
-    .filter(|p| p.exists())
-    .collect();
-    remove_cgroups(&parent);
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(left.is_empty(), "cgroups left behind: {left:?}");
 }
 
 #[test]

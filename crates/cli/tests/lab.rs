@@ -10,6 +10,7 @@ mod common;
 use common::*;
 use cosched_agent::boundaries::{read_log, spreads};
 use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -335,57 +336,130 @@ fn only_a_jobs_own_processes_may_add_processes_and_only_on_its_nodes() {
     assert_eq!(out.status.code(), Some(255), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is not part of job"), "{err}");
-    // A job reaches etcd's port from its node, but etcd's auth is on: writing an order for
-    // an agent (what once ran a user's command as root) is refused.
-    let (_, out) = inside(
-        "python3 -c \"
-import urllib.request, urllib.error
-body = b'{\\\"key\\\": \\\"L2Nvc2NoZWQveA==\\\", \\\"value\\\": \\\"eA==\\\"}'
+    let _ = lab.cosched(&["cancel", &job.to_string()]);
+}
+
+/// Asks etcd at `url` (from node a, as `uid`) with `body`, over TLS with the lab's CA and
+/// `identity`'s certificate and key when given, else with no certificate and no check of
+/// etcd's (what a job without the files could try); says `answered ...` or `not reached: ...`.
+fn ask_etcd(lab: &Lab, uid: u32, url: &str, body: &str, identity: Option<&str>) -> String {
+    const SCRIPT: &str = "import ssl, sys, urllib.request, urllib.error
+url, body = sys.argv[1], sys.argv[2].encode()
+if len(sys.argv) > 3:
+    context = ssl.create_default_context(cafile=sys.argv[3])
+    context.load_cert_chain(sys.argv[4], sys.argv[5])
+else:
+    context = ssl._create_unverified_context()
 try:
-    urllib.request.urlopen('http://10.77.0.1:2379/v3/kv/put', body, timeout=5)
-    print('etcd took the write')
-except urllib.error.HTTPError as e:
-    print('etcd said', e.code, e.read().decode())
-\"",
-    );
+    print('answered', urllib.request.urlopen(url, body, timeout=5, context=context).read().decode())
+except urllib.error.HTTPError as error:
+    print('answered', error.code, error.read().decode())
+except Exception as error:
+    print('not reached:', error)
+";
+    let mut command = Command::new("nsenter");
+    command.arg(format!("--net=/run/netns/cl-{}-a", lab.name));
+    let uid = uid.to_string();
+    if uid != "0" {
+        command.args([
+            "setpriv",
+            "--reuid",
+            &uid,
+            "--regid",
+            &uid,
+            "--clear-groups",
+        ]);
+    }
+    // Debian's python3: a nobody cannot reach one under /root.
+    command.args(["/usr/bin/python3", "-c", SCRIPT, url, body]);
+    if let Some(who) = identity {
+        let tls = lab.dir.join("tls");
+        command
+            .arg(tls.join("ca.pem"))
+            .arg(tls.join(format!("{who}.pem")))
+            .arg(tls.join(format!("{who}.key")));
+    }
+    let out = command.output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[test]
+fn on_a_lab_node_a_job_without_a_key_the_labs_ca_signed_cannot_reach_etcd() {
+    let lab = Lab::up("tls");
+    let leases = "https://10.77.0.1:2379/v3/lease/leases";
+    // Root's, with the controller's certificate: etcd answers (lease calls need no password:
+    // a job once kept any node's lease alive through them).
+    let listed = ask_etcd(&lab, 0, leases, "{}", Some("controller"));
+    assert!(listed.starts_with("answered {"), "{listed}");
+    let answer: Value =
+        serde_json::from_str(listed.trim_start_matches("answered ").trim()).unwrap();
+    let lease = answer["leases"][0]["ID"]
+        .as_str()
+        .expect("a node's lease")
+        .to_string();
+    // The keys are root's alone, in a directory only root may enter.
+    let tls = lab.dir.join("tls");
+    let mode = std::fs::metadata(&tls).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    let key = tls.join("agent-a.key").display().to_string();
+    let read = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "cat",
+            &key,
+        ])
+        .output()
+        .unwrap();
     assert!(
-        out.contains("etcd said 400") && out.contains("user name is empty"),
-        "{out}"
+        !read.status.success()
+            && String::from_utf8_lossy(&read.stderr).contains("Permission denied"),
+        "{read:?}"
     );
-    // And only root's processes on a node reach etcd at all: its lease calls need no
-    // credentials (a nobody job kept any node's lease alive through them).
-    let list_leases = |uid: u32| {
-        let mut command = Command::new("nsenter");
-        command.arg(format!("--net=/run/netns/cl-{}-a", lab.name));
-        let uid = uid.to_string();
-        if uid != "0" {
-            command.args([
-                "setpriv",
-                "--reuid",
-                &uid,
-                "--regid",
-                &uid,
-                "--clear-groups",
-            ]);
-        }
-        let script = "import urllib.request\ntry:\n    urllib.request.urlopen('http://10.77.0.1:2379/v3/lease/leases', b'{}', timeout=5)\n    print('etcd answered')\nexcept Exception as error:\n    print('not reached:', error)\n";
-        // Debian's python3: a nobody cannot reach one under /root.
-        let out = command
-            .args(["/usr/bin/python3", "-c", script])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-    };
-    let nobodys = list_leases(NOBODY);
+    // As nobody on the node: the first wall (nft) resets the connection.
+    let nobodys = ask_etcd(&lab, NOBODY, leases, "{}", None);
     assert!(
         nobodys.contains("not reached") && nobodys.contains("refused"),
         "{nobodys}"
     );
-    assert!(
-        list_leases(0).contains("etcd answered"),
-        "root's agent must reach etcd"
+    // Without it, etcd itself refuses the TLS handshake of a client with no certificate: no
+    // lease listed, none renewed; and plain HTTP gets no further.
+    let nft = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/cl-{}-a", lab.name))
+        .args(["nft", "delete", "table", "inet", "cosched_lab"])
+        .output()
+        .unwrap();
+    assert!(nft.status.success(), "{nft:?}");
+    let keep_alive = format!("{{\"ID\": \"{lease}\"}}");
+    for (path, body) in [("leases", "{}"), ("keepalive", keep_alive.as_str())] {
+        let url = format!("https://10.77.0.1:2379/v3/lease/{path}");
+        let out = ask_etcd(&lab, NOBODY, &url, body, None);
+        // etcd's alert, or its close when the alert crossed the request.
+        assert!(
+            out.starts_with("not reached")
+                && (out.contains("alert") || out.contains("EOF occurred in violation of protocol")),
+            "{path}: {out}"
+        );
+    }
+    let plain = ask_etcd(
+        &lab,
+        NOBODY,
+        "http://10.77.0.1:2379/v3/lease/leases",
+        "{}",
+        None,
     );
-    let _ = lab.cosched(&["cancel", &job.to_string()]);
+    assert!(plain.starts_with("not reached"), "{plain}");
+    // With a certificate but no password, auth still refuses writes.
+    let put = r#"{"key": "L2Nvc2NoZWQveA==", "value": "eA=="}"#;
+    let out = ask_etcd(
+        &lab,
+        0,
+        "https://10.77.0.1:2379/v3/kv/put",
+        put,
+        Some("agent-a"),
+    );
+    assert!(out.starts_with("answered 403"), "{out}");
 }
 
 #[test]

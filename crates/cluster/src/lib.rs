@@ -155,12 +155,14 @@ pub struct LeaderInfo {
     pub since_us: Micros,
 }
 
-/// A client of the cluster's etcd, authenticating when credentials are given.
+/// A client of the cluster's etcd, authenticating when credentials are given, over TLS when
+/// `tls` is.
 pub fn etcd_client(
     urls: &[String],
     credentials: &Option<cosched_etcd::Credentials>,
+    tls: Option<&cosched_etcd::Tls>,
 ) -> Result<cosched_etcd::Client, ClusterError> {
-    let client = cosched_etcd::Client::new(urls, cosched_etcd::REQUEST_TIMEOUT)?;
+    let client = cosched_etcd::Client::new(urls, cosched_etcd::REQUEST_TIMEOUT, tls)?;
     Ok(match credentials {
         Some(credentials) => client.with_credentials(credentials.clone()),
         None => client,

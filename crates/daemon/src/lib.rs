@@ -16,6 +16,8 @@ pub mod server;
 pub mod store;
 pub mod waiters;
 
-pub use cosched_etcd::Credentials as EtcdCredentials;
+pub use cosched_etcd::{
+    read_private, Credentials as EtcdCredentials, Identity as EtcdIdentity, Tls as EtcdTls,
+};
 pub use daemon::OnStop;
 pub use server::{serve, ClusterConfig, DaemonConfig, PolicyFile};

@@ -111,6 +111,8 @@ pub struct ClusterConfig {
     pub etcd: Vec<String>,
     /// etcd's auth (none: an etcd no job can reach, `--etcd-insecure`).
     pub etcd_credentials: Option<cosched_etcd::Credentials>,
+    /// TLS to etcd (none: plain HTTP).
+    pub etcd_tls: Option<cosched_etcd::Tls>,
     pub cluster: String,
     /// Nodes to wait for before scheduling (the machine is the nodes present then).
     pub wait_nodes: usize,
@@ -516,7 +518,11 @@ fn local_agent(
 fn lead_cluster(
     cluster: &ClusterConfig,
 ) -> Result<(Arc<cosched_etcd::Client>, Keys, Leadership), StartError> {
-    let client = Arc::new(etcd_client(&cluster.etcd, &cluster.etcd_credentials)?);
+    let client = Arc::new(etcd_client(
+        &cluster.etcd,
+        &cluster.etcd_credentials,
+        cluster.etcd_tls.as_ref(),
+    )?);
     let keys = Keys::new(&cluster.cluster)?;
     let leadership = become_leader(Arc::clone(&client), &keys, cluster.leader_ttl, |why| {
         // Another controller may lead already: acting on would mean two of them ordering.

@@ -1,77 +1,162 @@
 //! Just enough HTTP/1.1 for etcd's JSON gateway: POSTs on a connection kept for the next
 //! request once its answer is read, a body read by length or in chunks (a watch is one long
-//! chunked body).
+//! chunked body), over TCP or TLS.
 //!
 //! Why keep connections: a connection per request leaves each in TIME_WAIT for a minute.
 //! 1,000 agents renewing their leases made about 1,600 requests a second (bench/control-plane),
 //! past what one machine's ports allow (28,000 a minute): connecting failed with EAGAIN. An
-//! etcd host would keep a socket in TIME_WAIT per request and pay a handshake for each.
+//! etcd host would keep a socket in TIME_WAIT per request and pay a handshake for each (and
+//! with TLS, a key exchange).
 
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
-/// `http://host:port` of one etcd member.
+/// `http://host:port` or `https://host:port` of one etcd member.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     pub host: String,
     pub port: u16,
+    pub tls: bool,
 }
 
 impl Endpoint {
     pub fn parse(url: &str) -> Option<Endpoint> {
-        let rest = url.strip_prefix("http://")?.trim_end_matches('/');
-        let (host, port) = rest.rsplit_once(':')?;
+        let (tls, rest) = match url.strip_prefix("https://") {
+            Some(rest) => (true, rest),
+            None => (false, url.strip_prefix("http://")?),
+        };
+        let (host, port) = rest.trim_end_matches('/').rsplit_once(':')?;
         if host.is_empty() || host.contains('/') {
             return None;
         }
         Some(Endpoint {
             host: host.to_string(),
             port: port.parse().ok()?,
+            tls,
         })
     }
 }
 
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "http://{}:{}", self.host, self.port)
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}:{}", self.host, self.port)
+    }
+}
+
+/// A connection to a member, plain or TLS.
+pub enum Connection {
+    Plain(TcpStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl Connection {
+    /// The socket under it (timeouts, and a shutdown from another thread).
+    pub fn socket(&self) -> &TcpStream {
+        match self {
+            Connection::Plain(stream) => stream,
+            Connection::Tls(stream) => &stream.sock,
+        }
+    }
+}
+
+impl Read for Connection {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Connection::Plain(stream) => stream.read(buf),
+            Connection::Tls(stream) => stream.read(buf),
+        }
+    }
+}
+
+impl Write for Connection {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Connection::Plain(stream) => stream.write(buf),
+            Connection::Tls(stream) => stream.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Connection::Plain(stream) => stream.flush(),
+            Connection::Tls(stream) => stream.flush(),
+        }
+    }
+}
+
+/// An answer's body, read from its connection by length, in chunks, or to the end.
+pub enum Body {
+    Length(io::Take<BufReader<Connection>>),
+    Chunked(Chunked<BufReader<Connection>>),
+    ToClose(BufReader<Connection>),
+}
+
+impl Body {
+    /// The connection, to carry another request once the body is read whole (no request is
+    /// sent before the last answer is read, so nothing of the next answer is buffered).
+    pub fn into_connection(self) -> Connection {
+        match self {
+            Body::Length(take) => take.into_inner().into_inner(),
+            Body::Chunked(chunked) => chunked.inner.into_inner(),
+            Body::ToClose(reader) => reader.into_inner(),
+        }
+    }
+}
+
+impl Read for Body {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Body::Length(take) => take.read(buf),
+            Body::Chunked(chunked) => chunked.read(buf),
+            Body::ToClose(reader) => reader.read(buf),
+        }
     }
 }
 
 /// A response whose body is still to be read.
 pub struct Response {
     pub status: u16,
-    pub body: Box<dyn Read + Send>,
-    /// The connection, to cut it from another thread, or to reuse once the body is read.
-    pub stream: TcpStream,
+    pub body: Body,
+    /// The connection's socket, to cut it from another thread or set its timeouts.
+    pub socket: TcpStream,
     /// The body has a length or chunks and the server keeps the connection open: once the
     /// body is read whole, the connection can carry another request.
     pub reusable: bool,
 }
 
 /// Sends `body` to `path`, with etcd's auth token when given; `timeout` bounds the
-/// connection and each read (none: reads block). On `idle` (a connection an earlier answer
-/// left open) first: if the server closed it meanwhile, before answering a byte, the request
-/// goes again on a new connection (the server never read it).
+/// connection, the TLS handshake and each read (none: reads block). On `idle` (a connection
+/// an earlier answer left open) first: if the server closed it meanwhile, before answering a
+/// byte, the request goes again on a new connection (the server never read it). `tls` is
+/// the client's configuration for an `https` endpoint.
 pub fn post(
     endpoint: &Endpoint,
     path: &str,
     body: &[u8],
     timeout: Option<Duration>,
     token: Option<&str>,
-    idle: Option<TcpStream>,
+    idle: Option<Connection>,
+    tls: Option<&Arc<ClientConfig>>,
 ) -> io::Result<Response> {
     let connect = timeout.unwrap_or(Duration::from_secs(5));
     let authorization = token.map_or(String::new(), |t| format!("Authorization: {t}\r\n"));
-    let head = format!(
+    // One write: one TLS record, one segment for a small request.
+    let mut request = format!(
         "POST {path} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\n\
          {authorization}Content-Length: {}\r\n\r\n",
         endpoint.host,
         endpoint.port,
         body.len()
-    );
-    if let Some(stream) = idle {
-        match exchange(stream, &head, body, timeout, connect) {
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    if let Some(connection) = idle {
+        match exchange(connection, &request, timeout, connect) {
             Err(error) if closed_before_answering(&error) => {}
             answered => return answered,
         }
@@ -82,9 +167,35 @@ pub fn post(
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
     let stream = TcpStream::connect_timeout(&address, connect)?;
     stream.set_nodelay(true)?;
-    exchange(stream, &head, body, timeout, connect)
+    let connection = match (endpoint.tls, tls) {
+        (false, _) => Connection::Plain(stream),
+        (true, Some(config)) => handshake(endpoint, config, stream, connect)?,
+        (true, None) => return Err(bad("an https endpoint without a TLS configuration")),
+    };
+    exchange(connection, &request, timeout, connect)
 }
 
+/// A TLS session with `endpoint` on `stream`, its handshake done (bounded by `timeout`) so
+/// that a certificate etcd's CA did not sign is refused here, with a message that says so.
+fn handshake(
+    endpoint: &Endpoint,
+    config: &Arc<ClientConfig>,
+    mut stream: TcpStream,
+    timeout: Duration,
+) -> io::Result<Connection> {
+    let name = ServerName::try_from(endpoint.host.clone())
+        .map_err(|e| bad(&format!("'{}' is not a host name: {e}", endpoint.host)))?;
+    let mut session =
+        ClientConnection::new(Arc::clone(config), name).map_err(|e| bad(&format!("TLS: {e}")))?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    while session.is_handshaking() {
+        session
+            .complete_io(&mut stream)
+            .map_err(|e| io::Error::new(e.kind(), format!("TLS handshake: {e}")))?;
+    }
+    Ok(Connection::Tls(Box::new(StreamOwned::new(session, stream))))
+}
 /// The server had closed a kept connection: writing failed, or it ended before a status.
 fn closed_before_answering(error: &io::Error) -> bool {
     matches!(
@@ -96,19 +207,19 @@ fn closed_before_answering(error: &io::Error) -> bool {
     )
 }
 
-/// Writes the request on `stream` and reads the answer's head.
+/// Writes the request on `connection` and reads the answer's head.
 fn exchange(
-    mut stream: TcpStream,
-    head: &str,
-    body: &[u8],
+    mut connection: Connection,
+    request: &[u8],
     timeout: Option<Duration>,
     connect: Duration,
 ) -> io::Result<Response> {
-    stream.set_read_timeout(timeout)?;
-    stream.set_write_timeout(Some(connect))?;
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
-    let mut reader = BufReader::new(stream.try_clone()?);
+    let socket = connection.socket().try_clone()?;
+    socket.set_read_timeout(timeout)?;
+    socket.set_write_timeout(Some(connect))?;
+    connection.write_all(request)?;
+    connection.flush()?;
+    let mut reader = BufReader::new(connection);
     // Nothing at all: the server had closed a kept connection.
     let first = loop {
         match reader.fill_buf() {
@@ -139,19 +250,19 @@ fn exchange(
         }
     }
     let reusable = !close && (chunked || length.is_some());
-    let body: Box<dyn Read + Send> = match (chunked, length) {
-        (true, _) => Box::new(Chunked {
+    let body = match (chunked, length) {
+        (true, _) => Body::Chunked(Chunked {
             inner: reader,
             left: 0,
             done: false,
         }),
-        (false, Some(length)) => Box::new(reader.take(length)),
-        (false, None) => Box::new(reader),
+        (false, Some(length)) => Body::Length(reader.take(length)),
+        (false, None) => Body::ToClose(reader),
     };
     Ok(Response {
         status,
         body,
-        stream,
+        socket,
         reusable,
     })
 }
@@ -184,7 +295,7 @@ fn read_status(reader: &mut impl BufRead) -> io::Result<u16> {
 }
 
 /// A chunked body (RFC 9112 §7.1), without trailers.
-struct Chunked<R> {
+pub struct Chunked<R> {
     inner: R,
     left: u64,
     done: bool,
@@ -250,9 +361,10 @@ mod tests {
         let endpoint = Endpoint {
             host: "127.0.0.1".into(),
             port,
+            tls: false,
         };
         let timeout = Some(Duration::from_secs(10));
-        let mut first = post(&endpoint, "/x", b"{}", timeout, None, None).unwrap();
+        let mut first = post(&endpoint, "/x", b"{}", timeout, None, None, None).unwrap();
         assert!(
             first.reusable,
             "a body of known length on a connection kept open"
@@ -261,7 +373,8 @@ mod tests {
         first.body.read_to_string(&mut text).unwrap();
         assert_eq!(text, "true");
         std::thread::sleep(Duration::from_millis(50));
-        let mut second = post(&endpoint, "/x", b"{}", timeout, None, Some(first.stream)).unwrap();
+        let kept = first.body.into_connection();
+        let mut second = post(&endpoint, "/x", b"{}", timeout, None, Some(kept), None).unwrap();
         assert_eq!(second.status, 200);
         second.body.read_to_string(&mut text).unwrap();
         assert_eq!(text, "truetrue");
@@ -274,10 +387,22 @@ mod tests {
             Endpoint::parse("http://10.77.0.1:2379/"),
             Some(Endpoint {
                 host: "10.77.0.1".into(),
-                port: 2379
+                port: 2379,
+                tls: false,
             })
         );
-        for bad in ["https://a:1", "http://a", "http://:1", "http://a:x", "a:1"] {
+        assert_eq!(
+            Endpoint::parse("https://etcd.example:2379").map(|e| e.to_string()),
+            Some("https://etcd.example:2379".into())
+        );
+        for bad in [
+            "ftp://a:1",
+            "https://a",
+            "http://a",
+            "http://:1",
+            "http://a:x",
+            "a:1",
+        ] {
             assert_eq!(Endpoint::parse(bad), None, "{bad}");
         }
         let wire = b"5\r\nhello\r\n7;x=y\r\n, world\r\n0\r\n\r\n";

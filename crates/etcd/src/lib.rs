@@ -15,12 +15,18 @@
 //! token with every request, authenticating again when etcd says the token is no longer
 //! valid. Without auth, every process that reaches etcd (a job on a node included) can
 //! read and write the cluster's control state.
+//!
+//! With [`Tls`], every endpoint is `https://` and etcd's certificate must be signed by the
+//! CA given; the client presents its own certificate (etcd's `--client-cert-auth` then
+//! refuses the handshake of any process without a key its CA signed, before any request).
 
 mod http;
 pub mod testing;
+mod tls;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use http::Connection;
 pub use http::Endpoint;
 use serde_json::{json, Value};
 use std::io::Read;
@@ -28,6 +34,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+pub use tls::{read_private, FileError, Identity, Tls, TlsError};
 
 /// How long a request may take before the next member is tried. A member whose leader died
 /// holds a write until then: with the leader of three killed, writes came back after 1.6 s
@@ -36,8 +43,14 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
-    #[error("'{0}' is not an etcd endpoint (http://HOST:PORT)")]
+    #[error("'{0}' is not an etcd endpoint (http://HOST:PORT or https://HOST:PORT)")]
     BadEndpoint(String),
+    #[error("etcd endpoint {0} is plain HTTP while TLS is configured: give https://{host}:{port}", host = .0.host, port = .0.port)]
+    PlainWithTls(Endpoint),
+    #[error(
+        "etcd endpoint {0} is https but no CA is given to check etcd's certificate (--etcd-ca)"
+    )]
+    TlsWithoutCa(Endpoint),
     #[error("no etcd endpoint given")]
     NoEndpoints,
     #[error("no etcd member answers ({tried}): {last}")]
@@ -133,7 +146,9 @@ pub struct Client {
     token: Arc<Mutex<Option<String>>>,
     /// A connection left open by the last answer read whole, and its member's index: the next
     /// request goes on it.
-    idle: Mutex<Option<(usize, TcpStream)>>,
+    idle: Mutex<Option<(usize, Connection)>>,
+    /// How to reach `https` members (every member, when given).
+    tls: Option<Tls>,
 }
 
 /// A user of etcd's auth and its password.
@@ -199,14 +214,22 @@ fn key_value(kv: &Value) -> Result<KeyValue, String> {
 }
 
 impl Client {
-    /// A client for the members at `urls` (`http://HOST:PORT`); `timeout` bounds each request.
-    pub fn new(urls: &[String], timeout: Duration) -> Result<Client, EtcdError> {
+    /// A client for the members at `urls` (`http://HOST:PORT`, or with `tls` every one
+    /// `https://HOST:PORT`); `timeout` bounds each request.
+    pub fn new(urls: &[String], timeout: Duration, tls: Option<&Tls>) -> Result<Client, EtcdError> {
         let endpoints = urls
             .iter()
             .map(|url| Endpoint::parse(url).ok_or_else(|| EtcdError::BadEndpoint(url.clone())))
             .collect::<Result<Vec<_>, _>>()?;
         if endpoints.is_empty() {
             return Err(EtcdError::NoEndpoints);
+        }
+        // TLS for some members only would send the password in clear to the others.
+        if let Some(endpoint) = endpoints.iter().find(|e| e.tls != tls.is_some()) {
+            return Err(match tls {
+                Some(_) => EtcdError::PlainWithTls(endpoint.clone()),
+                None => EtcdError::TlsWithoutCa(endpoint.clone()),
+            });
         }
         Ok(Client {
             endpoints,
@@ -215,6 +238,7 @@ impl Client {
             credentials: None,
             token: Arc::default(),
             idle: Mutex::new(None),
+            tls: tls.cloned(),
         })
     }
 
@@ -236,18 +260,45 @@ impl Client {
             credentials: self.credentials.clone(),
             token: Arc::clone(&self.token),
             idle: Mutex::new(None),
+            tls: self.tls.clone(),
         }
     }
 
+    /// The TLS configuration for the members, if they are `https`.
+    fn tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
+        self.tls.as_ref().map(|tls| &tls.0)
+    }
+
     /// The kept connection to member `index`, if any (one to another member is dropped).
-    fn take_idle(&self, index: usize) -> Option<TcpStream> {
+    fn take_idle(&self, index: usize) -> Option<Connection> {
         let kept = self.idle.lock().unwrap_or_else(|p| p.into_inner()).take();
         kept.filter(|(member, _)| *member == index)
             .map(|(_, stream)| stream)
     }
 
-    /// A token from `endpoint` for the credentials, if any (the one held, unless `fresh`).
-    fn token(&self, endpoint: &Endpoint, fresh: bool) -> Result<Option<String>, String> {
+    /// Reads `response`'s body whole (at most `cap` bytes) and keeps its connection to member
+    /// `index` for the next request when it can carry one: with TLS, a new connection costs a
+    /// handshake, and a renewal after an outage (token refused, authenticate, ask again) took
+    /// three of them, past an agent's renewal period under load.
+    fn read_whole(
+        &self,
+        index: usize,
+        mut response: http::Response,
+        cap: u64,
+    ) -> std::io::Result<(u16, Vec<u8>)> {
+        let mut text = Vec::new();
+        let read = response.body.by_ref().take(cap).read_to_end(&mut text)?;
+        // A body past the cap leaves bytes behind: that connection goes.
+        if response.reusable && (read as u64) < cap {
+            let connection = response.body.into_connection();
+            *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Some((index, connection));
+        }
+        Ok((response.status, text))
+    }
+
+    /// A token from member `index` for the credentials, if any (the one held, unless
+    /// `fresh`).
+    fn token(&self, index: usize, fresh: bool) -> Result<Option<String>, String> {
         let Some(credentials) = &self.credentials else {
             return Ok(None);
         };
@@ -257,29 +308,32 @@ impl Client {
                 return Ok(Some(token.clone()));
             }
         }
+        let endpoint = &self.endpoints[index];
         let body = json!({"name": credentials.user, "password": credentials.password});
-        let mut response = http::post(
+        let response = http::post(
             endpoint,
             "/v3/auth/authenticate",
             body.to_string().as_bytes(),
             Some(self.timeout),
             None,
-            None,
+            self.take_idle(index),
+            self.tls(),
         )
         .map_err(|e| format!("{endpoint}: authenticating: {e}"))?;
-        let mut text = Vec::new();
-        let _ = response.body.by_ref().take(1 << 20).read_to_end(&mut text);
+        let (status, text) = self
+            .read_whole(index, response, 1 << 20)
+            .unwrap_or_default();
         let answer: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
         let token = answer["token"]
             .as_str()
-            .filter(|t| response.status == 200 && t.chars().all(|c| c.is_ascii_graphic()))
+            .filter(|t| status == 200 && t.chars().all(|c| c.is_ascii_graphic()))
             .ok_or_else(|| {
                 let why = answer["message"]
                     .as_str()
                     .unwrap_or("no token in the answer");
                 format!(
-                    "{endpoint}: authenticating as {}: {} {why}",
-                    credentials.user, response.status
+                    "{endpoint}: authenticating as {}: {status} {why}",
+                    credentials.user
                 )
             })?;
         *held = Some(token.to_string());
@@ -313,7 +367,7 @@ impl Client {
             // A token etcd no longer knows (it expired, or the member restarted) is renewed
             // once.
             let attempt = |fresh| {
-                let token = self.token(endpoint, fresh)?;
+                let token = self.token(index, fresh)?;
                 let idle = if reuse { self.take_idle(index) } else { None };
                 http::post(
                     endpoint,
@@ -322,11 +376,13 @@ impl Client {
                     timeout,
                     token.as_deref(),
                     idle,
+                    self.tls(),
                 )
                 .map_err(|e| format!("{endpoint}: {e}"))
             };
             let sent = match attempt(fresh) {
                 Ok(response) if response.status == 401 && self.credentials.is_some() => {
+                    let _ = self.read_whole(index, response, 1 << 20);
                     attempt(true)
                 }
                 other => other,
@@ -358,22 +414,14 @@ impl Client {
 
     /// One request: its whole JSON answer and the member that gave it.
     fn answer(&self, path: &'static str, body: Value) -> Result<(Value, Endpoint), EtcdError> {
-        let (mut response, endpoint, index) =
+        let (response, endpoint, index) =
             self.send(path, &body, Some(self.timeout), false, true)?;
-        let mut text = Vec::new();
-        let read = response
-            .body
-            .by_ref()
-            .take(64 << 20)
-            .read_to_end(&mut text)
-            .map_err(|e| EtcdError::Unavailable {
-                tried: endpoint.to_string(),
-                last: format!("reading the answer to {path}: {e}"),
-            })?;
-        // Read whole (a body past the cap leaves bytes behind: that connection goes).
-        if response.reusable && read < 64 << 20 {
-            *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Some((index, response.stream));
-        }
+        let (status, text) =
+            self.read_whole(index, response, 64 << 20)
+                .map_err(|e| EtcdError::Unavailable {
+                    tried: endpoint.to_string(),
+                    last: format!("reading the answer to {path}: {e}"),
+                })?;
         let garbled = |why: String| EtcdError::Garbled {
             endpoint: endpoint.clone(),
             path,
@@ -381,7 +429,7 @@ impl Client {
         };
         let value: Value =
             serde_json::from_slice(&text).map_err(|e| garbled(format!("not JSON: {e}")))?;
-        if response.status != 200 {
+        if status != 200 {
             let message = value
                 .get("message")
                 .or_else(|| value.get("error"))
@@ -391,7 +439,7 @@ impl Client {
             return Err(EtcdError::Refused {
                 endpoint,
                 path,
-                status: response.status,
+                status,
                 message,
             });
         }
@@ -621,7 +669,7 @@ impl Client {
                     message: String::new(),
                 });
             }
-            let stream = response.stream;
+            let stream = response.socket;
             let mut messages = serde_json::Deserializer::from_reader(response.body).into_iter();
             let ended = |why: String| EtcdError::WatchEnded(format!("{endpoint}: {why}"));
             stream
@@ -748,14 +796,20 @@ mod tests {
         assert_eq!(prefix_end(""), vec![0]);
         assert_eq!(int(&json!("12")), 12);
         assert_eq!(int(&Value::Null), 0);
-        assert!(Client::new(&["http://127.0.0.1:2379".into()], Duration::from_secs(1)).is_ok());
+        let second = Duration::from_secs(1);
+        assert!(Client::new(&["http://127.0.0.1:2379".into()], second, None).is_ok());
         assert!(matches!(
-            Client::new(&["127.0.0.1:2379".into()], Duration::from_secs(1)),
+            Client::new(&["127.0.0.1:2379".into()], second, None),
             Err(EtcdError::BadEndpoint(_))
         ));
         assert!(matches!(
-            Client::new(&[], Duration::from_secs(1)),
+            Client::new(&[], second, None),
             Err(EtcdError::NoEndpoints)
         ));
+        let https = Client::new(&["https://10.0.0.1:2379".into()], second, None);
+        assert_eq!(
+            https.err().map(|e| e.to_string()).as_deref(),
+            Some("etcd endpoint https://10.0.0.1:2379 is https but no CA is given to check etcd's certificate (--etcd-ca)")
+        );
     }
 }

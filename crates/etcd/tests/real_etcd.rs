@@ -1,5 +1,6 @@
 //! Against a real etcd (Debian's etcd-server, installed by scripts/deps), on loopback ports
-//! of its own with its data on tmpfs, killed by pid at the end.
+//! of its own with its data on tmpfs, killed by pid at the end: over TLS with a client
+//! certificate, as a cluster's, or plain HTTP where a test says so.
 
 use cosched_etcd::testing::{free_port, Etcd};
 use cosched_etcd::{Client, EtcdError, WatchEvent, Write, MAX_TXN_OPS};
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 #[test]
 fn keys_prefixes_and_compare_and_create() {
-    let etcd = Etcd::start("kv");
+    let etcd = Etcd::start_plain("kv");
     let c = etcd.client();
     assert_eq!(c.get("/t/a").unwrap(), None);
     let first = c.put("/t/b", b"2", None).unwrap();
@@ -107,11 +108,17 @@ fn a_broken_watch_resumes_without_losing_or_repeating_events() {
 #[test]
 fn a_dead_member_is_skipped_and_none_alive_is_a_clear_error() {
     let etcd = Etcd::start("members");
-    let dead = format!("http://127.0.0.1:{}", free_port());
-    let c = Client::new(&[dead.clone(), etcd.url.clone()], Duration::from_secs(2)).unwrap();
+    let dead = format!("https://127.0.0.1:{}", free_port());
+    let two = [dead.clone(), etcd.url.clone()];
+    let c = Client::new(&two, Duration::from_secs(2), etcd.tls()).unwrap();
     c.put("/m", b"1", None).unwrap();
     assert_eq!(c.get("/m").unwrap().unwrap().value, b"1");
-    let none = Client::new(std::slice::from_ref(&dead), Duration::from_secs(2)).unwrap();
+    let none = Client::new(
+        std::slice::from_ref(&dead),
+        Duration::from_secs(2),
+        etcd.tls(),
+    )
+    .unwrap();
     let error = none.get("/m").unwrap_err().to_string();
     assert!(
         error.contains("no etcd member answers") && error.contains(&dead),
@@ -164,11 +171,16 @@ fn with_auth_on_only_a_client_with_the_password_gets_in_and_its_token_is_renewed
     let root = etcd.client();
     root.put("/cosched/t/secret", b"root's", None).unwrap();
     // What a job that reaches etcd could do without the password: nothing.
-    let anyone = Client::new(std::slice::from_ref(&etcd.url), Duration::from_secs(2)).unwrap();
+    let url = std::slice::from_ref(&etcd.url);
+    let anyone = Client::new(url, Duration::from_secs(2), etcd.tls()).unwrap();
     let refused = anyone.get("/cosched/t/secret").unwrap_err().to_string();
-    assert!(refused.contains("user name is empty"), "{refused}");
+    // With a client certificate (this one has no common name, so no etcd user) and no token.
+    assert!(
+        refused.contains("403 etcdserver: permission denied"),
+        "{refused}"
+    );
     assert!(anyone.put("/cosched/t/secret", b"mine", None).is_err());
-    let guessed = Client::new(std::slice::from_ref(&etcd.url), Duration::from_secs(2))
+    let guessed = Client::new(url, Duration::from_secs(2), etcd.tls())
         .unwrap()
         .with_credentials(cosched_etcd::Credentials {
             user: "root".into(),
@@ -212,7 +224,7 @@ fn a_compaction_keeps_the_keys_and_ends_watches_from_before_it() {
 
 #[test]
 fn a_batch_of_writes_is_one_revision_and_etcd_refuses_one_too_big() {
-    let etcd = Etcd::start("batch");
+    let etcd = Etcd::start_plain("batch");
     let c = etcd.client();
     c.put("/b/gone", b"x", None).unwrap();
     let keys: Vec<String> = (0..MAX_TXN_OPS - 1).map(|i| format!("/b/{i:03}")).collect();

@@ -511,3 +511,36 @@ pub fn sample(scrape: &str, name: &str) -> Option<f64> {
         .lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
+
+/// `cosched agent` for node `a` (CPU 0) with `etcd`'s flags and no cluster to join: what it
+/// refuses, or how it fails. Its cgroups and files go under names of its own, removed after;
+/// asserts that it left no cgroup behind.
+pub fn lone_agent(tag: &str, etcd: &[String]) -> Output {
+    let tag = format!("{tag}-{}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("cosched-it-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let parent = format!("cosched-test-{tag}");
+    let out = Command::new(COSCHED)
+        .args(["agent", "--node", "a", "--cpus", "0"])
+        .args(etcd)
+        .args(["--cgroup-parent", &parent, "--state-dir"])
+        .arg(dir.join("state"))
+        .arg("--door")
+        .arg(dir.join("door.sock"))
+        .output()
+        .unwrap();
+    let left: Vec<PathBuf> = [
+        v2_root(),
+        PathBuf::from("/sys/fs/cgroup/cpuset"),
+        PathBuf::from("/sys/fs/cgroup/cpu"),
+        PathBuf::from("/sys/fs/cgroup/freezer"),
+    ]
+    .iter()
+    .map(|root| root.join(&parent))
+    .filter(|p| p.exists())
+    .collect();
+    remove_cgroups(&parent);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(left.is_empty(), "cgroups left behind: {left:?}");
+    out
+}
