@@ -45,9 +45,7 @@ pub struct NodeConfig {
     pub clock_shift_us: Micros,
 }
 
-fn log(message: impl std::fmt::Display) {
-    cosched_os::log_line("agent", message);
-}
+const LOG: cosched_os::Log = cosched_os::Log::new("agent");
 
 /// The node's cgroups until its agent takes them: removed again if the start fails (a parent
 /// that still holds jobs of an earlier run stays).
@@ -166,7 +164,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         shift => format!("; its clock reads true time {shift:+} µs (--clock-offset-us)"),
     };
     ready(&format!(
-        "cosched agent: node {} of cluster '{}', CPUs {}, {} mode, {described}; lets jobs loose \
+        "node {} of cluster '{}', CPUs {}, {} mode, {described}; lets jobs loose \
          {} ms after losing the control plane; jobs add processes here through {}{hydra}{shifted}",
         config.node,
         keys.cluster(),
@@ -175,8 +173,10 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         config.deadline / 1000,
         config.door.display()
     ));
+    cosched_os::notify::notify_or_log(LOG, &format!("READY=1\nSTATUS=node {}", config.node));
     let signal = wait_for_stop(&signals);
-    log(format_args!(
+    cosched_os::notify::notify_or_log(LOG, "STOPPING=1");
+    LOG.info(format_args!(
         "signal {signal}: stopping; jobs are thawed and left running unscheduled"
     ));
     closer.close();

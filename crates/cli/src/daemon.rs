@@ -304,7 +304,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
             leader_ttl: args.leader_ttl,
         }),
     };
-    cosched_daemon::serve(config, |banner| eprintln!("{banner}"))?;
+    cosched_daemon::serve(config, |banner| cosched_os::Log::new("daemon").info(banner))?;
     Ok(())
 }
 
@@ -427,7 +427,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         address: args.address,
         clock_shift_us: args.clock_offset_us,
     };
-    cosched_agent::serve_node(config, |banner| eprintln!("{banner}"))?;
+    cosched_agent::serve_node(config, |banner| cosched_os::Log::new("agent").info(banner))?;
     Ok(())
 }
 

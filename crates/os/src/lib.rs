@@ -1,13 +1,14 @@
 //! cosched-os: what every cosched process needs from the operating system and the standard
 //! library lacks: Unix-socket plumbing ([`unix`]), the crash tests' fault points ([`fault`]),
-//! log lines, and the clock reading. Below the controller, the agent and the clients alike,
+//! log lines with levels, systemd's readiness notification, and the clock reading. Below the controller, the agent and the clients alike,
 //! so none of them links another for these.
 
 pub mod fault;
 mod logline;
+pub mod notify;
 pub mod unix;
 
-pub use logline::{log_line, one_line};
+pub use logline::{log_line, one_line, Level, Log};
 
 use cosched_core::Micros;
 
@@ -20,6 +21,17 @@ pub fn now_micros() -> Micros {
     };
     // SAFETY: `ts` is a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
+}
+
+/// Now on CLOCK_MONOTONIC in microseconds (what systemd's `MONOTONIC_USEC=` reads).
+pub fn monotonic_micros() -> Micros {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
 }
 
