@@ -39,7 +39,11 @@ pub fn man_pages(args: ManPagesArgs) -> Result<()> {
     let mut command = crate::Cli::command();
     command.build();
     write_page(&args.dir, "1", command.clone())?;
-    for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
+    // `help` is clap's own: `cosched(1)` covers it.
+    let pages = command
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set() && sub.get_name() != "help");
+    for sub in pages {
         let name = format!("cosched-{}", sub.get_name());
         let section = if SECTION_8.contains(&sub.get_name()) { "8" } else { "1" };
         write_page(
