@@ -8,7 +8,7 @@ use crate::start::{
     io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop, StartError,
 };
 use crate::{NodeAgent, NodeSettings};
-use cosched_cgroups::{Actuator, Freezer};
+use cosched_cgroups::{Actuator, Delegation, Freezer};
 use cosched_cluster::{etcd_client, join, whoami, Keys};
 use cosched_core::{Micros, Partition};
 use cosched_os::now_micros;
@@ -28,6 +28,8 @@ pub struct NodeConfig {
     pub mode: Mode,
     pub state_dir: PathBuf,
     pub cgroup_parent: String,
+    /// Whether the jobs' cgroups go inside this process's systemd unit (cgroup v2).
+    pub cgroup_delegation: Delegation,
     pub freezer: Option<Freezer>,
     pub supervisor_exe: PathBuf,
     pub idle_after: Option<Micros>,
@@ -100,7 +102,12 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     let mut config = config;
     config.door = trusted_socket_path(&config.door, "the --door socket")?;
     let (signals, _max_files, state_dir) = take_charge(&config.state_dir)?;
-    let mut unclaimed = Unclaimed(Some(open_cgroups(&config.cgroup_parent, config.freezer)?));
+    let mut unclaimed = Unclaimed(Some(open_cgroups(
+        &config.cgroup_parent,
+        config.freezer,
+        config.cgroup_delegation,
+        LOG,
+    )?));
     let actuator = unclaimed.0.as_ref().expect("just opened");
     actuator.confine(&config.cpus).map_err(|e| {
         StartError::Config(format!(

@@ -7,12 +7,14 @@
 
 pub mod affinity;
 mod cgroup;
+pub mod delegation;
 mod fake;
 mod layout;
 pub mod procfs;
 
 pub use cgroup::{cpu_usage_of, release, usage, Cgroups, Freezer, ReleaseStep, Usage, UsageFiles};
 pub use fake::{Fake, FakeCall};
+pub use delegation::Delegation;
 pub use layout::Layout;
 
 use cosched_core::Partition;

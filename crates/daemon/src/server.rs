@@ -10,7 +10,7 @@ use cosched_agent::start::{
     io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop, StartError,
 };
 use cosched_agent::{NodeAgent, NodeSettings};
-use cosched_cgroups::{Actuator, Cgroups, Freezer};
+use cosched_cgroups::{Actuator, Cgroups, Delegation, Freezer};
 use cosched_cluster::{
     become_leader, etcd_client, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, Outbox,
 };
@@ -54,6 +54,8 @@ pub struct DaemonConfig {
     pub on_stop: OnStop,
     /// The cosched parent cgroup's name (one per daemon on a machine).
     pub cgroup_parent: String,
+    /// Whether the jobs' cgroups go inside this process's systemd unit (cgroup v2).
+    pub cgroup_delegation: Delegation,
     pub freezer: Option<Freezer>,
     pub supervisor_exe: PathBuf,
     /// Ended records kept in memory for `ps --all` (all stay in the store).
@@ -490,7 +492,12 @@ fn local_agent(
     records: &[JobRecord],
     procs: u32,
 ) -> Result<(Sender<Order>, Agents), StartError> {
-    let actuator = open_cgroups(&config.cgroup_parent, config.freezer)?;
+    let actuator = open_cgroups(
+        &config.cgroup_parent,
+        config.freezer,
+        config.cgroup_delegation,
+        LOG,
+    )?;
     refuse_strangers(&actuator, records, config)?;
     let described = actuator.describe();
     let (orders, agent_orders) = channel();
