@@ -46,7 +46,11 @@ pub fn own_v2_cgroup(proc_self_cgroup: &str) -> Option<&str> {
 
 /// The delegated unit's cgroup (a directory under the v2 mount), if jobs go there. `own` is
 /// this process's cgroup directory; `delegated` says whether systemd marked a directory.
-fn unit_of(own: &Path, delegation: Delegation, delegated: impl Fn(&Path) -> bool) -> Option<PathBuf> {
+fn unit_of(
+    own: &Path,
+    delegation: Delegation,
+    delegated: impl Fn(&Path) -> bool,
+) -> Option<PathBuf> {
     let in_leaf = own.file_name().is_some_and(|name| name == LEAF);
     let parent = own.parent().filter(|_| in_leaf);
     match delegation {
@@ -164,6 +168,9 @@ mod tests {
     fn words_parse_and_others_are_refused() {
         assert_eq!("yes".parse::<Delegation>(), Ok(Delegation::Yes));
         assert_eq!("auto".parse::<Delegation>(), Ok(Delegation::Auto));
-        assert!("maybe".parse::<Delegation>().unwrap_err().contains("'maybe'"));
+        assert!("maybe"
+            .parse::<Delegation>()
+            .unwrap_err()
+            .contains("'maybe'"));
     }
 }

@@ -13,8 +13,8 @@ mod layout;
 pub mod procfs;
 
 pub use cgroup::{cpu_usage_of, release, usage, Cgroups, Freezer, ReleaseStep, Usage, UsageFiles};
-pub use fake::{Fake, FakeCall};
 pub use delegation::Delegation;
+pub use fake::{Fake, FakeCall};
 pub use layout::Layout;
 
 use cosched_core::Partition;

@@ -45,11 +45,18 @@ pub fn man_pages(args: ManPagesArgs) -> Result<()> {
         .filter(|sub| !sub.is_hide_set() && sub.get_name() != "help");
     for sub in pages {
         let name = format!("cosched-{}", sub.get_name());
-        let section = if SECTION_8.contains(&sub.get_name()) { "8" } else { "1" };
+        let section = if SECTION_8.contains(&sub.get_name()) {
+            "8"
+        } else {
+            "1"
+        };
         write_page(
             &args.dir,
             section,
-            sub.clone().name(name.clone()).display_name(name.clone()).bin_name(format!("cosched {}", sub.get_name())),
+            sub.clone()
+                .name(name.clone())
+                .display_name(name.clone())
+                .bin_name(format!("cosched {}", sub.get_name())),
         )?;
     }
     Ok(())

@@ -31,7 +31,8 @@ struct Prefix(PathBuf);
 
 impl Prefix {
     fn new(name: &str) -> Prefix {
-        let dir = std::env::temp_dir().join(format!("cosched-install-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("cosched-install-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         Prefix(dir)
     }
@@ -84,7 +85,10 @@ fn installed_units_verify_and_every_subcommand_has_a_man_page() {
             body.contains(&format!("ExecStart={}/bin/cosched ", prefix.str())),
             "{unit} starts the installed binary:\n{body}"
         );
-        assert!(body.contains("Type=notify") && body.contains("Delegate=yes"), "{body}");
+        assert!(
+            body.contains("Type=notify") && body.contains("Delegate=yes"),
+            "{body}"
+        );
         assert!(!body.contains("/usr/local/bin"), "{body}");
         // `verify` runs `man` for Documentation=: the pages are found under the prefix.
         let verified = Command::new("systemd-analyze")
@@ -133,13 +137,20 @@ fn installed_units_verify_and_every_subcommand_has_a_man_page() {
     ] {
         let script = prefix.path(file);
         let body = std::fs::read_to_string(&script).unwrap();
-        assert!(body.contains("daemon") && body.contains("--procs"), "{file}");
+        assert!(
+            body.contains("daemon") && body.contains("--procs"),
+            "{file}"
+        );
         let parsed = Command::new(shell)
             .arg("-n")
             .arg(&script)
             .output()
             .unwrap_or_else(|e| panic!("{shell} (scripts/deps installs it): {e}"));
-        assert!(parsed.status.success(), "{shell} -n {file}: {}", text(&parsed));
+        assert!(
+            parsed.status.success(),
+            "{shell} -n {file}: {}",
+            text(&parsed)
+        );
     }
 
     // Examples where the site has none; the site's own files stay through a reinstall.
@@ -149,10 +160,19 @@ fn installed_units_verify_and_every_subcommand_has_a_man_page() {
     let again = install(&["--prefix", prefix.str()]);
     assert!(again.status.success(), "{}", text(&again));
     assert_eq!(std::fs::read_to_string(&policy).unwrap(), "# the site's\n");
-    assert!(text(&again).contains("cosched.toml exists: kept"), "{}", text(&again));
+    assert!(
+        text(&again).contains("cosched.toml exists: kept"),
+        "{}",
+        text(&again)
+    );
     let env = prefix.path("etc/cosched/agent.env");
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(env).unwrap().permissions());
-    assert_eq!(mode & 0o777, 0o600, "agent.env may name secrets' paths: root's only");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(env).unwrap().permissions());
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "agent.env may name secrets' paths: root's only"
+    );
 }
 
 #[test]
@@ -160,9 +180,13 @@ fn a_staged_install_keeps_the_prefix_in_the_units() {
     let stage = Prefix::new("stage");
     let installed = install(&["--destdir", stage.str(), "--prefix", "/usr"]);
     assert!(installed.status.success(), "{}", text(&installed));
-    let unit = std::fs::read_to_string(stage.path("usr/lib/systemd/system/cosched.service")).unwrap();
+    let unit =
+        std::fs::read_to_string(stage.path("usr/lib/systemd/system/cosched.service")).unwrap();
     assert!(unit.contains("ExecStart=/usr/bin/cosched daemon"), "{unit}");
-    assert!(unit.contains("EnvironmentFile=-/etc/cosched/cosched.env"), "{unit}");
+    assert!(
+        unit.contains("EnvironmentFile=-/etc/cosched/cosched.env"),
+        "{unit}"
+    );
     assert!(stage.path("usr/bin/cosched").exists());
     assert!(stage.path("etc/cosched/cosched.toml").exists());
 }
@@ -170,7 +194,10 @@ fn a_staged_install_keeps_the_prefix_in_the_units() {
 #[test]
 fn bad_arguments_are_refused_in_one_line() {
     for (args, says) in [
-        (&["--prefix", "relative/dir"][..], "--prefix must be an absolute path"),
+        (
+            &["--prefix", "relative/dir"][..],
+            "--prefix must be an absolute path",
+        ),
         (&["--prefix", "/opt/a b"][..], "--prefix may hold"),
         (&["--prefix"][..], "--prefix needs a value"),
         (&["--bogus"][..], "unknown argument '--bogus'"),
@@ -179,6 +206,9 @@ fn bad_arguments_are_refused_in_one_line() {
         let said = text(&refused);
         assert!(!refused.status.success(), "{args:?}: {said}");
         assert_eq!(said.lines().count(), 1, "{args:?}: {said}");
-        assert!(said.starts_with("scripts/install: ") && said.contains(says), "{args:?}: {said}");
+        assert!(
+            said.starts_with("scripts/install: ") && said.contains(says),
+            "{args:?}: {said}"
+        );
     }
 }

@@ -88,7 +88,11 @@ fn the_daemon_tells_systemd_ready_after_its_socket_accepts_then_reloading_and_st
 
 #[test]
 fn a_bad_notify_socket_is_a_warning_not_a_failure() {
-    let mut d = Daemon::start_with(&["--procs", "2"], &[("NOTIFY_SOCKET", "relative/path")], None);
+    let mut d = Daemon::start_with(
+        &["--procs", "2"],
+        &[("NOTIFY_SOCKET", "relative/path")],
+        None,
+    );
     let job = d.submit(&["-n", "1", "--", "true"]);
     d.wait_end(job, Duration::from_secs(60));
     let log = d.log();
@@ -111,7 +115,14 @@ fn the_log_has_levels_and_a_line_per_job_lifecycle_event() {
     d.wait_end(killed, Duration::from_secs(60));
     let timed = d.submit(&["-n", "1", "--time", "0:1", "--", "sleep", "100"]);
     let memory = d.submit(&[
-        "-n", "1", "--mem", "64M", "--", "perl", "-e", "$x = 'x' x (256 << 20)",
+        "-n",
+        "1",
+        "--mem",
+        "64M",
+        "--",
+        "perl",
+        "-e",
+        "$x = 'x' x (256 << 20)",
     ]);
     d.wait_end(timed, Duration::from_secs(60));
     d.wait_end(memory, Duration::from_secs(60));
@@ -119,14 +130,34 @@ fn the_log_has_levels_and_a_line_per_job_lifecycle_event() {
     // nobody's job, suspended, resumed and cancelled by nobody.
     let out = d.cosched_as(
         NOBODY,
-        &["run", "--detach", "--output", "/dev/null", "-n", "1", "--", "sleep", "100"],
+        &[
+            "run",
+            "--detach",
+            "--output",
+            "/dev/null",
+            "-n",
+            "1",
+            "--",
+            "sleep",
+            "100",
+        ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let theirs = common::job_id(out);
-    assert!(wait_until(Duration::from_secs(60), || d.job(theirs)["state"] == "running"));
+    assert!(wait_until(Duration::from_secs(60), || d.job(theirs)
+        ["state"]
+        == "running"));
     for verb in ["suspend", "resume", "cancel"] {
         let out = d.cosched_as(NOBODY, &[verb, &theirs.to_string()]);
-        assert!(out.status.success(), "{verb}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{verb}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     d.wait_end(theirs, Duration::from_secs(60));
 
@@ -155,7 +186,10 @@ fn the_log_has_levels_and_a_line_per_job_lifecycle_event() {
         format!("info: job {theirs} ended: cancelled"),
     ];
     for wanted in &expected {
-        assert!(log.contains(wanted.as_str()), "no '{wanted}' in the log:\n{log}");
+        assert!(
+            log.contains(wanted.as_str()),
+            "no '{wanted}' in the log:\n{log}"
+        );
     }
     // The end state of a failure is the controller's to name; the line says how it ended.
     let ended = |job: u64| {
@@ -164,8 +198,16 @@ fn the_log_has_levels_and_a_line_per_job_lifecycle_event() {
             .unwrap_or_else(|| panic!("no end of job {job}:\n{log}"))
     };
     assert!(ended(three).ends_with(", exit code 3"), "{}", ended(three));
-    assert!(ended(killed).ends_with(", killed by signal 11"), "{}", ended(killed));
-    assert!(ended(memory).ends_with("(out of memory)"), "{}", ended(memory));
+    assert!(
+        ended(killed).ends_with(", killed by signal 11"),
+        "{}",
+        ended(killed)
+    );
+    assert!(
+        ended(memory).ends_with("(out of memory)"),
+        "{}",
+        ended(memory)
+    );
 
     // Under systemd the same lines carry journald's priorities: JOURNAL_STREAM names the
     // stderr the daemon writes (its log file, kept across the restart).
@@ -186,7 +228,9 @@ fn the_log_has_levels_and_a_line_per_job_lifecycle_event() {
     d.wait_exit();
     let journal = d.log()[before..].to_string();
     assert!(
-        journal.contains(&format!("<6>cosched daemon: job {job} ended: done, exit code 0")),
+        journal.contains(&format!(
+            "<6>cosched daemon: job {job} ended: done, exit code 0"
+        )),
         "{journal}"
     );
     assert!(
@@ -216,11 +260,21 @@ impl Unit {
             let path = std::ffi::CString::new(cgroup.to_str().unwrap()).unwrap();
             // SAFETY: NUL-terminated strings and a one-byte value.
             let set = unsafe {
-                libc::setxattr(path.as_ptr(), c"trusted.delegate".as_ptr(), c"1".as_ptr().cast(), 1, 0)
+                libc::setxattr(
+                    path.as_ptr(),
+                    c"trusted.delegate".as_ptr(),
+                    c"1".as_ptr().cast(),
+                    1,
+                    0,
+                )
             };
             assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
         }
-        Unit { dir, cgroup, parent: tag }
+        Unit {
+            dir,
+            cgroup,
+            parent: tag,
+        }
     }
 
     fn socket(&self) -> PathBuf {
@@ -238,10 +292,18 @@ impl Unit {
             .append(true)
             .open(self.dir.join("daemon.log"))
             .unwrap();
-        let procs = std::ffi::CString::new(self.cgroup.join("cgroup.procs").to_str().unwrap()).unwrap();
+        let procs =
+            std::ffi::CString::new(self.cgroup.join("cgroup.procs").to_str().unwrap()).unwrap();
         let mut command = Command::new(COSCHED);
         command
-            .args(["daemon", "--procs", "2", "--cgroup-delegation", delegation, "--cgroup-parent"])
+            .args([
+                "daemon",
+                "--procs",
+                "2",
+                "--cgroup-delegation",
+                delegation,
+                "--cgroup-parent",
+            ])
             .arg(&self.parent)
             .arg("--state-dir")
             .arg(self.dir.join("state"))
@@ -265,8 +327,7 @@ impl Unit {
         let mut child = command.spawn().unwrap();
         assert!(
             wait_until(Duration::from_secs(30), || {
-                UnixStream::connect(self.socket()).is_ok()
-                    || child.try_wait().unwrap().is_some()
+                UnixStream::connect(self.socket()).is_ok() || child.try_wait().unwrap().is_some()
             }),
             "the daemon did not open its socket: {}",
             self.log()
@@ -328,7 +389,9 @@ impl Drop for Running {
         if let Some(mut daemon) = self.0.take() {
             // SAFETY: kill has no memory effects; the pid is our child's.
             unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-            wait_until(Duration::from_secs(30), || daemon.try_wait().unwrap().is_some());
+            wait_until(Duration::from_secs(30), || {
+                daemon.try_wait().unwrap().is_some()
+            });
         }
     }
 }
@@ -358,18 +421,40 @@ fn in_a_delegated_unit_jobs_go_inside_it_and_outlive_a_restart() {
     let unit = Unit::new("delegated", true);
     let unit_path = format!("/{}", unit.cgroup.file_name().unwrap().to_str().unwrap());
     let daemon = unit.start("auto");
-    assert!(in_cgroup(daemon.id(), &format!("{unit_path}/daemon")), "{}", unit.log());
-    assert!(unit.log().contains("jobs' cgroups under the delegated"), "{}", unit.log());
+    assert!(
+        in_cgroup(daemon.id(), &format!("{unit_path}/daemon")),
+        "{}",
+        unit.log()
+    );
+    assert!(
+        unit.log().contains("jobs' cgroups under the delegated"),
+        "{}",
+        unit.log()
+    );
 
     let pid_file = unit.dir.join("job.pid");
     let script = format!("echo $$ > {}; exec sleep 300", pid_file.display());
     let out = unit.cosched(&[
-        "run", "--detach", "--output", "/dev/null", "-n", "1", "--", "sh", "-c", &script,
+        "run",
+        "--detach",
+        "--output",
+        "/dev/null",
+        "-n",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        &script,
     ]);
     let job = common::job_id(out);
-    assert!(wait_until(Duration::from_secs(30), || std::fs::read_to_string(&pid_file)
-        .is_ok_and(|t| t.ends_with('\n'))));
-    let job_pid: u32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    assert!(wait_until(Duration::from_secs(30), || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n'))
+    }));
+    let job_pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert_eq!(
         v2_cgroup_of(job_pid),
         format!("{unit_path}/{}/job-{job}", unit.parent),
@@ -382,7 +467,11 @@ fn in_a_delegated_unit_jobs_go_inside_it_and_outlive_a_restart() {
     stop(daemon);
     assert!(std::path::Path::new(&format!("/proc/{job_pid}")).exists());
     let daemon = unit.start("auto");
-    assert!(in_cgroup(daemon.id(), &format!("{unit_path}/daemon")), "{}", unit.log());
+    assert!(
+        in_cgroup(daemon.id(), &format!("{unit_path}/daemon")),
+        "{}",
+        unit.log()
+    );
     // The socket takes connections from its bind; the records are taken back after that.
     assert!(
         wait_until(Duration::from_secs(30), || unit
@@ -408,7 +497,9 @@ fn unmarked_cgroups_keep_jobs_at_the_top_unless_told() {
     let daemon = unit.start("auto");
     let unit_path = format!("/{}", unit.cgroup.file_name().unwrap().to_str().unwrap());
     assert!(
-        wait_until(Duration::from_secs(30), || common::v2_root().join(&unit.parent).exists()),
+        wait_until(Duration::from_secs(30), || common::v2_root()
+            .join(&unit.parent)
+            .exists()),
         "{}",
         unit.log()
     );
@@ -418,7 +509,11 @@ fn unmarked_cgroups_keep_jobs_at_the_top_unless_told() {
 
     // Told, it delegates all the same.
     let daemon = unit.start("yes");
-    assert!(in_cgroup(daemon.id(), &format!("{unit_path}/daemon")), "{}", unit.log());
+    assert!(
+        in_cgroup(daemon.id(), &format!("{unit_path}/daemon")),
+        "{}",
+        unit.log()
+    );
     assert!(unit.cgroup.join(&unit.parent).exists());
     stop(daemon);
 
@@ -434,6 +529,9 @@ fn unmarked_cgroups_keep_jobs_at_the_top_unless_told() {
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && stderr.contains(says), "{value}: {stderr}");
+        assert!(
+            !out.status.success() && stderr.contains(says),
+            "{value}: {stderr}"
+        );
     }
 }

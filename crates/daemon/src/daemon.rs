@@ -2,7 +2,7 @@
 //! boundary log's one reader and the console's tokens.
 
 use crate::clients::SocketClients;
-use cosched_controller::{LOG, ApiError, Controller};
+use cosched_controller::{ApiError, Controller, LOG};
 use cosched_core::Micros;
 use cosched_os::now_micros;
 use cosched_os::unix::Credentials;

@@ -16,9 +16,9 @@ use cosched_cluster::{
 };
 use cosched_controller::clients::ClientId;
 use cosched_controller::store::{JobRecord, Store};
-use cosched_os::notify::notify_or_log as notify;
-use cosched_controller::{LOG, ApiError, Controller, Settings};
+use cosched_controller::{ApiError, Controller, Settings, LOG};
 use cosched_core::{Micros, Rotation, Scheduler};
+use cosched_os::notify::notify_or_log as notify;
 use cosched_os::unix::{self, Credentials};
 use cosched_os::{now_micros, usable_cpus};
 use cosched_policy::{MemoryPolicy, Policy};
@@ -302,18 +302,24 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
             ),
         },
     ));
-    notify(LOG, &format!(
-        "READY=1\nSTATUS=scheduling {procs} processors; socket {}",
-        config.socket.display()
-    ));
+    notify(
+        LOG,
+        &format!(
+            "READY=1\nSTATUS=scheduling {procs} processors; socket {}",
+            config.socket.display()
+        ),
+    );
     let mut policy_file = config.policy_file.clone();
     let signal = loop {
         match wait_for_stop(&signals) {
             libc::SIGHUP => {
-                notify(LOG, &format!(
-                    "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading the policy",
-                    cosched_os::monotonic_micros()
-                ));
+                notify(
+                    LOG,
+                    &format!(
+                        "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading the policy",
+                        cosched_os::monotonic_micros()
+                    ),
+                );
                 reload(&shared, &mut policy_file);
                 notify(LOG, "READY=1\nSTATUS=policy reloaded");
             }

@@ -69,7 +69,10 @@ impl Log {
 /// one must not make a line of its own that reads as the process's, so control characters are
 /// written escaped.
 pub fn log_line(who: &str, level: Level, message: impl fmt::Display) {
-    eprintln!("{}", format_line(journal(), who, level, &message.to_string()));
+    eprintln!(
+        "{}",
+        format_line(journal(), who, level, &message.to_string())
+    );
 }
 
 fn format_line(journal: bool, who: &str, level: Level, message: &str) -> String {

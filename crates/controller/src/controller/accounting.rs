@@ -3,7 +3,7 @@
 //! cgroup there. CPU time adds up over nodes; the peak is the largest node's (memory is held
 //! per node); an OOM kill on any node fails a job that would have ended done.
 
-use super::{LOG, Controller};
+use super::{Controller, LOG};
 use crate::store::JobRecord;
 use cosched_core::JobId;
 use cosched_proto::{Ending, JobState, OUT_OF_MEMORY};

@@ -4,7 +4,7 @@
 //! controller runs), none while it waits or is suspended. Per-user limits keep a user's jobs
 //! past the limit out of the core's queue (waiting with the reason `limit`) until others end.
 
-use super::{LOG, ApiError, Controller};
+use super::{ApiError, Controller, LOG};
 use crate::store::JobRecord;
 use cosched_core::{JobId, Micros, MICROS_PER_SEC};
 use cosched_proto::{Command, JobState, Mode, Pending};
