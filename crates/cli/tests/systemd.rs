@@ -114,34 +114,17 @@ fn the_log_has_levels_and_a_line_per_job_lifecycle_event() {
     d.wait_end(three, Duration::from_secs(60));
     d.wait_end(killed, Duration::from_secs(60));
     let timed = d.submit(&["-n", "1", "--time", "0:1", "--", "sleep", "100"]);
-    let memory = d.submit(&[
-        "-n",
-        "1",
-        "--mem",
-        "64M",
-        "--",
-        "perl",
-        "-e",
-        "$x = 'x' x (256 << 20)",
-    ]);
+    // perl fills 256 MiB in a job held to 64.
+    let fill = "$x = 'x' x (256 << 20)";
+    let memory = d.submit(&["-n", "1", "--mem", "64M", "--", "perl", "-e", fill]);
     d.wait_end(timed, Duration::from_secs(60));
     d.wait_end(memory, Duration::from_secs(60));
 
     // nobody's job, suspended, resumed and cancelled by nobody.
-    let out = d.cosched_as(
-        NOBODY,
-        &[
-            "run",
-            "--detach",
-            "--output",
-            "/dev/null",
-            "-n",
-            "1",
-            "--",
-            "sleep",
-            "100",
-        ],
-    );
+    let run: Vec<&str> = "run --detach --output /dev/null -n 1 -- sleep 100"
+        .split(' ')
+        .collect();
+    let out = d.cosched_as(NOBODY, &run);
     assert!(
         out.status.success(),
         "{}",
@@ -338,6 +321,25 @@ impl Unit {
         Running(Some(child))
     }
 
+    /// Waits until the daemon is in the unit's leaf (it moves there as its agent starts,
+    /// which may be just after its socket accepts).
+    fn holds_in_its_leaf(&self, daemon: &Running) {
+        let leaf = format!(
+            "/{}/daemon",
+            self.cgroup.file_name().unwrap().to_str().unwrap()
+        );
+        let moved = wait_until(Duration::from_secs(30), || {
+            v2_cgroup_of(daemon.id()) == leaf
+        });
+        assert!(moved, "the daemon is not in {leaf}: {}", self.log());
+    }
+
+    /// Waits until the daemon's log holds `text`.
+    fn logs(&self, text: &str) {
+        let logged = wait_until(Duration::from_secs(30), || self.log().contains(text));
+        assert!(logged, "no '{text}' in the log: {}", self.log());
+    }
+
     fn cosched(&self, args: &[&str]) -> std::process::Output {
         Command::new(COSCHED)
             .args(args)
@@ -400,12 +402,6 @@ fn stop(daemon: Running) {
     drop(daemon);
 }
 
-/// Waits until the process is in `cgroup` (the daemon moves into its leaf as its agent
-/// starts, which may be just after its socket accepts).
-fn in_cgroup(pid: u32, cgroup: &str) -> bool {
-    wait_until(Duration::from_secs(30), || v2_cgroup_of(pid) == cgroup)
-}
-
 /// The v2 line of a process's /proc/PID/cgroup.
 fn v2_cgroup_of(pid: u32) -> String {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
@@ -421,31 +417,16 @@ fn in_a_delegated_unit_jobs_go_inside_it_and_outlive_a_restart() {
     let unit = Unit::new("delegated", true);
     let unit_path = format!("/{}", unit.cgroup.file_name().unwrap().to_str().unwrap());
     let daemon = unit.start("auto");
-    assert!(
-        in_cgroup(daemon.id(), &format!("{unit_path}/daemon")),
-        "{}",
-        unit.log()
-    );
-    assert!(
-        unit.log().contains("jobs' cgroups under the delegated"),
-        "{}",
-        unit.log()
-    );
+    unit.holds_in_its_leaf(&daemon);
+    unit.logs("jobs' cgroups under the delegated");
 
     let pid_file = unit.dir.join("job.pid");
     let script = format!("echo $$ > {}; exec sleep 300", pid_file.display());
-    let out = unit.cosched(&[
-        "run",
-        "--detach",
-        "--output",
-        "/dev/null",
-        "-n",
-        "1",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let mut run: Vec<&str> = "run --detach --output /dev/null -n 1 -- sh -c"
+        .split(' ')
+        .collect();
+    run.push(&script);
+    let out = unit.cosched(&run);
     let job = common::job_id(out);
     assert!(wait_until(Duration::from_secs(30), || {
         std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n'))
@@ -467,19 +448,9 @@ fn in_a_delegated_unit_jobs_go_inside_it_and_outlive_a_restart() {
     stop(daemon);
     assert!(std::path::Path::new(&format!("/proc/{job_pid}")).exists());
     let daemon = unit.start("auto");
-    assert!(
-        in_cgroup(daemon.id(), &format!("{unit_path}/daemon")),
-        "{}",
-        unit.log()
-    );
+    unit.holds_in_its_leaf(&daemon);
     // The socket takes connections from its bind; the records are taken back after that.
-    assert!(
-        wait_until(Duration::from_secs(30), || unit
-            .log()
-            .contains("took back 1 unfinished job(s)")),
-        "{}",
-        unit.log()
-    );
+    unit.logs("took back 1 unfinished job(s)");
     assert_eq!(unit.state(job), "running", "{}", unit.log());
     assert!(unit.cosched(&["cancel", &job.to_string()]).status.success());
     assert!(
@@ -509,11 +480,7 @@ fn unmarked_cgroups_keep_jobs_at_the_top_unless_told() {
 
     // Told, it delegates all the same.
     let daemon = unit.start("yes");
-    assert!(
-        in_cgroup(daemon.id(), &format!("{unit_path}/daemon")),
-        "{}",
-        unit.log()
-    );
+    unit.holds_in_its_leaf(&daemon);
     assert!(unit.cgroup.join(&unit.parent).exists());
     stop(daemon);
 

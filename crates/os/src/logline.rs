@@ -131,21 +131,25 @@ mod tests {
 
     #[test]
     fn the_journal_gets_priorities_and_a_terminal_words() {
-        assert_eq!(
-            format_line(true, "daemon", Level::Warning, "x\n<3>y"),
-            "<4>cosched daemon: x\\n<3>y"
-        );
-        assert_eq!(
-            format_line(true, "agent", Level::Debug, "d"),
-            "<7>cosched agent: d"
-        );
-        assert_eq!(
-            format_line(false, "daemon", Level::Error, "e"),
-            "cosched daemon: error: e"
-        );
-        assert_eq!(
-            format_line(false, "agent", Level::Info, "i"),
-            "cosched agent: info: i"
-        );
+        for (journal, who, level, message, line) in [
+            (
+                true,
+                "daemon",
+                Level::Warning,
+                "x\n<3>y",
+                "<4>cosched daemon: x\\n<3>y",
+            ),
+            (true, "agent", Level::Debug, "d", "<7>cosched agent: d"),
+            (
+                false,
+                "daemon",
+                Level::Error,
+                "e",
+                "cosched daemon: error: e",
+            ),
+            (false, "agent", Level::Info, "i", "cosched agent: info: i"),
+        ] {
+            assert_eq!(format_line(journal, who, level, message), line);
+        }
     }
 }
