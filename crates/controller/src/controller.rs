@@ -806,7 +806,12 @@ impl Controller {
             _ => "failed",
         };
         *self.counts.ended.entry(result).or_default() += 1;
-        LOG.info(format_args!("job {job} ended: {}", ended_line(&record)));
+        // A lost job is the system's trouble, not the job's: a warning.
+        let ended = format!("job {job} ended: {}", ended_line(&record));
+        match record.status {
+            JobState::Lost => LOG.warn(ended),
+            _ => LOG.info(ended),
+        }
         let reply = ended_reply(&record);
         // Acted on even unsaved (its processes are gone, its supervisor keeps the exit
         // status), but memory changes only once the store has it.
