@@ -53,10 +53,10 @@ impl BoundaryLog {
         let mut line = serde_json::to_vec(record).expect("records serialize");
         line.push(b'\n');
         if let Err(error) = self.append(&line) {
-            eprintln!(
-                "cosched agent: {}: {error}; boundaries are no longer logged",
+            cosched_os::Log::new("agent").warn(format_args!(
+                "{}: {error}; boundaries are no longer logged",
                 self.path.display()
-            );
+            ));
             self.failed = true;
         }
     }

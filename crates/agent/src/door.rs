@@ -197,7 +197,8 @@ impl Door {
                 Ok((stream, _)) => stream,
                 Err(error) => {
                     // Out of descriptors: wait for some to be released rather than spin.
-                    eprintln!("cosched agent: door {}: {error}", self.path.display());
+                    cosched_os::Log::new("agent")
+                        .warn(format_args!("door {}: {error}", self.path.display()));
                     std::thread::sleep(Duration::from_millis(100));
                     continue;
                 }
@@ -207,7 +208,8 @@ impl Door {
                 .name("cosched-door-caller".into())
                 .spawn(move || door.serve(stream));
             if let Err(error) = spawned {
-                eprintln!("cosched agent: door: no thread for a caller: {error}");
+                cosched_os::Log::new("agent")
+                    .error(format_args!("door: no thread for a caller: {error}"));
             }
         }
     }

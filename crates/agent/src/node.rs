@@ -171,9 +171,7 @@ pub struct NodeAgent<A: Actuator> {
     clock_offset: ClockOffset,
 }
 
-fn log(message: impl std::fmt::Display) {
-    cosched_os::log_line("agent", message);
-}
+const LOG: cosched_os::Log = cosched_os::Log::new("agent");
 
 impl<A: Actuator> NodeAgent<A> {
     pub fn new(settings: NodeSettings, actuator: A, events: Arc<dyn EventSink>) -> Self {
@@ -230,7 +228,7 @@ impl<A: Actuator> NodeAgent<A> {
         if self.settings.realtime {
             let realtime = clock::make_realtime(50);
             if let Err(error) = &realtime {
-                log(format_args!(
+                LOG.warn(format_args!(
                     "no real-time priority for the clock thread ({error}): switches may be late by milliseconds"
                 ));
             }
@@ -280,18 +278,18 @@ impl<A: Actuator> NodeAgent<A> {
     }
 
     fn go_adrift(&mut self) {
-        log(
+        LOG.warn(
             "lost the control plane past the deadline: every job runs unscheduled until it is back",
         );
         self.adrift = true;
         if let Err(error) = self.applier.release_all() {
-            log(format_args!("letting jobs loose: {error}"));
+            LOG.error(format_args!("letting jobs loose: {error}"));
         }
         self.report_status(now_micros());
     }
 
     fn come_back(&mut self) {
-        log("the control plane is back: scheduling from the next boundary");
+        LOG.info("the control plane is back: scheduling from the next boundary");
         self.adrift = false;
         self.report_status(now_micros());
     }
@@ -351,7 +349,7 @@ impl<A: Actuator> NodeAgent<A> {
         match command {
             Command::Publish { generation } => {
                 if let Err(error) = generation.check() {
-                    log(error);
+                    LOG.error(error);
                     return;
                 }
                 if generation.published_us > 0 {
@@ -366,7 +364,7 @@ impl<A: Actuator> NodeAgent<A> {
                 let rotation =
                     Rotation::new(shared.epoch - self.settings.clock_shift_us, shared.quantum);
                 if self.rotation.is_some_and(|r| r != rotation) {
-                    log(format_args!(
+                    LOG.info(format_args!(
                         "generation {}: a new slot clock (quantum {} µs from {})",
                         generation.number, rotation.quantum, rotation.epoch
                     ));
@@ -983,7 +981,7 @@ impl<A: Actuator> NodeAgent<A> {
             }
             Err(error) => {
                 if self.discard_later.insert(job) {
-                    log(format_args!("{error} (will retry)"));
+                    LOG.warn(format_args!("{error} (will retry)"));
                 }
             }
         }
@@ -1030,7 +1028,7 @@ impl<A: Actuator> NodeAgent<A> {
         let record = match self.applier.enter_slot(slot, deadline) {
             Ok(record) => record,
             Err(error) => {
-                log(format_args!("slot {slot}: {error}"));
+                LOG.error(format_args!("slot {slot}: {error}"));
                 return;
             }
         };
@@ -1124,7 +1122,7 @@ impl<A: Actuator> NodeAgent<A> {
                 }
                 self.log_boundary(record, now, None);
             }
-            Err(error) => log(format_args!("slot {slot} (early): {error}")),
+            Err(error) => LOG.warn(format_args!("slot {slot} (early): {error}")),
         }
         self.track_idleness(&before, now);
         self.capture_baselines(slot + 1);
@@ -1186,7 +1184,7 @@ impl<A: Actuator> NodeAgent<A> {
         for job in due {
             self.kill_at.remove(&job);
             if let Err(error) = self.applier.actuator_mut().kill(&job_group(job)) {
-                log(format_args!("job {job}: {error}"));
+                LOG.error(format_args!("job {job}: {error}"));
             }
         }
     }
@@ -1330,7 +1328,7 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
             return;
         }
         if let Err(error) = self.agent.applier.leave_slot(slot, boundary) {
-            log(format_args!("ahead of slot {slot}: {error}"));
+            LOG.warn(format_args!("ahead of slot {slot}: {error}"));
         }
     }
 }

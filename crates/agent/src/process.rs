@@ -8,7 +8,7 @@ use crate::start::{
     io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop, StartError,
 };
 use crate::{NodeAgent, NodeSettings};
-use cosched_cgroups::{Actuator, Freezer};
+use cosched_cgroups::{Actuator, Delegation, Freezer};
 use cosched_cluster::{etcd_client, join, whoami, Keys};
 use cosched_core::{Micros, Partition};
 use cosched_os::now_micros;
@@ -30,6 +30,8 @@ pub struct NodeConfig {
     pub mode: Mode,
     pub state_dir: PathBuf,
     pub cgroup_parent: String,
+    /// Whether the jobs' cgroups go inside this process's systemd unit (cgroup v2).
+    pub cgroup_delegation: Delegation,
     pub freezer: Option<Freezer>,
     pub supervisor_exe: PathBuf,
     pub idle_after: Option<Micros>,
@@ -47,9 +49,7 @@ pub struct NodeConfig {
     pub clock_shift_us: Micros,
 }
 
-fn log(message: impl std::fmt::Display) {
-    cosched_os::log_line("agent", message);
-}
+const LOG: cosched_os::Log = cosched_os::Log::new("agent");
 
 /// The node's cgroups until its agent takes them: removed again if the start fails (a parent
 /// that still holds jobs of an earlier run stays).
@@ -104,7 +104,12 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     let mut config = config;
     config.door = trusted_socket_path(&config.door, "the --door socket")?;
     let (signals, _max_files, state_dir) = take_charge(&config.state_dir)?;
-    let mut unclaimed = Unclaimed(Some(open_cgroups(&config.cgroup_parent, config.freezer)?));
+    let mut unclaimed = Unclaimed(Some(open_cgroups(
+        &config.cgroup_parent,
+        config.freezer,
+        config.cgroup_delegation,
+        LOG,
+    )?));
     let actuator = unclaimed.0.as_ref().expect("just opened");
     actuator.confine(&config.cpus).map_err(|e| {
         StartError::Config(format!(
@@ -172,7 +177,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         shift => format!("; its clock reads true time {shift:+} µs (--clock-offset-us)"),
     };
     ready(&format!(
-        "cosched agent: node {} of cluster '{}', CPUs {}, {} mode, {described}; lets jobs loose \
+        "node {} of cluster '{}', CPUs {}, {} mode, {described}; lets jobs loose \
          {} ms after losing the control plane; jobs add processes here through {}{hydra}{shifted}",
         config.node,
         keys.cluster(),
@@ -181,8 +186,10 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         config.deadline / 1000,
         config.door.display()
     ));
+    cosched_os::notify::notify_or_log(LOG, &format!("READY=1\nSTATUS=node {}", config.node));
     let signal = wait_for_stop(&signals);
-    log(format_args!(
+    cosched_os::notify::notify_or_log(LOG, "STOPPING=1");
+    LOG.info(format_args!(
         "signal {signal}: stopping; jobs are thawed and left running unscheduled"
     ));
     closer.close();

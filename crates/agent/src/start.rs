@@ -4,7 +4,7 @@
 //! socket paths only root controls, the node's cgroups; and why a start failed.
 
 use crate::{HOSTS_DIR, STATE_SUBDIRS};
-use cosched_cgroups::{Cgroups, Freezer, Layout};
+use cosched_cgroups::{delegation, Cgroups, Delegation, Freezer, Layout};
 use cosched_cluster::ClusterError;
 use cosched_os::unix;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -75,9 +75,24 @@ pub fn take_charge(state_dir: &Path) -> Result<(libc::sigset_t, u64, PathBuf), S
     Ok((signals, max_files, private_state_dir(state_dir)?))
 }
 
-/// The actuator over this machine's cgroups, under `parent` in each hierarchy.
-pub fn open_cgroups(parent: &str, freezer: Option<Freezer>) -> Result<Cgroups, StartError> {
-    let layout = Layout::detect().map_err(io_error(Path::new("/proc/self/mountinfo")))?;
+/// The actuator over this machine's cgroups, under `parent` in each hierarchy; in the v2
+/// tree inside this process's systemd unit when it is delegated (`delegation`), which `log`
+/// says.
+pub fn open_cgroups(
+    parent: &str,
+    freezer: Option<Freezer>,
+    delegation: Delegation,
+    log: cosched_os::Log,
+) -> Result<Cgroups, StartError> {
+    let mut layout = Layout::detect().map_err(io_error(Path::new("/proc/self/mountinfo")))?;
+    if let Some(unit) = delegation::delegate(&mut layout, delegation)? {
+        log.info(format_args!(
+            "cgroup v2: jobs' cgroups under the delegated {}/{parent}, this process in {}/{}",
+            unit.display(),
+            unit.display(),
+            delegation::LEAF
+        ));
+    }
     Ok(Cgroups::open(&layout, parent, freezer)?)
 }
 

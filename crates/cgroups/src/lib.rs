@@ -7,11 +7,13 @@
 
 pub mod affinity;
 mod cgroup;
+pub mod delegation;
 mod fake;
 mod layout;
 pub mod procfs;
 
 pub use cgroup::{cpu_usage_of, release, usage, Cgroups, Freezer, ReleaseStep, Usage, UsageFiles};
+pub use delegation::Delegation;
 pub use fake::{Fake, FakeCall};
 pub use layout::Layout;
 

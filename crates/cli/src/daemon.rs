@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use cosched_agent::NodeConfig;
-use cosched_cgroups::Freezer;
+use cosched_cgroups::{Delegation, Freezer};
 use cosched_core::Partition;
 use cosched_daemon::{check, ClusterConfig, DaemonConfig, OnStop, PolicyFile};
 use cosched_policy::Policy;
@@ -92,6 +92,8 @@ pub struct DaemonArgs {
     /// Name of the cgroup (in each hierarchy) under which the jobs' cgroups are made
     #[arg(long, default_value = "cosched", value_name = "NAME")]
     cgroup_parent: String,
+    #[command(flatten)]
+    delegation: DelegationArgs,
     /// Force a freezer instead of the best available: v2, v1 or signals (on one machine; in a
     /// cluster, each agent's)
     #[arg(long, value_parser = ["v2", "v1", "signals"])]
@@ -311,6 +313,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
             OnStop::Leave
         },
         cgroup_parent: args.cgroup_parent,
+        cgroup_delegation: args.delegation.cgroup_delegation,
         freezer: args.freezer.as_deref().map(freezer),
         supervisor_exe: std::env::current_exe().context("finding this program for supervisors")?,
         keep_ended: args.keep_ended,
@@ -325,7 +328,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
             leader_ttl: args.leader_ttl,
         }),
     };
-    cosched_daemon::serve(config, |banner| eprintln!("{banner}"))?;
+    cosched_daemon::serve(config, |banner| cosched_os::Log::new("daemon").info(banner))?;
     Ok(())
 }
 
@@ -370,6 +373,8 @@ pub struct AgentArgs {
     /// Name of the cgroup under which this node's job cgroups are made [default: cosched-NAME]
     #[arg(long, value_name = "NAME")]
     cgroup_parent: Option<String>,
+    #[command(flatten)]
+    delegation: DelegationArgs,
     /// Force a freezer instead of the best available: v2, v1 or signals
     #[arg(long, value_parser = ["v2", "v1", "signals"])]
     freezer: Option<String>,
@@ -409,6 +414,16 @@ pub struct AgentArgs {
     clock_offset_us: i64,
 }
 
+/// Where the jobs' cgroups go under systemd (the daemon's and the agent's flag).
+#[derive(clap::Args)]
+pub struct DelegationArgs {
+    /// Make the jobs' cgroups inside this process's own cgroup v2 group, after moving this
+    /// process into its leaf 'daemon' (a systemd unit with Delegate=yes): auto when systemd
+    /// marked that group delegated, yes always, no never (the top of each cgroup tree)
+    #[arg(long, default_value = "auto", value_name = "auto|yes|no")]
+    cgroup_delegation: Delegation,
+}
+
 pub fn agent(args: AgentArgs) -> Result<()> {
     if args.cluster.etcd.is_empty() {
         bail!("--etcd is required: the agent takes its orders from the cluster's etcd");
@@ -434,6 +449,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         state_dir: args
             .state_dir
             .unwrap_or_else(|| PathBuf::from(format!("/var/lib/cosched/node-{}", args.node))),
+        cgroup_delegation: args.delegation.cgroup_delegation,
         cgroup_parent: args
             .cgroup_parent
             .unwrap_or_else(|| format!("cosched-{}", args.node)),
@@ -452,7 +468,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         address: args.address,
         clock_shift_us: args.clock_offset_us,
     };
-    cosched_agent::serve_node(config, |banner| eprintln!("{banner}"))?;
+    cosched_agent::serve_node(config, |banner| cosched_os::Log::new("agent").info(banner))?;
     Ok(())
 }
 

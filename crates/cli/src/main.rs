@@ -12,6 +12,7 @@ mod daemon;
 mod gantt;
 mod history;
 mod jobs;
+mod manual;
 mod remote;
 mod sim;
 
@@ -60,6 +61,9 @@ enum Command {
     Sim(sim::SimArgs),
     Generate(sim::GenerateArgs),
     Config(config::ConfigArgs),
+    Completions(manual::CompletionsArgs),
+    #[command(hide = true)]
+    ManPages(manual::ManPagesArgs),
     #[command(hide = true)]
     Supervise,
     /// A registered job's holder (the daemon runs it; see `register` in docs/protocol.md)
@@ -140,6 +144,8 @@ fn execute(command: Command) -> anyhow::Result<i32> {
         Command::Sim(args) => sim::run(args),
         Command::Generate(args) => sim::generate(args),
         Command::Config(args) => config::run(args),
+        Command::Completions(args) => manual::completions(args),
+        Command::ManPages(args) => manual::man_pages(args),
         Command::Supervise => daemon::supervise(),
         Command::Hold { join_within_s } => {
             let within = std::time::Duration::from_secs(join_within_s);

@@ -14,9 +14,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-fn log(message: impl std::fmt::Display) {
-    cosched_os::log_line("daemon", message);
-}
+const LOG: cosched_os::Log = cosched_os::Log::new("daemon");
 
 /// This controller holds the leader key (under a lease renewed by a thread of its own).
 pub struct Leadership {
@@ -61,7 +59,7 @@ pub fn become_leader(
             let unchanged =
                 leader_writes.unchanged_for(kv.mod_revision, ttl * 1_000_000, now_micros());
             if let Some(silent) = unchanged {
-                log(format_args!(
+                LOG.warn(format_args!(
                     "the leader wrote nothing for {:.1} s though its key lives: revoking its lease",
                     silent as f64 / 1e6
                 ));
@@ -73,7 +71,7 @@ pub fn become_leader(
             let holder = held
                 .and_then(|kv| decode::<LeaderInfo>(&kv.key, &kv.value).ok())
                 .map_or_else(|| "another controller".into(), |l| l.controller);
-            log(format_args!(
+            LOG.info(format_args!(
                 "standing by: {holder} leads cluster '{}'",
                 keys.cluster()
             ));
@@ -124,12 +122,12 @@ pub fn become_leader(
                     Ok(Some(id)) => {
                         held.store(id, Ordering::Relaxed);
                         last_renewal = now_micros();
-                        log(format_args!(
+                        LOG.warn(format_args!(
                             "{lapsed}; no other controller took over: leading on"
                         ));
                     }
                     Ok(None) => return lost(format!("{lapsed} and another controller leads now")),
-                    Err(error) => log(format_args!("{lapsed}; taking it again: {error}")),
+                    Err(error) => LOG.warn(format_args!("{lapsed}; taking it again: {error}")),
                 }
             }
         })
@@ -296,7 +294,7 @@ impl EventFeed {
             let keep_on = match decode::<Event>(&kv.key, &kv.value) {
                 Ok(event) => handle(event),
                 Err(error) => {
-                    log(format_args!("{error}: event dropped"));
+                    LOG.warn(format_args!("{error}: event dropped"));
                     true
                 }
             };
@@ -316,7 +314,7 @@ impl EventFeed {
                 Change::Put(kv) => match decode::<NodeStatus>(&kv.key, &kv.value) {
                     Ok(status) => handle(status),
                     Err(error) => {
-                        log(error);
+                        LOG.warn(error);
                         true
                     }
                 },
@@ -345,7 +343,7 @@ impl EventFeed {
             Change::Put(kv) => match decode::<NodeInfo>(&kv.key, &kv.value) {
                 Ok(info) => handle(NodeChange::Joined(info)),
                 Err(error) => {
-                    log(error);
+                    LOG.warn(error);
                     true
                 }
             },

@@ -14,9 +14,7 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-fn log(message: impl std::fmt::Display) {
-    cosched_os::log_line("agent", message);
-}
+const LOG: cosched_os::Log = cosched_os::Log::new("agent");
 
 /// What the agent knows of its link to the control plane.
 struct Health {
@@ -166,7 +164,7 @@ impl Membership {
                     let id = lease.load(Ordering::Relaxed);
                     let renewed = client.keep_alive(id).and_then(|renewed| {
                         if renewed.ttl == 0 {
-                            log(format_args!(
+                            LOG.warn(format_args!(
                                 "the node's lease expired: joining again (the controller may \
                                  have given up this node's jobs meanwhile)"
                             ));
@@ -179,7 +177,7 @@ impl Membership {
                         Ok(true) => {
                             health.last_ok.store(now_micros(), Ordering::Relaxed);
                             if broken {
-                                log("etcd and a controller are back");
+                                LOG.info("etcd and a controller are back");
                             }
                             broken = false;
                         }
@@ -187,8 +185,8 @@ impl Membership {
                         failed => {
                             broken = true;
                             match failed {
-                                Err(error) => log(format_args!("{error}")),
-                                _ => log("no controller holds the leader key"),
+                                Err(error) => LOG.warn(format_args!("{error}")),
+                                _ => LOG.warn("no controller holds the leader key"),
                             }
                             health.cut_watches();
                         }
@@ -255,7 +253,7 @@ impl Membership {
         self.health.left.store(true, Ordering::Relaxed);
         self.health.cut_watches();
         if !self.outbox.finish(within) {
-            log("etcd did not take every event before the stop");
+            LOG.warn("etcd did not take every event before the stop");
         }
         let _ = self.client.revoke(self.lease.load(Ordering::Relaxed));
     }
@@ -341,7 +339,7 @@ fn follow_orders(
                     })
                     .is_ok(),
                 Err(error) => {
-                    log(format_args!("{error}: order dropped"));
+                    LOG.warn(format_args!("{error}: order dropped"));
                     outbox.delete(kv.key);
                     true
                 }
@@ -366,7 +364,7 @@ fn follow_headers(client: &Client, key: &str, incoming: &Sender<Incoming>, healt
                     .send(Incoming::Header(header, kv.mod_revision))
                     .is_ok(),
                 Err(error) => {
-                    log(format_args!("{error}: generation header dropped"));
+                    LOG.warn(format_args!("{error}: generation header dropped"));
                     true
                 }
             }

@@ -219,13 +219,17 @@ fn write(client: &Client, batch: &[Op], who: &str) {
         match outcome {
             Ok(()) => {
                 if complained {
-                    eprintln!("cosched {who}: etcd takes writes again");
+                    cosched_os::log_line(who, cosched_os::Level::Info, "etcd takes writes again");
                 }
                 return;
             }
             Err(error) => {
                 if !complained {
-                    eprintln!("cosched {who}: {error}; retrying until etcd takes it");
+                    cosched_os::log_line(
+                        who,
+                        cosched_os::Level::Warning,
+                        format_args!("{error}; retrying until etcd takes it"),
+                    );
                     complained = true;
                 }
                 std::thread::sleep(backoff);

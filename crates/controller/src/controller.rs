@@ -438,6 +438,14 @@ impl Controller {
         };
         self.store.insert(&record).map_err(unrecorded)?;
         fault::point("recorded", id);
+        LOG.info(format_args!(
+            "job {id} submitted by {} (uid {}): '{}', {} processor(s), {}",
+            user_name(record.owner.uid),
+            record.owner.uid,
+            record.name,
+            record.procs,
+            record.class.name()
+        ));
         self.tally(&record, true);
         self.records.insert(id, record);
         // Held only where they can reach the job: a cluster's agents never see them.
@@ -648,6 +656,14 @@ impl Controller {
             }
         })?;
         if first_launch {
+            LOG.info(format_args!(
+                "job {job} started on {}",
+                placed
+                    .iter()
+                    .map(|p| format!("node {} CPUs {}", p.node, p.cpus))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
             self.clock_on(job, now);
             let submitted = self.records[&job].submitted_us;
             self.counts
@@ -729,7 +745,7 @@ impl Controller {
 
     /// A job that could not be started ends here, with the reason kept.
     fn fail(&mut self, job: JobId, why: &str, now: Micros) {
-        log(format_args!("job {job}: {why}"));
+        LOG.error(format_args!("job {job}: {why}"));
         self.end(
             job,
             JobState::Lost,
@@ -785,6 +801,12 @@ impl Controller {
         record.suspended_since_us = None;
         record.shed_for_history();
         *self.counts.ended.entry(record.status.name()).or_default() += 1;
+        // A lost job is the system's trouble, not the job's: a warning.
+        let ended = format!("job {job} ended: {}", ended_line(&record));
+        match record.status {
+            JobState::Lost => LOG.warn(ended),
+            _ => LOG.info(ended),
+        }
         let reply = ended_reply(&record);
         // Acted on even unsaved (its processes are gone, its supervisor keeps the exit
         // status), but memory changes only once the store has it.
@@ -794,7 +816,7 @@ impl Controller {
                 true
             }
             Err(error) => {
-                log(format_args!(
+                LOG.warn(format_args!(
                     "job {job}: its end cannot be saved yet ({error}); its supervisor keeps the exit status"
                 ));
                 self.unsaved.insert(job, record);
@@ -905,6 +927,7 @@ impl Controller {
         unended(record, "cancel")?;
         let launched = record.launched;
         self.update(job, |record| record.cancel_requested = true)?;
+        LOG.info(format_args!("job {job}: cancelled by uid {}", who.uid));
         if !launched {
             self.end(job, JobState::Cancelled, Ending::default(), now);
             return Ok(format!("job {job} cancelled before it started"));
@@ -942,6 +965,7 @@ impl Controller {
         })?;
         self.unschedule_resident(job, now);
         self.tell(Command::Suspend { job });
+        LOG.info(format_args!("job {job}: suspended by uid {}", who.uid));
         Ok(format!("job {job} suspended"))
     }
 
@@ -975,6 +999,7 @@ impl Controller {
             self.fail(job, &error.to_string(), now);
             return Err(error);
         }
+        LOG.info(format_args!("job {job}: resumed by uid {}", who.uid));
         Ok(format!(
             "job {job} resumed ({})",
             self.records[&job].status.name()
@@ -1012,7 +1037,7 @@ impl Controller {
     pub fn settle_overdue(&mut self, since: Micros, now: Micros) {
         for job in self.scheduler.preempting_since(since) {
             let decisions = self.scheduler.settle(job, now).expect("a scheduled job");
-            log(format_args!(
+            LOG.info(format_args!(
                 "job {job}: interactive stretch over; time-shares now"
             ));
             self.apply(decisions, now);
@@ -1025,7 +1050,7 @@ impl Controller {
             return;
         }
         if let Err(error) = self.update(job, |record| record.status = JobState::Idle) {
-            log(error);
+            LOG.error(error);
             return;
         }
         self.idle_departures += 1;
@@ -1039,7 +1064,7 @@ impl Controller {
             return;
         }
         if let Err(error) = self.update(job, |record| record.status = JobState::Queued) {
-            log(error);
+            LOG.error(error);
             return;
         }
         if let Err(error) = self.enqueue(job, now) {
@@ -1168,7 +1193,7 @@ impl Controller {
         );
         if self.silent.remove(&node) {
             if let Some(info) = self.members.get(&node).cloned() {
-                log(format_args!("node {node} reports again"));
+                LOG.info(format_args!("node {node} reports again"));
                 self.node_changed(NodeChange::Joined(info), now);
             }
         }
@@ -1207,7 +1232,7 @@ impl Controller {
             }
         }
         for (node, silent_for) in gone {
-            log(format_args!(
+            LOG.warn(format_args!(
                 "node {node} sent no status for {:.1} s though its key lives: its agent stopped; treated as gone until it reports again",
                 silent_for as f64 / 1e6
             ));
@@ -1371,7 +1396,7 @@ impl Controller {
         {
             return;
         }
-        log(format_args!(
+        LOG.warn(format_args!(
             "job {job}: the daemon stopped before its supervisor started; starting it now"
         ));
         self.unschedule(job, now);
@@ -1413,7 +1438,7 @@ impl Controller {
         let mut running = 0;
         for job in unfinished {
             if let Err(error) = self.update(job, |record| record.cancel_requested = true) {
-                log(error);
+                LOG.error(error);
             }
             if self.records[&job].launched {
                 running += 1;
@@ -1454,7 +1479,7 @@ impl Controller {
                 if info.cpus != *cpus {
                     // The plans would give it its old CPUs: it counts as gone until its agent
                     // runs with them again.
-                    log(format_args!(
+                    LOG.warn(format_args!(
                         "node {} joined ({}) with CPUs {} instead of {cpus}: treated as gone; \
                          restart its agent with --cpus {cpus}",
                         info.node, info.agent, info.cpus
@@ -1465,7 +1490,7 @@ impl Controller {
                     return;
                 }
                 if self.absent.remove(&info.node) {
-                    log(format_args!("node {} is back ({})", info.node, info.agent));
+                    LOG.info(format_args!("node {} is back ({})", info.node, info.agent));
                     // Its queue was dropped when it left: the plan in force, again.
                     self.send_generation_in_force(&[&info.node], now, true);
                     let decisions = self
@@ -1477,7 +1502,7 @@ impl Controller {
             }
             NodeChange::Joined(info) => self.add_node(&info, now),
             NodeChange::Left(node) if known(&node) => {
-                log(format_args!("node {node} left the cluster"));
+                LOG.warn(format_args!("node {node} left the cluster"));
                 self.absent.insert(node.clone());
                 // Before the cancels below, which stay queued: if it comes back, what is left
                 // of its lost jobs there is killed, and nothing is started again.
@@ -1519,7 +1544,7 @@ impl Controller {
     /// waiting jobs at once.
     fn add_node(&mut self, info: &NodeInfo, now: Micros) {
         let refuse = |why: String| {
-            log(format_args!(
+            LOG.warn(format_args!(
                 "node {} joined ({}) but is not used: {why}",
                 info.node, info.agent
             ))
@@ -1550,7 +1575,7 @@ impl Controller {
             Err(error) => return refuse(error.to_string()),
         };
         self.settings.nodes = nodes;
-        log(format_args!(
+        LOG.info(format_args!(
             "node {} joined ({}): node {number} of the machine, {} processors now",
             info.node,
             info.agent,
@@ -1623,7 +1648,7 @@ impl Controller {
         })();
         match checked {
             Ok((target, launch)) => {
-                log(format_args!(
+                LOG.info(format_args!(
                     "job {job}: node {} adds a process on node {target} (request {})",
                     process.node, process.request
                 ));
@@ -1635,7 +1660,7 @@ impl Controller {
                 self.send(&target, add.into());
             }
             Err(why) => {
-                log(format_args!(
+                LOG.warn(format_args!(
                     "job {job}: refused node {}'s request {}: {why}",
                     process.node, process.request
                 ));
@@ -1663,7 +1688,7 @@ impl Controller {
             Event::NotStarted { job } => self.not_started(job, now),
             Event::Idle { job } => self.went_idle(job, now),
             Event::Woke { job } => self.woke(job, now),
-            Event::Trouble { job, what } => log(format_args!("job {job}: agent: {what}")),
+            Event::Trouble { job, what } => LOG.warn(format_args!("job {job}: agent: {what}")),
             Event::Status { status } => self.heard_from(*status, now),
             Event::ProcessWanted {
                 job,
@@ -1839,9 +1864,23 @@ fn program_name(argv0: &str) -> String {
         .collect()
 }
 
-pub fn log(message: impl std::fmt::Display) {
-    cosched_os::log_line("daemon", message);
+/// An ended job's line in the log: its end state, then how its process ended and why.
+fn ended_line(record: &JobRecord) -> String {
+    let mut line = record.status.name().to_string();
+    if let Some(exit) = record.exit {
+        match (exit.code, exit.signal) {
+            (Some(code), _) => line += &format!(", exit code {code}"),
+            (None, Some(signal)) => line += &format!(", killed by signal {signal}"),
+            (None, None) => {}
+        }
+    }
+    if let Some(note) = &record.note {
+        line += &format!(" ({note})");
+    }
+    line
 }
+
+pub const LOG: cosched_os::Log = cosched_os::Log::new("daemon");
 
 #[cfg(test)]
 mod name_tests {

@@ -11,4 +11,4 @@ pub mod counts;
 mod harness;
 pub mod store;
 
-pub use controller::{log, ApiError, Controller, Settings};
+pub use controller::{ApiError, Controller, Settings, LOG};

@@ -2,7 +2,7 @@
 //! boundary log's one reader and the console's tokens.
 
 use crate::clients::SocketClients;
-use cosched_controller::{log, ApiError, Controller};
+use cosched_controller::{ApiError, Controller, LOG};
 use cosched_core::Micros;
 use cosched_os::now_micros;
 use cosched_os::unix::Credentials;
@@ -195,7 +195,7 @@ impl Shared {
         let cancel = on_stop == OnStop::Cancel;
         if cancel {
             let running = self.with(|inner, now| inner.cancel_all(now));
-            log(format_args!("cancelling {running} running job(s)"));
+            LOG.info(format_args!("cancelling {running} running job(s)"));
         }
         if !agents_stay {
             self.lock().tell(Command::Stop { cancel });

@@ -10,14 +10,15 @@ use cosched_agent::start::{
     io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop, StartError,
 };
 use cosched_agent::{NodeAgent, NodeSettings};
-use cosched_cgroups::{Actuator, Cgroups, Freezer};
+use cosched_cgroups::{Actuator, Cgroups, Delegation, Freezer};
 use cosched_cluster::{
     become_leader, etcd_client, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, Outbox,
 };
 use cosched_controller::clients::ClientId;
 use cosched_controller::store::{JobRecord, Store};
-use cosched_controller::{log, ApiError, Controller, Settings};
+use cosched_controller::{ApiError, Controller, Settings, LOG};
 use cosched_core::{Micros, Rotation, Scheduler};
+use cosched_os::notify::notify_or_log as notify;
 use cosched_os::unix::{self, Credentials};
 use cosched_os::{now_micros, usable_cpus};
 use cosched_policy::{MemoryPolicy, Policy};
@@ -53,6 +54,8 @@ pub struct DaemonConfig {
     pub on_stop: OnStop,
     /// The cosched parent cgroup's name (one per daemon on a machine).
     pub cgroup_parent: String,
+    /// Whether the jobs' cgroups go inside this process's systemd unit (cgroup v2).
+    pub cgroup_delegation: Delegation,
     pub freezer: Option<Freezer>,
     pub supervisor_exe: PathBuf,
     /// Ended records kept in memory for `ps --all` (all stay in the store).
@@ -259,7 +262,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     let shared = Shared::new(controller, clients, boundary_log);
     if let Some(http) = http {
         if let Ok(address) = http.local_addr() {
-            log(format_args!(
+            LOG.info(format_args!(
                 "web console at http://{address}/, Prometheus metrics at http://{address}/metrics"
             ));
         }
@@ -269,7 +272,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     let recovering = records.iter().filter(|r| !r.status.ended()).count();
     shared.with(|inner, now| inner.recover(records, now));
     if recovering > 0 {
-        log(format_args!(
+        LOG.info(format_args!(
             "took back {recovering} unfinished job(s) from {store_name}"
         ));
     }
@@ -287,7 +290,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         std::thread::spawn(move || shared.settle_interactive(stretch));
     }
     ready(&format!(
-        "cosched daemon: {mode} mode, quantum {} ms, {} processors on {} ({}); socket {}; policy {}",
+        "{mode} mode, quantum {} ms, {} processors on {} ({}); socket {}; policy {}",
         quantum as f64 / 1000.0,
         procs,
         node_names.join(", "),
@@ -301,14 +304,32 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
             ),
         },
     ));
+    notify(
+        LOG,
+        &format!(
+            "READY=1\nSTATUS=scheduling {procs} processors; socket {}",
+            config.socket.display()
+        ),
+    );
     let mut policy_file = config.policy_file.clone();
     let signal = loop {
         match wait_for_stop(&signals) {
-            libc::SIGHUP => reload(&shared, &mut policy_file),
+            libc::SIGHUP => {
+                notify(
+                    LOG,
+                    &format!(
+                        "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading the policy",
+                        cosched_os::monotonic_micros()
+                    ),
+                );
+                reload(&shared, &mut policy_file);
+                notify(LOG, "READY=1\nSTATUS=policy reloaded");
+            }
             signal => break signal,
         }
     };
-    log(format_args!(
+    notify(LOG, "STOPPING=1\nSTATUS=stopping");
+    LOG.info(format_args!(
         "signal {signal}: stopping; jobs are {}",
         match (config.on_stop, &described.local_thread) {
             (OnStop::Cancel, _) => "cancelled",
@@ -321,7 +342,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     let _ = std::fs::remove_file(&config.socket);
     if let Some((outbox, leadership)) = described.cluster {
         if !outbox.finish(Duration::from_secs(5)) {
-            log("etcd did not take every order before the stop");
+            LOG.warn("etcd did not take every order before the stop");
         }
         leadership.resign();
     }
@@ -339,7 +360,7 @@ fn reload(shared: &Shared, file: &mut PolicyFile) {
     let policy = match Policy::read_trusted(&file.path) {
         Ok(policy) => policy,
         Err(e) => {
-            log(format_args!(
+            LOG.warn(format_args!(
                 "policy not reloaded, the running one stays: {e}"
             ));
             return;
@@ -352,7 +373,7 @@ fn reload(shared: &Shared, file: &mut PolicyFile) {
         .filter(|c| c.live)
         .map(|c| c.to_string())
         .collect();
-    log(format_args!(
+    LOG.info(format_args!(
         "policy reloaded from {}: {}",
         file.path.display(),
         if live.is_empty() {
@@ -363,11 +384,11 @@ fn reload(shared: &Shared, file: &mut PolicyFile) {
     ));
     for key in policy.restart_needed(&file.read) {
         if file.overridden.contains(&key) {
-            log(format_args!(
+            LOG.warn(format_args!(
                 "{key} changed in the file, but the command line sets it"
             ));
         } else {
-            log(format_args!("{key} changed: takes effect at restart"));
+            LOG.info(format_args!("{key} changed: takes effect at restart"));
         }
     }
     file.read = policy;
@@ -479,7 +500,12 @@ fn local_agent(
     records: &[JobRecord],
     procs: u32,
 ) -> Result<(Sender<Order>, Agents), StartError> {
-    let actuator = open_cgroups(&config.cgroup_parent, config.freezer)?;
+    let actuator = open_cgroups(
+        &config.cgroup_parent,
+        config.freezer,
+        config.cgroup_delegation,
+        LOG,
+    )?;
     refuse_strangers(&actuator, records, config)?;
     let described = actuator.describe();
     let (orders, agent_orders) = channel();
@@ -526,12 +552,12 @@ fn lead_cluster(
     let keys = Keys::new(&cluster.cluster)?;
     let leadership = become_leader(Arc::clone(&client), &keys, cluster.leader_ttl, |why| {
         // Another controller may lead already: acting on would mean two of them ordering.
-        log(format_args!(
+        LOG.warn(format_args!(
             "{why}: stopping at once (a standby takes over)"
         ));
         std::process::exit(3);
     })?;
-    log(format_args!("leading cluster '{}'", keys.cluster()));
+    LOG.info(format_args!("leading cluster '{}'", keys.cluster()));
     Ok((client, keys, leadership))
 }
 
@@ -542,7 +568,7 @@ fn lead_cluster(
 fn node_memory(policy: &MemoryPolicy, found: Option<u64>) -> Option<u64> {
     let bytes = policy.node_size(found);
     if policy.fit && bytes.is_none() {
-        log("memory.node_memory is auto and a node's memory is unknown: jobs are admitted by processors alone");
+        LOG.warn("memory.node_memory is auto and a node's memory is unknown: jobs are admitted by processors alone");
     }
     bytes
 }
@@ -583,7 +609,7 @@ fn wait_for_nodes(
         }
         if infos.len() != told || told == 0 {
             let names: Vec<&str> = infos.iter().map(|n| n.node.as_str()).collect();
-            log(format_args!(
+            LOG.info(format_args!(
                 "waiting for {wanted} node(s) to join cluster '{}' (have {}: {})",
                 keys.cluster(),
                 infos.len(),
@@ -691,7 +717,7 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
                 // Out of descriptors: accepting again at once would spin; wait for some to close.
                 if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
                     if !out_of_files {
-                        log(format_args!(
+                        LOG.warn(format_args!(
                             "accepting clients: {error}; retrying every 100 ms"
                         ));
                     }
@@ -717,7 +743,7 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
             clients.lock().expect("clients").leave(who.uid);
         });
         if spawned.is_err() {
-            log("cannot start a client thread; the client was dropped");
+            LOG.error("cannot start a client thread; the client was dropped");
         }
     }
 }
@@ -774,7 +800,7 @@ fn with_client(
         match shared.clients().take(client) {
             Some(stream) => Err((stream, error)),
             None => {
-                log(format_args!("a client answered and then refused: {error}"));
+                LOG.warn(format_args!("a client answered and then refused: {error}"));
                 Ok(())
             }
         }
@@ -815,7 +841,7 @@ fn handle(
                         let client = shared.clients().hold(stream);
                         if let Err(error) = inner.wait(who, job, None, client) {
                             shared.clients().take(client);
-                            log(format_args!("job {job}: {error}"));
+                            LOG.error(format_args!("job {job}: {error}"));
                         }
                     }
                     Ok(())
@@ -859,7 +885,7 @@ fn handle(
                     let client = shared.clients().hold(stream);
                     if let Err(error) = inner.wait_start(who, job, client) {
                         shared.clients().take(client);
-                        log(format_args!("job {job}: {error}"));
+                        LOG.error(format_args!("job {job}: {error}"));
                     }
                     Ok(())
                 }

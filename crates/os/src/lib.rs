@@ -1,25 +1,35 @@
 //! cosched-os: what every cosched process needs from the operating system and the standard
 //! library lacks: Unix-socket plumbing ([`unix`]), the crash tests' fault points ([`fault`]),
-//! log lines, and the clock reading. Below the controller, the agent and the clients alike,
+//! log lines with levels, systemd's readiness notification, and the clock reading. Below the controller, the agent and the clients alike,
 //! so none of them links another for these.
 
 pub mod fault;
 mod logline;
+pub mod notify;
 pub mod unix;
 
-pub use logline::{log_line, one_line};
+pub use logline::{log_line, one_line, Level, Log};
 
 use cosched_core::Micros;
 
 /// Now on CLOCK_REALTIME (the clock NTP keeps in step across nodes), in microseconds since
 /// the Unix epoch.
 pub fn now_micros() -> Micros {
+    clock_micros(libc::CLOCK_REALTIME)
+}
+
+/// Now on CLOCK_MONOTONIC in microseconds (what systemd's `MONOTONIC_USEC=` reads).
+pub fn monotonic_micros() -> Micros {
+    clock_micros(libc::CLOCK_MONOTONIC)
+}
+
+fn clock_micros(clock: libc::clockid_t) -> Micros {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
 }
 

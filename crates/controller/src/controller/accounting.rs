@@ -3,7 +3,7 @@
 //! cgroup there. CPU time adds up over nodes; the peak is the largest node's (memory is held
 //! per node); an OOM kill on any node fails a job that would have ended done.
 
-use super::{log, Controller};
+use super::{Controller, LOG};
 use crate::store::JobRecord;
 use cosched_core::JobId;
 use cosched_proto::{Ending, JobState, OUT_OF_MEMORY};
@@ -64,13 +64,13 @@ impl Controller {
             Ok(Some(record)) if first(&record) => return,
             Ok(Some(record)) if record.status.ended() => record,
             Ok(_) => {
-                log(format_args!(
+                LOG.warn(format_args!(
                     "job {job}: node {node} counted a part of a job that has not ended: ignored"
                 ));
                 return;
             }
             Err(error) => {
-                log(format_args!(
+                LOG.warn(format_args!(
                     "job {job}: node {node}'s figures are lost: {error}"
                 ));
                 return;
@@ -83,7 +83,7 @@ impl Controller {
                     *kept = record;
                 }
             }
-            Err(error) => log(format_args!(
+            Err(error) => LOG.error(format_args!(
                 "job {job}: node {node}'s figures cannot be saved: {error}"
             )),
         }

@@ -4,7 +4,7 @@
 //! controller runs), none while it waits or is suspended. Per-user limits keep a user's jobs
 //! past the limit out of the core's queue (waiting with the reason `limit`) until others end.
 
-use super::{log, ApiError, Controller};
+use super::{ApiError, Controller, LOG};
 use crate::store::JobRecord;
 use cosched_core::{JobId, Micros, MICROS_PER_SEC};
 use cosched_proto::{Command, JobState, Mode, Pending};
@@ -138,11 +138,11 @@ impl Controller {
                 record.timed_out |= over;
             });
             if let Err(error) = saved {
-                log(format_args!("job {job}: {error}"));
+                LOG.error(format_args!("job {job}: {error}"));
                 continue;
             }
             if over {
-                log(format_args!(
+                LOG.info(format_args!(
                     "job {job}: time limit reached ({}); SIGTERM now, SIGKILL after the grace",
                     cosched_core::Clock(run_us)
                 ));
