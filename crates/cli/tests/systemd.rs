@@ -158,7 +158,7 @@ fn the_log_has_levels_and_a_line_per_job_lifecycle_event() {
     let expected = [
         format!("info: job {ok} submitted by root (uid 0): 'fine', 1 processor(s), batch"),
         format!("info: job {ok} started on node local CPUs "),
-        format!("info: job {ok} ended: done, exit code 0"),
+        format!("info: job {ok} ended: completed, exit code 0"),
         format!("job {timed}: time limit reached"),
         format!("info: job {timed} ended: timeout"),
         format!("info: job {memory} ended: failed"),
@@ -182,7 +182,7 @@ fn the_log_has_levels_and_a_line_per_job_lifecycle_event() {
     };
     assert!(ended(three).ends_with(", exit code 3"), "{}", ended(three));
     assert!(
-        ended(killed).ends_with(", killed by signal 11"),
+        ended(killed).ends_with(", killed by SIGSEGV"),
         "{}",
         ended(killed)
     );
@@ -212,7 +212,7 @@ fn the_log_has_levels_and_a_line_per_job_lifecycle_event() {
     let journal = d.log()[before..].to_string();
     assert!(
         journal.contains(&format!(
-            "<6>cosched daemon: job {job} ended: done, exit code 0"
+            "<6>cosched daemon: job {job} ended: completed, exit code 0"
         )),
         "{journal}"
     );

@@ -1870,7 +1870,9 @@ fn ended_line(record: &JobRecord) -> String {
     if let Some(exit) = record.exit {
         match (exit.code, exit.signal) {
             (Some(code), _) => line += &format!(", exit code {code}"),
-            (None, Some(signal)) => line += &format!(", killed by signal {signal}"),
+            (None, Some(signal)) => {
+                line += &format!(", killed by {}", cosched_proto::signal_name(signal))
+            }
             (None, None) => {}
         }
     }
