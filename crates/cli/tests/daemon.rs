@@ -233,6 +233,50 @@ fn workers_a_busy_launcher_starts_late_still_get_a_processor_each() {
 }
 
 #[test]
+fn a_standby_job_left_with_no_slot_moves_to_an_idle_processor_and_runs_there() {
+    let d = Daemon::start(&["--quantum-ms", "50"]);
+    let spin = ["sh", "-c", "while :; do :; done"];
+    let mut args = vec!["-n", "1", "--class", "standby", "--"];
+    args.extend(spin);
+    let standby = d.submit(&args);
+    let on = |job: u64| d.job(job)["cpus"].as_str().map(str::to_string);
+    assert!(wait_until(Duration::from_secs(20), || on(standby)
+        .as_deref()
+        == Some("0")));
+    // A batch job takes processor 0 (placement ignores standby jobs): in no slot there, the
+    // standby job moves to the idle processor 1.
+    let mut args = vec!["-n", "1", "--"];
+    args.extend(spin);
+    let batch = d.submit(&args);
+    assert!(
+        wait_until(Duration::from_secs(20), || on(standby).as_deref()
+            == Some("1")),
+        "{}\n{}",
+        d.job(standby),
+        d.log()
+    );
+    assert_eq!(on(batch).as_deref(), Some("0"));
+    // Its processes are pinned there and run.
+    let pinned = wait_until(Duration::from_secs(20), || {
+        let pids =
+            std::fs::read_to_string(d.cgroup(standby).join("cgroup.procs")).unwrap_or_default();
+        let cpus: Vec<Option<String>> = pids.split_whitespace().map(allowed_cpus).collect();
+        !cpus.is_empty() && cpus.iter().all(|c| c.as_deref() == Some("1"))
+    });
+    assert!(
+        pinned,
+        "the standby job's processes were not pinned to processor 1"
+    );
+    let before = cgroup_cpu_us(&d.cgroup(standby));
+    assert!(wait_until(Duration::from_secs(20), || {
+        cgroup_cpu_us(&d.cgroup(standby)) > before + 200_000
+    }));
+    for job in [standby, batch] {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+    }
+}
+
+#[test]
 fn kill_9_of_the_daemon_loses_no_job_and_leaves_none_frozen() {
     let mut d = Daemon::start(&["--quantum-ms", "100"]);
     let spin = spin_py();

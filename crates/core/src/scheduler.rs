@@ -1003,12 +1003,48 @@ impl Scheduler {
                 self.place_express(now, decisions);
             }
             self.place_standby(now, decisions);
-            // A job placed away from the nodes it held memory on (requeued, resumed) freed
-            // that memory for the layers served before it.
-            if self.resident.len() == holds {
+            let moved = self.move_covered_standby(now, decisions);
+            // A job placed away from the nodes it held memory on (requeued, resumed, a
+            // standby job moved) freed that memory for the layers served before it.
+            if !moved && self.resident.len() == holds {
                 break;
             }
         }
+    }
+
+    /// A standby job whose processors jobs of every slice have taken runs in no slot at all:
+    /// it moves to processors some slice leaves free, if any (a running job's processes are
+    /// pinned again; in a cluster a started job keeps its nodes, `pin`).
+    fn move_covered_standby(&mut self, now: Micros, decisions: &mut Vec<Decision>) -> bool {
+        if self.slices.is_empty() {
+            return false;
+        }
+        let covered: Vec<JobId> = (self.standby.values().copied())
+            .filter(|id| !self.slices.iter().any(|slice| slice.standby.contains(id)))
+            .collect();
+        let mut moved_any = false;
+        for id in covered {
+            let job = &self.jobs[&id];
+            let mut others = self.standby_procs.clone();
+            job_partition(&self.jobs, id).unmark(&mut others);
+            // Its own memory counts as taken here: a move within a node short of memory is
+            // missed, never one that would overcommit.
+            let room = self.room_now(&job.request);
+            let Some(partition) =
+                self.find_standby_beside(&others, &job.request.shape, room.as_ref())
+            else {
+                continue;
+            };
+            let mut moved = self.jobs.remove(&id).expect("standby jobs are known");
+            self.unplace(&moved);
+            moved.state = JobState::Queued;
+            let key = (moved.request.class, moved.seq, id);
+            self.wait(key, &moved.request.shape);
+            self.jobs.insert(id, moved);
+            self.commit(key, partition, Home::Standby, now, decisions);
+            moved_any = true;
+        }
+        moved_any
     }
 
     fn place_standby(&mut self, now: Micros, decisions: &mut Vec<Decision>) {
@@ -1234,9 +1270,19 @@ impl Scheduler {
     }
 
     fn find_standby(&self, shape: &Shape, room: Option<&Room>) -> Option<Partition> {
+        self.find_standby_beside(&self.standby_procs, shape, room)
+    }
+
+    /// [`Scheduler::find_standby`] with `standby_procs` as the other standby jobs' processors.
+    fn find_standby_beside(
+        &self,
+        standby_procs: &ProcSet,
+        shape: &Shape,
+        room: Option<&Room>,
+    ) -> Option<Partition> {
         let free_of = |busy: &ProcSet, lent: Option<&ProcSet>| {
             let mut map = busy.clone();
-            map.union_with(&self.standby_procs);
+            map.union_with(standby_procs);
             if let Some(lent) = lent {
                 map.union_with(lent);
             }

@@ -261,16 +261,18 @@ fn standby_soaks_up_idle_cells_and_yields_them() {
     // Alone on the machine, a standby job runs in a slice of its own making.
     assert_eq!(show(&s), ["7~@0-1"]);
     batch(&mut s, 1, 2);
-    // The batch job ignores standby when placing: it takes 0-1 and the standby job stops.
-    assert_eq!(show(&s), ["1@0-1"]);
+    // The batch job ignores standby when placing: it takes 0-1, and the standby job, left
+    // with no slot, moves to the idle 2-3.
+    assert_eq!(show(&s), ["1@0-1 7~@2-3"]);
     remove(&mut s, 1);
-    assert_eq!(show(&s), ["7~@0-1"]);
+    assert_eq!(show(&s), ["7~@2-3"]);
     batch(&mut s, 2, 2);
-    assert_eq!(show(&s), ["2@0-1"]);
+    assert_eq!(show(&s), ["2@0-1 7~@2-3"]);
+    // Job 3 takes 2: no two processors are idle together, so the standby job waits placed.
     batch(&mut s, 3, 1);
     assert_eq!(show(&s), ["2@0-1 3@2"]);
     remove(&mut s, 2);
-    // Cpus 0-1 are idle again: the standby job runs beside job 3.
+    // Cpus 0-1 are idle again: the standby job moves there and runs beside job 3.
     assert_eq!(show(&s), ["3@2 7~@0-1"]);
 }
 
