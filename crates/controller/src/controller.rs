@@ -1555,6 +1555,17 @@ impl Controller {
                 info.mode, self.settings.mode
             ));
         }
+        // Memory fit sizes every node alike (the smallest at start, or the policy's): a
+        // smaller one would hold jobs together that do not fit in it.
+        if let (Some(size), Some(has)) = (self.scheduler.machine().node_memory(), info.memory_bytes)
+        {
+            if has < size {
+                return refuse(format!(
+                    "it has {has} bytes of memory and memory fit takes every node to have \
+                     {size}: restart the controller to size the nodes by it"
+                ));
+            }
+        }
         let mut nodes = self.settings.nodes.clone();
         if let Err(error) = nodes.add(info.to_node()) {
             return refuse(error.to_string());

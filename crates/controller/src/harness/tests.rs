@@ -186,6 +186,21 @@ fn a_node_that_leaves_loses_its_jobs_and_lends_nothing_until_it_is_back() {
 }
 
 #[test]
+fn a_node_joining_with_less_memory_than_memory_fit_assumes_is_not_used() {
+    let mut h = Harness::with_memory(2, 1 << 30);
+    let now = h.now;
+    let mut small = Harness::node_info("small", 2, now);
+    small.memory_bytes = Some(512 << 20);
+    h.controller.node_changed(NodeChange::Joined(small), now);
+    assert_eq!(h.controller.matrix(now).procs, 2, "refused");
+    let mut big = Harness::node_info("big", 2, now);
+    big.memory_bytes = Some(2 << 30);
+    h.controller.node_changed(NodeChange::Joined(big), now);
+    assert_eq!(h.controller.matrix(now).procs, 4);
+    h.controller.audit().unwrap();
+}
+
+#[test]
 fn a_started_job_stays_on_its_nodes_through_a_takeover_and_a_class_change() {
     let mut h = Harness::cluster(&[("a", 2), ("b", 2)]);
     let first = h.run(UID, 2).unwrap();
