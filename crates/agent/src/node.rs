@@ -14,6 +14,7 @@ use crate::door::{Door, DOOR_ENV};
 use crate::join;
 use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
+use crate::lend::{self, BlockWatch};
 use crate::{job_group, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
 use cosched_cgroups::{procfs, Actuator, CgroupError, Cgroups, Usage};
 use cosched_core::{JobId, Micros, Partition, Rotation};
@@ -62,6 +63,9 @@ pub struct NodeSettings {
     pub mode: Mode,
     /// A job using no CPU in its own slots this long leaves the rotation (gang, moderate).
     pub idle_after: Option<Micros>,
+    /// A running job whose processes have all been off the CPU this long within its slot
+    /// gives its processors to the next slices' jobs until the boundary (gang; none: never).
+    pub give_away_after: Option<Micros>,
     /// Where supervisors keep their files (`jobs/`, `run/`): root's and writable by nobody
     /// else (the caller checked).
     pub state_dir: PathBuf,
@@ -137,6 +141,8 @@ pub struct NodeAgent<A: Actuator> {
     order_times: RecentTimes,
     events: Arc<dyn EventSink>,
     idle: Option<IdleTracker>,
+    /// The slot's running jobs, watched for a blocked gang (`give_away_after`).
+    blocked: Option<BlockWatch>,
     /// Idle jobs let loose, with their CPU usage when last looked at.
     watching: BTreeMap<JobId, Duration>,
     last_watch: Micros,
@@ -193,6 +199,10 @@ impl<A: Actuator> NodeAgent<A> {
                 .idle_after
                 .filter(|_| slotted)
                 .map(IdleTracker::new),
+            blocked: settings
+                .give_away_after
+                .filter(|_| settings.mode == Mode::Gang)
+                .map(BlockWatch::new),
             events,
             watching: BTreeMap::new(),
             last_watch: 0,
@@ -577,6 +587,9 @@ impl<A: Actuator> NodeAgent<A> {
         self.last_captures.remove(&job);
         if let Some(tracker) = &mut self.idle {
             tracker.forget(job);
+        }
+        if let Some(watch) = &mut self.blocked {
+            watch.drop_job(job);
         }
     }
 
@@ -1059,6 +1072,7 @@ impl<A: Actuator> NodeAgent<A> {
         let lateness_us = tick.lateness().as_micros() as Micros;
         self.log_boundary(record, woke, Some(lateness_us));
         self.track_idleness(&before, woke);
+        self.watch_blocked(woke);
         self.watch_idle(woke);
         self.capture_baselines(slot + 1);
         self.quiet_tick(woke);
@@ -1095,6 +1109,7 @@ impl<A: Actuator> NodeAgent<A> {
             lateness_us,
             stopped: record.stopped,
             started: record.started,
+            blocked: record.blocked,
         });
     }
 
@@ -1125,7 +1140,58 @@ impl<A: Actuator> NodeAgent<A> {
             Err(error) => LOG.warn(format_args!("slot {slot} (early): {error}")),
         }
         self.track_idleness(&before, now);
+        self.watch_blocked(now);
         self.capture_baselines(slot + 1);
+    }
+
+    /// From `now`, the slot's running jobs are watched for a blocked gang.
+    fn watch_blocked(&mut self, now: Micros) {
+        if let Some(watch) = &mut self.blocked {
+            watch.slot_began(self.applier.running(), now);
+        }
+    }
+
+    /// When the clock thread must next look for a blocked gang (`Micros::MAX`: no need).
+    fn next_look(&self) -> Micros {
+        match (&self.blocked, self.switching()) {
+            (Some(watch), true) => watch.next_look(),
+            _ => Micros::MAX,
+        }
+    }
+
+    /// If a look is due: each watched job whose usage stood still for the window and none of
+    /// whose tasks is runnable gives its processors away for the rest of the slot. A job is
+    /// given one chance per slot (its processes are not listed again at every look).
+    fn give_away_blocked(&mut self, now: Micros) {
+        let (Some(rotation), true) = (self.rotation, self.switching()) else {
+            return;
+        };
+        let Some(watch) = self.blocked.as_mut() else {
+            return;
+        };
+        if !watch.due(now) {
+            return;
+        }
+        let watched: Vec<JobId> = watch.watched().collect();
+        let mut blocked = BTreeSet::new();
+        for job in watched {
+            let Some(usage) = self.usage(job) else {
+                continue;
+            };
+            let watch = self.blocked.as_mut().expect("checked");
+            if watch.still(job, usage, now) && lend::asleep(&self.applier, job) {
+                watch.drop_job(job);
+                blocked.insert(job);
+            }
+        }
+        if blocked.is_empty() {
+            return;
+        }
+        let slot = rotation.slot_at(now);
+        match self.applier.lend(slot, &blocked) {
+            Ok(record) => self.log_boundary(record, now, None),
+            Err(error) => LOG.warn(format_args!("slot {slot}: giving processors away: {error}")),
+        }
     }
 
     fn track_idleness(&mut self, before: &[JobId], now: Micros) {
@@ -1280,10 +1346,12 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
             .min(self.rotation.quantum / 4);
         let until = until - quiet;
         loop {
-            if now_micros() >= until {
+            let now = now_micros();
+            if now >= until {
                 return true;
             }
-            match self.source.next_order(until) {
+            self.agent.give_away_blocked(now);
+            match self.source.next_order(until.min(self.agent.next_look())) {
                 Received::Order(order) => {
                     let began = now_micros();
                     self.agent.handle(*order);
@@ -1295,7 +1363,8 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
                         self.agent.apply_early();
                     }
                 }
-                Received::Timeout => return true,
+                // The loop's top tells a look's wakeup from the end of the work.
+                Received::Timeout => {}
                 Received::Closed => {
                     self.agent.close();
                     return false;

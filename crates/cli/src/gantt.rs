@@ -285,6 +285,7 @@ mod tests {
             lateness_us: Some(0),
             stopped: moments(stopped, at + 1),
             started: moments(started, at + 2),
+            blocked: vec![],
         }
     }
 
