@@ -129,14 +129,14 @@ impl<A: Actuator> Applier<A> {
         };
         let processors = |job: &JobId| self.jobs.get(job).cloned().flatten();
         let mut free: BTreeSet<u32> = BTreeSet::new();
-        for job in blocked.iter().filter(|job| self.running.contains(job)) {
+        for job in blocked.iter().filter(|job| self.running.contains(*job)) {
             match processors(job) {
                 Some(cpus) => free.extend(cpus.processors()),
                 None => return Ok(record),
             }
         }
         // Processors of a running job that is not blocked (or not known) are never given.
-        for job in self.running.iter().filter(|job| !blocked.contains(job)) {
+        for job in self.running.iter().filter(|job| !blocked.contains(*job)) {
             match processors(job) {
                 Some(cpus) => cpus.processors().for_each(|cpu| {
                     free.remove(&cpu);
@@ -144,6 +144,7 @@ impl<A: Actuator> Applier<A> {
                 None => return Ok(record),
             }
         }
+        let lent = free.clone();
         let slices = generation.plan.slices.len() as i64;
         let mut borrowers = Vec::new();
         for ahead in 1..slices {
@@ -157,7 +158,7 @@ impl<A: Actuator> Applier<A> {
                 let Some(cpus) = processors(&job) else {
                     continue;
                 };
-                if cpus.processors().all(|cpu| free.contains(&cpu)) {
+                if !cpus.is_empty() && cpus.processors().all(|cpu| free.contains(&cpu)) {
                     cpus.processors().for_each(|cpu| {
                         free.remove(&cpu);
                     });
@@ -165,13 +166,21 @@ impl<A: Actuator> Applier<A> {
                 }
             }
         }
+        // The lenders: blocked jobs some of whose processors went to a borrower.
+        record.blocked = blocked
+            .iter()
+            .copied()
+            .filter(|job| {
+                processors(job).is_some_and(|cpus| {
+                    cpus.processors()
+                        .any(|cpu| lent.contains(&cpu) && !free.contains(&cpu))
+                })
+            })
+            .collect();
         for job in borrowers {
             let at_us = self.steer(job, true)?;
             self.running.insert(job);
             record.started.push(JobMoment { job, at_us });
-        }
-        if !record.started.is_empty() {
-            record.blocked = blocked.iter().copied().collect();
         }
         record.duration = began.elapsed();
         Ok(record)
