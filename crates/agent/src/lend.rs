@@ -12,7 +12,7 @@
 //! the job's tasks' `/proc` states are read only once its usage has stood still that long
 //! (a task waiting for a processor adds no usage either, and must not count as blocked).
 
-use crate::{job_group, Applier, AgentError, Mode, SwitchRecord};
+use crate::{job_group, AgentError, Applier, Mode, SwitchRecord};
 use cosched_cgroups::{procfs, Actuator, Pid};
 use cosched_core::{JobId, Micros};
 use cosched_proto::JobMoment;
@@ -237,7 +237,10 @@ mod tests {
     #[test]
     fn this_process_is_runnable_and_a_sleeper_is_not() {
         assert!(any_runnable(&[std::process::id() as Pid]));
-        let mut sleeper = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .unwrap();
         let pid = sleeper.id() as Pid;
         // It is runnable until it reaches its sleep.
         let start = Instant::now();

@@ -20,7 +20,8 @@ fn applier(mode: Mode, sizes: &[u32]) -> Applier<Fake> {
     let mut fake = Fake::default();
     let jobs: Vec<u64> = (1..=sizes.len() as u64).collect();
     for (&job, &size) in jobs.iter().zip(sizes) {
-        s.submit(JobRequest::new(job, Shape::Count(size)), 0).unwrap();
+        s.submit(JobRequest::new(job, Shape::Count(size)), 0)
+            .unwrap();
         fake.create(&job_group(job)).unwrap();
     }
     let mut a = Applier::new(fake, mode);
@@ -65,7 +66,10 @@ fn each_blocked_jobs_processors_go_on_their_own_and_come_back_at_the_boundary() 
     assert_eq!(lend(&mut a, 11, &[3]), (vec![1], vec![3]));
     let r = a.enter_slot(12, now_micros()).unwrap();
     let moved = |m: &[cosched_proto::JobMoment]| m.iter().map(|m| m.job).collect::<Vec<_>>();
-    assert_eq!((moved(&r.stopped), moved(&r.started)), (vec![3, 4], vec![2]));
+    assert_eq!(
+        (moved(&r.stopped), moved(&r.started)),
+        (vec![3, 4], vec![2])
+    );
     assert_eq!(running(&a), vec![1, 2]);
 }
 
