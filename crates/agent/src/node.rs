@@ -1351,7 +1351,8 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
                 return true;
             }
             self.agent.give_away_blocked(now);
-            match self.source.next_order(until.min(self.agent.next_look())) {
+            let wake = until.min(self.agent.next_look());
+            match self.source.next_order(wake) {
                 Received::Order(order) => {
                     let began = now_micros();
                     self.agent.handle(*order);
@@ -1363,8 +1364,9 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
                         self.agent.apply_early();
                     }
                 }
-                // The loop's top tells a look's wakeup from the end of the work.
-                Received::Timeout => {}
+                // Woken to look for a blocked gang: the loop's top looks.
+                Received::Timeout if wake < until => {}
+                Received::Timeout => return true,
                 Received::Closed => {
                     self.agent.close();
                     return false;
