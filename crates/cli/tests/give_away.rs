@@ -16,9 +16,14 @@ const SLEEP_LOOP: &str = "while :; do sleep 0.05; done";
 /// A daemon scheduling one processor at MPL 2 with 100 ms slots, giving blocked slots away
 /// after `give_away_ms` (0: never).
 fn daemon(give_away_ms: &str) -> Daemon {
+    daemon_on(1, give_away_ms)
+}
+
+/// The same on `procs` processors.
+fn daemon_on(procs: u32, give_away_ms: &str) -> Daemon {
     Daemon::start(&[
         "--procs",
-        "1",
+        &procs.to_string(),
         "--mpl",
         "2",
         "--quantum-ms",
@@ -38,21 +43,26 @@ fn sleeper(d: &Daemon) -> u64 {
     d.submit(&args)
 }
 
-/// Waits until both jobs run (each thawed at least once), then the share of one processor
-/// `job` used over two seconds, from its cgroup's CPU time.
-fn share_of(d: &Daemon, job: u64, other: u64) -> f64 {
+/// Waits until every job runs (each thawed at least once), then the share of one processor
+/// each used over two seconds, from its cgroup's CPU time.
+fn shares(d: &Daemon, jobs: &[u64]) -> Vec<f64> {
     let started = wait_until(Duration::from_secs(30), || {
-        [job, other]
-            .iter()
+        jobs.iter()
             .all(|&j| d.job(j)["state"] == "running" && d.cpu_us(j) > 0)
     });
-    assert!(started, "both jobs run: {}", d.log());
-    let (used, began) = (d.cpu_us(job), Instant::now());
+    assert!(started, "every job runs: {}", d.log());
+    let used: Vec<i64> = jobs.iter().map(|&j| d.cpu_us(j)).collect();
+    let began = Instant::now();
     std::thread::sleep(Duration::from_secs(2));
-    let share = (d.cpu_us(job) - used) as f64 / began.elapsed().as_micros() as f64;
-    // For the record (`--nocapture`): what the bounds below are generous around.
-    eprintln!("job {job} used {:.0} % of the processor", share * 100.0);
-    share
+    let wall = began.elapsed().as_micros() as f64;
+    let shares: Vec<f64> = jobs
+        .iter()
+        .zip(used)
+        .map(|(&j, used)| (d.cpu_us(j) - used) as f64 / wall)
+        .collect();
+    // For the record (`--nocapture`): what the bounds the tests assert are generous around.
+    eprintln!("jobs {jobs:?} used {shares:.2?} of a processor each");
+    shares
 }
 
 /// Records of the boundary log in which some job's processors were given away.
@@ -76,7 +86,7 @@ fn stop(mut d: Daemon, jobs: &[u64]) {
 fn a_sleeping_gang_gives_its_slot_to_the_computing_one() {
     let d = daemon("5");
     let (sleeps, computes) = (sleeper(&d), spinner(&d));
-    let share = share_of(&d, computes, sleeps);
+    let share = shares(&d, &[computes, sleeps])[0];
     assert!(
         share > 0.6,
         "the computing job got {:.0} % of the processor; log: {}",
@@ -106,13 +116,38 @@ fn a_sleeping_gang_gives_its_slot_to_the_computing_one() {
     stop(d, &[sleeps, computes]);
 }
 
+#[test]
+fn each_job_of_a_slice_lends_only_its_own_processor() {
+    // First fit, in submission order: slice 1 holds the sleeper (CPU 0) and a computing job
+    // (CPU 1), slice 2 a computing job on each CPU.
+    let d = daemon_on(2, "5");
+    let sleeps = sleeper(&d);
+    let beside = spinner(&d);
+    let (after_sleeper, after_beside) = (spinner(&d), spinner(&d));
+    let got = shares(&d, &[after_sleeper, after_beside, beside, sleeps]);
+    assert!(
+        got[0] > 0.6 && got[1] < 0.6 && got[2] < 0.6,
+        "only the job on the sleeper's processor gets more than its slots: {got:?}"
+    );
+    let records = handovers(&d);
+    assert!(!records.is_empty(), "no handover logged: {}", d.log());
+    for record in &records {
+        let started: Vec<u64> = record.started.iter().map(|m| m.job).collect();
+        assert_eq!(
+            (&record.blocked, started),
+            (&vec![sleeps], vec![after_sleeper])
+        );
+    }
+    stop(d, &[sleeps, beside, after_sleeper, after_beside]);
+}
+
 /// On a daemon giving slots away after `give_away_ms`, a computing job beside the job
 /// `beside` starts keeps to its own slots (about half the processor), and nothing is handed
 /// over.
 fn keeps_to_its_slots(give_away_ms: &str, beside: fn(&Daemon) -> u64) {
     let d = daemon(give_away_ms);
     let (other, computes) = (beside(&d), spinner(&d));
-    let share = share_of(&d, computes, other);
+    let share = shares(&d, &[computes, other])[0];
     assert!(
         share < 0.6,
         "job {computes} got {:.0} % of the processor in its own slots alone",
