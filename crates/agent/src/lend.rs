@@ -10,11 +10,13 @@
 //!
 //! Detection reads one `cpu.stat` (`cpuacct.usage` on v1) per running job every `after / 2`;
 //! the job's tasks' `/proc` states are read only once its usage has stood still that long
-//! (a task waiting for a processor adds no usage either, and must not count as blocked).
+//! (a task waiting for a processor adds no usage either, and must not count as blocked), once
+//! per slot at most and within a look's period.
 
 use crate::{job_group, AgentError, Applier, Mode, SwitchRecord};
 use cosched_cgroups::{procfs, Actuator, Pid};
 use cosched_core::{JobId, Micros};
+use cosched_os::now_micros;
 use cosched_proto::JobMoment;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -92,19 +94,22 @@ impl BlockWatch {
         }
     }
 
-    /// The job gave its processors away (or left): not watched again in this slot.
+    /// The job's tasks were read (or it left): not watched again in this slot.
     pub fn drop_job(&mut self, job: JobId) {
         self.jobs.remove(&job);
     }
 }
 
-/// Whether any task of these processes is runnable (state `R`): on a processor, or waiting
-/// for one. A process gone meanwhile counts as not runnable.
-pub fn any_runnable(pids: &[Pid]) -> bool {
-    pids.iter().any(|&pid| {
-        procfs::tasks(pid)
-            .into_iter()
-            .any(|tid| procfs::thread_stat(pid, tid).is_ok_and(|stat| stat.state == 'R'))
+/// Whether no task of these processes is runnable (state `R`: on a processor, or waiting for
+/// one), as far as could be read by `until` (true clock, µs): a scan cut short says no, so a
+/// job of thousands of sleeping threads cannot hold the clock thread past its boundary. A
+/// process gone meanwhile counts as asleep.
+pub fn asleep_by(pids: &[Pid], until: Micros) -> bool {
+    pids.iter().all(|&pid| {
+        procfs::tasks(pid).into_iter().all(|tid| {
+            now_micros() < until
+                && procfs::thread_stat(pid, tid).map_or(true, |stat| stat.state != 'R')
+        })
     })
 }
 
@@ -188,12 +193,12 @@ impl<A: Actuator> Applier<A> {
 }
 
 /// Whether `job` of `applier` counts as blocked now: a running job none of whose tasks is
-/// runnable (a job whose processes cannot be listed is not).
-pub fn asleep<A: Actuator>(applier: &Applier<A>, job: JobId) -> bool {
+/// runnable, as read by `until` (a job whose processes cannot be listed is not).
+pub fn asleep<A: Actuator>(applier: &Applier<A>, job: JobId, until: Micros) -> bool {
     applier
         .actuator()
         .pids(&job_group(job))
-        .is_ok_and(|pids| !pids.is_empty() && !any_runnable(&pids))
+        .is_ok_and(|pids| !pids.is_empty() && asleep_by(&pids, until))
 }
 
 #[cfg(test)]
@@ -236,7 +241,8 @@ mod tests {
 
     #[test]
     fn this_process_is_runnable_and_a_sleeper_is_not() {
-        assert!(any_runnable(&[std::process::id() as Pid]));
+        let forever = Micros::MAX;
+        assert!(!asleep_by(&[std::process::id() as Pid], forever));
         let mut sleeper = std::process::Command::new("sleep")
             .arg("10")
             .spawn()
@@ -244,12 +250,16 @@ mod tests {
         let pid = sleeper.id() as Pid;
         // It is runnable until it reaches its sleep.
         let start = Instant::now();
-        while any_runnable(&[pid]) && start.elapsed() < Duration::from_secs(10) {
+        while !asleep_by(&[pid], forever) && start.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert!(!any_runnable(&[pid]));
+        assert!(asleep_by(&[pid], forever));
+        assert!(
+            !asleep_by(&[pid], now_micros()),
+            "a scan out of time says no"
+        );
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
-        assert!(!any_runnable(&[pid]), "a process gone is not runnable");
+        assert!(asleep_by(&[pid], forever), "a process gone is asleep");
     }
 }

@@ -24,7 +24,7 @@ mod stats;
 pub mod supervisor;
 
 pub use idle::IdleTracker;
-pub use lend::{any_runnable, give_away_after, BlockWatch};
+pub use lend::{asleep_by, give_away_after, BlockWatch};
 pub use node::{NodeAgent, NodeSettings, HOSTS_DIR, STATE_SUBDIRS};
 pub use process::{renewal_period, serve_node, NodeConfig};
 pub use stats::{Samples, Summary};

@@ -1159,10 +1159,12 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    /// If a look is due: each watched job whose usage stood still for the window and none of
-    /// whose tasks is runnable gives its processors away for the rest of the slot. A job is
-    /// given one chance per slot (its processes are not listed again at every look).
-    fn give_away_blocked(&mut self, now: Micros) {
+    /// If a look is due (before `until`, the end of the work between boundaries): each
+    /// watched job whose usage stood still for the window and none of whose tasks is runnable
+    /// gives its processors away for the rest of the slot. A job's tasks are read once per
+    /// slot at most, within a look's period: the clock thread is real-time, and a job of
+    /// thousands of sleeping threads must not make it spin or hold the boundary back.
+    fn give_away_blocked(&mut self, now: Micros, until: Micros) {
         let (Some(rotation), true) = (self.rotation, self.switching()) else {
             return;
         };
@@ -1173,15 +1175,18 @@ impl<A: Actuator> NodeAgent<A> {
             return;
         }
         let watched: Vec<JobId> = watch.watched().collect();
+        let scan_by = until.min(now + watch.period());
         let mut blocked = BTreeSet::new();
         for job in watched {
             let Some(usage) = self.usage(job) else {
                 continue;
             };
             let watch = self.blocked.as_mut().expect("checked");
-            if watch.still(job, usage, now) && lend::asleep(&self.applier, job) {
+            if watch.still(job, usage, now) {
                 watch.drop_job(job);
-                blocked.insert(job);
+                if lend::asleep(&self.applier, job, scan_by) {
+                    blocked.insert(job);
+                }
             }
         }
         if blocked.is_empty() {
@@ -1350,7 +1355,7 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
             if now >= until {
                 return true;
             }
-            self.agent.give_away_blocked(now);
+            self.agent.give_away_blocked(now, until);
             let wake = until.min(self.agent.next_look());
             match self.source.next_order(wake) {
                 Received::Order(order) => {

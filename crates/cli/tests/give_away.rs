@@ -220,7 +220,7 @@ fn measure_detection_costs() {
         cosched_cgroups::procfs::read_kernel_file(&dir.join("cpu.pressure")).is_ok()
     });
     let states = time("/proc/PID/task/TID/stat of 4 processes", &|| {
-        !cosched_agent::any_runnable(&pids)
+        cosched_agent::asleep_by(&pids, i64::MAX)
     });
     // A look every half window of 5 ms: 4 looks in a 10 ms slot, 40 in a 100 ms one.
     for quantum_ms in [10.0, 100.0] {
