@@ -182,6 +182,13 @@ const LOG: cosched_os::Log = cosched_os::Log::new("agent");
 impl<A: Actuator> NodeAgent<A> {
     pub fn new(settings: NodeSettings, actuator: A, events: Arc<dyn EventSink>) -> Self {
         let slotted = matches!(settings.mode, Mode::Gang | Mode::Moderate);
+        if settings.give_away_after.is_some() && settings.mode != Mode::Gang {
+            // Only a freezer holds processors idle for a blocked job: nothing to give away.
+            LOG.warn(format_args!(
+                "giving blocked gangs' slots away applies in gang mode only: ignored in {} mode",
+                settings.mode.name()
+            ));
+        }
         NodeAgent {
             applier: Applier::new(actuator, settings.mode),
             rotation: None,
