@@ -155,6 +155,7 @@ mod tests {
                 job: 2,
                 at_us: 2_100,
             }],
+            blocked: vec![],
         }
     }
 

@@ -15,6 +15,7 @@ pub mod door;
 pub mod holder;
 mod idle;
 mod join;
+mod lend;
 pub mod node;
 mod process;
 pub mod skew;
@@ -23,6 +24,7 @@ mod stats;
 pub mod supervisor;
 
 pub use idle::IdleTracker;
+pub use lend::{asleep_by, give_away_after, BlockWatch};
 pub use node::{NodeAgent, NodeSettings, HOSTS_DIR, STATE_SUBDIRS};
 pub use process::{renewal_period, serve_node, NodeConfig};
 pub use stats::{Samples, Summary};
@@ -64,6 +66,8 @@ pub struct SwitchRecord {
     pub started: Vec<JobMoment>,
     /// From the first actuator call to the last confirmation.
     pub duration: Duration,
+    /// Within a slot: the blocked jobs whose processors `started` were given (`lend`).
+    pub blocked: Vec<JobId>,
 }
 
 impl SwitchRecord {
@@ -464,6 +468,7 @@ impl<A: Actuator> Applier<A> {
             stopped,
             started,
             duration: took_ahead + started_at.elapsed(),
+            blocked: Vec::new(),
         })
     }
 

@@ -12,6 +12,7 @@ use crate::chrony::ClockOffset;
 use crate::clock::{self, SlotWork, Tick};
 use crate::door::{Door, DOOR_ENV};
 use crate::join;
+use crate::lend::{self, BlockWatch};
 use crate::skew::Baseline;
 use crate::supervisor::{self, LaunchSpec};
 use crate::{job_group, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
@@ -62,6 +63,9 @@ pub struct NodeSettings {
     pub mode: Mode,
     /// A job using no CPU in its own slots this long leaves the rotation (gang, moderate).
     pub idle_after: Option<Micros>,
+    /// A running job whose processes have all been off the CPU this long within its slot
+    /// gives its processors to the next slices' jobs until the boundary (gang; none: never).
+    pub give_away_after: Option<Micros>,
     /// Where supervisors keep their files (`jobs/`, `run/`): root's and writable by nobody
     /// else (the caller checked).
     pub state_dir: PathBuf,
@@ -137,6 +141,8 @@ pub struct NodeAgent<A: Actuator> {
     order_times: RecentTimes,
     events: Arc<dyn EventSink>,
     idle: Option<IdleTracker>,
+    /// The slot's running jobs, watched for a blocked gang (`give_away_after`).
+    blocked: Option<BlockWatch>,
     /// Idle jobs let loose, with their CPU usage when last looked at.
     watching: BTreeMap<JobId, Duration>,
     last_watch: Micros,
@@ -176,6 +182,13 @@ const LOG: cosched_os::Log = cosched_os::Log::new("agent");
 impl<A: Actuator> NodeAgent<A> {
     pub fn new(settings: NodeSettings, actuator: A, events: Arc<dyn EventSink>) -> Self {
         let slotted = matches!(settings.mode, Mode::Gang | Mode::Moderate);
+        if settings.give_away_after.is_some() && settings.mode != Mode::Gang {
+            // Only a freezer holds processors idle for a blocked job: nothing to give away.
+            LOG.warn(format_args!(
+                "giving blocked gangs' slots away applies in gang mode only: ignored in {} mode",
+                settings.mode.name()
+            ));
+        }
         NodeAgent {
             applier: Applier::new(actuator, settings.mode),
             rotation: None,
@@ -193,6 +206,10 @@ impl<A: Actuator> NodeAgent<A> {
                 .idle_after
                 .filter(|_| slotted)
                 .map(IdleTracker::new),
+            blocked: settings
+                .give_away_after
+                .filter(|_| settings.mode == Mode::Gang)
+                .map(BlockWatch::new),
             events,
             watching: BTreeMap::new(),
             last_watch: 0,
@@ -577,6 +594,9 @@ impl<A: Actuator> NodeAgent<A> {
         self.last_captures.remove(&job);
         if let Some(tracker) = &mut self.idle {
             tracker.forget(job);
+        }
+        if let Some(watch) = &mut self.blocked {
+            watch.drop_job(job);
         }
     }
 
@@ -1059,6 +1079,7 @@ impl<A: Actuator> NodeAgent<A> {
         let lateness_us = tick.lateness().as_micros() as Micros;
         self.log_boundary(record, woke, Some(lateness_us));
         self.track_idleness(&before, woke);
+        self.watch_blocked(woke);
         self.watch_idle(woke);
         self.capture_baselines(slot + 1);
         self.quiet_tick(woke);
@@ -1095,6 +1116,7 @@ impl<A: Actuator> NodeAgent<A> {
             lateness_us,
             stopped: record.stopped,
             started: record.started,
+            blocked: record.blocked,
         });
     }
 
@@ -1125,7 +1147,63 @@ impl<A: Actuator> NodeAgent<A> {
             Err(error) => LOG.warn(format_args!("slot {slot} (early): {error}")),
         }
         self.track_idleness(&before, now);
+        self.watch_blocked(now);
         self.capture_baselines(slot + 1);
+    }
+
+    /// From `now`, the slot's running jobs are watched for a blocked gang.
+    fn watch_blocked(&mut self, now: Micros) {
+        if let Some(watch) = &mut self.blocked {
+            watch.slot_began(self.applier.running(), now);
+        }
+    }
+
+    /// When the clock thread must next look for a blocked gang (`Micros::MAX`: no need).
+    fn next_look(&self) -> Micros {
+        match (&self.blocked, self.switching()) {
+            (Some(watch), true) => watch.next_look(),
+            _ => Micros::MAX,
+        }
+    }
+
+    /// If a look is due (before `until`, the end of the work between boundaries): each
+    /// watched job whose usage stood still for the window and none of whose tasks is runnable
+    /// gives its processors away for the rest of the slot. A job's tasks are read once per
+    /// slot at most, within a look's period: the clock thread is real-time, and a job of
+    /// thousands of sleeping threads must not make it spin or hold the boundary back.
+    fn give_away_blocked(&mut self, now: Micros, until: Micros) {
+        let (Some(rotation), true) = (self.rotation, self.switching()) else {
+            return;
+        };
+        let Some(watch) = self.blocked.as_mut() else {
+            return;
+        };
+        if !watch.due(now) {
+            return;
+        }
+        let watched: Vec<JobId> = watch.watched().collect();
+        let scan_by = until.min(now + watch.period());
+        let mut blocked = BTreeSet::new();
+        for job in watched {
+            let Some(usage) = self.usage(job) else {
+                continue;
+            };
+            let watch = self.blocked.as_mut().expect("checked");
+            if watch.still(job, usage, now) {
+                watch.drop_job(job);
+                if lend::asleep(&self.applier, job, scan_by) {
+                    blocked.insert(job);
+                }
+            }
+        }
+        if blocked.is_empty() {
+            return;
+        }
+        let slot = rotation.slot_at(now);
+        match self.applier.lend(slot, &blocked) {
+            Ok(record) => self.log_boundary(record, now, None),
+            Err(error) => LOG.warn(format_args!("slot {slot}: giving processors away: {error}")),
+        }
     }
 
     fn track_idleness(&mut self, before: &[JobId], now: Micros) {
@@ -1280,10 +1358,13 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
             .min(self.rotation.quantum / 4);
         let until = until - quiet;
         loop {
-            if now_micros() >= until {
+            let now = now_micros();
+            if now >= until {
                 return true;
             }
-            match self.source.next_order(until) {
+            self.agent.give_away_blocked(now, until);
+            let wake = until.min(self.agent.next_look());
+            match self.source.next_order(wake) {
                 Received::Order(order) => {
                     let began = now_micros();
                     self.agent.handle(*order);
@@ -1295,6 +1376,8 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
                         self.agent.apply_early();
                     }
                 }
+                // Woken to look for a blocked gang: the loop's top looks.
+                Received::Timeout if wake < until => {}
                 Received::Timeout => return true,
                 Received::Closed => {
                     self.agent.close();

@@ -35,6 +35,8 @@ pub struct NodeConfig {
     pub freezer: Option<Freezer>,
     pub supervisor_exe: PathBuf,
     pub idle_after: Option<Micros>,
+    /// See `NodeSettings::give_away_after`.
+    pub give_away_after: Option<Micros>,
     /// A job's tasks per processor on this node (none: uncapped).
     pub tasks_per_cpu: Option<u64>,
     /// How long the control plane may be out of reach before the jobs are let loose.
@@ -157,6 +159,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
             cpus: config.cpus.clone(),
             mode: config.mode,
             idle_after: config.idle_after,
+            give_away_after: config.give_away_after,
             state_dir,
             supervisor_exe: config.supervisor_exe.clone(),
             clock_shift_us: config.clock_shift_us,

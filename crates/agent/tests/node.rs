@@ -41,6 +41,7 @@ fn settings(state: &StateDir, clock_shift_us: i64) -> NodeSettings {
         cpus: "0".parse().unwrap(),
         mode: Mode::Gang,
         idle_after: None,
+        give_away_after: None,
         state_dir: state.0.clone(),
         supervisor_exe: "/nonexistent".into(),
         clock_shift_us,

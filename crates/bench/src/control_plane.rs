@@ -513,6 +513,7 @@ impl Fleet {
                 cpus: Partition::block(0, self.cpus),
                 mode: Mode::Gang,
                 idle_after: None,
+                give_away_after: None,
                 state_dir,
                 supervisor_exe: "/nonexistent".into(),
                 clock_shift_us: 0,

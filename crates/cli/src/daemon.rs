@@ -76,6 +76,11 @@ pub struct DaemonArgs {
     /// computes again (0: never) [default: the policy's, 600]
     #[arg(long, value_name = "SECONDS")]
     idle_after: Option<f64>,
+    /// Gang mode: a job whose processes have all been off the CPU this long within its slot
+    /// lends its processors to the next slices' jobs until the boundary (0: never) [default:
+    /// the policy's, 0]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(0..=600_000))]
+    give_away_after_ms: Option<u32>,
     /// Each job may have this many tasks (processes and threads) per processor it has, through
     /// the pids controller: a job of thousands of tasks makes its every freeze and thaw long,
     /// and one beyond it cannot fork (0: no cap)
@@ -246,6 +251,10 @@ fn apply_flags(args: &DaemonArgs, policy: &mut Policy) -> Result<Vec<&'static st
         s.mpl = mpl;
         given.push("scheduler.mpl");
     }
+    if let Some(ms) = args.give_away_after_ms {
+        s.give_away_after_ms = ms;
+        given.push("scheduler.give_away_after_ms");
+    }
     for (flag, key, value, field) in [
         (
             "--idle-after",
@@ -381,6 +390,11 @@ pub struct AgentArgs {
     /// A job using no CPU in its own slots this long leaves the rotation (0: never)
     #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
     idle_after: f64,
+    /// Gang mode: a job whose processes have all been off the CPU this long within its slot
+    /// lends this node's processors to the next slices' jobs until the boundary (0: never)
+    #[arg(long, default_value_t = 0, value_name = "MS",
+          value_parser = clap::value_parser!(u32).range(0..=600_000))]
+    give_away_after_ms: u32,
     /// Each job may have this many tasks (processes and threads) per processor it has, through
     /// the pids controller: a job of thousands of tasks makes its every freeze and thaw long,
     /// and one beyond it cannot fork (0: no cap)
@@ -462,6 +476,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         freezer: args.freezer.as_deref().map(freezer),
         supervisor_exe: std::env::current_exe().context("finding this program for supervisors")?,
         idle_after: (args.idle_after > 0.0).then_some((args.idle_after * 1e6) as i64),
+        give_away_after: cosched_agent::give_away_after(args.give_away_after_ms),
         tasks_per_cpu: (args.tasks_per_cpu > 0).then_some(args.tasks_per_cpu),
         deadline: args.deadline_ms as i64 * 1_000,
         lease_ttl: args.lease_ttl,

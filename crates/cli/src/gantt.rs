@@ -285,6 +285,7 @@ mod tests {
             lateness_us: Some(0),
             stopped: moments(stopped, at + 1),
             started: moments(started, at + 2),
+            blocked: vec![],
         }
     }
 
@@ -332,5 +333,28 @@ mod tests {
             ]
         );
         assert_eq!(bars[1].spans[0].start, 1, "job 2 has the second row");
+    }
+
+    #[test]
+    fn a_slot_given_away_shows_the_borrower_from_the_handover() {
+        // Job 1 blocks 30 µs into its slot and lends it to job 2, whose own slot follows.
+        let handover = BoundaryRecord {
+            lateness_us: None,
+            blocked: vec![1],
+            ..boundary("a", 1_030, &[], &[2])
+        };
+        let records = [
+            boundary("a", 1_000, &[], &[1]),
+            handover,
+            boundary("a", 1_100, &[1], &[]),
+            boundary("a", 1_200, &[2], &[1]),
+        ];
+        let (_, bars) = chart(&records, &BTreeMap::new(), 1_000, 1_300);
+        let summary: Vec<(u64, Micros, Micros)> =
+            bars.iter().map(|b| (b.job, b.from, b.to)).collect();
+        assert_eq!(
+            summary,
+            [(1, 1_002, 1_101), (2, 1_032, 1_201), (1, 1_202, 1_300)]
+        );
     }
 }

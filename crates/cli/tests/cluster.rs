@@ -1086,3 +1086,62 @@ fn a_cluster_job_fills_in_its_output_pattern_on_its_node_and_knows_its_hosts() {
     let left: Vec<_> = std::fs::read_dir(&here).unwrap().flatten().collect();
     assert_eq!(left.len(), 2, "only the job's files here: {left:?}");
 }
+
+#[test]
+fn each_node_gives_a_blocked_gangs_processors_away_by_its_own_setting() {
+    let _serial = serial();
+    // Node a gives blocked slots away, node b does not; no message crosses nodes for it.
+    let (_etcd, d, _a, b) = cluster_on(
+        Etcd::start("give-away"),
+        "give-away",
+        DEADLINE_MS,
+        [
+            &["--cpus", "0", "--give-away-after-ms", "5"],
+            &["--cpus", "1"],
+        ],
+    );
+    // First fit: slice 1 holds a sleeper on each node, slice 2 a computing job on each.
+    let sleeps = "while :; do sleep 0.05; done";
+    let sleepers = [0, 1].map(|_| d.submit(&["-n", "1", "--", "sh", "-c", sleeps]));
+    let spin = spin_py();
+    let computing =
+        [0, 1].map(|_| d.submit(&["-n", "1", "--", "python3", &spin, "1", "1000", "0"]));
+    let on_b = |job: u64| v2_root().join(&b.parent).join(format!("job-{job}"));
+    let cpu_us = |job: u64, node_b: bool| match node_b {
+        true => cgroup_cpu_us(&on_b(job)),
+        false => d.cpu_us(job),
+    };
+    let running = wait_until(Duration::from_secs(30), || {
+        computing
+            .iter()
+            .zip([false, true])
+            .all(|(&j, node_b)| cpu_us(j, node_b) > 0)
+    });
+    assert!(running, "the computing jobs run: {}", d.log());
+    let before = [cpu_us(computing[0], false), cpu_us(computing[1], true)];
+    let began = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let wall = began.elapsed().as_micros() as f64;
+    let shares = [
+        (cpu_us(computing[0], false) - before[0]) as f64 / wall,
+        (cpu_us(computing[1], true) - before[1]) as f64 / wall,
+    ];
+    eprintln!("computing jobs {computing:?} used {shares:.2?} of their processors");
+    assert!(
+        shares[0] > 0.6 && shares[1] < 0.6,
+        "only node a's computing job gets its sleeper's slots: {shares:?}"
+    );
+    let lent = |node: &str| -> Vec<Vec<u64>> {
+        cosched_agent::boundaries::read_log(&d.dir.join(format!("node-{node}")))
+            .into_iter()
+            .filter(|r| !r.blocked.is_empty())
+            .map(|r| r.blocked)
+            .collect()
+    };
+    let on_a = lent("a");
+    assert!(
+        !on_a.is_empty() && on_a.iter().all(|blocked| *blocked == [sleepers[0]]),
+        "{on_a:?}"
+    );
+    assert!(lent("b").is_empty());
+}

@@ -39,6 +39,7 @@ fn a_job_over_its_memory_ends_with_the_oom_kill_its_cgroup_counted() {
         cpus: "0".parse().unwrap(),
         mode: Mode::Local,
         idle_after: None,
+        give_away_after: None,
         state_dir: state.clone(),
         supervisor_exe: COSCHED.into(),
         clock_shift_us: 0,

@@ -516,6 +516,9 @@ fn local_agent(
             cpus: cosched_core::Partition::block(0, procs),
             mode: config.policy.scheduler.mode,
             idle_after: config.policy.scheduler.idle_after,
+            give_away_after: cosched_agent::give_away_after(
+                config.policy.scheduler.give_away_after_ms,
+            ),
             state_dir: config.state_dir.clone(),
             supervisor_exe: config.supervisor_exe.clone(),
             clock_shift_us: 0,

@@ -32,6 +32,7 @@ struct SchedulerKeys<V> {
     repack: Option<V>,
     interactive_preempt: Option<V>,
     idle_after: Option<V>,
+    give_away_after_ms: Option<V>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -301,6 +302,12 @@ fn read_scheduler(
         "scheduler.idle_after",
         keys.idle_after,
         duration_or_none,
+    )?;
+    reader.set(
+        &mut s.give_away_after_ms,
+        "scheduler.give_away_after_ms",
+        keys.give_away_after_ms,
+        |v| Ok(integer(0, 600_000, " ms (0: never)")(v)? as u32),
     )
 }
 
@@ -362,6 +369,7 @@ pub(crate) fn of(policy: &Policy) -> Document<Value> {
             repack: Some(Value::Boolean(s.repack)),
             interactive_preempt: duration(s.interactive_preempt),
             idle_after: duration(s.idle_after),
+            give_away_after_ms: Some(Value::Integer(s.give_away_after_ms.into())),
         }),
         classes: Some(ClassesKeys {
             express: class(Class::Express),

@@ -25,7 +25,7 @@ const LOCAL_MPL: u32 = 4096;
 
 /// Keys that hold only while the daemon runs as it started: the scheduler and the agent are
 /// built from them. The rest (`classes.*`, `limits.*`) change on SIGHUP.
-pub const RESTART_KEYS: [&str; 12] = [
+pub const RESTART_KEYS: [&str; 13] = [
     "scheduler.mode",
     "scheduler.quantum_ms",
     "scheduler.mpl",
@@ -35,6 +35,7 @@ pub const RESTART_KEYS: [&str; 12] = [
     "scheduler.repack",
     "scheduler.interactive_preempt",
     "scheduler.idle_after",
+    "scheduler.give_away_after_ms",
     "memory.fit",
     "memory.node_memory",
     "memory.default_mem_per_cpu",
@@ -67,6 +68,9 @@ pub struct SchedulerPolicy {
     pub interactive_preempt: Option<Micros>,
     /// A job using no CPU in its own slots this long leaves the rotation.
     pub idle_after: Option<Micros>,
+    /// A gang whose processes have all been off the CPU this many ms within its slot gives
+    /// its processors to the next slices' jobs until the boundary (gang mode; 0: never).
+    pub give_away_after_ms: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,6 +127,7 @@ impl Default for Policy {
                 repack: false,
                 interactive_preempt: Some(10 * MICROS_PER_SEC),
                 idle_after: Some(600 * MICROS_PER_SEC),
+                give_away_after_ms: 0,
             },
             classes: TimeLimits::default(),
             limits: UserLimits::default(),

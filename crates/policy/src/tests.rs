@@ -173,6 +173,10 @@ fn values_out_of_range_are_refused_naming_key_value_and_line() {
             "scheduler.idle_after = \"ten\": 'ten' is not a time limit",
         ),
         (
+            "[scheduler]\ngive_away_after_ms = -5\n",
+            "scheduler.give_away_after_ms = -5: must be from 0 to 600000 ms (0: never)",
+        ),
+        (
             "[classes.batch]\ndefault_time = \"2:00:00\"\nmax_time = \"1:00:00\"\n",
             "site.toml:2: classes.batch.default_time = \"2:00:00\": longer than max_time (01:00:00)",
         ),
@@ -337,9 +341,19 @@ fn policies() -> impl Strategy<Value = Policy> {
         any::<(bool, bool, bool)>(),
         times(),
         times(),
+        0..=600_000u32,
     )
         .prop_map(
-            |(mode, quantum_ms, mpl, partitioner, (alternates, easy, repack), preempt, idle)| {
+            |(
+                mode,
+                quantum_ms,
+                mpl,
+                partitioner,
+                (alternates, easy, repack),
+                preempt,
+                idle,
+                give_away_after_ms,
+            )| {
                 SchedulerPolicy {
                     mode,
                     quantum_ms,
@@ -350,6 +364,7 @@ fn policies() -> impl Strategy<Value = Policy> {
                     repack,
                     interactive_preempt: preempt,
                     idle_after: idle,
+                    give_away_after_ms,
                 }
             },
         );

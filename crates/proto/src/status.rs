@@ -161,6 +161,10 @@ pub struct BoundaryRecord {
     pub stopped: Vec<JobMoment>,
     /// Each job let run (thawed, or favoured), and when.
     pub started: Vec<JobMoment>,
+    /// Jobs of the slot whose processes were all blocked, whose processors the `started` jobs
+    /// were given for the rest of the slot (within a slot only; none in older logs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked: Vec<JobId>,
 }
 
 /// When something happened to a job (true clock, µs since the Unix epoch).

@@ -1,0 +1,265 @@
+//! Blocked gangs give their slot away (SCore-D's global state; LLNL saw gang scheduling slow
+//! I/O-bound jobs, blocked in their own slots). Within a slot, a running job whose CPU usage
+//! has not grown for `after` and none of whose tasks is runnable is blocked: its processors go,
+//! for the rest of the slot, to the jobs of the slices that follow whose processors here are
+//! all among them. The blocked job stays thawed (its I/O may end: it then shares its
+//! processors with the borrowers, as under plain Linux, rather than wait a whole rotation) and
+//! the next boundary takes the slot back as usual: the borrowers are simply running jobs
+//! there, frozen ahead of it unless that slot wants them. Each node decides alone, for its own
+//! processors.
+//!
+//! Detection reads one `cpu.stat` (`cpuacct.usage` on v1) per running job every `after / 2`;
+//! the job's tasks' `/proc` states are read only once its usage has stood still that long
+//! (a task waiting for a processor adds no usage either, and must not count as blocked), once
+//! per slot at most and within a look's period.
+
+use crate::{job_group, AgentError, Applier, Mode, SwitchRecord};
+use cosched_cgroups::{procfs, Actuator, Pid};
+use cosched_core::{JobId, Micros};
+use cosched_os::now_micros;
+use cosched_proto::JobMoment;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// The setting from its milliseconds (0: never).
+pub fn give_away_after(ms: u32) -> Option<Micros> {
+    (ms > 0).then_some(Micros::from(ms) * 1_000)
+}
+
+/// The running jobs of the slot under way, watched for a blocked gang. Pure bookkeeping: the
+/// caller reads usage and time.
+#[derive(Clone, Debug)]
+pub struct BlockWatch {
+    after: Micros,
+    /// Each watched job's usage when last seen to change, and since when it stands still.
+    jobs: BTreeMap<JobId, Option<(Duration, Micros)>>,
+    next_look: Micros,
+}
+
+impl BlockWatch {
+    /// A job is blocked once its usage stood still for `after` µs (at least 1 ms).
+    pub fn new(after: Micros) -> Self {
+        BlockWatch {
+            after: after.max(1_000),
+            jobs: BTreeMap::new(),
+            next_look: Micros::MAX,
+        }
+    }
+
+    /// How often the jobs are looked at: twice per `after`, so a job is found within 1.5 times
+    /// `after` of its last use.
+    pub fn period(&self) -> Micros {
+        self.after / 2
+    }
+
+    /// A slot begins at `now` with `jobs` running in it: only they are watched (each once:
+    /// a job that gave its processors away is not watched again before the next slot).
+    pub fn slot_began(&mut self, jobs: impl IntoIterator<Item = JobId>, now: Micros) {
+        self.jobs = jobs.into_iter().map(|job| (job, None)).collect();
+        self.next_look = now + self.period();
+    }
+
+    /// When to look next (`Micros::MAX`: nobody to watch).
+    pub fn next_look(&self) -> Micros {
+        match self.jobs.is_empty() {
+            true => Micros::MAX,
+            false => self.next_look,
+        }
+    }
+
+    /// Whether a look is due at `now`; if so, the next is planned a period on.
+    pub fn due(&mut self, now: Micros) -> bool {
+        if now < self.next_look() {
+            return false;
+        }
+        self.next_look = now + self.period();
+        true
+    }
+
+    pub fn watched(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.jobs.keys().copied()
+    }
+
+    /// `job` had used `usage` by `now`: true when that has not changed for `after`.
+    pub fn still(&mut self, job: JobId, usage: Duration, now: Micros) -> bool {
+        let Some(seen) = self.jobs.get_mut(&job) else {
+            return false;
+        };
+        match seen {
+            Some((last, since)) if *last == usage => now - *since >= self.after,
+            _ => {
+                *seen = Some((usage, now));
+                false
+            }
+        }
+    }
+
+    /// The job's tasks were read (or it left): not watched again in this slot.
+    pub fn drop_job(&mut self, job: JobId) {
+        self.jobs.remove(&job);
+    }
+}
+
+/// Whether no task of these processes is runnable (state `R`: on a processor, or waiting for
+/// one), as far as could be read by `until` (true clock, µs): a scan cut short says no, so a
+/// job of thousands of sleeping threads cannot hold the clock thread past its boundary. A
+/// process gone meanwhile counts as asleep.
+pub fn asleep_by(pids: &[Pid], until: Micros) -> bool {
+    pids.iter().all(|&pid| {
+        procfs::tasks(pid).into_iter().all(|tid| {
+            now_micros() < until
+                && procfs::thread_stat(pid, tid).map_or(true, |stat| stat.state != 'R')
+        })
+    })
+}
+
+impl<A: Actuator> Applier<A> {
+    /// Gives the processors of `blocked` (running jobs of the slot `slot`) to the jobs of the
+    /// slices that follow, in rotation order, whose processors here are all among them and
+    /// not yet given: they are thawed now and run until the next boundary, which takes them
+    /// back as any other running job. Gang mode only (in moderate mode a blocked favoured job
+    /// already leaves its processors to the others). The record lists what was let run.
+    pub fn lend(
+        &mut self,
+        slot: i64,
+        blocked: &BTreeSet<JobId>,
+    ) -> Result<SwitchRecord, AgentError> {
+        let began = Instant::now();
+        let mut record = SwitchRecord {
+            slot,
+            ..SwitchRecord::default()
+        };
+        let Some(generation) = self.current.as_ref().filter(|_| self.mode == Mode::Gang) else {
+            return Ok(record);
+        };
+        let processors = |job: &JobId| self.jobs.get(job).cloned().flatten();
+        let mut free: BTreeSet<u32> = BTreeSet::new();
+        for job in blocked.iter().filter(|job| self.running.contains(*job)) {
+            match processors(job) {
+                Some(cpus) => free.extend(cpus.processors()),
+                None => return Ok(record),
+            }
+        }
+        // Processors of a running job that is not blocked (or not known) are never given.
+        for job in self.running.iter().filter(|job| !blocked.contains(*job)) {
+            match processors(job) {
+                Some(cpus) => cpus.processors().for_each(|cpu| {
+                    free.remove(&cpu);
+                }),
+                None => return Ok(record),
+            }
+        }
+        let lent = free.clone();
+        let slices = generation.plan.slices.len() as i64;
+        let mut borrowers = Vec::new();
+        for ahead in 1..slices {
+            let Some(index) = generation.slice_for_slot(slot + ahead) else {
+                continue;
+            };
+            for job in generation.plan.slices[index].jobs() {
+                if self.running.contains(&job) || borrowers.contains(&job) {
+                    continue;
+                }
+                let Some(cpus) = processors(&job) else {
+                    continue;
+                };
+                if !cpus.is_empty() && cpus.processors().all(|cpu| free.contains(&cpu)) {
+                    cpus.processors().for_each(|cpu| {
+                        free.remove(&cpu);
+                    });
+                    borrowers.push(job);
+                }
+            }
+        }
+        // The lenders: blocked jobs some of whose processors went to a borrower.
+        record.blocked = blocked
+            .iter()
+            .copied()
+            .filter(|job| {
+                processors(job).is_some_and(|cpus| {
+                    cpus.processors()
+                        .any(|cpu| lent.contains(&cpu) && !free.contains(&cpu))
+                })
+            })
+            .collect();
+        for job in borrowers {
+            let at_us = self.steer(job, true)?;
+            self.running.insert(job);
+            record.started.push(JobMoment { job, at_us });
+        }
+        record.duration = began.elapsed();
+        Ok(record)
+    }
+}
+
+/// Whether `job` of `applier` counts as blocked now: a running job none of whose tasks is
+/// runnable, as read by `until` (a job whose processes cannot be listed is not).
+pub fn asleep<A: Actuator>(applier: &Applier<A>, job: JobId, until: Micros) -> bool {
+    applier
+        .actuator()
+        .pids(&job_group(job))
+        .is_ok_and(|pids| !pids.is_empty() && asleep_by(&pids, until))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Micros = 1_000;
+
+    #[test]
+    fn a_job_is_blocked_once_its_usage_stood_still_for_the_window() {
+        let mut w = BlockWatch::new(5 * MS);
+        assert_eq!(w.next_look(), Micros::MAX, "nobody watched yet");
+        w.slot_began([1, 2], 0);
+        assert_eq!(w.period(), 2_500);
+        assert!(!w.due(2 * MS) && w.due(2_500) && !w.due(3 * MS));
+        let used = Duration::from_micros;
+        // Job 1 stands still from 2.5 ms on; job 2 keeps computing.
+        for (now, two) in [(2_500, 10), (5 * MS, 20), (7_499, 30)] {
+            assert!(!w.still(1, used(100), now));
+            assert!(!w.still(2, used(two), now));
+        }
+        assert!(w.still(1, used(100), 7_500));
+        assert!(!w.still(2, used(40), 10 * MS));
+        // Any use starts the window again.
+        assert!(!w.still(1, used(101), 11 * MS));
+        assert!(!w.still(1, used(101), 15 * MS));
+        assert!(w.still(1, used(101), 16 * MS));
+        // A job that gave its slot away, or one not running in the slot, is not watched.
+        w.drop_job(1);
+        assert!(!w.still(1, used(101), 30 * MS));
+        assert!(!w.still(3, used(0), 30 * MS));
+        assert_eq!(w.watched().collect::<Vec<_>>(), vec![2]);
+        w.drop_job(2);
+        assert_eq!(w.next_look(), Micros::MAX);
+        // A new slot watches afresh.
+        w.slot_began([1], 100 * MS);
+        assert_eq!(w.next_look(), 102_500);
+        assert!(!w.still(1, used(101), 101 * MS));
+    }
+
+    #[test]
+    fn this_process_is_runnable_and_a_sleeper_is_not() {
+        let forever = Micros::MAX;
+        assert!(!asleep_by(&[std::process::id() as Pid], forever));
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .unwrap();
+        let pid = sleeper.id() as Pid;
+        // It is runnable until it reaches its sleep.
+        let start = Instant::now();
+        while !asleep_by(&[pid], forever) && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(asleep_by(&[pid], forever));
+        assert!(
+            !asleep_by(&[pid], now_micros()),
+            "a scan out of time says no"
+        );
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        assert!(asleep_by(&[pid], forever), "a process gone is asleep");
+    }
+}
