@@ -18,6 +18,7 @@ mod join;
 pub mod node;
 mod process;
 pub mod skew;
+mod stall;
 pub mod start;
 mod stats;
 pub mod supervisor;

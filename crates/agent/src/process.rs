@@ -35,6 +35,8 @@ pub struct NodeConfig {
     pub freezer: Option<Freezer>,
     pub supervisor_exe: PathBuf,
     pub idle_after: Option<Micros>,
+    /// Jobs doing nothing in this long of their own slots are reported stalled.
+    pub stall_after: Option<Micros>,
     /// A job's tasks per processor on this node (none: uncapped).
     pub tasks_per_cpu: Option<u64>,
     /// How long the control plane may be out of reach before the jobs are let loose.
@@ -167,6 +169,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         unclaimed.0.take().expect("claimed once"),
         events,
     )
+    .with_stall_after(config.stall_after)
     .with_door(door);
     let clock = std::thread::Builder::new()
         .name("cosched-clock".into())
