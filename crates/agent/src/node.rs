@@ -1184,7 +1184,11 @@ impl<A: Actuator> NodeAgent<A> {
             .map(|&job| {
                 let pids = self.applier.actuator().pids(&job_group(job)).ok();
                 let cpu = usages.get(&job).copied();
-                (job, cpu.zip(pids).and_then(|(cpu, pids)| Activity::read(cpu, &pids)))
+                (
+                    job,
+                    cpu.zip(pids)
+                        .and_then(|(cpu, pids)| Activity::read(cpu, &pids)),
+                )
             })
             .collect();
         let tracker = self.stalls.as_mut().expect("checked");

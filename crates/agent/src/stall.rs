@@ -167,7 +167,10 @@ mod tests {
             Verdict::Moving,
             "5 ms of CPU in a 100 ms slot is work"
         );
-        assert_eq!(slot(&mut t, 2_000 * MS, at(0, &io), at(0, &io)), Verdict::Same);
+        assert_eq!(
+            slot(&mut t, 2_000 * MS, at(0, &io), at(0, &io)),
+            Verdict::Same
+        );
     }
 
     #[test]
@@ -175,13 +178,22 @@ mod tests {
         let mut t = StallTracker::new(200 * MS);
         let io = [(10, 5)];
         assert_eq!(slot(&mut t, 0, at(0, &io), at(0, &io)), Verdict::Same);
-        assert_eq!(slot(&mut t, 100 * MS, at(0, &io), at(0, &[(10, 6)])), Verdict::Same);
-        assert_eq!(slot(&mut t, 200 * MS, at(0, &io), at(0, &io)), Verdict::Same);
+        assert_eq!(
+            slot(&mut t, 100 * MS, at(0, &io), at(0, &[(10, 6)])),
+            Verdict::Same
+        );
+        assert_eq!(
+            slot(&mut t, 200 * MS, at(0, &io), at(0, &io)),
+            Verdict::Same
+        );
         assert_eq!(
             slot(&mut t, 300 * MS, at(0, &io), at(0, &[(10, 5), (12, 0)])),
             Verdict::Same
         );
-        assert_eq!(slot(&mut t, 400 * MS, at(0, &io), at(0, &io)), Verdict::Same);
+        assert_eq!(
+            slot(&mut t, 400 * MS, at(0, &io), at(0, &io)),
+            Verdict::Same
+        );
         assert_eq!(
             slot(&mut t, 500 * MS, at(0, &io), at(0, &io)),
             Verdict::Stalled { since: 400 * MS }

@@ -205,7 +205,9 @@ impl Field {
             Field::State => job.state.to_string(),
             Field::Reason => match (job.reason, job.stalled_since_us) {
                 (Some(reason), _) => reason.name().into(),
-                (None, Some(since)) => format!("stalled({})", cosched_core::Clock((now - since).max(0))),
+                (None, Some(since)) => {
+                    format!("stalled({})", cosched_core::Clock((now - since).max(0)))
+                }
                 (None, None) => "-".into(),
             },
             Field::Slices => or_dash(

@@ -1098,7 +1098,9 @@ fn a_job_across_two_nodes_is_stalled_only_once_both_nodes_say_so() {
     // Each job's launcher runs on node a and nothing of it on node b, which is quiet for both:
     // one computes on node a, the other sleeps there.
     let spin = spin_py();
-    let busy = d.submit(&["-N", "2", "-n", "2", "--", "python3", &spin, "1", "600", "0"]);
+    let busy = d.submit(&[
+        "-N", "2", "-n", "2", "--", "python3", &spin, "1", "600", "0",
+    ]);
     let asleep = d.submit(&["-N", "2", "-n", "2", "--", "sleep", "600"]);
     let mut job = Value::Null;
     let stalled = wait_until(Duration::from_secs(60), || {

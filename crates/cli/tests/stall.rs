@@ -80,7 +80,11 @@ fn a_deadlocked_mpi_job_is_reported_stalled_and_busy_or_writing_jobs_are_not() {
     let started = last["started_us"].as_i64().unwrap();
     assert!(since >= started && since <= now_us(), "{last}");
     let (_, scrape) = http_get(port, "/metrics");
-    assert_eq!(sample(&scrape, "cosched_jobs_stalled"), Some(1.0), "{scrape}");
+    assert_eq!(
+        sample(&scrape, "cosched_jobs_stalled"),
+        Some(1.0),
+        "{scrape}"
+    );
     let ps = String::from_utf8(d.cosched(&["ps", "--format", "id,reason"]).stdout).unwrap();
     let shown = ps.lines().any(|line| {
         let cells: Vec<&str> = line.split_whitespace().collect();

@@ -11,8 +11,7 @@ use cosched_core::{Config, JobId, Micros, Partition, Rotation, Scheduler, TimeLi
 use cosched_os::unix::Credentials;
 use cosched_proto::api::{HistoryRequest, Reply, RunRequest};
 use cosched_proto::{
-    Command, Event, Mode, Node, NodeInfo, NodeMap, Order, OrderSink, StallAction,
-    PROTOCOL_VERSION,
+    Command, Event, Mode, Node, NodeInfo, NodeMap, Order, OrderSink, StallAction, PROTOCOL_VERSION,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};

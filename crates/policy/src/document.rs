@@ -255,7 +255,12 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Policy, PolicyError> {
     }
     if let Some(keys) = document.stall {
         let stall = &mut policy.stall;
-        reader.set(&mut stall.after, "stall.after", keys.after, duration_or_none)?;
+        reader.set(
+            &mut stall.after,
+            "stall.after",
+            keys.after,
+            duration_or_none,
+        )?;
         reader.set(
             &mut stall.action,
             "stall.action",

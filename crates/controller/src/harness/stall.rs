@@ -32,7 +32,11 @@ fn a_job_is_stalled_once_every_node_of_it_says_so() {
     h.event(stalled(job, "b", Some(3 * S)));
     assert_eq!(since(&h, job), Some(3 * S), "since the later of the two");
     let view = &h.controller.jobs(false, Some(job), h.now)[0];
-    assert_eq!(view.state, JobState::Running, "the state stays: --json is stable");
+    assert_eq!(
+        view.state,
+        JobState::Running,
+        "the state stays: --json is stable"
+    );
     h.event(stalled(job, "a", None));
     assert_eq!(since(&h, job), None, "node a sees work again");
     assert!(
