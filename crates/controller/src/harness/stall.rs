@@ -1,8 +1,9 @@
 //! Stalled jobs: the nodes' reports, the job's view, and the stall action.
 
+use super::history_tests::{code, ended};
 use super::Harness;
 use cosched_core::{JobId, Micros, MICROS_PER_SEC};
-use cosched_proto::{Command, Ending, Event, ExitInfo, JobState, StallAction};
+use cosched_proto::{Command, Event, JobState, StallAction};
 
 const UID: u32 = 1000;
 const S: Micros = MICROS_PER_SEC;
@@ -76,16 +77,7 @@ fn with_the_cancel_action_a_stalled_job_ends_failed_noted_stalled() {
         .orders()
         .contains(&("local".into(), Command::Cancel { job })));
     // It ends on the SIGTERM (or exits 0 from its handler): failed either way.
-    h.event(Event::Ended {
-        job,
-        ending: Ending {
-            exit: ExitInfo {
-                code: Some(0),
-                signal: None,
-            },
-            ..Ending::default()
-        },
-    });
+    h.event(ended(job, code(0), 0));
     let record = h.stored(job).unwrap();
     assert_eq!(record.status, JobState::Failed);
     assert_eq!(record.note.as_deref(), Some("stalled"));
