@@ -1,6 +1,6 @@
 //! Stalled jobs on real processes: an Open MPI program whose ranks both receive first
-//! (bench/workloads/deadlock.c, waiting asleep) is reported stalled in `ps --json` and the
-//! metrics, and with `action = "cancel"` ends failed, noted "stalled"; a job that computes
+//! (bench/workloads/deadlock.c, waiting asleep) is reported stalled in `ps`, the console and
+//! the metrics, and with `action = "cancel"` ends failed, noted "stalled"; a job that computes
 //! and one that sleeps a second between writes to a file, alongside it, never are.
 
 mod common;
@@ -85,6 +85,12 @@ fn a_deadlocked_mpi_job_is_reported_stalled_and_busy_or_writing_jobs_are_not() {
         Some(1.0),
         "{scrape}"
     );
+    let (_, console) = http_get(port, "/");
+    let row = console
+        .split("<tr ")
+        .find(|row| row.starts_with(&format!("data-job=\"{stuck}\"")))
+        .unwrap_or_else(|| panic!("no row of job {stuck}: {console}"));
+    assert!(row.contains("<td>stalled for "), "{row}");
     let ps = String::from_utf8(d.cosched(&["ps", "--format", "id,reason"]).stdout).unwrap();
     let shown = ps.lines().any(|line| {
         let cells: Vec<&str> = line.split_whitespace().collect();
