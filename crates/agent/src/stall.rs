@@ -53,7 +53,8 @@ pub enum Verdict {
     /// Nothing new.
     Same,
     /// It has now waited in its own slots for the stall time, since `since` (the start of
-    /// the first of those slots).
+    /// the first of those slots); said again after each further stall time, so that a
+    /// controller that took over (and knew nothing of it) hears it too.
     Stalled { since: Micros },
     /// A job reported stalled did something again.
     Moving,
@@ -67,7 +68,8 @@ struct Track {
     quiet_us: Micros,
     /// When the first of those quiet slots began.
     since: Option<Micros>,
-    reported: bool,
+    /// `quiet_us` when it was last reported stalled.
+    reported_at: Option<Micros>,
 }
 
 #[derive(Clone, Debug)]
@@ -104,15 +106,18 @@ impl StallTracker {
             end.io == start.io && used < Duration::from_micros(slot as u64) / BUSY_SHARE
         });
         if !quiet {
-            let was = std::mem::take(&mut track.reported);
+            let was = track.reported_at.take();
             track.quiet_us = 0;
             track.since = None;
-            return if was { Verdict::Moving } else { Verdict::Same };
+            return match was {
+                Some(_) => Verdict::Moving,
+                None => Verdict::Same,
+            };
         }
         let since = *track.since.get_or_insert(began);
         track.quiet_us += slot;
-        if !track.reported && track.quiet_us >= self.after {
-            track.reported = true;
+        if track.quiet_us - track.reported_at.unwrap_or(0) >= self.after {
+            track.reported_at = Some(track.quiet_us);
             return Verdict::Stalled { since };
         }
         Verdict::Same
@@ -149,26 +154,30 @@ mod tests {
         let mut t = StallTracker::new(300 * MS);
         let io = [(10, 5), (11, 7)];
         // Slots every 400 ms (frozen in between: that time never counts).
-        let verdicts: Vec<Verdict> = (0..4)
+        let verdicts: Vec<Verdict> = (0..7)
             .map(|k| slot(&mut t, k * 400 * MS, at(50, &io), at(80, &io)))
             .collect();
+        let stalled = Verdict::Stalled { since: 0 };
         assert_eq!(
             verdicts,
             vec![
                 Verdict::Same,
                 Verdict::Same,
-                Verdict::Stalled { since: 0 },
+                stalled,
+                Verdict::Same,
+                Verdict::Same,
+                stalled,
                 Verdict::Same
             ],
-            "300 ms of its own slots: the third one; reported once"
+            "300 ms of its own slots: the third one; said again 300 ms later"
         );
         assert_eq!(
-            slot(&mut t, 1_600 * MS, at(80, &io), at(5_080, &io)),
+            slot(&mut t, 2_800 * MS, at(80, &io), at(5_080, &io)),
             Verdict::Moving,
             "5 ms of CPU in a 100 ms slot is work"
         );
         assert_eq!(
-            slot(&mut t, 2_000 * MS, at(0, &io), at(0, &io)),
+            slot(&mut t, 3_200 * MS, at(0, &io), at(0, &io)),
             Verdict::Same
         );
     }

@@ -1479,6 +1479,10 @@ impl Controller {
 
     /// A node's agent joined or left the cluster.
     pub fn node_changed(&mut self, change: NodeChange, now: Micros) {
+        self.forget_node_stalls(match &change {
+            NodeChange::Joined(info) => &info.node,
+            NodeChange::Left(node) => node,
+        });
         let known = |name: &str| self.settings.nodes.nodes().iter().any(|n| n.name == name);
         match &change {
             NodeChange::Joined(info) => {

@@ -1,7 +1,9 @@
 //! Stalled jobs: each node's agent reports a job's part there stalled (every process waiting
 //! in its own slots: no CPU, no I/O) or moving again; the job is stalled once every node it
-//! runs on says so, since the latest of their times. Kept in memory only: after a restart the
-//! agents report it again once it has been quiet that long.
+//! runs on says so, since the latest of their times. Kept in memory only: agents say it again
+//! after each further stall time, so a controller that takes over hears it; what a node said
+//! goes when it leaves or joins (a restarted agent knows nothing of it, and would never say
+//! that the job moves again).
 
 use super::{Controller, LOG};
 use cosched_core::{Clock, JobId, Micros};
@@ -45,6 +47,14 @@ impl Controller {
             .iter()
             .map(|node| reports.get(node).copied())
             .try_fold(Micros::MIN, |latest, since| Some(latest.max(since?)))
+    }
+
+    /// A node left or (re)joined: what it said goes.
+    pub(super) fn forget_node_stalls(&mut self, node: &str) {
+        self.stalls.retain(|_, nodes| {
+            nodes.remove(node);
+            !nodes.is_empty()
+        });
     }
 
     /// The job left the rotation: what the nodes said of it goes (they forget it too).

@@ -3,7 +3,7 @@
 use super::history_tests::{code, ended};
 use super::Harness;
 use cosched_core::{JobId, Micros, MICROS_PER_SEC};
-use cosched_proto::{Command, Event, JobState, StallAction};
+use cosched_proto::{Command, Event, JobState, NodeChange, StallAction};
 
 const UID: u32 = 1000;
 const S: Micros = MICROS_PER_SEC;
@@ -46,6 +46,27 @@ fn a_job_is_stalled_once_every_node_of_it_says_so() {
             .any(|(_, c)| matches!(c, Command::Cancel { .. })),
         "reporting ends nothing"
     );
+    h.controller.audit().unwrap();
+}
+
+#[test]
+fn what_a_node_said_goes_when_its_agent_joins_again_and_is_said_again() {
+    let mut h = Harness::cluster(&[("a", 2), ("b", 2)]);
+    let job = h.run(UID, 4).unwrap();
+    h.event(stalled(job, "a", Some(S)));
+    h.event(stalled(job, "b", Some(S)));
+    assert_eq!(since(&h, job), Some(S));
+    let back = Harness::node_info("b", 2, h.now);
+    h.controller.node_changed(NodeChange::Joined(back), h.now);
+    assert_eq!(
+        since(&h, job),
+        None,
+        "a restarted agent knows nothing of it, and would never say it moves again"
+    );
+    // Agents say it again after each stall time: a repeat changes nothing.
+    h.event(stalled(job, "b", Some(2 * S)));
+    h.event(stalled(job, "b", Some(2 * S)));
+    assert_eq!(since(&h, job), Some(2 * S));
     h.controller.audit().unwrap();
 }
 
