@@ -108,6 +108,9 @@ class Job:
     run_us: int = 0
     # Memory it asked for on each node (bytes).
     mem_bytes: Optional[int] = None
+    # Since when every process of it has waited in its own slots (no CPU, no I/O), if it is
+    # stalled (a deadlock, say); only on a running job.
+    stalled_since_us: Optional[int] = None
 
     @property
     def time_left_us(self) -> Optional[int]:
@@ -143,6 +146,7 @@ class Job:
             time_limit_us=v.get("time_limit_us"),
             run_us=v.get("run_us", 0),
             mem_bytes=v.get("mem_bytes"),
+            stalled_since_us=v.get("stalled_since_us"),
         )
 
 

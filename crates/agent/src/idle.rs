@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Below this share of its slot a job counts as idle: a job blocked in a system call still
 /// burns a few microseconds at every freeze and thaw (the freezer wakes sleeping tasks).
-const BUSY_SHARE: u32 = 100;
+pub(crate) const BUSY_SHARE: u32 = 100;
 
 #[derive(Clone, Copy, Debug)]
 struct Track {

@@ -19,6 +19,7 @@ mod lend;
 pub mod node;
 mod process;
 pub mod skew;
+mod stall;
 pub mod start;
 mod stats;
 pub mod supervisor;

@@ -14,6 +14,7 @@ use crate::door::{Door, DOOR_ENV};
 use crate::join;
 use crate::lend::{self, BlockWatch};
 use crate::skew::Baseline;
+use crate::stall::{Activity, StallTracker, Verdict};
 use crate::supervisor::{self, LaunchSpec};
 use crate::{job_group, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
 use cosched_cgroups::{procfs, Actuator, CgroupError, Cgroups, Usage};
@@ -143,6 +144,7 @@ pub struct NodeAgent<A: Actuator> {
     idle: Option<IdleTracker>,
     /// The slot's running jobs, watched for a blocked gang (`give_away_after`).
     blocked: Option<BlockWatch>,
+    stalls: Option<StallTracker>,
     /// Idle jobs let loose, with their CPU usage when last looked at.
     watching: BTreeMap<JobId, Duration>,
     last_watch: Micros,
@@ -210,6 +212,7 @@ impl<A: Actuator> NodeAgent<A> {
                 .give_away_after
                 .filter(|_| settings.mode == Mode::Gang)
                 .map(BlockWatch::new),
+            stalls: None,
             events,
             watching: BTreeMap::new(),
             last_watch: 0,
@@ -231,6 +234,14 @@ impl<A: Actuator> NodeAgent<A> {
             clock_offset: ClockOffset::watch(),
             settings,
         }
+    }
+
+    /// Reports jobs that did nothing in `after` of their own slots (gang, moderate): see
+    /// [`StallTracker`].
+    pub fn with_stall_after(mut self, after: Option<Micros>) -> Self {
+        let slotted = matches!(self.settings.mode, Mode::Gang | Mode::Moderate);
+        self.stalls = after.filter(|_| slotted).map(StallTracker::new);
+        self
     }
 
     /// Opens the jobs' way to add processes on other nodes (`cosched launch-remote`).
@@ -597,6 +608,9 @@ impl<A: Actuator> NodeAgent<A> {
         }
         if let Some(watch) = &mut self.blocked {
             watch.drop_job(job);
+        }
+        if let Some(tracker) = &mut self.stalls {
+            tracker.forget(job);
         }
     }
 
@@ -1078,7 +1092,7 @@ impl<A: Actuator> NodeAgent<A> {
         }
         let lateness_us = tick.lateness().as_micros() as Micros;
         self.log_boundary(record, woke, Some(lateness_us));
-        self.track_idleness(&before, woke);
+        self.track_slots(&before, woke);
         self.watch_blocked(woke);
         self.watch_idle(woke);
         self.capture_baselines(slot + 1);
@@ -1146,7 +1160,7 @@ impl<A: Actuator> NodeAgent<A> {
             }
             Err(error) => LOG.warn(format_args!("slot {slot} (early): {error}")),
         }
-        self.track_idleness(&before, now);
+        self.track_slots(&before, now);
         self.watch_blocked(now);
         self.capture_baselines(slot + 1);
     }
@@ -1206,8 +1220,10 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    fn track_idleness(&mut self, before: &[JobId], now: Micros) {
-        if self.idle.is_none() {
+    /// Judges idleness and stalls over own slots: `before` ran in the slot that ended at
+    /// `now`, the applier's running jobs in the one that began. CPU usage is read once for both.
+    fn track_slots(&mut self, before: &[JobId], now: Micros) {
+        if self.idle.is_none() && self.stalls.is_none() {
             return;
         }
         let usages: BTreeMap<JobId, Duration> = before
@@ -1216,7 +1232,10 @@ impl<A: Actuator> NodeAgent<A> {
             .chain(self.applier.running())
             .filter_map(|job| Some((job, self.usage(job)?)))
             .collect();
-        let tracker = self.idle.as_mut().expect("checked");
+        self.track_stalls(before, &usages, now);
+        let Some(tracker) = self.idle.as_mut() else {
+            return;
+        };
         for job in before {
             if let Some(&usage) = usages.get(job) {
                 if tracker.slot_ended(*job, usage, now) {
@@ -1229,6 +1248,47 @@ impl<A: Actuator> NodeAgent<A> {
             if let Some(&usage) = usages.get(&job) {
                 tracker.slot_started(job, usage, now);
             }
+        }
+    }
+
+    fn track_stalls(&mut self, before: &[JobId], usages: &BTreeMap<JobId, Duration>, now: Micros) {
+        if self.stalls.is_none() {
+            return;
+        }
+        let running: Vec<JobId> = self.applier.running().collect();
+        let readings: BTreeMap<JobId, Option<Activity>> = before
+            .iter()
+            .chain(&running)
+            .map(|&job| {
+                let pids = self.applier.actuator().pids(&job_group(job)).ok();
+                let cpu = usages.get(&job).copied();
+                (
+                    job,
+                    cpu.zip(pids)
+                        .and_then(|(cpu, pids)| Activity::read(cpu, &pids)),
+                )
+            })
+            .collect();
+        let tracker = self.stalls.as_mut().expect("checked");
+        let mut changes = Vec::new();
+        for &job in before {
+            match tracker.slot_ended(job, readings[&job].clone(), now) {
+                Verdict::Same => {}
+                Verdict::Stalled { since } => changes.push((job, Some(since))),
+                Verdict::Moving => changes.push((job, None)),
+            }
+        }
+        for job in running {
+            if let Some(reading) = readings[&job].clone() {
+                tracker.slot_started(job, reading, now);
+            }
+        }
+        for (job, since_us) in changes {
+            self.events.report(Event::Stalled {
+                job,
+                node: self.settings.node.clone(),
+                since_us,
+            });
         }
     }
 

@@ -37,6 +37,8 @@ pub struct NodeConfig {
     pub idle_after: Option<Micros>,
     /// See `NodeSettings::give_away_after`.
     pub give_away_after: Option<Micros>,
+    /// Jobs doing nothing in this long of their own slots are reported stalled.
+    pub stall_after: Option<Micros>,
     /// A job's tasks per processor on this node (none: uncapped).
     pub tasks_per_cpu: Option<u64>,
     /// How long the control plane may be out of reach before the jobs are let loose.
@@ -170,6 +172,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
         unclaimed.0.take().expect("claimed once"),
         events,
     )
+    .with_stall_after(config.stall_after)
     .with_door(door);
     let clock = std::thread::Builder::new()
         .name("cosched-clock".into())

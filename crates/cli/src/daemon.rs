@@ -395,6 +395,10 @@ pub struct AgentArgs {
     #[arg(long, default_value_t = 0, value_name = "MS",
           value_parser = clap::value_parser!(u32).range(0..=600_000))]
     give_away_after_ms: u32,
+    /// Report a job whose processes here did nothing (no CPU, no I/O) in this long of its own
+    /// slots as stalled (0: never); the controller's policy (`[stall]`) says what is done
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    stall_after: f64,
     /// Each job may have this many tasks (processes and threads) per processor it has, through
     /// the pids controller: a job of thousands of tasks makes its every freeze and thaw long,
     /// and one beyond it cannot fork (0: no cap)
@@ -428,6 +432,14 @@ pub struct AgentArgs {
     clock_offset_us: i64,
 }
 
+/// A flag's number of seconds in µs; 0: never.
+fn seconds_or_never(flag: &str, seconds: f64) -> Result<Option<i64>> {
+    if !(seconds.is_finite() && seconds >= 0.0) {
+        bail!("{flag} must be a number of seconds, 0 or more (got {seconds})");
+    }
+    Ok((seconds > 0.0).then_some((seconds * 1e6) as i64))
+}
+
 /// Where the jobs' cgroups go under systemd (the daemon's and the agent's flag).
 #[derive(clap::Args)]
 pub struct DelegationArgs {
@@ -442,12 +454,8 @@ pub fn agent(args: AgentArgs) -> Result<()> {
     if args.cluster.etcd.is_empty() {
         bail!("--etcd is required: the agent takes its orders from the cluster's etcd");
     }
-    if !(args.idle_after.is_finite() && args.idle_after >= 0.0) {
-        bail!(
-            "--idle-after must be a number of seconds, 0 or more (got {})",
-            args.idle_after
-        );
-    }
+    let idle_after = seconds_or_never("--idle-after", args.idle_after)?;
+    let stall_after = seconds_or_never("--stall-after", args.stall_after)?;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the agent must run as root (it makes cgroups and runs jobs as their submitters)");
@@ -475,7 +483,8 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         mode: args.mode,
         freezer: args.freezer.as_deref().map(freezer),
         supervisor_exe: std::env::current_exe().context("finding this program for supervisors")?,
-        idle_after: (args.idle_after > 0.0).then_some((args.idle_after * 1e6) as i64),
+        idle_after,
+        stall_after,
         give_away_after: cosched_agent::give_away_after(args.give_away_after_ms),
         tasks_per_cpu: (args.tasks_per_cpu > 0).then_some(args.tasks_per_cpu),
         deadline: args.deadline_ms as i64 * 1_000,

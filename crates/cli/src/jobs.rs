@@ -84,7 +84,9 @@ counted in time it is let run (its share of the slots), not wall time. REASON sa
 waiting job waits: resources (no slice has its processors free), memory (processors are free \
 but not the memory beside the jobs resident there), priority (it would fit, but an earlier \
 job comes first), limit (its owner is at a per-user limit), node (pinned to a node whose \
-agent left), held (suspended by its owner). Columns are cut to fit (`~`) only on a terminal.")]
+agent left), held (suspended by its owner); for a running job, stalled(TIME) says every \
+process of it has waited that long in its own slots (no CPU, no I/O: a deadlock, say; \
+stalled_since_us in --json). Columns are cut to fit (`~`) only on a terminal.")]
 pub struct PsArgs {
     /// Only these jobs, with their whole commands (a listing shows the start of each)
     #[arg(value_name = "JOB", value_delimiter = ',')]
@@ -201,7 +203,13 @@ impl Field {
             },
             Field::Cpus => job.cpus.clone().unwrap_or_else(|| "-".into()),
             Field::State => job.state.to_string(),
-            Field::Reason => job.reason.map_or("-", |r| r.name()).into(),
+            Field::Reason => match (job.reason, job.stalled_since_us) {
+                (Some(reason), _) => reason.name().into(),
+                (None, Some(since)) => {
+                    format!("stalled({})", cosched_core::Clock((now - since).max(0)))
+                }
+                (None, None) => "-".into(),
+            },
             Field::Slices => or_dash(
                 job.slices
                     .iter()

@@ -1145,3 +1145,37 @@ fn each_node_gives_a_blocked_gangs_processors_away_by_its_own_setting() {
     );
     assert!(lent("b").is_empty());
 }
+
+#[test]
+fn a_job_across_two_nodes_is_stalled_only_once_both_nodes_say_so() {
+    let _serial = serial();
+    let nodes: Nodes = [
+        &["--cpus", "0", "--stall-after", "1"],
+        &["--cpus", "1", "--stall-after", "1"],
+    ];
+    let (_etcd, d, a, b) = cluster_on(Etcd::start("stall"), "stall", DEADLINE_MS, nodes);
+    // Each job's launcher runs on node a and nothing of it on node b, which is quiet for both:
+    // one computes on node a, the other sleeps there.
+    let spin = spin_py();
+    let busy = d.submit(&[
+        "-N", "2", "-n", "2", "--", "python3", &spin, "1", "600", "0",
+    ]);
+    let asleep = d.submit(&["-N", "2", "-n", "2", "--", "sleep", "600"]);
+    let mut job = Value::Null;
+    let stalled = wait_until(Duration::from_secs(60), || {
+        job = d.job(asleep);
+        job["stalled_since_us"].is_i64()
+    });
+    assert!(stalled, "{job}\n{}\n{}\n{}", d.log(), a.log(), b.log());
+    // Let run three times the stall time, node b's word alone never makes it stalled.
+    let long_enough = wait_until(Duration::from_secs(60), || {
+        job = d.job(busy);
+        assert!(job["stalled_since_us"].is_null(), "{job}\n{}", b.log());
+        job["run_us"].as_i64().unwrap() >= 3_000_000
+    });
+    assert!(long_enough, "{job}");
+    for job in [busy, asleep] {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+        d.wait_end(job, Duration::from_secs(60));
+    }
+}

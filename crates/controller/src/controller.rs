@@ -19,8 +19,8 @@ use cosched_proto::api::{
 };
 use cosched_proto::{
     Command, Ending, Event, ExitInfo, JobHost, JobState, Launch, Mode, NodeChange, NodeCpus,
-    NodeInfo, NodeMap, NodeStatus, Order, OrderSink, ProcessRef, Summary, WriteWatch, CANCEL_GRACE,
-    STATUS_PERIOD_US,
+    NodeInfo, NodeMap, NodeStatus, Order, OrderSink, ProcessRef, StallAction, Summary, WriteWatch,
+    CANCEL_GRACE, STATUS_PERIOD_US,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::OwnedFd;
@@ -30,6 +30,9 @@ mod accounting;
 mod history;
 mod limits;
 mod registration;
+mod stall;
+
+use stall::STALLED_NOTE;
 
 /// What a client did wrong or may not do; the message goes back to it as is.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +81,8 @@ pub struct Settings {
     /// Memory per processor of a job that names none (bytes; the policy's
     /// `default_mem_per_cpu`): it is held to it and admitted by it.
     pub default_mem_per_cpu: Option<u64>,
+    /// What is done with a job every node of which reports stalled.
+    pub stall_action: StallAction,
 }
 
 /// Queued jobs one user (root aside) may have holding their client's stdio descriptors.
@@ -137,6 +142,8 @@ pub struct Controller {
     clocks: BTreeMap<JobId, limits::RunClock>,
     /// Jobs kept out of the core's queue while their owner is at a per-user limit.
     limited: BTreeSet<JobId>,
+    /// Running jobs some node reported stalled: since when, by node.
+    stalls: BTreeMap<JobId, BTreeMap<String, Micros>>,
 }
 
 /// A node's latest report as the controller received it.
@@ -194,6 +201,7 @@ impl Controller {
             next_join: 0,
             clocks: BTreeMap::new(),
             limited: BTreeSet::new(),
+            stalls: BTreeMap::new(),
         }
     }
 
@@ -431,6 +439,7 @@ impl Controller {
             run_us: 0,
             run_saved_us: None,
             timed_out: false,
+            stalled: false,
             mem_bytes: run.mem_bytes,
             mem_per_cpu_bytes,
             cpu_us: None,
@@ -555,6 +564,7 @@ impl Controller {
 
     /// The job is gone from the core, and whatever memory it held there with it.
     fn unschedule(&mut self, job: JobId, now: Micros) {
+        self.forget_stall(job);
         let decisions = match self.scheduler.state(job) {
             Some(_) => self.scheduler.remove(job, now).expect("present"),
             None => self.scheduler.release_memory(job, now),
@@ -565,6 +575,7 @@ impl Controller {
     /// The job leaves the rotation while its processes stay (suspended, idle, being
     /// stopped): their pages stay, so its memory stays held on its nodes.
     fn unschedule_resident(&mut self, job: JobId, now: Micros) {
+        self.forget_stall(job);
         if self.scheduler.state(job).is_some() {
             let decisions = self.scheduler.remove_resident(job, now).expect("present");
             self.apply(decisions, now);
@@ -789,12 +800,16 @@ impl Controller {
         record.status = match status {
             JobState::Completed if record.cancel_requested => JobState::Cancelled,
             JobState::Completed if record.timed_out => JobState::Timeout,
+            JobState::Completed if record.stalled => JobState::Failed,
             JobState::Completed if record.exit.is_some_and(|e| !e.success()) => JobState::Failed,
             status => status,
         };
         self.stamp_run_time(&mut record, now);
         accounting::account(&mut record, accounting::NodeUsage::of(&ending));
-        record.note = ending.note.or(record.note.take());
+        record.note = match record.stalled {
+            true => Some(STALLED_NOTE.into()),
+            false => ending.note.or(record.note.take()),
+        };
         let started = record.started_us.unwrap_or(record.submitted_us);
         record.ended_us = Some(ending.at_us.map_or(now, |at| at.clamp(started, now)));
         record.suspended_us += suspended_for(&record, record.ended_us.unwrap_or(now));
@@ -1128,6 +1143,10 @@ impl Controller {
             time_limit_us: r.time_limit_us,
             run_us: self.run_time(r, now),
             mem_bytes: r.memory_per_node(),
+            stalled_since_us: match r.status {
+                JobState::Running => self.stalled_since(r.id),
+                _ => None,
+            },
         }
     }
 
@@ -1460,6 +1479,10 @@ impl Controller {
 
     /// A node's agent joined or left the cluster.
     pub fn node_changed(&mut self, change: NodeChange, now: Micros) {
+        self.forget_node_stalls(match &change {
+            NodeChange::Joined(info) => &info.node,
+            NodeChange::Left(node) => node,
+        });
         let known = |name: &str| self.settings.nodes.nodes().iter().any(|n| n.name == name);
         match &change {
             NodeChange::Joined(info) => {
@@ -1699,6 +1722,11 @@ impl Controller {
             Event::NotStarted { job } => self.not_started(job, now),
             Event::Idle { job } => self.went_idle(job, now),
             Event::Woke { job } => self.woke(job, now),
+            Event::Stalled {
+                job,
+                node,
+                since_us,
+            } => self.stall_reported(job, node, since_us, now),
             Event::Trouble { job, what } => LOG.warn(format_args!("job {job}: agent: {what}")),
             Event::Status { status } => self.heard_from(*status, now),
             Event::ProcessWanted {

@@ -11,7 +11,7 @@ use cosched_core::{Config, JobId, Micros, Partition, Rotation, Scheduler, TimeLi
 use cosched_os::unix::Credentials;
 use cosched_proto::api::{HistoryRequest, Reply, RunRequest};
 use cosched_proto::{
-    Command, Event, Mode, Node, NodeInfo, NodeMap, Order, OrderSink, PROTOCOL_VERSION,
+    Command, Event, Mode, Node, NodeInfo, NodeMap, Order, OrderSink, StallAction, PROTOCOL_VERSION,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 mod history_tests;
 mod limits;
 mod properties;
+mod stall;
 mod tests;
 
 fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -229,6 +230,7 @@ impl Harness {
             time_limits: Default::default(),
             user_limits: Default::default(),
             default_mem_per_cpu: None,
+            stall_action: StallAction::Report,
         };
         let config = Config {
             mpl: 2,
@@ -293,6 +295,12 @@ impl Harness {
         change(&mut h.config);
         h.restart();
         h
+    }
+
+    /// The controller restarted with `action` for stalled jobs.
+    pub fn set_stall_action(&mut self, action: StallAction) {
+        self.settings.stall_action = action;
+        self.restart();
     }
 
     /// A machine of `procs` processors whose scheduler runs EASY backfilling.

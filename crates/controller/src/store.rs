@@ -72,6 +72,9 @@ pub struct JobRecord {
     /// It reached its time limit and was told to stop: its end is a timeout.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub timed_out: bool,
+    /// It stalled and the policy's stall action told it to stop: its end is a failure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stalled: bool,
     /// Memory it asked for on each node it runs on (bytes), or per processor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_bytes: Option<u64>,

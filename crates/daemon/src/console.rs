@@ -239,10 +239,12 @@ fn jobs(jobs: &[JobView], hidden: usize, now_us: Micros) -> String {
                 Some(left) if !job.state.ended() => duration(left),
                 _ => String::new(),
             },
-            // Why it waits while it does; why it ended without an exit status once it has.
-            note = match job.reason {
-                Some(reason) => reason.explained().to_string(),
-                None => escape(job.note.as_deref().unwrap_or("")),
+            // Why it waits while it does; that it is stalled; why it ended without an exit
+            // status once it has.
+            note = match (job.reason, job.stalled_since_us) {
+                (Some(reason), _) => reason.explained().to_string(),
+                (None, Some(since)) => format!("stalled for {}", duration(now_us - since)),
+                (None, None) => escape(job.note.as_deref().unwrap_or("")),
             },
         );
         if !job.state.ended() {
@@ -395,6 +397,7 @@ mod tests {
             time_limit_us: None,
             run_us: 1_000_000,
             mem_bytes: None,
+            stalled_since_us: None,
         };
         let code = |code| ExitInfo {
             code: Some(code),

@@ -190,7 +190,9 @@ impl Collector for Metrics {
         let Metrics(scrape) = self;
         let mut by_state: BTreeMap<(String, String), u64> = BTreeMap::new();
         let mut by_reason: BTreeMap<&'static str, u64> = BTreeMap::new();
+        let mut stalled = 0;
         for job in &scrape.jobs {
+            stalled += u64::from(job.stalled_since_us.is_some());
             *by_state
                 .entry((job.state.to_string(), job.class.to_string()))
                 .or_default() += 1;
@@ -216,6 +218,13 @@ impl Collector for Metrics {
                 let n = by_reason.get(reason.name()).copied().unwrap_or(0);
                 ([("reason", reason.name())], n)
             }),
+        )?;
+        single(
+            &mut encoder,
+            "cosched_jobs_stalled",
+            "Running jobs every process of which waits in its own slots (no CPU, no I/O)",
+            MetricType::Gauge,
+            stalled,
         )?;
         family(
             &mut encoder,

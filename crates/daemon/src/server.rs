@@ -247,6 +247,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         time_limits: config.policy.time_limits(),
         user_limits: config.policy.user_limits(),
         default_mem_per_cpu: config.policy.memory.default_mem_per_cpu,
+        stall_action: config.policy.stall.action,
     };
     let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
     let clients = SocketClients::new(waiters);
@@ -528,7 +529,8 @@ fn local_agent(
         },
         actuator,
         Arc::new(event_tx),
-    );
+    )
+    .with_stall_after(config.policy.stall.after);
     let thread = std::thread::Builder::new()
         .name("cosched-clock".into())
         .spawn(move || agent.run(agent_orders))

@@ -312,6 +312,7 @@ mod tests {
             run_us: 0,
             run_saved_us: None,
             timed_out: false,
+            stalled: false,
             mem_bytes: None,
             mem_per_cpu_bytes: None,
             cpu_us: None,

@@ -2,11 +2,13 @@
 //! written with plain values (so every key is printed). `deny_unknown_fields` on every table
 //! refuses an unknown section, class or key by its name.
 
-use crate::{MemoryPolicy, NodeMemory, Place, Policy, PolicyError, Problem, SchedulerPolicy};
+use crate::{
+    MemoryPolicy, NodeMemory, Place, Policy, PolicyError, Problem, SchedulerPolicy, StallPolicy,
+};
 use cosched_core::{
     parse_duration, parse_size, Backfill, Class, ClassTimes, Clock, Micros, PartitionerKind,
 };
-use cosched_proto::Mode;
+use cosched_proto::{Mode, StallAction};
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
 use toml::{Spanned, Value};
@@ -18,6 +20,7 @@ pub(crate) struct Document<V> {
     classes: Option<ClassesKeys<V>>,
     limits: Option<LimitKeys<V>>,
     memory: Option<MemoryKeys<V>>,
+    stall: Option<StallKeys<V>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -67,11 +70,19 @@ struct MemoryKeys<V> {
     default_mem_per_cpu: Option<V>,
 }
 
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StallKeys<V> {
+    after: Option<V>,
+    action: Option<V>,
+}
+
 /// What "no value" is written as, for keys that may have none.
 const NONE: &str = "none";
 const MODES: &str = "gang, moderate, implicit, local";
 const PARTITIONERS: &str = "first-fit, best-fit, buddy, scatter";
 const BACKFILLS: &str = "none, easy";
+const STALL_ACTIONS: &str = "report, cancel";
 
 fn backfill_name(backfill: Backfill) -> &'static str {
     match backfill {
@@ -243,6 +254,21 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Policy, PolicyError> {
             size_or(NONE),
         )?;
     }
+    if let Some(keys) = document.stall {
+        let stall = &mut policy.stall;
+        reader.set(
+            &mut stall.after,
+            "stall.after",
+            keys.after,
+            duration_or_none,
+        )?;
+        reader.set(
+            &mut stall.action,
+            "stall.action",
+            keys.action,
+            word::<StallAction>(STALL_ACTIONS),
+        )?;
+    }
     Ok(policy)
 }
 
@@ -358,6 +384,7 @@ pub(crate) fn of(policy: &Policy) -> Document<Value> {
         node_memory,
         default_mem_per_cpu,
     } = policy.memory;
+    let StallPolicy { after, action } = policy.stall;
     Document {
         scheduler: Some(SchedulerKeys {
             mode: string(s.mode.name()),
@@ -389,6 +416,10 @@ pub(crate) fn of(policy: &Policy) -> Document<Value> {
                 NodeMemory::Bytes(bytes) => size(bytes),
             }),
             default_mem_per_cpu: string(&default_mem_per_cpu.map_or(NONE.into(), size)),
+        }),
+        stall: Some(StallKeys {
+            after: duration(after),
+            action: string(action.name()),
         }),
     }
 }

@@ -13,7 +13,7 @@ mod tests;
 use cosched_core::{
     Backfill, Config, Micros, PartitionerKind, TimeLimits, UserLimits, MICROS_PER_SEC,
 };
-use cosched_proto::Mode;
+use cosched_proto::{Mode, StallAction};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -25,7 +25,7 @@ const LOCAL_MPL: u32 = 4096;
 
 /// Keys that hold only while the daemon runs as it started: the scheduler and the agent are
 /// built from them. The rest (`classes.*`, `limits.*`) change on SIGHUP.
-pub const RESTART_KEYS: [&str; 13] = [
+pub const RESTART_KEYS: [&str; 15] = [
     "scheduler.mode",
     "scheduler.quantum_ms",
     "scheduler.mpl",
@@ -39,6 +39,8 @@ pub const RESTART_KEYS: [&str; 13] = [
     "memory.fit",
     "memory.node_memory",
     "memory.default_mem_per_cpu",
+    "stall.after",
+    "stall.action",
 ];
 
 /// Everything a site decides, checked.
@@ -50,6 +52,7 @@ pub struct Policy {
     /// What one user (root aside) may hold.
     pub limits: UserLimits,
     pub memory: MemoryPolicy,
+    pub stall: StallPolicy,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +101,14 @@ impl MemoryPolicy {
     }
 }
 
+/// Stalled jobs: every process waiting in its own slots, no CPU and no I/O.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StallPolicy {
+    /// A job doing nothing in this long of its own slots is stalled; `None`: never looked for.
+    pub after: Option<Micros>,
+    pub action: StallAction,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeMemory {
     /// The node's own size, as the agent finds it.
@@ -136,6 +147,7 @@ impl Default for Policy {
                 node_memory: NodeMemory::Auto,
                 default_mem_per_cpu: None,
             },
+            stall: StallPolicy::default(),
         }
     }
 }

@@ -197,6 +197,14 @@ fn values_out_of_range_are_refused_naming_key_value_and_line() {
             "[memory]\ndefault_mem_per_cpu = true\n",
             "memory.default_mem_per_cpu = true: expected a size",
         ),
+        (
+            "[stall]\naction = \"kill\"\n",
+            "stall.action = \"kill\": not one of report, cancel",
+        ),
+        (
+            "[stall]\nafter = 30\n",
+            "stall.after = 30: a bare number here would be minutes",
+        ),
     ] {
         let message = refusal(text);
         assert!(message.contains(expected), "{text:?}: {message}");
@@ -401,12 +409,23 @@ fn policies() -> impl Strategy<Value = Policy> {
             node_memory: node.map_or(NodeMemory::Auto, NodeMemory::Bytes),
             default_mem_per_cpu: per_cpu,
         });
-    (scheduler, classes, limits, memory).prop_map(|(scheduler, classes, limits, memory)| Policy {
-        scheduler,
-        classes,
-        limits,
-        memory,
-    })
+    let stall = (times(), any::<bool>()).prop_map(|(after, cancel)| StallPolicy {
+        after,
+        action: if cancel {
+            StallAction::Cancel
+        } else {
+            StallAction::Report
+        },
+    });
+    (scheduler, classes, limits, memory, stall).prop_map(
+        |(scheduler, classes, limits, memory, stall)| Policy {
+            scheduler,
+            classes,
+            limits,
+            memory,
+            stall,
+        },
+    )
 }
 
 proptest! {

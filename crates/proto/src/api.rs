@@ -370,6 +370,10 @@ pub struct JobView {
     /// Memory it asked for on each node it runs on (bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_bytes: Option<u64>,
+    /// Since when every process of it has waited in its own slots (no CPU, no I/O), if it
+    /// is stalled: a running job's deadlock, say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled_since_us: Option<i64>,
 }
 
 impl JobView {

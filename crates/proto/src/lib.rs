@@ -17,7 +17,9 @@ pub use generation::{
     valid_node_name, Entry, Generation, Node, NodeCpus, NodeMap, NodeMapError, Role, Slice,
 };
 pub use membership::{NodeChange, NodeInfo, WriteWatch};
-pub use names::{Class, JobState, Mode, Pending, UnknownMode, UnknownState};
+pub use names::{
+    Class, JobState, Mode, Pending, StallAction, UnknownMode, UnknownStallAction, UnknownState,
+};
 pub use order::{
     signal_name, Command, Ending, Event, ExitInfo, JobHost, Launch, ProcessRef, ProcessRequest,
     CANCEL_GRACE, OUT_OF_MEMORY,

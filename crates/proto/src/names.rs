@@ -217,6 +217,39 @@ impl FromStr for Mode {
     }
 }
 
+/// What the controller does with a job found stalled (the policy's `stall.action`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StallAction {
+    /// Shows it (`ps`, the console, the metrics) and lets it be.
+    #[default]
+    Report,
+    /// Ends it as a cancel does (SIGTERM, SIGKILL after the grace): `failed`, noted "stalled".
+    Cancel,
+}
+
+impl StallAction {
+    pub fn name(self) -> &'static str {
+        match self {
+            StallAction::Report => "report",
+            StallAction::Cancel => "cancel",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown stall action '{0}' (known: report, cancel)")]
+pub struct UnknownStallAction(pub String);
+
+impl FromStr for StallAction {
+    type Err = UnknownStallAction;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [StallAction::Report, StallAction::Cancel]
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| UnknownStallAction(s.to_string()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -266,6 +266,15 @@ pub enum Event {
     Idle { job: JobId },
     /// A job let loose for idleness computes again.
     Woke { job: JobId },
+    /// The job's processes on `node` did nothing (no CPU, no byte moved, no process come or
+    /// gone) in its own slots for the stall time, since `since_us`; `None`: they work again.
+    /// The controller calls the job stalled once every node of it says so.
+    Stalled {
+        job: JobId,
+        node: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since_us: Option<i64>,
+    },
     /// An order about the job could not be carried out (it is logged, nothing else).
     Trouble { job: JobId, what: String },
     /// The node's figures, about once a second and when it stops.

@@ -10,7 +10,7 @@ use cosched_proto::{Ending, Event, ExitInfo, JobState, OUT_OF_MEMORY};
 const ANN: u32 = 1000;
 const BOB: u32 = 1001;
 
-fn ended(job: JobId, exit: ExitInfo, oom_kills: u64) -> Event {
+pub(super) fn ended(job: JobId, exit: ExitInfo, oom_kills: u64) -> Event {
     Event::Ended {
         job,
         ending: Ending {
@@ -23,7 +23,7 @@ fn ended(job: JobId, exit: ExitInfo, oom_kills: u64) -> Event {
     }
 }
 
-fn code(code: i32) -> ExitInfo {
+pub(super) fn code(code: i32) -> ExitInfo {
     ExitInfo {
         code: Some(code),
         signal: None,

@@ -1,0 +1,228 @@
+//! Stalled jobs (SCore-D's global state): a job whose processes all waited through its own
+//! slots for a while, using no CPU (beyond what the freezer's wake-ups cost) and moving no
+//! byte in or out, is reported, so that a deadlock shows instead of holding its cells unseen.
+//! A stricter cousin of idleness (`idle.rs`): I/O counts as work too, and so does a process
+//! starting or ending. Only time in the job's own slots counts: frozen in others' slots, or
+//! suspended, a job is stopped by cosched, not stalled. The tracker is pure bookkeeping: the
+//! caller reads the counters ([`Activity::read`]) and the time.
+
+use crate::idle::BUSY_SHARE;
+use cosched_cgroups::procfs::read_kernel_file;
+use cosched_core::{JobId, Micros};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What a job's processes had done when looked at: CPU time, and each process's bytes read
+/// and written (through any file, pipe or socket). A process started or ended changes the
+/// list, so it counts as activity too.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Activity {
+    pub cpu: Duration,
+    pub io: Vec<(libc::pid_t, u64)>,
+}
+
+impl Activity {
+    /// The counters of processes `pids` (the job's cgroup's) with `cpu` used: `None` when one
+    /// cannot be read (it just ended, say), which counts as activity: a job is called stalled
+    /// only on what was seen.
+    pub fn read(cpu: Duration, pids: &[libc::pid_t]) -> Option<Activity> {
+        let io = pids
+            .iter()
+            .map(|&pid| Some((pid, moved_bytes(pid)?)))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Activity { cpu, io })
+    }
+}
+
+/// Bytes a process (all its threads) read and wrote: `rchar` and `wchar` count what system
+/// calls moved, storage or not. Not the call counts: a read restarted by each freeze and
+/// thaw is counted again, and would make every waiting reader look busy.
+fn moved_bytes(pid: libc::pid_t) -> Option<u64> {
+    let text = read_kernel_file(&PathBuf::from(format!("/proc/{pid}/io"))).ok()?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse::<u64>().ok())
+    };
+    Some(field("rchar:")?.wrapping_add(field("wchar:")?))
+}
+
+/// What a slot's end says of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing new.
+    Same,
+    /// It has now waited in its own slots for the stall time, since `since` (the start of
+    /// the first of those slots); said again after each further stall time, so that a
+    /// controller that took over (and knew nothing of it) hears it too.
+    Stalled { since: Micros },
+    /// A job reported stalled did something again.
+    Moving,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Track {
+    /// Its counters and the time when its current slot began, if it is in one.
+    slot_start: Option<(Activity, Micros)>,
+    /// Own-slot time without activity since it last did something.
+    quiet_us: Micros,
+    /// When the first of those quiet slots began.
+    since: Option<Micros>,
+    /// `quiet_us` when it was last reported stalled.
+    reported_at: Option<Micros>,
+}
+
+#[derive(Clone, Debug)]
+pub struct StallTracker {
+    after: Micros,
+    jobs: BTreeMap<JobId, Track>,
+}
+
+impl StallTracker {
+    /// A job is stalled once it did nothing in `after` microseconds of its own slots.
+    pub fn new(after: Micros) -> Self {
+        StallTracker {
+            after,
+            jobs: BTreeMap::new(),
+        }
+    }
+
+    /// `job` enters its slot at `now` with `activity` so far.
+    pub fn slot_started(&mut self, job: JobId, activity: Activity, now: Micros) {
+        self.jobs.entry(job).or_default().slot_start = Some((activity, now));
+    }
+
+    /// `job` leaves its slot at `now` with `activity` (`None`: unreadable, counted as work).
+    pub fn slot_ended(&mut self, job: JobId, activity: Option<Activity>, now: Micros) -> Verdict {
+        let Some(track) = self.jobs.get_mut(&job) else {
+            return Verdict::Same;
+        };
+        let Some((start, began)) = track.slot_start.take() else {
+            return Verdict::Same;
+        };
+        let slot = (now - began).max(0);
+        let quiet = activity.is_some_and(|end| {
+            let used = end.cpu.saturating_sub(start.cpu);
+            end.io == start.io && used < Duration::from_micros(slot as u64) / BUSY_SHARE
+        });
+        if !quiet {
+            let was = track.reported_at.take();
+            track.quiet_us = 0;
+            track.since = None;
+            return match was {
+                Some(_) => Verdict::Moving,
+                None => Verdict::Same,
+            };
+        }
+        let since = *track.since.get_or_insert(began);
+        track.quiet_us += slot;
+        if track.quiet_us - track.reported_at.unwrap_or(0) >= self.after {
+            track.reported_at = Some(track.quiet_us);
+            return Verdict::Stalled { since };
+        }
+        Verdict::Same
+    }
+
+    /// The job ended or left the rotation (suspended, idle): it starts afresh if it comes
+    /// back (the controller forgets its stall on its side).
+    pub fn forget(&mut self, job: JobId) {
+        self.jobs.remove(&job);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Micros = 1_000;
+
+    fn at(cpu_us: u64, io: &[(libc::pid_t, u64)]) -> Activity {
+        Activity {
+            cpu: Duration::from_micros(cpu_us),
+            io: io.to_vec(),
+        }
+    }
+
+    /// One 100 ms slot from `start`, the job doing `end` by its end.
+    fn slot(t: &mut StallTracker, start: Micros, begin: Activity, end: Activity) -> Verdict {
+        t.slot_started(1, begin, start);
+        t.slot_ended(1, Some(end), start + 100 * MS)
+    }
+
+    #[test]
+    fn stalled_once_its_own_quiet_slots_add_up_and_only_then() {
+        let mut t = StallTracker::new(300 * MS);
+        let io = [(10, 5), (11, 7)];
+        // Slots every 400 ms (frozen in between: that time never counts).
+        let verdicts: Vec<Verdict> = (0..7)
+            .map(|k| slot(&mut t, k * 400 * MS, at(50, &io), at(80, &io)))
+            .collect();
+        let stalled = Verdict::Stalled { since: 0 };
+        assert_eq!(
+            verdicts,
+            vec![
+                Verdict::Same,
+                Verdict::Same,
+                stalled,
+                Verdict::Same,
+                Verdict::Same,
+                stalled,
+                Verdict::Same
+            ],
+            "300 ms of its own slots: the third one; said again 300 ms later"
+        );
+        assert_eq!(
+            slot(&mut t, 2_800 * MS, at(80, &io), at(5_080, &io)),
+            Verdict::Moving,
+            "5 ms of CPU in a 100 ms slot is work"
+        );
+        assert_eq!(
+            slot(&mut t, 3_200 * MS, at(0, &io), at(0, &io)),
+            Verdict::Same
+        );
+    }
+
+    #[test]
+    fn bytes_moved_a_process_come_or_gone_and_unreadable_counters_are_work() {
+        let mut t = StallTracker::new(200 * MS);
+        let io = [(10, 5)];
+        assert_eq!(slot(&mut t, 0, at(0, &io), at(0, &io)), Verdict::Same);
+        assert_eq!(
+            slot(&mut t, 100 * MS, at(0, &io), at(0, &[(10, 6)])),
+            Verdict::Same
+        );
+        assert_eq!(
+            slot(&mut t, 200 * MS, at(0, &io), at(0, &io)),
+            Verdict::Same
+        );
+        assert_eq!(
+            slot(&mut t, 300 * MS, at(0, &io), at(0, &[(10, 5), (12, 0)])),
+            Verdict::Same
+        );
+        assert_eq!(
+            slot(&mut t, 400 * MS, at(0, &io), at(0, &io)),
+            Verdict::Same
+        );
+        assert_eq!(
+            slot(&mut t, 500 * MS, at(0, &io), at(0, &io)),
+            Verdict::Stalled { since: 400 * MS }
+        );
+        t.slot_started(1, at(0, &io), 600 * MS);
+        assert_eq!(t.slot_ended(1, None, 700 * MS), Verdict::Moving);
+    }
+
+    #[test]
+    fn a_forgotten_job_starts_afresh_and_a_slot_never_begun_says_nothing() {
+        let mut t = StallTracker::new(100 * MS);
+        assert_eq!(
+            slot(&mut t, 0, at(0, &[]), at(0, &[])),
+            Verdict::Stalled { since: 0 }
+        );
+        t.forget(1);
+        assert_eq!(t.slot_ended(1, Some(at(0, &[])), 200 * MS), Verdict::Same);
+        assert_eq!(
+            slot(&mut t, 300 * MS, at(0, &[]), at(0, &[])),
+            Verdict::Stalled { since: 300 * MS }
+        );
+    }
+}
