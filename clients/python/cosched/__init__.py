@@ -352,7 +352,13 @@ class JobMoment(TypedDict):
     at_us: int
 
 
-class Boundary(TypedDict):
+class _BoundaryLenders(TypedDict, total=False):
+    # Only at a handover within a slot (`--give-away-after-ms`): the blocked jobs that lent
+    # their processors; such a record has no lateness.
+    blocked: List[int]
+
+
+class Boundary(_BoundaryLenders):
     """`boundaries()`: a slot boundary at which a node stopped or started jobs (true clock)."""
 
     node: str

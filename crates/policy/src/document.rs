@@ -256,12 +256,21 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Policy, PolicyError> {
     }
     if let Some(keys) = document.stall {
         let stall = &mut policy.stall;
+        let after_value = keys.after.clone();
         reader.set(
             &mut stall.after,
             "stall.after",
             keys.after,
             duration_or_none,
         )?;
+        if let (Some(after), Some(idle), Some(value)) =
+            (stall.after, policy.scheduler.idle_after, after_value)
+        {
+            if after >= idle {
+                let problem = Problem::NotBeforeIdle(idle);
+                return Err(reader.invalid("stall.after", &value, problem));
+            }
+        }
         reader.set(
             &mut stall.action,
             "stall.action",

@@ -211,6 +211,8 @@ pub enum Problem {
     NeedsMesh(PartitionerKind),
     #[error("longer than max_time ({})", cosched_core::Clock(*.0))]
     AboveMax(Micros),
+    #[error("not shorter than scheduler.idle_after ({}): a job doing nothing leaves the rotation as idle first, and is never found stalled", cosched_core::Clock(*.0))]
+    NotBeforeIdle(Micros),
 }
 
 /// One key whose value differs between two policies.

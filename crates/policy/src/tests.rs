@@ -181,6 +181,14 @@ fn values_out_of_range_are_refused_naming_key_value_and_line() {
             "site.toml:2: classes.batch.default_time = \"2:00:00\": longer than max_time (01:00:00)",
         ),
         (
+            "[scheduler]\nidle_after = \"5:00\"\n[stall]\nafter = \"10:00\"\n",
+            "site.toml:4: stall.after = \"10:00\": not shorter than scheduler.idle_after (00:05:00)",
+        ),
+        (
+            "[stall]\nafter = \"20:00\"\n",
+            "stall.after = \"20:00\": not shorter than scheduler.idle_after (00:10:00)",
+        ),
+        (
             "[classes.standby]\nmax_time = \"400-0\"\n",
             "classes.standby.max_time = \"400-0\": '400-0' is longer than a year",
         ),
@@ -418,12 +426,20 @@ fn policies() -> impl Strategy<Value = Policy> {
         },
     });
     (scheduler, classes, limits, memory, stall).prop_map(
-        |(scheduler, classes, limits, memory, stall)| Policy {
-            scheduler,
-            classes,
-            limits,
-            memory,
-            stall,
+        |(scheduler, classes, limits, memory, mut stall)| {
+            // A stall time must come before idleness takes the job out (the reader's rule).
+            if let (Some(after), Some(idle)) = (stall.after, scheduler.idle_after) {
+                if after >= idle {
+                    stall.after = None;
+                }
+            }
+            Policy {
+                scheduler,
+                classes,
+                limits,
+                memory,
+                stall,
+            }
         },
     )
 }
