@@ -162,25 +162,11 @@ fn an_unmodified_mpi_program_started_by_plain_mpirun_with_the_pmpi_library_is_ga
     }
     assert_took_turns(&d, a[0], b[0]);
     // Under `cosched run` the library stays out of the way: one job, not two.
-    let inside = d.cosched(&[
-        "run",
-        "-n",
-        "2",
-        "--",
-        "env",
-        &format!("LD_PRELOAD={}", preload.display()),
-        "OMPI_ALLOW_RUN_AS_ROOT=1",
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-        "PMIX_MCA_psec=native",
-        "mpirun",
-        "-np",
-        "2",
-        "--bind-to",
-        "none",
-        pingpong.to_str().unwrap(),
-        "-n",
-        "1000",
-    ]);
+    let preload_var = format!("LD_PRELOAD={}", preload.display());
+    let mut args = vec!["run", "-n", "2", "--", "env", &preload_var];
+    args.extend(MPIRUN_TWO_RANKS);
+    args.extend([pingpong.to_str().unwrap(), "-n", "1000"]);
+    let inside = d.cosched(&args);
     assert!(inside.status.success(), "{inside:?}");
     assert!(!String::from_utf8_lossy(&inside.stderr).contains("cosched-mpi"));
 }

@@ -36,21 +36,10 @@ fn start(action: &str, more: &[&str]) -> Daemon {
 /// Submits the deadlocking MPI program on 2 processors.
 fn deadlock(d: &Daemon) -> u64 {
     let program = made("bench/workloads", "build/deadlock");
-    d.submit(&[
-        "-n",
-        "2",
-        "--",
-        "env",
-        "OMPI_ALLOW_RUN_AS_ROOT=1",
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-        "PMIX_MCA_psec=native",
-        "mpirun",
-        "-np",
-        "2",
-        "--bind-to",
-        "none",
-        program.to_str().unwrap(),
-    ])
+    let mut args = vec!["-n", "2", "--", "env"];
+    args.extend(MPIRUN_TWO_RANKS);
+    args.push(program.to_str().unwrap());
+    d.submit(&args)
 }
 
 fn stalled_since(job: &Value) -> Option<i64> {

@@ -727,15 +727,23 @@ impl Scheduler {
             moved.seq = 0;
         }
         change(&mut moved);
-        moved.state = JobState::Queued;
-        self.wait((moved.request.class, moved.seq, job), &moved.request.shape);
-        self.jobs.insert(job, moved);
+        self.back_in_line(moved);
         let mut decisions = Vec::new();
         self.schedule(now, &mut decisions);
         if was_placed && matches!(self.jobs[&job].state, JobState::Queued) {
             decisions.push(Decision::Queued { job });
         }
         decisions
+    }
+
+    /// Puts a job taken out of the matrix (and unplaced) back in the queue, by its class and
+    /// submission order; returns its key.
+    fn back_in_line(&mut self, mut job: Job) -> QueueKey {
+        job.state = JobState::Queued;
+        let key = (job.request.class, job.seq, job.request.id);
+        self.wait(key, &job.request.shape);
+        self.jobs.insert(job.request.id, job);
+        key
     }
 
     /// The placed job `job` can no longer change nodes (its processes live there now):
@@ -1035,12 +1043,9 @@ impl Scheduler {
             else {
                 continue;
             };
-            let mut moved = self.jobs.remove(&id).expect("standby jobs are known");
+            let moved = self.jobs.remove(&id).expect("standby jobs are known");
             self.unplace(&moved);
-            moved.state = JobState::Queued;
-            let key = (moved.request.class, moved.seq, id);
-            self.wait(key, &moved.request.shape);
-            self.jobs.insert(id, moved);
+            let key = self.back_in_line(moved);
             self.commit(key, partition, Home::Standby, now, decisions);
             moved_any = true;
         }

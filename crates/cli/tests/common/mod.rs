@@ -427,6 +427,19 @@ pub fn cgroup_cpu_us(cgroup: &Path) -> i64 {
     cosched_cgroups::cpu_usage_of(cgroup).map_or(0, |used| used.as_micros() as i64)
 }
 
+/// What follows `env` to run two MPI ranks as root, unbound (the daemon pins the job): Open
+/// MPI's consent to root and PMIx's native security, then mpirun; the program comes next.
+pub const MPIRUN_TWO_RANKS: [&str; 8] = [
+    "OMPI_ALLOW_RUN_AS_ROOT=1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+    "PMIX_MCA_psec=native",
+    "mpirun",
+    "-np",
+    "2",
+    "--bind-to",
+    "none",
+];
+
 /// The file holding a job's memory limit, in whichever tree has the memory controller.
 pub fn memory_limit_file(
     layout: &cosched_cgroups::Layout,
