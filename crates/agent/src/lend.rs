@@ -114,11 +114,12 @@ pub fn asleep_by(pids: &[Pid], until: Micros) -> bool {
 }
 
 impl<A: Actuator> Applier<A> {
-    /// Gives the processors of `blocked` (running jobs of the slot `slot`) to the jobs of the
-    /// slices that follow, in rotation order, whose processors here are all among them and
-    /// not yet given: they are thawed now and run until the next boundary, which takes them
-    /// back as any other running job. Gang mode only (in moderate mode a blocked favoured job
-    /// already leaves its processors to the others). The record lists what was let run.
+    /// Gives the processors of `blocked` (jobs whose slot `slot` is: running ones, or
+    /// unswitched ones such as an implicit job, which runs anyway) to the switched jobs of
+    /// the slices that follow, in rotation order, whose processors here are all among them
+    /// and not yet given: they are let run now (a gang job thawed, a moderate one favoured)
+    /// until the next boundary, which takes them back as any other running job. The record
+    /// lists what was let run.
     pub fn lend(
         &mut self,
         slot: i64,
@@ -129,12 +130,13 @@ impl<A: Actuator> Applier<A> {
             slot,
             ..SwitchRecord::default()
         };
-        let Some(generation) = self.current.as_ref().filter(|_| self.mode == Mode::Gang) else {
+        let Some(generation) = self.current.as_ref().filter(|_| self.mode != Mode::Local) else {
             return Ok(record);
         };
-        let processors = |job: &JobId| self.jobs.get(job).cloned().flatten();
+        let processors = |job: &JobId| self.jobs.get(job).and_then(|known| known.cpus.clone());
+        let holders = self.slot_holders(slot);
         let mut free: BTreeSet<u32> = BTreeSet::new();
-        for job in blocked.iter().filter(|job| self.running.contains(*job)) {
+        for job in blocked.iter().filter(|job| holders.contains(*job)) {
             match processors(job) {
                 Some(cpus) => free.extend(cpus.processors()),
                 None => return Ok(record),
@@ -157,7 +159,8 @@ impl<A: Actuator> Applier<A> {
                 continue;
             };
             for job in generation.plan.slices[index].jobs() {
-                if self.running.contains(&job) || borrowers.contains(&job) {
+                let switched = self.jobs.get(&job).is_some_and(|known| known.switched());
+                if !switched || self.running.contains(&job) || borrowers.contains(&job) {
                     continue;
                 }
                 let Some(cpus) = processors(&job) else {
@@ -260,6 +263,7 @@ mod tests {
         );
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
-        assert!(asleep_by(&[pid], forever), "a process gone is asleep");
+        // Past any pid_max (2^22): the sleeper's own pid may be taken again by now.
+        assert!(asleep_by(&[1 << 30], forever), "a process gone is asleep");
     }
 }

@@ -2,10 +2,12 @@
 //! [`cosched_proto::PlanSource`] and reports to an [`cosched_proto::EventSink`]: it launches jobs under their
 //! [`supervisor`]s and switches them on the slot [`clock`].
 //!
-//! The [`Applier`] turns "slot `k` begins" into actuator calls: in `gang` mode it freezes the
-//! jobs that leave and then thaws the jobs that enter (strictly in that order: thawing first
-//! made the freeze confirmation 44 ms to 0.9 s slower, notes); in `moderate` mode it moves CPU
-//! weight instead; in `implicit` and `local` modes it only places jobs on their processors.
+//! The [`Applier`] turns "slot `k` begins" into actuator calls, each job as its own mode says
+//! (one rotation may mix them): a `gang` job is frozen as it leaves and thawed as it enters
+//! (strictly leavers first: thawing first made the freeze confirmation 44 ms to 0.9 s slower,
+//! notes); a `moderate` job's CPU weight moves instead; an `implicit` job (and an `auto` one
+//! until its mode is chosen) is only placed on its processors; in `local` mode (a whole
+//! machine's) nothing is done at all.
 //! [`clock`] provides the real-time slot clock that calls it.
 
 pub mod boundaries;
@@ -17,6 +19,7 @@ mod idle;
 mod join;
 mod lend;
 pub mod node;
+mod probe;
 mod process;
 pub mod skew;
 mod stall;
@@ -80,11 +83,12 @@ impl SwitchRecord {
 
 pub struct Applier<A: Actuator> {
     actuator: A,
+    /// The machine's mode: every job's unless it has its own.
     mode: Mode,
     current: Option<Generation>,
     pending: Vec<Generation>,
-    /// Jobs the agent knows (their cgroups exist), with the processors last set.
-    jobs: BTreeMap<JobId, Option<Partition>>,
+    /// Jobs the agent knows (their cgroups exist): the processors last set, and the mode.
+    jobs: BTreeMap<JobId, Known>,
     /// Jobs now allowed to run (gang: thawed; moderate: favoured).
     running: BTreeSet<JobId>,
     /// Jobs being stopped at the coming boundary (ahead of it by `leave_slot`, or on it), and
@@ -95,6 +99,37 @@ pub struct Applier<A: Actuator> {
     /// job's own.
     freezes: RecentTimes,
     freezes_of: BTreeMap<JobId, RecentTimes>,
+}
+
+/// What the applier keeps of a job it has in charge.
+#[derive(Clone, Debug)]
+struct Known {
+    cpus: Option<Partition>,
+    mode: Mode,
+}
+
+impl Known {
+    /// Whether boundaries switch it (gang and moderate jobs).
+    fn switched(&self) -> bool {
+        switching(self.mode) != Switching::None
+    }
+}
+
+/// How a mode switches a job at boundaries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Switching {
+    Freeze,
+    Weight,
+    /// Never switched: implicit, auto until chosen, local.
+    None,
+}
+
+fn switching(mode: Mode) -> Switching {
+    match mode {
+        Mode::Gang => Switching::Freeze,
+        Mode::Moderate => Switching::Weight,
+        Mode::Implicit | Mode::Auto | Mode::Local => Switching::None,
+    }
 }
 
 /// A job asked to stop at the coming boundary, and when the kernel confirmed it did.
@@ -171,41 +206,69 @@ impl<A: Actuator> Applier<A> {
         self.actuator
     }
 
+    /// The machine's mode.
     pub fn mode(&self) -> Mode {
         self.mode
     }
 
-    /// Takes charge of a job whose cgroup exists: in gang mode it stays frozen until its slot.
-    /// A job placed again while it runs (a class change) is stopped too, so it is no longer
-    /// counted as running: else the boundary that wants it would find it "running" and never
-    /// thaw it.
-    pub fn adopt(&mut self, job: JobId) -> Result<(), AgentError> {
-        self.steer(job, false)?;
-        self.running.remove(&job);
-        self.jobs.insert(job, None);
-        Ok(())
+    /// A job's mode: its own, or the machine's.
+    pub fn mode_of(&self, job: JobId) -> Mode {
+        self.jobs.get(&job).map_or(self.mode, |known| known.mode)
+    }
+
+    /// Whether any job here is switched at boundaries (else nothing is held idle).
+    pub fn switches(&self) -> bool {
+        self.jobs.values().any(Known::switched) || switching(self.mode) != Switching::None
     }
 
     /// Makes a job's cgroup (or finds it again after a restart), puts it on `cpus` and takes
-    /// charge of it: frozen until its slot in gang mode, continued in the other modes (a job
-    /// suspended earlier must run again).
-    pub fn admit(&mut self, job: JobId, cpus: Option<&Partition>) -> Result<(), AgentError> {
+    /// charge of it in `mode` (none: the machine's; a machine in `local` mode switches no
+    /// job): a gang job frozen until its slot, any other continued (a job suspended earlier
+    /// must run again). A job placed again while it runs (a class change) is stopped too, so
+    /// it is no longer counted as running: else the boundary that wants it would find it
+    /// "running" and never thaw it.
+    pub fn admit(
+        &mut self,
+        job: JobId,
+        cpus: Option<&Partition>,
+        mode: Option<Mode>,
+    ) -> Result<(), AgentError> {
+        let mode = match self.mode {
+            Mode::Local => Mode::Local,
+            machine => mode.unwrap_or(machine),
+        };
         let name = job_group(job);
         let fail = |source| AgentError::Actuator { job, source };
         self.actuator.create(&name).map_err(fail)?;
-        if let (Some(cpus), false) = (cpus, self.mode == Mode::Local) {
+        if let (Some(cpus), false) = (cpus, mode == Mode::Local) {
             self.actuator.set_cpus(&name, cpus).map_err(fail)?;
         }
-        if self.mode != Mode::Gang {
+        if mode != Mode::Gang {
             self.actuator.thaw(&name).map_err(fail)?;
         }
-        self.adopt(job)?;
-        self.jobs
-            .insert(job, cpus.filter(|_| self.mode != Mode::Local).cloned());
+        let cpus = cpus.filter(|_| mode != Mode::Local).cloned();
+        self.jobs.insert(job, Known { cpus, mode });
+        self.steer(job, false)?;
+        self.running.remove(&job);
         Ok(())
     }
 
-    /// Takes a job out of the rotation and stops it, whatever the mode (`cosched suspend`).
+    /// Moves a job to another mode (an `auto` job's choice): what its old mode did is undone
+    /// and it waits, as its new mode has it, for the next boundary that wants it.
+    pub fn set_mode(&mut self, job: JobId, mode: Mode) -> Result<(), AgentError> {
+        if self.mode == Mode::Local || self.mode_of(job) == mode || !self.jobs.contains_key(&job) {
+            return Ok(());
+        }
+        self.let_loose(job)?;
+        self.running.remove(&job);
+        self.stopping.retain(|s| s.job != job);
+        if let Some(known) = self.jobs.get_mut(&job) {
+            known.mode = mode;
+        }
+        self.steer(job, false).map(|_| ())
+    }
+
+    /// Takes a job out of the rotation and stops it, whatever its mode (`cosched suspend`).
     pub fn suspend(&mut self, job: JobId) -> Result<(), AgentError> {
         self.running.remove(&job);
         self.jobs.remove(&job);
@@ -251,18 +314,16 @@ impl<A: Actuator> Applier<A> {
             .or(self.current.as_ref())
     }
 
-    /// How long before the boundary into `slot` to call `leave_slot`, in gang mode: for each
-    /// job that leaves there, the slowest of its own last freezes (any job's for one never
-    /// frozen yet), plus some slack, so the jobs that leave are frozen by the boundary and
-    /// those that enter are thawed on it. A big job's slow freeze starts its own leaving
-    /// early, not every job's. Nothing when no job leaves, and in the other modes.
+    /// How long before the boundary into `slot` to call `leave_slot`: for each gang job that
+    /// leaves there, the slowest of its own last freezes (any job's for one never frozen
+    /// yet), plus some slack, so the jobs that leave are frozen by the boundary and those
+    /// that enter are thawed on it. A big job's slow freeze starts its own leaving early, not
+    /// every job's. Nothing when no gang job leaves.
     pub fn lead(&self, slot: i64) -> Micros {
-        if self.mode != Mode::Gang {
-            return 0;
-        }
         let wanted = self.wanted(self.in_force(slot), slot);
         self.running
             .difference(&wanted)
+            .filter(|&&job| self.mode_of(job) == Mode::Gang)
             .map(|&job| self.expected_freeze(job))
             .max()
             .unwrap_or(0)
@@ -278,18 +339,23 @@ impl<A: Actuator> Applier<A> {
             .map_or(FIRST_LEAD, |slowest| slowest + LEAD_SLACK)
     }
 
-    /// Holds back, ahead of the boundary into `slot` (due at `boundary`), the jobs that do not
-    /// run in it (gang mode): asks their freezes and waits for them until the boundary, no
-    /// later. A freeze is confirmed 0.3-0.8 ms after it is asked (notes): done on the
-    /// boundary, it delayed every start behind it, by a different time on each node, which was
-    /// the tail of the cross-node start spread.
+    /// Holds back, ahead of the boundary into `slot` (due at `boundary`), the gang jobs that
+    /// do not run in it: asks their freezes and waits for them until the boundary, no later.
+    /// A freeze is confirmed 0.3-0.8 ms after it is asked (notes): done on the boundary, it
+    /// delayed every start behind it, by a different time on each node, which was the tail
+    /// of the cross-node start spread.
     pub fn leave_slot(&mut self, slot: i64, boundary: Micros) -> Result<(), AgentError> {
-        if self.mode != Mode::Gang {
-            return Ok(());
-        }
         let began = Instant::now();
         let wanted = self.wanted(self.in_force(slot), slot);
-        let leave: Vec<JobId> = self.running.difference(&wanted).copied().collect();
+        let leave: Vec<JobId> = self
+            .running
+            .difference(&wanted)
+            .filter(|&&job| self.mode_of(job) == Mode::Gang)
+            .copied()
+            .collect();
+        if leave.is_empty() {
+            return Ok(());
+        }
         for job in leave {
             self.ask_stop(job)?;
         }
@@ -298,11 +364,11 @@ impl<A: Actuator> Applier<A> {
         Ok(())
     }
 
-    /// Asks a running job to stop at (or ahead of) a boundary. In gang mode the freeze is only
+    /// Asks a running job to stop at (or ahead of) a boundary. A gang job's freeze is only
     /// asked: `await_stops` waits for it.
     fn ask_stop(&mut self, job: JobId) -> Result<(), AgentError> {
         let asked = now_micros();
-        let confirmed = if self.mode == Mode::Gang {
+        let confirmed = if self.mode_of(job) == Mode::Gang {
             self.actuator
                 .ask_freeze(&job_group(job))
                 .map_err(|source| AgentError::Actuator { job, source })?;
@@ -352,29 +418,46 @@ impl<A: Actuator> Applier<A> {
         Ok(())
     }
 
-    /// The known jobs that `generation` runs in `slot` (none outside gang and moderate modes).
+    /// The known jobs that `generation` runs in `slot` and that are switched (gang and
+    /// moderate ones).
     fn wanted(&self, generation: Option<&Generation>, slot: i64) -> BTreeSet<JobId> {
-        match (generation, self.mode) {
-            (Some(g), Mode::Gang | Mode::Moderate) => g
-                .slice_for_slot(slot)
-                .map(|s| {
-                    g.plan.slices[s]
-                        .jobs()
-                        .filter(|j| self.jobs.contains_key(j))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            _ => BTreeSet::new(),
-        }
+        self.holders(generation, slot)
+            .into_iter()
+            .filter(|job| self.jobs.get(job).is_some_and(Known::switched))
+            .collect()
+    }
+
+    /// The known jobs of the slice that `generation` runs in `slot`, whatever their mode.
+    fn holders(&self, generation: Option<&Generation>, slot: i64) -> BTreeSet<JobId> {
+        let Some(g) = generation.filter(|_| self.mode != Mode::Local) else {
+            return BTreeSet::new();
+        };
+        g.slice_for_slot(slot)
+            .map(|s| {
+                g.plan.slices[s]
+                    .jobs()
+                    .filter(|j| self.jobs.contains_key(j))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The jobs whose slot `slot` is, by the generation in force: the ones that may give it
+    /// away when they block (`lend`), unswitched ones too.
+    pub fn slot_holders(&self, slot: i64) -> BTreeSet<JobId> {
+        self.holders(self.current.as_ref(), slot)
     }
 
     /// Forgets a job (it ended): it is let loose first, so it is never left frozen.
     pub fn release(&mut self, job: JobId) -> Result<(), AgentError> {
         self.running.remove(&job);
-        if self.jobs.remove(&job).is_some() {
-            self.let_loose(job)?;
+        if !self.jobs.contains_key(&job) {
+            return Ok(());
         }
-        Ok(())
+        // Its mode says what to undo: forgotten after.
+        let loose = self.let_loose(job);
+        self.jobs.remove(&job);
+        loose
     }
 
     /// The number of the generation in force.
@@ -457,7 +540,7 @@ impl<A: Actuator> Applier<A> {
         // processes since (a job alone in its slice is never thawed again; its ranks, pinned
         // where the launcher was, shared one processor for good). The actuator keeps this
         // cheap when nothing changed.
-        if matches!(self.mode, Mode::Gang | Mode::Moderate) {
+        {
             for &job in self.running.iter().filter(|job| !start.contains(job)) {
                 self.actuator
                     .spread(&job_group(job))
@@ -477,8 +560,9 @@ impl<A: Actuator> Applier<A> {
     /// effect (true clock): after the thaw or the confirmed freeze, before any spreading.
     fn steer(&mut self, job: JobId, run: bool) -> Result<Micros, AgentError> {
         let name = job_group(job);
+        let mode = self.mode_of(job);
         let actuator = &mut self.actuator;
-        let outcome = match (self.mode, run) {
+        let outcome = match (mode, run) {
             // Thawed tasks wake where they last ran, often two on one processor: the second
             // waited milliseconds for the balancer while its partner spun (a 20 ms gang of
             // 2-rank ping-pongs ran at 30 % CPU efficiency). Spreading needs them runnable.
@@ -496,7 +580,7 @@ impl<A: Actuator> Applier<A> {
                 .set_weight(&name, DISFAVOURED_WEIGHT)
                 .map(|()| now_micros())
                 .and_then(|at| actuator.unpin(&name).map(|()| at)),
-            (Mode::Implicit | Mode::Local, _) => Ok(now_micros()),
+            (Mode::Implicit | Mode::Auto | Mode::Local, _) => Ok(now_micros()),
         };
         outcome.map_err(|source| AgentError::Actuator { job, source })
     }
@@ -508,7 +592,7 @@ impl<A: Actuator> Applier<A> {
         }
         for slice in &generation.plan.slices {
             for entry in &slice.entries {
-                let Some(last) = self.jobs.get_mut(&entry.job) else {
+                let Some(Known { cpus: last, .. }) = self.jobs.get_mut(&entry.job) else {
                     continue;
                 };
                 // The cgroup is written only when the processors change.
@@ -540,20 +624,20 @@ impl<A: Actuator> Applier<A> {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Undoes what the mode did to a job: thawed (gang) or back at normal weight (moderate),
+    /// Undoes what its mode did to a job: thawed (gang) or back at normal weight (moderate),
     /// and its threads unpinned.
     fn let_loose(&mut self, job: JobId) -> Result<(), AgentError> {
         let name = job_group(job);
-        let outcome = match self.mode {
-            Mode::Gang => self
+        let outcome = match switching(self.mode_of(job)) {
+            Switching::Freeze => self
                 .actuator
                 .thaw(&name)
                 .and_then(|_| self.actuator.unpin(&name)),
-            Mode::Moderate => self
+            Switching::Weight => self
                 .actuator
                 .set_weight(&name, NORMAL_WEIGHT)
                 .and_then(|()| self.actuator.unpin(&name)),
-            Mode::Implicit | Mode::Local => Ok(()),
+            Switching::None => Ok(()),
         };
         outcome.map_err(|source| AgentError::Actuator { job, source })
     }
@@ -565,7 +649,7 @@ impl<A: Actuator> Applier<A> {
         let name = job_group(job);
         let fail = |source| AgentError::Actuator { job, source };
         let mut steps = self.actuator.release_steps(&name).map_err(fail)?;
-        if matches!(self.mode, Mode::Gang | Mode::Moderate) {
+        if switching(self.mode_of(job)) != Switching::None {
             if let Some(procs) = self.actuator.join_files(&name).map_err(fail)?.first() {
                 steps.push(ReleaseStep::Unpin {
                     procs: procs.clone(),

@@ -13,6 +13,7 @@ use crate::clock::{self, SlotWork, Tick};
 use crate::door::{Door, DOOR_ENV};
 use crate::join;
 use crate::lend::{self, BlockWatch};
+use crate::probe::{self, Look, Probe};
 use crate::skew::Baseline;
 use crate::stall::{Activity, StallTracker, Verdict};
 use crate::supervisor::{self, LaunchSpec};
@@ -145,6 +146,8 @@ pub struct NodeAgent<A: Actuator> {
     /// The slot's running jobs, watched for a blocked gang (`give_away_after`).
     blocked: Option<BlockWatch>,
     stalls: Option<StallTracker>,
+    /// Auto jobs whose behaviour is being measured (until the controller chooses a mode).
+    probes: BTreeMap<JobId, Probe>,
     /// Idle jobs let loose, with their CPU usage when last looked at.
     watching: BTreeMap<JobId, Duration>,
     last_watch: Micros,
@@ -183,13 +186,10 @@ const LOG: cosched_os::Log = cosched_os::Log::new("agent");
 
 impl<A: Actuator> NodeAgent<A> {
     pub fn new(settings: NodeSettings, actuator: A, events: Arc<dyn EventSink>) -> Self {
-        let slotted = matches!(settings.mode, Mode::Gang | Mode::Moderate);
-        if settings.give_away_after.is_some() && settings.mode != Mode::Gang {
-            // Only a freezer holds processors idle for a blocked job: nothing to give away.
-            LOG.warn(format_args!(
-                "giving blocked gangs' slots away applies in gang mode only: ignored in {} mode",
-                settings.mode.name()
-            ));
+        // Any mode but local may switch some jobs (a job may have its own mode).
+        let slotted = settings.mode != Mode::Local;
+        if settings.give_away_after.is_some() && !slotted {
+            LOG.warn("giving blocked gangs' slots away does nothing in local mode: ignored");
         }
         NodeAgent {
             applier: Applier::new(actuator, settings.mode),
@@ -210,9 +210,10 @@ impl<A: Actuator> NodeAgent<A> {
                 .map(IdleTracker::new),
             blocked: settings
                 .give_away_after
-                .filter(|_| settings.mode == Mode::Gang)
+                .filter(|_| slotted)
                 .map(BlockWatch::new),
             stalls: None,
+            probes: BTreeMap::new(),
             events,
             watching: BTreeMap::new(),
             last_watch: 0,
@@ -236,10 +237,10 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    /// Reports jobs that did nothing in `after` of their own slots (gang, moderate): see
-    /// [`StallTracker`].
+    /// Reports jobs that did nothing in `after` of their own slots (gang and moderate jobs):
+    /// see [`StallTracker`].
     pub fn with_stall_after(mut self, after: Option<Micros>) -> Self {
-        let slotted = matches!(self.settings.mode, Mode::Gang | Mode::Moderate);
+        let slotted = self.settings.mode != Mode::Local;
         self.stalls = after.filter(|_| slotted).map(StallTracker::new);
         self
     }
@@ -324,6 +325,7 @@ impl<A: Actuator> NodeAgent<A> {
 
     /// What every boundary does, switching or not: cancels, cgroup removals, the status.
     fn quiet_tick(&mut self, now: Micros) {
+        self.probe_auto_jobs(now);
         self.enforce_cancels(now);
         self.retry_discards();
         if now - self.last_status >= self.settings.status_every {
@@ -412,10 +414,11 @@ impl<A: Actuator> NodeAgent<A> {
                 cpus,
                 memory,
                 launch,
+                mode,
             } => {
                 self.forget(job);
                 let started = self
-                    .admit(job, &cpus)
+                    .admit(job, &cpus, mode)
                     .and_then(|()| self.limit_memory(job, memory))
                     .and_then(|()| match launch {
                         Some(launch) => self.launch(job, &cpus, launch, stdio),
@@ -476,6 +479,12 @@ impl<A: Actuator> NodeAgent<A> {
                 }
             }
             Command::Stored { job } => self.confirm_stored(job),
+            Command::SetMode { job, mode } => {
+                self.probes.remove(&job);
+                if let Err(error) = self.applier.set_mode(job, mode) {
+                    self.trouble(job, error);
+                }
+            }
             Command::Stop { cancel } => {
                 let outcome = self.stop(cancel);
                 self.stopped = Some(outcome);
@@ -612,11 +621,56 @@ impl<A: Actuator> NodeAgent<A> {
         if let Some(tracker) = &mut self.stalls {
             tracker.forget(job);
         }
+        self.probes.remove(&job);
     }
 
-    fn admit(&mut self, job: JobId, cpus: &Partition) -> Result<(), String> {
+    /// An auto job is watched from its start here until its behaviour is reported.
+    fn probe_if_auto(&mut self, job: JobId) {
+        if self.applier.mode_of(job) == Mode::Auto {
+            let width = self.sizes.get(&job).copied().unwrap_or(1);
+            self.probes.entry(job).or_insert_with(|| Probe::new(width));
+        }
+    }
+
+    /// Looks at the auto jobs due a look; reports each whose window is full. A look takes at
+    /// most a tenth of the probe period (on the clock thread).
+    fn probe_auto_jobs(&mut self, now: Micros) {
+        let due: Vec<JobId> = self
+            .probes
+            .iter()
+            .filter(|(_, probe)| probe.due(now))
+            .map(|(&job, _)| job)
+            .collect();
+        for job in due {
+            let group = job_group(job);
+            let actuator = self.applier.actuator();
+            let Ok(pids) = actuator.pids(&group) else {
+                continue;
+            };
+            let io_pressure = actuator
+                .usage_files(&group)
+                .ok()
+                .and_then(|files| files.cpu_v2)
+                .map(|group| probe::io_pressure_of(&group));
+            let until = now_micros() + probe::PROBE_PERIOD / 10;
+            let Some(look) = Look::read(&pids, io_pressure.as_deref(), now, until) else {
+                continue;
+            };
+            let seen = self.probes.get_mut(&job).and_then(|probe| probe.add(look));
+            if let Some(behaviour) = seen {
+                self.probes.remove(&job);
+                self.events.report(Event::Behaviour {
+                    job,
+                    node: self.settings.node.clone(),
+                    behaviour,
+                });
+            }
+        }
+    }
+
+    fn admit(&mut self, job: JobId, cpus: &Partition, mode: Option<Mode>) -> Result<(), String> {
         self.applier
-            .admit(job, Some(cpus))
+            .admit(job, Some(cpus), mode)
             .map_err(|e| e.to_string())?;
         if let Some(per_cpu) = self.settings.tasks_per_cpu {
             // Before any process starts: a job of thousands of tasks makes its every switch
@@ -633,6 +687,7 @@ impl<A: Actuator> NodeAgent<A> {
         }
         self.sizes.insert(job, cpus.size() as usize);
         self.placed.insert(job, cpus.clone());
+        self.probe_if_auto(job);
         if let Some(door) = &self.door {
             let files = self.join_files(job)?;
             door.admit(job, files[0].clone());
@@ -656,8 +711,9 @@ impl<A: Actuator> NodeAgent<A> {
                 env.push((key.to_string(), value.to_string()));
             }
         };
-        if self.settings.mode == Mode::Implicit {
-            // Spin briefly, then yield or block (Arpaci-Dusseau; Solsona).
+        if matches!(self.applier.mode_of(job), Mode::Implicit | Mode::Auto) {
+            // Spin briefly, then yield or block (Arpaci-Dusseau; Solsona): an auto job's
+            // waits show as sleep only so (`probe`).
             set_default("OMPI_MCA_mpi_yield_when_idle", "1");
             set_default("GOMP_SPINCOUNT", "10000");
             set_default("COSCHED_WAIT", "spinblock");
@@ -969,7 +1025,7 @@ impl<A: Actuator> NodeAgent<A> {
         self.forget(job);
         let stopped = self
             .applier
-            .admit(job, None)
+            .admit(job, None, None)
             .and_then(|()| self.applier.suspend(job));
         match stopped {
             Ok(()) => {
@@ -1067,10 +1123,11 @@ impl<A: Actuator> NodeAgent<A> {
             }
         };
         let mut skews = Vec::new();
-        if self.applier.mode() == Mode::Gang {
+        {
             // A task that sleeps (a launcher waiting for its ranks) never shows: give up soon.
             let quantum = self.rotation.map_or(0, |r| r.quantum);
             let patience = Duration::from_micros((quantum / 10).min(5_000) as u64);
+            // Only gang jobs have baselines (`capture_baselines`).
             for moment in &record.started {
                 let baseline = self.baselines.remove(&moment.job);
                 if let Some(skew) = baseline.and_then(|b| b.measure(patience)) {
@@ -1093,7 +1150,7 @@ impl<A: Actuator> NodeAgent<A> {
         let lateness_us = tick.lateness().as_micros() as Micros;
         self.log_boundary(record, woke, Some(lateness_us));
         self.track_slots(&before, woke);
-        self.watch_blocked(woke);
+        self.watch_blocked(slot, woke);
         self.watch_idle(woke);
         self.capture_baselines(slot + 1);
         self.quiet_tick(woke);
@@ -1161,14 +1218,15 @@ impl<A: Actuator> NodeAgent<A> {
             Err(error) => LOG.warn(format_args!("slot {slot} (early): {error}")),
         }
         self.track_slots(&before, now);
-        self.watch_blocked(now);
+        self.watch_blocked(slot, now);
         self.capture_baselines(slot + 1);
     }
 
-    /// From `now`, the slot's running jobs are watched for a blocked gang.
-    fn watch_blocked(&mut self, now: Micros) {
+    /// From `now`, the jobs whose slot `slot` is are watched for a blocked gang (an
+    /// unswitched one among them too: an implicit job asleep leaves its slot idle as well).
+    fn watch_blocked(&mut self, slot: i64, now: Micros) {
         if let Some(watch) = &mut self.blocked {
-            watch.slot_began(self.applier.running(), now);
+            watch.slot_began(self.applier.slot_holders(slot), now);
         }
     }
 
@@ -1329,10 +1387,11 @@ impl<A: Actuator> NodeAgent<A> {
 
     /// Run times of the next slot's entrants while they are still frozen.
     fn capture_baselines(&mut self, next_slot: i64) {
-        if self.applier.mode() != Mode::Gang {
-            return;
-        }
-        for job in self.applier.entrants(next_slot) {
+        let entrants = self.applier.entrants(next_slot);
+        for job in entrants
+            .into_iter()
+            .filter(|&job| self.applier.mode_of(job) == Mode::Gang)
+        {
             let Ok(pids) = self.applier.actuator().pids(&job_group(job)) else {
                 continue;
             };

@@ -32,8 +32,8 @@ fn applier(mode: Mode) -> Applier<Fake> {
         fake.create(&job_group(job)).unwrap();
     }
     let mut a = Applier::new(fake, mode);
-    a.adopt(1).unwrap();
-    a.adopt(2).unwrap();
+    a.admit(1, None, None).unwrap();
+    a.admit(2, None, None).unwrap();
     a.publish(Generation::follow(None, two_slices().plan(), 10));
     a
 }
@@ -172,7 +172,7 @@ fn a_running_job_placed_again_runs_again_at_its_next_slot() {
         a.enter_slot(10, now_micros()).unwrap();
         assert_eq!(a.running().collect::<Vec<_>>(), vec![1], "{mode:?}");
         // Placed again by the controller (a class change) while it runs.
-        a.admit(1, Some(&cosched_core::Partition::block(0, 2)))
+        a.admit(1, Some(&cosched_core::Partition::block(0, 2)), None)
             .unwrap();
         let r = a.enter_slot(12, now_micros()).unwrap();
         assert_eq!(jobs(&r.started), vec![1], "{mode:?}");
@@ -223,6 +223,50 @@ fn moderate_moves_weight_and_pins_and_freezes_nothing() {
     assert_eq!(weight(&a, "job-2"), DISFAVOURED_WEIGHT);
     a.release(2).unwrap();
     assert_eq!(weight(&a, "job-2"), NORMAL_WEIGHT);
+}
+
+#[test]
+fn one_rotation_switches_each_job_as_its_own_mode_says() {
+    // Job 1 (slice 0) moderate, job 2 (slice 1) gang, in a machine whose mode is implicit.
+    let mut fake = Fake::default();
+    for job in [1, 2] {
+        fake.create(&job_group(job)).unwrap();
+    }
+    let mut a = Applier::new(fake, Mode::Implicit);
+    a.admit(1, None, Some(Mode::Moderate)).unwrap();
+    a.admit(2, None, Some(Mode::Gang)).unwrap();
+    assert_eq!((a.mode_of(1), a.mode_of(2)), (Mode::Moderate, Mode::Gang));
+    a.publish(Generation::follow(None, two_slices().plan(), 10));
+    let weight = |a: &Applier<Fake>, job: &str| a.actuator().jobs[job].weight;
+    a.enter_slot(10, now_micros()).unwrap();
+    assert_eq!(weight(&a, "job-1"), FAVOURED_WEIGHT);
+    assert_eq!(a.actuator().frozen(), vec!["job-2"]);
+    // Only the gang job is held ahead of the boundary.
+    assert_eq!(a.lead(11), 0, "job 1 leaves slot 11 by weight");
+    a.enter_slot(11, now_micros()).unwrap();
+    assert_eq!(weight(&a, "job-1"), DISFAVOURED_WEIGHT);
+    assert!(a.actuator().frozen().is_empty());
+    assert!(a.lead(12) > 0, "job 2, a gang, leaves at slot 12");
+    // An auto job runs unswitched until its mode is chosen, then as that mode says.
+    let mut a = applier(Mode::Auto);
+    a.enter_slot(10, now_micros()).unwrap();
+    assert_eq!(a.running().count(), 0);
+    assert!(a.actuator().frozen().is_empty());
+    a.set_mode(2, Mode::Gang).unwrap();
+    assert_eq!(a.actuator().frozen(), vec!["job-2"], "not its slot");
+    a.set_mode(1, Mode::Moderate).unwrap();
+    a.enter_slot(12, now_micros()).unwrap();
+    assert_eq!(a.running().collect::<Vec<_>>(), vec![1]);
+    assert_eq!(weight(&a, "job-1"), FAVOURED_WEIGHT);
+    a.enter_slot(13, now_micros()).unwrap();
+    assert_eq!(a.running().collect::<Vec<_>>(), vec![2]);
+    assert!(a.actuator().frozen().is_empty());
+    assert_eq!(weight(&a, "job-1"), DISFAVOURED_WEIGHT);
+    // Back to implicit (or released): what its mode did is undone.
+    a.set_mode(1, Mode::Implicit).unwrap();
+    assert_eq!(weight(&a, "job-1"), NORMAL_WEIGHT);
+    a.release(2).unwrap();
+    assert!(a.actuator().frozen().is_empty());
 }
 
 #[test]
@@ -399,7 +443,7 @@ fn two_gangs_never_run_at_the_same_moment_and_both_finish() {
     }
     let applier = Arc::new(Mutex::new(Applier::new(cgroups, Mode::Gang)));
     for (job, _) in jobs {
-        applier.lock().unwrap().adopt(job).unwrap();
+        applier.lock().unwrap().admit(job, None, None).unwrap();
     }
     for child in &mut children {
         child.stdin.take().unwrap().write_all(b"go\n").unwrap();

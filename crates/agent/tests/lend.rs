@@ -26,7 +26,7 @@ fn applier(mode: Mode, sizes: &[u32]) -> Applier<Fake> {
     }
     let mut a = Applier::new(fake, mode);
     for &job in &jobs {
-        a.adopt(job).unwrap();
+        a.admit(job, None, None).unwrap();
     }
     a.publish(Generation::follow(None, s.plan(), 10));
     a
@@ -88,9 +88,32 @@ fn a_borrower_needs_every_one_of_its_processors_blocked() {
 }
 
 #[test]
-fn only_gang_mode_lends() {
+fn moderate_jobs_lend_and_borrow_by_weight() {
     let mut a = applier(Mode::Moderate, &[1, 1, 1, 1]);
     a.enter_slot(10, now_micros()).unwrap();
-    assert_eq!(lend(&mut a, 10, &[1, 2]), (vec![], vec![]));
-    assert_eq!(running(&a), vec![1, 2]);
+    assert_eq!(lend(&mut a, 10, &[1, 2]), (vec![3, 4], vec![1, 2]));
+    assert_eq!(running(&a), vec![1, 2, 3, 4]);
+    let weight = |job: u64| a.actuator().jobs[&*job_group(job)].weight;
+    assert_eq!(weight(3), FAVOURED_WEIGHT);
+    assert!(a.actuator().frozen().is_empty());
+}
+
+#[test]
+fn an_implicit_job_asleep_lends_its_slot_to_a_gang_and_is_never_frozen() {
+    // Slice 0: job 1 (implicit, CPU 0) and job 2 (gang, CPU 1); slice 1: jobs 3 and 4 (gang).
+    let mut a = applier(Mode::Gang, &[1, 1, 1, 1]);
+    a.set_mode(1, Mode::Implicit).unwrap();
+    assert_eq!(a.mode_of(1), Mode::Implicit);
+    a.enter_slot(10, now_micros()).unwrap();
+    assert_eq!(running(&a), vec![2], "an implicit job is not switched");
+    assert_eq!(
+        a.slot_holders(10).into_iter().collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert_eq!(lend(&mut a, 10, &[1]), (vec![3], vec![1]));
+    assert_eq!(a.actuator().frozen(), vec!["job-4"]);
+    // Its own slot or another's: never frozen.
+    a.enter_slot(11, now_micros()).unwrap();
+    assert_eq!(a.actuator().frozen(), vec!["job-2"]);
+    assert_eq!(lend(&mut a, 11, &[1]), (vec![], vec![]), "not its slot");
 }

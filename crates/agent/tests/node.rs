@@ -83,6 +83,7 @@ fn agent_with_two_jobs(settings: NodeSettings) -> Running {
             cpus: "0".parse().unwrap(),
             memory: None,
             launch: None,
+            mode: None,
         };
         orders.send(start.into()).unwrap();
     }

@@ -6,7 +6,7 @@ use clap::Args;
 use cosched_os::unix;
 use cosched_proto::api::{MatrixView, NodeView, Reply, Request, RunRequest, StatsView};
 use cosched_proto::pattern::{expand, fill, names, PatternFields};
-use cosched_proto::{ExitInfo, JobState, Summary};
+use cosched_proto::{ExitInfo, JobState, Mode, Summary};
 use std::io::IsTerminal;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -168,6 +168,13 @@ pub struct RunArgs {
     /// Memory the job needs per processor it has (instead of --mem)
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     mem_per_cpu: Option<u64>,
+    /// How this job's processes are made to run together, beside jobs in other modes: gang
+    /// (frozen outside its slots: fine-grained programs), moderate (favoured in its slots,
+    /// using idle processors in others: coarse ones), implicit (never switched, waits
+    /// spin-then-block: I/O-bound ones), or auto (measured in its first seconds, then the
+    /// one of those it runs best in; `ps` shows auto:CHOSEN) [default: the daemon's mode]
+    #[arg(long, value_name = "MODE", value_parser = parse_job_mode)]
+    mode: Option<Mode>,
     /// The command and its arguments (after `--` when they start with `-`)
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -184,6 +191,19 @@ fn parse_time(text: &str) -> Result<u64, String> {
 
 /// A memory size for jobs or nodes: below a mebibyte no program starts (a job given less
 /// would be killed by its cgroup at once).
+/// A job's mode: any but `local`, a whole machine's.
+fn parse_job_mode(text: &str) -> Result<Mode, String> {
+    let mode: Mode = text
+        .parse()
+        .map_err(|e: cosched_proto::UnknownMode| e.to_string())?;
+    match mode.for_jobs() {
+        true => Ok(mode),
+        false => Err(format!(
+            "{mode} is a whole machine's mode (cosched daemon --mode), not a job's: gang, moderate, implicit or auto"
+        )),
+    }
+}
+
 pub(crate) fn parse_memory(text: &str) -> Result<u64, String> {
     const SMALLEST: u64 = 1 << 20;
     match cosched_core::parse_size(text) {
@@ -297,6 +317,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         time_limit_s: args.time,
         mem_bytes: args.mem,
         mem_per_cpu_bytes: args.mem_per_cpu,
+        mode: args.mode,
     });
     let socket = args.socket.socket;
     let submitted = connect(&socket).and_then(|stream| {

@@ -33,8 +33,10 @@ and writable by nobody else, nor may any directory above it be (a sticky /tmp is
 parent, a directory another user made there is not): the daemon refuses one that is not. \
 Modes: gang freezes the jobs outside the running slice; moderate gives the running slice all \
 the CPU weight and the others almost none; implicit only places jobs (space sharing) and tells \
-their MPI and OpenMP libraries to spin briefly and then block; local does nothing (plain Linux, \
-the baseline). SIGTERM or SIGINT stops the daemon cleanly: every job is thawed and left \
+their MPI and OpenMP libraries to spin briefly and then block; auto measures each job in its \
+first seconds and moves it to gang, moderate or implicit; local does nothing (plain Linux, \
+the baseline). The mode is every job's default: a job may ask for its own (`run --mode`), \
+and one rotation mixes them (not in local mode). SIGTERM or SIGINT stops the daemon cleanly: every job is thawed and left \
 running (or cancelled, with --on-stop cancel); a restarted daemon takes them back. Must run as \
 root (cgroups, real-time priority, running jobs as their submitters).")]
 pub struct DaemonArgs {
@@ -61,7 +63,8 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "MS",
           value_parser = clap::value_parser!(u32).range(10..=600_000))]
     quantum_ms: Option<u32>,
-    /// gang, moderate, implicit or local [default: the policy's, gang]
+    /// gang, moderate, implicit, auto or local: every job's unless it asks for its own
+    /// [default: the policy's, gang]
     #[arg(long)]
     mode: Option<Mode>,
     /// Most time slices (multiprogramming level) in gang and moderate modes [default: the
@@ -372,7 +375,7 @@ pub struct AgentArgs {
     /// The CPUs cosched schedules here, e.g. 0-7 or 2,3 [default: every CPU this process may use]
     #[arg(long, value_name = "LIST")]
     cpus: Option<Partition>,
-    /// gang, moderate, implicit or local (the controller's --mode must be the same)
+    /// gang, moderate, implicit, auto or local (the controller's --mode must be the same)
     #[arg(long, default_value = "gang")]
     mode: Mode,
     /// Where the supervisors' files and detached jobs' output live [default:

@@ -89,6 +89,7 @@ pub fn gantt(args: GanttArgs) -> Result<()> {
             .into_iter()
             .map(|j| {
                 let known = Known {
+                    mode: j.mode_shown(),
                     name: j.name,
                     ended_us: j.ended_us,
                 };
@@ -182,6 +183,8 @@ fn to_png(svg: &str) -> Result<Vec<u8>> {
 /// What the daemon says of a job.
 struct Known {
     name: String,
+    /// Its mode as `ps` shows it (`auto:gang`).
+    mode: String,
     ended_us: Option<Micros>,
 }
 
@@ -245,7 +248,7 @@ fn chart(
             row_names: rows
                 .iter()
                 .map(|job| match jobs.get(job) {
-                    Some(known) => format!("{job} {}", shorten(&known.name)),
+                    Some(known) => format!("{job} {} {}", shorten(&known.name), known.mode),
                     None => format!("job {job}"),
                 })
                 .collect(),
@@ -303,6 +306,7 @@ mod tests {
                 1,
                 Known {
                     name: "a-long-job-name".into(),
+                    mode: "auto:gang".into(),
                     ended_us: None,
                 },
             ),
@@ -310,6 +314,7 @@ mod tests {
                 7,
                 Known {
                     name: "short".into(),
+                    mode: "gang".into(),
                     ended_us: Some(1_250),
                 },
             ),
@@ -317,7 +322,7 @@ mod tests {
         let (panels, bars) = chart(&records, &jobs, 1_050, 1_400);
         assert_eq!(panels.len(), 2);
         assert_eq!(panels[0].name, "node a");
-        assert_eq!(panels[0].row_names, ["1 a-long-…", "job 2"]);
+        assert_eq!(panels[0].row_names, ["1 a-long-… auto:gang", "job 2"]);
         let summary: Vec<(usize, u64, Micros, Micros)> = bars
             .iter()
             .map(|b| (b.slice, b.job, b.from, b.to))

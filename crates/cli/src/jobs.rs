@@ -86,7 +86,9 @@ but not the memory beside the jobs resident there), priority (it would fit, but 
 job comes first), limit (its owner is at a per-user limit), node (pinned to a node whose \
 agent left), held (suspended by its owner); for a running job, stalled(TIME) says every \
 process of it has waited that long in its own slots (no CPU, no I/O: a deadlock, say; \
-stalled_since_us in --json). Columns are cut to fit (`~`) only on a terminal.")]
+stalled_since_us in --json). MODE is how the job is switched (gang, moderate, implicit); an \
+auto job shows auto until its mode is chosen in its first seconds, then auto:CHOSEN (runs_as \
+and mode_why in --json). Columns are cut to fit (`~`) only on a terminal.")]
 pub struct PsArgs {
     /// Only these jobs, with their whole commands (a listing shows the start of each)
     #[arg(value_name = "JOB", value_delimiter = ',')]
@@ -104,7 +106,7 @@ pub struct PsArgs {
     /// Include jobs that ended
     #[arg(short, long)]
     all: bool,
-    /// The columns, in order: id, name, user, class, n, cpus, state, reason, slices,
+    /// The columns, in order: id, name, user, class, mode, n, cpus, state, reason, slices,
     /// elapsed, time_left, exit, command
     #[arg(short = 'o', long, value_name = "FIELD[,FIELD]", value_delimiter = ',',
           value_parser = parse_field, conflicts_with = "json")]
@@ -126,6 +128,7 @@ pub enum Field {
     Name,
     User,
     Class,
+    Mode,
     N,
     Cpus,
     State,
@@ -138,11 +141,12 @@ pub enum Field {
 }
 
 impl Field {
-    const ALL: [Field; 13] = [
+    const ALL: [Field; 14] = [
         Field::Id,
         Field::Name,
         Field::User,
         Field::Class,
+        Field::Mode,
         Field::N,
         Field::Cpus,
         Field::State,
@@ -160,6 +164,7 @@ impl Field {
             Field::Name => "name",
             Field::User => "user",
             Field::Class => "class",
+            Field::Mode => "mode",
             Field::N => "n",
             Field::Cpus => "cpus",
             Field::State => "state",
@@ -197,6 +202,7 @@ impl Field {
             Field::Name => job.name.clone(),
             Field::User => job.user.clone(),
             Field::Class => job.class.to_string(),
+            Field::Mode => job.mode_shown(),
             Field::N => match job.node_count {
                 Some(nodes) => format!("{nodes}x{}", job.procs / nodes.max(1)),
                 None => job.procs.to_string(),

@@ -74,10 +74,16 @@ impl Lab {
     /// Its processes write `cosched-JOBID.out` in `submitted/`, on every node (one file
     /// system here, as on a cluster with a shared one).
     fn submit(&self, script: &str) -> u64 {
+        self.submit_with(&[], script)
+    }
+
+    /// [`Lab::submit`] with more `run` options.
+    fn submit_with(&self, options: &[&str], script: &str) -> u64 {
         let here = self.dir.join("submitted");
         std::fs::create_dir_all(&here).unwrap();
         let out = Command::new(COSCHED)
             .args(["run", "-N", "2", "-n", "2", "--detach"])
+            .args(options)
             .args(["--", "sh", "-c", script])
             .current_dir(here)
             .env("COSCHED_SOCKET", self.dir.join("cosched.sock"))
@@ -568,4 +574,53 @@ fn a_jobs_history_adds_up_the_cpu_time_of_its_parts_on_every_node() {
         cpu_us(),
         lab.logs()
     );
+}
+
+#[test]
+fn an_auto_mpi_job_across_two_nodes_is_measured_on_both_and_switched_alike() {
+    let lab = Lab::up("auto");
+    let program = pingpong();
+    // Long enough to be cancelled; beside it an implicit one, never switched, so that both
+    // share each node's processor out of step while the auto job is measured.
+    let auto = lab.submit_with(&["--mode", "auto"], &mpi_job(&program, 1_000_000_000, 0));
+    let implicit = lab.submit_with(
+        &["--mode", "implicit"],
+        &mpi_job(&program, 1_000_000_000, 0),
+    );
+    let mut shown = Value::Null;
+    let chosen = wait_until(Duration::from_secs(120), || {
+        shown = lab.job(auto);
+        !shown["runs_as"].is_null()
+    });
+    assert!(chosen, "{shown}\n{}", lab.logs());
+    assert_eq!(shown["runs_as"], "gang", "{shown}\n{}", lab.logs());
+    let controller = lab.log("controller");
+    for node in ["a", "b"] {
+        assert!(
+            controller.contains(&format!("job {auto}: measured on node {node} over")),
+            "{controller}"
+        );
+    }
+    // From then on a gang on both nodes; the implicit job never frozen on either.
+    for node in ["a", "b"] {
+        let frozen = wait_until(Duration::from_secs(10), || lab.frozen(node, auto));
+        assert!(
+            frozen,
+            "job {auto} never frozen on node {node}\n{}",
+            lab.logs()
+        );
+    }
+    let began = std::time::Instant::now();
+    while began.elapsed() < Duration::from_secs(2) {
+        for node in ["a", "b"] {
+            assert!(!lab.frozen(node, implicit), "node {node}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(lab.job(implicit)["mode"], "implicit");
+    for job in [auto, implicit] {
+        let out = lab.cosched(&["cancel", &job.to_string()]);
+        assert!(out.status.success(), "{out:?}");
+        lab.wait_state(job, "cancelled", Duration::from_secs(60));
+    }
 }

@@ -74,6 +74,7 @@ fn a_job_over_its_memory_ends_with_the_oom_kill_its_cgroup_counted() {
         job: 1,
         cpus: "0".parse().unwrap(),
         memory: NonZeroU64::new(LIMIT),
+        mode: None,
         launch: Some(launch),
     };
     orders.send(start.into()).unwrap();

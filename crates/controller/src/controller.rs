@@ -27,6 +27,7 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 mod accounting;
+mod auto;
 mod history;
 mod limits;
 mod registration;
@@ -144,6 +145,8 @@ pub struct Controller {
     limited: BTreeSet<JobId>,
     /// Running jobs some node reported stalled: since when, by node.
     stalls: BTreeMap<JobId, BTreeMap<String, Micros>>,
+    /// Auto jobs some node measured, by node, until every node of the job did.
+    behaviours: BTreeMap<JobId, BTreeMap<String, cosched_proto::Behaviour>>,
 }
 
 /// A node's latest report as the controller received it.
@@ -202,6 +205,7 @@ impl Controller {
             clocks: BTreeMap::new(),
             limited: BTreeSet::new(),
             stalls: BTreeMap::new(),
+            behaviours: BTreeMap::new(),
         }
     }
 
@@ -351,6 +355,11 @@ impl Controller {
         now: Micros,
     ) -> Result<JobId, ApiError> {
         validate_run(&run).map_err(ApiError::Invalid)?;
+        if let (Some(mode), Mode::Local) = (run.mode, self.settings.mode) {
+            return Err(ApiError::Invalid(format!(
+                "this daemon runs in local mode (plain Linux, nothing switched): a job cannot ask for mode {mode}"
+            )));
+        }
         let class = match &run.class {
             Some(name) => name
                 .parse::<Class>()
@@ -444,6 +453,9 @@ impl Controller {
             mem_per_cpu_bytes,
             cpu_us: None,
             peak_memory_bytes: None,
+            mode: run.mode,
+            runs_as: None,
+            mode_why: None,
         };
         self.store.insert(&record).map_err(unrecorded)?;
         fault::point("recorded", id);
@@ -565,6 +577,7 @@ impl Controller {
     /// The job is gone from the core, and whatever memory it held there with it.
     fn unschedule(&mut self, job: JobId, now: Micros) {
         self.forget_stall(job);
+        self.forget_behaviour(job);
         let decisions = match self.scheduler.state(job) {
             Some(_) => self.scheduler.remove(job, now).expect("present"),
             None => self.scheduler.release_memory(job, now),
@@ -576,6 +589,7 @@ impl Controller {
     /// stopped): their pages stay, so its memory stays held on its nodes.
     fn unschedule_resident(&mut self, job: JobId, now: Micros) {
         self.forget_stall(job);
+        self.forget_behaviour(job);
         if self.scheduler.state(job).is_some() {
             let decisions = self.scheduler.remove_resident(job, now).expect("present");
             self.apply(decisions, now);
@@ -695,6 +709,7 @@ impl Controller {
         };
         // The launcher runs on the job's first node; the other nodes only place it.
         let memory = self.records[&job].core_memory();
+        let mode = self.start_mode(job);
         for placed in placed {
             let here = memory.map(|memory| memory.on_node(placed.cpus.size()));
             self.send(
@@ -705,6 +720,7 @@ impl Controller {
                         memory: here.and_then(std::num::NonZeroU64::new),
                         cpus: placed.cpus,
                         launch: launch.take(),
+                        mode,
                     },
                     stdio: stdio.take(),
                 },
@@ -1147,6 +1163,9 @@ impl Controller {
                 JobState::Running => self.stalled_since(r.id),
                 _ => None,
             },
+            mode: r.mode.unwrap_or(self.settings.mode),
+            runs_as: r.runs_as,
+            mode_why: r.mode_why.clone(),
         }
     }
 
@@ -1727,6 +1746,11 @@ impl Controller {
                 node,
                 since_us,
             } => self.stall_reported(job, node, since_us, now),
+            Event::Behaviour {
+                job,
+                node,
+                behaviour,
+            } => self.behaviour_reported(job, node, behaviour, now),
             Event::Trouble { job, what } => LOG.warn(format_args!("job {job}: agent: {what}")),
             Event::Status { status } => self.heard_from(*status, now),
             Event::ProcessWanted {

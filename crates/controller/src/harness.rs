@@ -380,6 +380,7 @@ impl Harness {
             time_limit_s: None,
             mem_bytes: None,
             mem_per_cpu_bytes: None,
+            mode: None,
         }
     }
 

@@ -86,6 +86,14 @@ pub struct JobRecord {
     pub cpu_us: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_memory_bytes: Option<u64>,
+    /// The mode it asked for (`--mode`); none: the daemon's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<cosched_proto::Mode>,
+    /// An auto job's chosen mode, and why: it is started in it again after a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_as: Option<cosched_proto::Mode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode_why: Option<String>,
 }
 
 /// Bytes of its command an ended job keeps, in memory and in the store: what a job was is

@@ -398,6 +398,9 @@ mod tests {
             run_us: 1_000_000,
             mem_bytes: None,
             stalled_since_us: None,
+            mode: cosched_proto::Mode::Gang,
+            runs_as: None,
+            mode_why: None,
         };
         let code = |code| ExitInfo {
             code: Some(code),

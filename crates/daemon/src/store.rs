@@ -317,6 +317,9 @@ mod tests {
             mem_per_cpu_bytes: None,
             cpu_us: None,
             peak_memory_bytes: None,
+            mode: None,
+            runs_as: None,
+            mode_why: None,
         }
     }
 

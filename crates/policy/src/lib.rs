@@ -343,7 +343,7 @@ impl Policy {
             mpl: match s.mode {
                 Mode::Local => LOCAL_MPL,
                 Mode::Implicit => 1,
-                Mode::Gang | Mode::Moderate => s.mpl,
+                Mode::Gang | Mode::Moderate | Mode::Auto => s.mpl,
             },
             alternates: s.alternates,
             backfill: s.backfill,

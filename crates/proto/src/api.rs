@@ -176,6 +176,9 @@ pub struct RunRequest {
     /// Bytes of memory it needs per processor (`--mem-per-cpu`); not with `mem_bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_per_cpu_bytes: Option<u64>,
+    /// How its processes are made to run together (`--mode`); none: the daemon's mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
 }
 
 /// The most memory a job may name: far beyond any node, far below overflow when multiplied.
@@ -315,6 +318,11 @@ pub fn validate_run(run: &RunRequest) -> Result<(), String> {
         }
         _ => {}
     }
+    if let Some(mode) = run.mode.filter(|mode| !mode.for_jobs()) {
+        return Err(format!(
+            "mode {mode} is a whole machine's, not a job's (a job's: gang, moderate, implicit, auto)"
+        ));
+    }
     if let Some(name) = &run.name {
         if name.chars().count() > MAX_NAME_CHARS || name.is_empty() || name.chars().any(unprintable)
         {
@@ -374,9 +382,29 @@ pub struct JobView {
     /// is stalled: a running job's deadlock, say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stalled_since_us: Option<i64>,
+    /// Its mode: the one it asked for, or the daemon's.
+    #[serde(default = "default_mode")]
+    pub mode: Mode,
+    /// What an `auto` job was found to run best in, and why (measured in its first seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_as: Option<Mode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode_why: Option<String>,
+}
+
+fn default_mode() -> Mode {
+    Mode::Gang
 }
 
 impl JobView {
+    /// Its mode as `ps` shows it: `auto:gang` once an auto job's was chosen.
+    pub fn mode_shown(&self) -> String {
+        match self.runs_as {
+            Some(chosen) => format!("{}:{chosen}", self.mode),
+            None => self.mode.to_string(),
+        }
+    }
+
     /// How much of its limit is left (µs), if it has one.
     pub fn time_left_us(&self) -> Option<i64> {
         self.time_limit_us.map(|limit| (limit - self.run_us).max(0))
@@ -683,7 +711,28 @@ mod tests {
             time_limit_s: None,
             mem_bytes: None,
             mem_per_cpu_bytes: None,
+            mode: None,
         }
+    }
+
+    #[test]
+    fn a_job_may_ask_for_any_mode_but_a_whole_machines() {
+        for mode in [Mode::Gang, Mode::Moderate, Mode::Implicit, Mode::Auto] {
+            assert_eq!(
+                validate_run(&RunRequest {
+                    mode: Some(mode),
+                    ..run()
+                }),
+                Ok(())
+            );
+        }
+        let local = RunRequest {
+            mode: Some(Mode::Local),
+            ..run()
+        };
+        assert!(validate_run(&local)
+            .unwrap_err()
+            .contains("mode local is a whole machine's"));
     }
 
     #[test]

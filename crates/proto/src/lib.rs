@@ -21,8 +21,8 @@ pub use names::{
     Class, JobState, Mode, Pending, StallAction, UnknownMode, UnknownStallAction, UnknownState,
 };
 pub use order::{
-    signal_name, Command, Ending, Event, ExitInfo, JobHost, Launch, ProcessRef, ProcessRequest,
-    CANCEL_GRACE, OUT_OF_MEMORY,
+    signal_name, Behaviour, Command, Ending, Event, ExitInfo, JobHost, Launch, ProcessRef,
+    ProcessRequest, CANCEL_GRACE, OUT_OF_MEMORY,
 };
 pub use seam::{EventSink, Order, OrderSink, PlanSource, Received};
 pub use status::{
@@ -31,7 +31,7 @@ pub use status::{
 };
 
 /// Bumped whenever a wire type changes meaning; a reader refuses another version.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtoError {

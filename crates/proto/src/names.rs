@@ -182,8 +182,11 @@ pub enum Mode {
     Moderate,
     /// No switching; jobs are told to spin briefly then block (space sharing only).
     Implicit,
-    /// No control at all: plain Linux, the baseline.
+    /// No control at all: plain Linux, the baseline (a whole machine's mode, never a job's).
     Local,
+    /// A job's mode chosen from its measured behaviour in its first seconds (it runs as
+    /// `implicit`, waiting spin-then-block, until then): `gang`, `moderate` or `implicit`.
+    Auto,
 }
 
 impl Mode {
@@ -193,7 +196,13 @@ impl Mode {
             Mode::Moderate => "moderate",
             Mode::Implicit => "implicit",
             Mode::Local => "local",
+            Mode::Auto => "auto",
         }
+    }
+
+    /// Whether a job may ask for it (`run --mode`): every mode but `local`.
+    pub fn for_jobs(self) -> bool {
+        self != Mode::Local
     }
 }
 
@@ -204,16 +213,22 @@ impl fmt::Display for Mode {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown mode '{0}' (known: gang, moderate, implicit, local)")]
+#[error("unknown mode '{0}' (known: gang, moderate, implicit, local, auto)")]
 pub struct UnknownMode(pub String);
 
 impl FromStr for Mode {
     type Err = UnknownMode;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [Mode::Gang, Mode::Moderate, Mode::Implicit, Mode::Local]
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| UnknownMode(s.to_string()))
+        [
+            Mode::Gang,
+            Mode::Moderate,
+            Mode::Implicit,
+            Mode::Local,
+            Mode::Auto,
+        ]
+        .into_iter()
+        .find(|m| m.name() == s)
+        .ok_or_else(|| UnknownMode(s.to_string()))
     }
 }
 
@@ -276,7 +291,7 @@ mod tests {
                 format!("\"{}\"", state.name())
             );
         }
-        for mode in ["gang", "moderate", "implicit", "local"] {
+        for mode in ["gang", "moderate", "implicit", "local", "auto"] {
             let parsed: Mode = mode.parse().unwrap();
             assert_eq!(
                 serde_json::to_string(&parsed).unwrap(),

@@ -2,7 +2,7 @@
 //! and events are one-way: nothing waits for an answer, so the same agent runs in the
 //! controller's process (a channel) or on its own node (through etcd).
 
-use crate::{Generation, NodeStatus};
+use crate::{Generation, Mode, NodeStatus};
 use cosched_core::{JobId, Micros, Partition};
 use serde::{Deserialize, Serialize};
 
@@ -177,10 +177,16 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         memory: Option<std::num::NonZeroU64>,
         launch: Option<Launch>,
+        /// How the job is switched here: `gang`, `moderate`, `implicit`, or `auto` (run as
+        /// implicit and measured until `SetMode`); none: the node's mode.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<Mode>,
     },
     /// After a controller restart: find the job's supervisor again (or its kept exit status);
     /// keep it stopped if it was suspended.
     Adopt { job: JobId, suspended: bool },
+    /// An `auto` job's mode was chosen: it is switched that way from the next boundary.
+    SetMode { job: JobId, mode: Mode },
     /// Out of the rotation and stopped.
     Suspend { job: JobId },
     /// Out of the rotation and free to run; watched for work (an idle job).
@@ -224,6 +230,46 @@ pub enum Command {
     /// watched for work), and its holder exits once the processes that joined have (the job
     /// ends with it).
     Finish { job: JobId },
+}
+
+/// What an `auto` job's processes on one node did while they ran unswitched (as `implicit`
+/// jobs do) in their first seconds: the shares of their time, over its working processes
+/// (the busiest tasks, one per processor it has there, so a launcher asleep does not count).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Behaviour {
+    /// How long it was watched (µs).
+    pub window_us: i64,
+    /// On a processor.
+    pub run: f64,
+    /// Runnable, waiting for a processor (others had it).
+    pub queued: f64,
+    /// Asleep by its own choice: waiting for a message, a peer, a timer or I/O.
+    pub asleep: f64,
+    /// At least one of its tasks stalled on storage I/O (the cgroup's `io.pressure` "some";
+    /// none where the kernel has no pressure accounting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<f64>,
+}
+
+impl Eq for Behaviour {}
+
+impl std::fmt::Display for Behaviour {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let percent = |share: f64| (share * 100.0).round();
+        write!(
+            f,
+            "over {:.1} s: ran {} %, queued {} %, asleep {} %",
+            self.window_us as f64 / 1e6,
+            percent(self.run),
+            percent(self.queued),
+            percent(self.asleep)
+        )?;
+        match self.io {
+            Some(io) => write!(f, ", stalled on I/O {} %", percent(io)),
+            None => write!(f, ", I/O stalls not measured"),
+        }
+    }
 }
 
 /// A process added to a job at another node's request: the asking node and its request
@@ -274,6 +320,13 @@ pub enum Event {
         node: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         since_us: Option<i64>,
+    },
+    /// How an `auto` job's processes on `node` behaved in its first seconds, for the
+    /// controller to choose its mode once every node of it reported.
+    Behaviour {
+        job: JobId,
+        node: String,
+        behaviour: Behaviour,
     },
     /// An order about the job could not be carried out (it is logged, nothing else).
     Trouble { job: JobId, what: String },
@@ -338,6 +391,7 @@ impl Command {
             Command::Publish { .. } | Command::Stop { .. } => None,
             Command::Start { job, .. }
             | Command::Adopt { job, .. }
+            | Command::SetMode { job, .. }
             | Command::Suspend { job }
             | Command::LetLoose { job }
             | Command::Cancel { job }
@@ -362,6 +416,7 @@ mod tests {
             cpus: "0-1".parse().unwrap(),
             memory: None,
             launch: None,
+            mode: None,
         };
         let text = serde_json::to_string(&start).unwrap();
         assert_eq!(

@@ -91,7 +91,8 @@ pub struct Frame<'a> {
 }
 
 const WIDTH: f64 = 1200.0;
-const LEFT: f64 = 70.0;
+// Room for a daemon chart's row names: "12 a-long-… auto:moderate".
+const LEFT: f64 = 130.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 40.0;

@@ -66,6 +66,7 @@ impl Controller {
             time_limit_s: None,
             mem_bytes: None,
             mem_per_cpu_bytes: None,
+            mode: None,
         };
         self.submit_job(who, run, None, true, now)
     }

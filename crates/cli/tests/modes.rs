@@ -1,0 +1,147 @@
+//! Each job its mode, on real processes: one rotation mixes a gang, a moderate and an
+//! implicit job, each switched as its own mode says; an `auto` job is measured in its first
+//! seconds and moved to the mode it runs best in (a computing job to moderate, an MPI
+//! ping-pong whose waits sleep to gang, one that writes to storage to implicit), shown in
+//! `ps`. Needs root, as CI runs.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// A job of 2 processes that spin for 600 s of CPU, in `mode`.
+fn spinner(d: &Daemon, mode: &str) -> u64 {
+    let spin = spin_py();
+    d.submit(&[
+        "-n", "2", "--mode", mode, "--", "python3", &spin, "2", "600", "0",
+    ])
+}
+
+#[test]
+fn one_rotation_switches_each_job_as_its_own_mode_says() {
+    let d = Daemon::start(&["--procs", "2", "--quantum-ms", "50"]);
+    let gang = spinner(&d, "gang");
+    let moderate = spinner(&d, "moderate");
+    let implicit = spinner(&d, "implicit");
+    for (job, mode) in [
+        (gang, "gang"),
+        (moderate, "moderate"),
+        (implicit, "implicit"),
+    ] {
+        let shown = d.job(job);
+        assert_eq!(shown["mode"], mode, "{shown}");
+        assert!(shown["runs_as"].is_null(), "{shown}");
+    }
+    let running = wait_until(Duration::from_secs(30), || {
+        [gang, moderate, implicit]
+            .iter()
+            .all(|&job| d.job(job)["state"] == "running" && d.cpu_us(job) > 0)
+    });
+    assert!(running, "{}", d.log());
+    // Sampled through many rotations: only the gang job is ever frozen, and it runs too.
+    let (mut gang_frozen, mut gang_thawed) = (0, 0);
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(2) {
+        match d.frozen(gang) {
+            true => gang_frozen += 1,
+            false => gang_thawed += 1,
+        }
+        assert!(!d.frozen(moderate), "a moderate job is never frozen");
+        assert!(!d.frozen(implicit), "an implicit job is never frozen");
+        std::thread::sleep(Duration::from_millis(7));
+    }
+    assert!(
+        gang_frozen > 10 && gang_thawed > 10,
+        "{gang_frozen} {gang_thawed}"
+    );
+    let ps = String::from_utf8(d.cosched(&["ps", "--format", "id,mode"]).stdout).unwrap();
+    for (job, mode) in [
+        (gang, "gang"),
+        (moderate, "moderate"),
+        (implicit, "implicit"),
+    ] {
+        assert!(ps.contains(&format!("{job} {mode}")), "{ps}");
+    }
+    for job in [gang, moderate, implicit] {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+        d.wait_end(job, Duration::from_secs(60));
+    }
+    // A whole machine's mode is not a job's (refused by the command line's parser).
+    for (mode, expected) in [
+        ("local", "local is a whole machine's mode"),
+        ("fast", "unknown mode 'fast'"),
+    ] {
+        let out = d.cosched(&["run", "--mode", mode, "--", "true"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+}
+
+#[test]
+fn a_daemon_in_local_mode_refuses_a_jobs_mode() {
+    let d = Daemon::start(&["--procs", "2", "--mode", "local"]);
+    let out = d.cosched(&["run", "--mode", "gang", "--", "true"]);
+    refused(&out, "runs in local mode");
+}
+
+/// What `ps --json` says of `job` once its mode was chosen (at most `patience`).
+fn chosen(d: &Daemon, job: u64, patience: Duration) -> Value {
+    let mut shown = Value::Null;
+    let done = wait_until(patience, || {
+        shown = d.job(job);
+        !shown["runs_as"].is_null()
+    });
+    assert!(done, "no mode chosen for job {job}: {shown}\n{}", d.log());
+    shown
+}
+
+#[test]
+fn auto_jobs_are_measured_and_moved_to_the_mode_they_run_best_in() {
+    let d = Daemon::start(&["--procs", "2", "--quantum-ms", "50", "--mode", "auto"]);
+    let computing = spinner(&d, "auto");
+    // Its ranks wait for each other's messages spin-then-block (the environment an auto job
+    // gets), out of step beside the computing job.
+    let program = made("bench/workloads", "build/pingpong");
+    let mut args = vec!["-n", "2", "--", "env"];
+    args.extend(MPIRUN_TWO_RANKS);
+    args.extend([program.to_str().unwrap(), "-n", "100000000", "-w", "10"]);
+    let pingpong = d.submit(&args);
+    let file = d.dir.join("written");
+    let script = format!(
+        "while :; do dd if=/dev/zero of={} bs=64k count=16 oflag=dsync status=none; done",
+        file.display()
+    );
+    let writer = d.submit(&["-n", "1", "--", "sh", "-c", &script]);
+    let patience = Duration::from_secs(120);
+    for (job, expected) in [
+        (computing, "moderate"),
+        (pingpong, "gang"),
+        (writer, "implicit"),
+    ] {
+        let shown = chosen(&d, job, patience);
+        assert_eq!(shown["mode"], "auto", "{shown}");
+        assert_eq!(shown["runs_as"], expected, "{shown}\n{}", d.log());
+        assert!(shown["mode_why"]
+            .as_str()
+            .is_some_and(|why| !why.is_empty()));
+        assert!(
+            d.log()
+                .contains(&format!("job {job}: measured on node local over")),
+            "{}",
+            d.log()
+        );
+    }
+    // Switched as chosen from then on: the gang ping-pong is frozen outside its slots.
+    let frozen_once = wait_until(Duration::from_secs(10), || d.frozen(pingpong));
+    assert!(frozen_once, "{}", d.log());
+    assert!(!d.frozen(writer) && !d.frozen(computing));
+    let ps = String::from_utf8(d.cosched(&["ps", "--format", "id,mode"]).stdout).unwrap();
+    assert!(ps.contains(&format!("{pingpong} auto:gang")), "{ps}");
+    for job in [computing, pingpong, writer] {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+        d.wait_end(job, Duration::from_secs(60));
+    }
+    let _ = std::fs::remove_file(file);
+}
