@@ -111,6 +111,10 @@ class Job:
     # Since when every process of it has waited in its own slots (no CPU, no I/O), if it is
     # stalled (a deadlock, say); only on a running job.
     stalled_since_us: Optional[int] = None
+    # Its mode (asked for, or the daemon's); an auto job's chosen one and why, once chosen.
+    mode: str = "gang"
+    runs_as: Optional[str] = None
+    mode_why: Optional[str] = None
 
     @property
     def time_left_us(self) -> Optional[int]:
@@ -147,6 +151,9 @@ class Job:
             run_us=v.get("run_us", 0),
             mem_bytes=v.get("mem_bytes"),
             stalled_since_us=v.get("stalled_since_us"),
+            mode=v.get("mode", "gang"),
+            runs_as=v.get("runs_as"),
+            mode_why=v.get("mode_why"),
         )
 
 
@@ -455,12 +462,14 @@ class Client:
         time_limit_s: Optional[int] = None,
         mem_bytes: Optional[int] = None,
         mem_per_cpu_bytes: Optional[int] = None,
+        mode: Optional[str] = None,
     ) -> int:
         """Submits a job and returns its id at once (`wait` for its end). `output`: a file
         for its stdout and stderr (appended to; on a cluster, opened by the job on its
         nodes), else they are discarded. The job runs as the caller, in `cwd` (default:
         here) with `env` (default: this environment). `time_limit_s`: seconds it may be let
-        run (then it ends `timeout`); `mem_bytes` per node or `mem_per_cpu_bytes`."""
+        run (then it ends `timeout`); `mem_bytes` per node or `mem_per_cpu_bytes`; `mode`:
+        gang, moderate, implicit or auto (default: the daemon's)."""
         if isinstance(argv, str) or not argv:
             raise ValueError("argv must be a non-empty list of words (a command, not a string)")
         request: Dict[str, Any] = {
@@ -484,6 +493,7 @@ class Client:
             ("time_limit_s", time_limit_s),
             ("mem_bytes", mem_bytes),
             ("mem_per_cpu_bytes", mem_per_cpu_bytes),
+            ("mode", mode),
         ):
             if value is not None:
                 request[key] = value

@@ -193,6 +193,11 @@ class AgainstADaemon(unittest.TestCase):
             self.client.run(["true"], procs=4096)
         with self.assertRaises(ValueError):
             self.client.run("echo a string")
+        with self.assertRaisesRegex(cosched.RequestRefused, "mode local is a whole machine's"):
+            self.client.run(["true"], mode="local")
+        moderate = self.client.run(["sleep", "30"], mode="moderate")
+        self.assertEqual(self.client.ps(job=moderate)[0].mode, "moderate")
+        self.client.cancel(moderate)
         with self.assertRaisesRegex(cosched.DaemonUnreachable, "no cosched daemon answers"):
             cosched.Client(os.path.join(self.dir, "nowhere.sock")).ps()
 

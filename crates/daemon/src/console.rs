@@ -204,7 +204,7 @@ fn duration(us: i64) -> String {
 fn jobs(jobs: &[JobView], hidden: usize, now_us: Micros) -> String {
     let mut out = String::from(
         "<section><h2>Jobs</h2><table id=\"jobs\"><tr><th>id</th><th>name</th><th>user</th>\
-         <th>class</th><th>state</th><th>CPUs</th><th>nodes</th><th>slices</th>\
+         <th>class</th><th>mode</th><th>state</th><th>CPUs</th><th>nodes</th><th>slices</th>\
          <th>elapsed</th><th>time left</th><th>suspended</th><th>exit</th><th>reason</th>\
          <th>act</th></tr>",
     );
@@ -220,13 +220,16 @@ fn jobs(jobs: &[JobView], hidden: usize, now_us: Micros) -> String {
         let _ = write!(
             out,
             "<tr data-job=\"{id}\" data-state=\"{state}\"><td>{id}</td><td>{name}</td>\
-             <td>{user}</td><td>{class}</td><td class=\"state\">{state}</td><td>{cpus}</td>\
+             <td>{user}</td><td>{class}</td><td title=\"{why}\">{mode}</td>\
+             <td class=\"state\">{state}</td><td>{cpus}</td>\
              <td>{nodes}</td><td>{slices}</td><td>{elapsed}</td><td>{left}</td><td>{suspended}</td>\
              <td>{exit}</td><td>{note}</td><td>",
             id = job.id,
             name = escape(&job.name),
             user = escape(&job.user),
             class = job.class,
+            mode = job.mode_shown(),
+            why = escape(job.mode_why.as_deref().unwrap_or("")),
             cpus = escape(job.cpus.as_deref().unwrap_or("")),
             nodes = job.node_count.map(|n| n.to_string()).unwrap_or_default(),
             slices = slices.join(","),
