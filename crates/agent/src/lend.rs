@@ -8,6 +8,12 @@
 //! there, frozen ahead of it unless that slot wants them. Each node decides alone, for its own
 //! processors.
 //!
+//! A lender still blocked as its slot ends is not frozen: it stays loose through the slots
+//! that follow (an I/O-bound job frozen while its I/O is in flight could issue the next only
+//! in its own slot, once a rotation), until it has used, within one of them, as much CPU per
+//! processor as the window: then it is frozen until its own slot, so a job that wakes to
+//! compute takes at most a window of another gang's slot.
+//!
 //! Detection reads one `cpu.stat` (`cpuacct.usage` on v1) per running job every `after / 2`;
 //! the job's tasks' `/proc` states are read only once its usage has stood still that long
 //! (a task waiting for a processor adds no usage either, and must not count as blocked), once
@@ -59,21 +65,27 @@ impl BlockWatch {
         self.next_look = now + self.period();
     }
 
-    /// When to look next (`Micros::MAX`: nobody to watch).
-    pub fn next_look(&self) -> Micros {
-        match self.jobs.is_empty() {
+    /// When to look next (`Micros::MAX`: nobody to watch, and no job kept `loose`).
+    pub fn next_look(&self, loose: bool) -> Micros {
+        match self.jobs.is_empty() && !loose {
             true => Micros::MAX,
             false => self.next_look,
         }
     }
 
-    /// Whether a look is due at `now`; if so, the next is planned a period on.
-    pub fn due(&mut self, now: Micros) -> bool {
-        if now < self.next_look() {
+    /// Whether a look is due at `now` (`loose`: some job is kept loose, and is looked at
+    /// too); if so, the next is planned a period on.
+    pub fn due(&mut self, now: Micros, loose: bool) -> bool {
+        if now < self.next_look(loose) {
             return false;
         }
         self.next_look = now + self.period();
         true
+    }
+
+    /// The window: how long a job stands still before it counts as blocked.
+    pub fn after(&self) -> Micros {
+        self.after
     }
 
     pub fn watched(&self) -> impl Iterator<Item = JobId> + '_ {
@@ -135,6 +147,9 @@ impl<A: Actuator> Applier<A> {
         };
         let processors = |job: &JobId| self.jobs.get(job).and_then(|known| known.cpus.clone());
         let holders = self.slot_holders(slot);
+        // Whether or not a borrower fits, a blocked job may stay loose past the slot.
+        self.lenders
+            .extend(blocked.iter().filter(|job| holders.contains(*job)));
         let mut free: BTreeSet<u32> = BTreeSet::new();
         for job in blocked.iter().filter(|job| holders.contains(*job)) {
             match processors(job) {
@@ -188,7 +203,56 @@ impl<A: Actuator> Applier<A> {
         for job in borrowers {
             let at_us = self.steer(job, true)?;
             self.running.insert(job);
+            self.loose.remove(&job);
             record.started.push(JobMoment { job, at_us });
+        }
+        record.duration = began.elapsed();
+        Ok(record)
+    }
+
+    /// The running gang jobs found blocked in the slot under way (lenders, or would-be ones
+    /// no borrower fitted).
+    pub fn lenders(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.lenders
+            .iter()
+            .copied()
+            .filter(|job| self.running.contains(job) && self.mode_of(*job) == Mode::Gang)
+    }
+
+    /// Leaves a lender (still blocked as its slot ends: the caller looked) thawed through the
+    /// boundary: out of the running set, so no boundary stops it, until its own slot wants it
+    /// again or `hold_loose` freezes it. `usage`: its CPU usage now.
+    pub fn keep_loose(&mut self, job: JobId, usage: Duration) {
+        if self.running.remove(&job) {
+            self.loose.insert(job, usage);
+        }
+    }
+
+    /// The jobs kept loose, each with its usage when the slot under way began.
+    pub fn loose(&self) -> impl Iterator<Item = (JobId, Duration)> + '_ {
+        self.loose.iter().map(|(&job, &usage)| (job, usage))
+    }
+
+    /// A new slot began: each loose job's usage from here is counted against its budget.
+    pub fn rebase_loose(&mut self, usage_of: impl Fn(JobId) -> Option<Duration>) {
+        for (&job, base) in self.loose.iter_mut() {
+            if let Some(usage) = usage_of(job) {
+                *base = usage;
+            }
+        }
+    }
+
+    /// Freezes a loose job that used its budget: it waits for its own slot, as any gang job
+    /// outside it. The record lists it stopped.
+    pub fn hold_loose(&mut self, slot: i64, job: JobId) -> Result<SwitchRecord, AgentError> {
+        let began = Instant::now();
+        let mut record = SwitchRecord {
+            slot,
+            ..SwitchRecord::default()
+        };
+        if self.loose.remove(&job).is_some() {
+            let at_us = self.steer(job, false)?;
+            record.stopped.push(JobMoment { job, at_us });
         }
         record.duration = began.elapsed();
         Ok(record)
@@ -213,10 +277,10 @@ mod tests {
     #[test]
     fn a_job_is_blocked_once_its_usage_stood_still_for_the_window() {
         let mut w = BlockWatch::new(5 * MS);
-        assert_eq!(w.next_look(), Micros::MAX, "nobody watched yet");
+        assert_eq!(w.next_look(false), Micros::MAX, "nobody watched yet");
         w.slot_began([1, 2], 0);
         assert_eq!(w.period(), 2_500);
-        assert!(!w.due(2 * MS) && w.due(2_500) && !w.due(3 * MS));
+        assert!(!w.due(2 * MS, false) && w.due(2_500, false) && !w.due(3 * MS, false));
         let used = Duration::from_micros;
         // Job 1 stands still from 2.5 ms on; job 2 keeps computing.
         for (now, two) in [(2_500, 10), (5 * MS, 20), (7_499, 30)] {
@@ -235,10 +299,13 @@ mod tests {
         assert!(!w.still(3, used(0), 30 * MS));
         assert_eq!(w.watched().collect::<Vec<_>>(), vec![2]);
         w.drop_job(2);
-        assert_eq!(w.next_look(), Micros::MAX);
+        assert_eq!(w.next_look(false), Micros::MAX);
+        let next = w.next_look(true);
+        assert!(next < Micros::MAX, "a loose job is looked at still");
+        assert!(w.due(next, true) && !w.due(next, false));
         // A new slot watches afresh.
         w.slot_began([1], 100 * MS);
-        assert_eq!(w.next_look(), 102_500);
+        assert_eq!(w.next_look(false), 102_500);
         assert!(!w.still(1, used(101), 101 * MS));
     }
 

@@ -99,6 +99,11 @@ pub struct Applier<A: Actuator> {
     /// job's own.
     freezes: RecentTimes,
     freezes_of: BTreeMap<JobId, RecentTimes>,
+    /// Jobs found blocked in the slot under way (`lend`).
+    lenders: BTreeSet<JobId>,
+    /// Gang jobs left thawed outside their slot because they were blocked as it ended
+    /// (`keep_loose`), with their CPU usage when the slot they are loose in began.
+    loose: BTreeMap<JobId, std::time::Duration>,
 }
 
 /// What the applier keeps of a job it has in charge.
@@ -179,6 +184,8 @@ impl<A: Actuator> Applier<A> {
             leaving_took: Duration::ZERO,
             freezes: RecentTimes::default(),
             freezes_of: BTreeMap::new(),
+            lenders: BTreeSet::new(),
+            loose: BTreeMap::new(),
         }
     }
 
@@ -261,6 +268,7 @@ impl<A: Actuator> Applier<A> {
         }
         self.let_loose(job)?;
         self.running.remove(&job);
+        self.loose.remove(&job);
         self.stopping.retain(|s| s.job != job);
         if let Some(known) = self.jobs.get_mut(&job) {
             known.mode = mode;
@@ -271,6 +279,7 @@ impl<A: Actuator> Applier<A> {
     /// Takes a job out of the rotation and stops it, whatever its mode (`cosched suspend`).
     pub fn suspend(&mut self, job: JobId) -> Result<(), AgentError> {
         self.running.remove(&job);
+        self.loose.remove(&job);
         self.jobs.remove(&job);
         self.actuator
             .freeze(&job_group(job))
@@ -451,6 +460,7 @@ impl<A: Actuator> Applier<A> {
     /// Forgets a job (it ended): it is let loose first, so it is never left frozen.
     pub fn release(&mut self, job: JobId) -> Result<(), AgentError> {
         self.running.remove(&job);
+        self.loose.remove(&job);
         if !self.jobs.contains_key(&job) {
             return Ok(());
         }
@@ -494,6 +504,8 @@ impl<A: Actuator> Applier<A> {
         let wanted = self.wanted(self.current.as_ref(), slot);
         let stop: Vec<JobId> = self.running.difference(&wanted).copied().collect();
         let start: Vec<JobId> = wanted.difference(&self.running).copied().collect();
+        self.lenders.clear();
+        self.loose.retain(|job, _| !wanted.contains(job));
         for &job in &stop {
             self.ask_stop(job)?;
         }
@@ -621,6 +633,7 @@ impl<A: Actuator> Applier<A> {
             }
         }
         self.running = self.jobs.keys().copied().collect();
+        self.loose.clear();
         first_error.map_or(Ok(()), Err)
     }
 

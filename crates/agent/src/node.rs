@@ -1150,6 +1150,13 @@ impl<A: Actuator> NodeAgent<A> {
         let lateness_us = tick.lateness().as_micros() as Micros;
         self.log_boundary(record, woke, Some(lateness_us));
         self.track_slots(&before, woke);
+        let usage_of = |job| self.usage(job);
+        let bases: BTreeMap<JobId, Duration> = self
+            .applier
+            .loose()
+            .filter_map(|(job, _)| Some((job, usage_of(job)?)))
+            .collect();
+        self.applier.rebase_loose(|job| bases.get(&job).copied());
         self.watch_blocked(slot, woke);
         self.watch_idle(woke);
         self.capture_baselines(slot + 1);
@@ -1233,7 +1240,7 @@ impl<A: Actuator> NodeAgent<A> {
     /// When the clock thread must next look for a blocked gang (`Micros::MAX`: no need).
     fn next_look(&self) -> Micros {
         match (&self.blocked, self.switching()) {
-            (Some(watch), true) => watch.next_look(),
+            (Some(watch), true) => watch.next_look(self.applier.loose().next().is_some()),
             _ => Micros::MAX,
         }
     }
@@ -1250,11 +1257,13 @@ impl<A: Actuator> NodeAgent<A> {
         let Some(watch) = self.blocked.as_mut() else {
             return;
         };
-        if !watch.due(now) {
+        if !watch.due(now, self.applier.loose().next().is_some()) {
             return;
         }
         let watched: Vec<JobId> = watch.watched().collect();
         let scan_by = until.min(now + watch.period());
+        let window = watch.after();
+        self.hold_loose_over_budget(rotation.slot_at(now), window, now);
         let mut blocked = BTreeSet::new();
         for job in watched {
             let Some(usage) = self.usage(job) else {
@@ -1275,6 +1284,42 @@ impl<A: Actuator> NodeAgent<A> {
         match self.applier.lend(slot, &blocked) {
             Ok(record) => self.log_boundary(record, now, None),
             Err(error) => LOG.warn(format_args!("slot {slot}: giving processors away: {error}")),
+        }
+    }
+
+    /// Freezes each loose job (a lender kept thawed past its slot) that used, in the slot
+    /// under way, more CPU than the window per processor it has here: it computes again, and
+    /// waits for its own slot as any gang.
+    fn hold_loose_over_budget(&mut self, slot: i64, window: Micros, now: Micros) {
+        let loose: Vec<(JobId, Duration)> = self.applier.loose().collect();
+        for (job, base) in loose {
+            let Some(usage) = self.usage(job) else {
+                continue;
+            };
+            let processors = self.sizes.get(&job).copied().unwrap_or(1).max(1) as u32;
+            let budget = Duration::from_micros(window as u64) * processors;
+            if usage.saturating_sub(base) <= budget {
+                continue;
+            }
+            match self.applier.hold_loose(slot, job) {
+                Ok(record) => self.log_boundary(record, now, None),
+                Err(error) => LOG.warn(format_args!("slot {slot}: holding a loose job: {error}")),
+            }
+        }
+    }
+
+    /// As a slot ends: each lender of it that is still blocked stays thawed through the
+    /// boundary (see `lend.rs`), read by `until` (true clock).
+    fn keep_lenders_loose(&mut self, until: Micros) {
+        if self.blocked.is_none() || !self.switching() {
+            return;
+        }
+        let lenders: Vec<JobId> = self.applier.lenders().collect();
+        for job in lenders {
+            if lend::asleep(&self.applier, job, until) {
+                let usage = self.usage(job).unwrap_or_default();
+                self.applier.keep_loose(job, usage);
+            }
         }
     }
 
@@ -1479,6 +1524,9 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
         loop {
             let now = now_micros();
             if now >= until {
+                // Before the lead is asked: a lender kept loose does not leave.
+                let scan_by = now + self.rotation.quantum / 50;
+                self.agent.keep_lenders_loose(scan_by);
                 return true;
             }
             self.agent.give_away_blocked(now, until);
@@ -1495,9 +1543,8 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
                         self.agent.apply_early();
                     }
                 }
-                // Woken to look for a blocked gang: the loop's top looks.
-                Received::Timeout if wake < until => {}
-                Received::Timeout => return true,
+                // Woken to look for a blocked gang, or at `until`: the loop's top sees which.
+                Received::Timeout => {}
                 Received::Closed => {
                     self.agent.close();
                     return false;

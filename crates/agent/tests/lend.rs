@@ -117,3 +117,42 @@ fn an_implicit_job_asleep_lends_its_slot_to_a_gang_and_is_never_frozen() {
     assert_eq!(a.actuator().frozen(), vec!["job-2"]);
     assert_eq!(lend(&mut a, 11, &[1]), (vec![], vec![]), "not its slot");
 }
+
+#[test]
+fn a_lender_still_blocked_stays_loose_past_its_slot_until_held() {
+    // Slice 0: jobs 1 (CPU 0) and 2 (CPU 1); slice 1: jobs 3 (CPU 0) and 4 (CPU 1).
+    let mut a = applier(Mode::Gang, &[1, 1, 1, 1]);
+    a.enter_slot(10, now_micros()).unwrap();
+    assert_eq!(lend(&mut a, 10, &[1]), (vec![3], vec![1]));
+    assert_eq!(a.lenders().collect::<Vec<_>>(), vec![1]);
+    a.keep_loose(1, std::time::Duration::from_millis(7));
+    assert_eq!(
+        a.lead(11),
+        1_000,
+        "job 2 leaves ahead; job 1 does not leave"
+    );
+    let r = a.enter_slot(11, now_micros()).unwrap();
+    let stopped: Vec<u64> = r.stopped.iter().map(|m| m.job).collect();
+    assert_eq!(stopped, vec![2], "the loose lender is not stopped");
+    assert_eq!(a.actuator().frozen(), vec!["job-2"]);
+    assert_eq!(a.loose().map(|(job, _)| job).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(a.lenders().count(), 0, "a new slot has no lenders yet");
+    // Over its budget it is frozen until its own slot, which takes it back as usual.
+    let r = a.hold_loose(11, 1).unwrap();
+    assert_eq!(r.stopped.iter().map(|m| m.job).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(a.actuator().frozen(), vec!["job-1", "job-2"]);
+    assert_eq!(a.loose().count(), 0);
+    let r = a.enter_slot(12, now_micros()).unwrap();
+    assert_eq!(
+        r.started.iter().map(|m| m.job).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    // Kept loose again, its own slot coming round takes it back without a stop.
+    assert_eq!(lend(&mut a, 12, &[1]), (vec![3], vec![1]));
+    a.keep_loose(1, std::time::Duration::ZERO);
+    a.enter_slot(13, now_micros()).unwrap();
+    a.enter_slot(14, now_micros()).unwrap();
+    assert_eq!(running(&a), vec![1, 2]);
+    assert_eq!(a.loose().count(), 0);
+    assert!(a.actuator().frozen().contains(&"job-3"));
+}

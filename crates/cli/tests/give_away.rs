@@ -168,6 +168,70 @@ fn a_job_that_computes_never_gives_its_slot_away() {
     keeps_to_its_slots("5", spinner);
 }
 
+/// A 1-CPU job that appends the time (ns) to `file` every 20 ms, asleep in between.
+fn ticker(d: &Daemon, file: &std::path::Path) -> u64 {
+    let program = format!(
+        "import time\nf = open({:?}, 'a')\nwhile True:\n    f.write(f'{{time.time_ns()}}\\n')\n    f.flush()\n    time.sleep(0.02)\n",
+        file.display().to_string()
+    );
+    d.submit(&["-n", "1", "--", "python3", "-c", &program])
+}
+
+#[test]
+fn a_blocked_gang_stays_loose_past_its_slot_and_is_held_once_it_computes() {
+    let d = Daemon::start(&[
+        "--procs",
+        "1",
+        "--mpl",
+        "3",
+        "--quantum-ms",
+        "100",
+        "--give-away-after-ms",
+        "5",
+    ]);
+    let file = d.dir.join("ticks");
+    let (ticks, computes) = (ticker(&d, &file), spinner(&d));
+    // One that sleeps 150 ms and then computes 50 ms: found blocked, kept loose, and frozen
+    // in another job's slot once it computes past the window.
+    let bursts = d.submit(&[
+        "-n", "1", "--", "python3", "-c",
+        "import time\nwhile True:\n    time.sleep(0.15)\n    t = time.process_time()\n    while time.process_time() < t + 0.05: pass\n",
+    ]);
+    let share = shares(&d, &[computes, ticks, bursts])[0];
+    // Its own third, and most of the sleepers' slots.
+    assert!(
+        share > 0.45,
+        "the computing job got {share:.2} of the processor"
+    );
+    let m = d.json(&["matrix", "--json"]);
+    let (epoch, quantum) = (
+        m["epoch_us"].as_i64().unwrap(),
+        m["quantum_us"].as_i64().unwrap(),
+    );
+    let slices = m["slices"].as_array().unwrap().len() as i64;
+    // The ticker wrote in every slice's slots, not only its own: it was never frozen for
+    // sleeping.
+    let mut per_slice = vec![0usize; slices as usize];
+    for line in std::fs::read_to_string(&file).unwrap().lines() {
+        let us = line.parse::<i64>().unwrap() / 1_000;
+        per_slice[((us - epoch).div_euclid(quantum)).rem_euclid(slices) as usize] += 1;
+    }
+    let total: usize = per_slice.iter().sum();
+    assert!(
+        total > 0 && per_slice.iter().all(|&n| n * 4 * slices as usize >= total),
+        "ticks by slice {per_slice:?}: {}",
+        d.log()
+    );
+    // The burster was stopped within another job's slot (a stop not on a boundary).
+    let held = wait_until(Duration::from_secs(20), || {
+        read_log(&d.state_dir())
+            .into_iter()
+            .any(|r| r.lateness_us.is_none() && r.stopped.iter().any(|m| m.job == bursts))
+    });
+    assert!(held, "never held within a slot: {}", d.log());
+    stop(d, &[ticks, computes, bursts]);
+}
+
 #[test]
 fn a_bad_window_is_refused_in_one_line() {
     let out = std::process::Command::new(COSCHED)
