@@ -11,6 +11,8 @@ use std::time::Duration;
 
 pub struct Context<'a> {
     pub schedulers: Vec<Scheduler>,
+    /// `--scheduler`'s names (empty: all), for the cases with schedulers of their own.
+    pub wanted: Vec<String>,
     pub repeat: usize,
     pub scale: f64,
     pub slurm: Option<&'a Slurm>,
@@ -21,6 +23,12 @@ impl Context<'_> {
     /// `n` scaled by `--scale` (at least 1), as an option value.
     fn n(&self, n: u64) -> String {
         ((n as f64 * self.scale).round() as u64).max(1).to_string()
+    }
+
+    /// Those of `schedulers` that `--scheduler` asks for.
+    fn pick(&self, mut schedulers: Vec<Scheduler>) -> Vec<Scheduler> {
+        schedulers.retain(|s| self.wanted.is_empty() || self.wanted.iter().any(|w| s.is_named(w)));
+        schedulers
     }
 }
 
@@ -39,8 +47,17 @@ const SEEDS: [&str; 4] = [
     "seed001-two-of-three",
 ];
 
+/// A fine-grain, a coarse and an I/O-bound job under each mode, each job in its own mode, and
+/// `auto` (issue 30).
+const MODES: &str = "modes";
+
 pub fn names() -> Vec<&'static str> {
-    MIXES.iter().chain(SEEDS.iter()).copied().collect()
+    MIXES
+        .iter()
+        .chain([MODES].iter())
+        .chain(SEEDS.iter())
+        .copied()
+        .collect()
 }
 
 /// A long 2-process job of a workload (sizes give about 3 s alone here, without mpirun's
@@ -104,6 +121,7 @@ pub fn run(name: &str, ctx: &Context, results: &mut Results) -> Result<()> {
         "seed000-elongation" => seed000(ctx, results),
         "seed002-local-compile" => seed002(ctx, results),
         "seed001-two-of-three" => seed001(ctx, results),
+        MODES => modes(ctx, results),
         workload if MIXES.contains(&workload) => {
             let mut jobs = vec![long_job(ctx, workload, "a"), long_job(ctx, workload, "b")];
             // Throughput is the two long jobs' alone: an interactive job would idle a CPU under
@@ -253,13 +271,7 @@ fn seed004(ctx: &Context, results: &mut Results) -> Result<()> {
             long_job(ctx, "spinbarrier", "b"),
         ],
     };
-    let schedulers = [
-        Scheduler::Local,
-        Scheduler::Cosched {
-            mode: "gang".into(),
-            quantum_ms: 100,
-        },
-    ];
+    let schedulers = [Scheduler::Local, Scheduler::cosched("gang", 100)];
     let (runs, _) = compare(&mix, &schedulers, 10.max(ctx.repeat), ctx, results)?;
     let mut table = Table::new(
         "Seed 004 (LLNL, tables 3-4): two 2-thread spin-barrier jobs, 10 alternating runs",
@@ -315,10 +327,7 @@ fn mean_and_deviation(values: &[f64]) -> (f64, f64) {
 /// Seed 000 (AP/Linux, table 3): elongation of the total time as 1-process jobs are added:
 /// the first two share one slice (space sharing), the next ones open a new slice.
 fn seed000(ctx: &Context, results: &mut Results) -> Result<()> {
-    let gang = Scheduler::Cosched {
-        mode: "gang".into(),
-        quantum_ms: 50,
-    };
+    let gang = Scheduler::cosched("gang", 50);
     let job = |i: usize| {
         JobSpec::new(
             &format!("j{i}"),
@@ -399,10 +408,7 @@ fn seed002(ctx: &Context, results: &mut Results) -> Result<()> {
 /// is free, so c runs in slices 2 and 3 (an alternate). c should finish in about 2/3 of b's
 /// time.
 fn seed001(ctx: &Context, results: &mut Results) -> Result<()> {
-    let gang = Scheduler::Cosched {
-        mode: "gang".into(),
-        quantum_ms: 100,
-    };
+    let gang = Scheduler::cosched("gang", 100);
     let small =
         |name: &str| JobSpec::new(name, 1, false, &["burn", "-t", "1", "-n", &ctx.n(3_000)]);
     let mix = Mix {
@@ -429,4 +435,169 @@ fn seed001(ctx: &Context, results: &mut Results) -> Result<()> {
     }
     results.tables.push(table);
     Ok(())
+}
+
+/// A blocked gang gives its slot away after this long in the modes case's give-away rows:
+/// a quarter of the 20 ms quantum.
+const GIVE_AWAY_MS: u32 = 5;
+
+/// The modes case's schedulers: the fixed modes at 20 ms, gang with and without give-away,
+/// each job in the mode that suits it, `auto`, and the baselines (Slurm unless left out).
+pub fn modes_schedulers(slurm: bool) -> Vec<Scheduler> {
+    let gang = Scheduler::cosched("gang", 20);
+    let mut schedulers = vec![
+        Scheduler::Local,
+        gang.clone(),
+        gang.clone().give_away(GIVE_AWAY_MS),
+        Scheduler::cosched("moderate", 20),
+        Scheduler::Implicit,
+        gang.give_away(GIVE_AWAY_MS).job_modes(&[
+            ("fine", "gang"),
+            ("coarse", "moderate"),
+            ("io", "implicit"),
+        ]),
+        Scheduler::cosched("auto", 20).give_away(GIVE_AWAY_MS),
+    ];
+    if slurm {
+        schedulers.push(Scheduler::Slurm);
+    }
+    schedulers
+}
+
+/// The I/O-bound job: ~4 s alone at scale 1, 17 % of it on the CPU (see iobound.c), writing
+/// in /var/tmp (on the disk here; /tmp is too, but may be tmpfs elsewhere).
+fn io_job(ctx: &Context) -> JobSpec {
+    JobSpec::new(
+        "io",
+        1,
+        false,
+        &[
+            "iobound",
+            "-n",
+            &ctx.n(4_000),
+            "-w",
+            "100",
+            "-b",
+            "4194304",
+            "-d",
+            "/var/tmp",
+        ],
+    )
+}
+
+/// Issue 30's side-by-side measure: makespan over the ideal and each job's slowdown under
+/// every scheduler, then the targets: `auto` within 5 % of the best fixed mode for every job,
+/// and the I/O-bound job no slower under gang with give-away than under plain Linux.
+fn modes(ctx: &Context, results: &mut Results) -> Result<()> {
+    let mix = Mix {
+        workload: MODES.into(),
+        jobs: vec![
+            long_job(ctx, "fine", "fine"),
+            long_job(ctx, "coarse", "coarse"),
+            io_job(ctx),
+        ],
+    };
+    let schedulers = ctx.pick(modes_schedulers(ctx.slurm.is_some()));
+    if schedulers.is_empty() {
+        bail!("--scheduler leaves none of the modes case's schedulers");
+    }
+    let (runs, solos) = compare(&mix, &schedulers, ctx.repeat, ctx, results)?;
+    // The ideal by CPU time: the I/O-bound job is mostly off the CPU, and time alone counted
+    // whole would give an ideal that plain Linux beats.
+    let cpus = f64::from(cosched_os::usable_cpus());
+    let longest = solos.iter().map(|s| s.1).fold(0.0, f64::max);
+    let cpu_alone: Option<f64> = solos.iter().map(|s| s.2).sum();
+    let ideal = cpu_alone.map_or(f64::NAN, |cpu| (cpu / cpus).max(longest));
+    let slowdown = |rounds: &[Vec<JobOutcome>], job: &str| {
+        let alone = solos.iter().find(|s| s.0 == job).map_or(f64::NAN, |s| s.1);
+        median_turnaround(rounds, job) / alone
+    };
+    let jobs = ["fine", "coarse", "io"];
+    let mut table = Table::new(
+        &format!(
+            "Each job its mode: a 2-rank ping-pong (fine), a 2-rank coarse job and an I/O-bound \
+             job together; ideal {ideal:.2} s (CPU time alone over {cpus} CPUs, at least the \
+             longest job alone); slowdown: turnaround over time alone"
+        ),
+        &[
+            "scheduler",
+            "makespan (s)",
+            "/ ideal",
+            "fine slowdown",
+            "coarse slowdown",
+            "io slowdown",
+        ],
+    );
+    // compare added a row per scheduler, in their order: their median makespans.
+    let rows = &results.rows[results.rows.len() - schedulers.len()..];
+    for ((scheduler, rounds), row) in schedulers.iter().zip(&runs).zip(rows) {
+        let mut cells = vec![
+            scheduler.label(),
+            format!("{:.2}", row.makespan_s),
+            format!("{:.2}", row.makespan_s / ideal),
+        ];
+        cells.extend(
+            jobs.iter()
+                .map(|job| format!("{:.2}", slowdown(rounds, job))),
+        );
+        table.row(cells);
+    }
+    results.tables.push(table);
+
+    let of = |found: Option<usize>, job: &str| found.map(|i| slowdown(&runs[i], job));
+    let auto = schedulers.iter().position(|s| s.name() == "auto");
+    let fixed: Vec<usize> = (0..schedulers.len())
+        .filter(|&i| {
+            matches!(
+                schedulers[i].name(),
+                "gang" | "moderate" | "implicit" | "per-job"
+            )
+        })
+        .collect();
+    let mut targets = Table::new(
+        "Each job its mode, the targets (within 5 %: the ratio at most 1.05)",
+        &["target", "slowdown", "against", "ratio", "met"],
+    );
+    for job in jobs {
+        let best = fixed
+            .iter()
+            .map(|&i| (i, slowdown(&runs[i], job)))
+            .filter(|(_, v)| v.is_finite())
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        targets.row(target_row(
+            &format!("{job}: auto within 5 % of the best fixed mode"),
+            of(auto, job),
+            best.map(|(i, v)| (schedulers[i].label(), v)),
+        ));
+    }
+    let local = schedulers.iter().position(|s| *s == Scheduler::Local);
+    let gang_give_away = schedulers
+        .iter()
+        .position(|s| s.name() == "gang" && s.give_away_ms().is_some());
+    targets.row(target_row(
+        "io: gang with give-away no slower than plain Linux",
+        of(gang_give_away, "io"),
+        of(local, "io").map(|v| (Scheduler::Local.label(), v)),
+    ));
+    results.tables.push(targets);
+    Ok(())
+}
+
+/// A target's row: `measured` over the slowdown `against` (`-` where a scheduler did not run).
+fn target_row(target: &str, measured: Option<f64>, against: Option<(String, f64)>) -> Vec<String> {
+    let cell = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
+    let ratio = measured
+        .zip(against.as_ref().map(|a| a.1))
+        .map(|(m, a)| m / a);
+    vec![
+        target.to_string(),
+        cell(measured),
+        against
+            .as_ref()
+            .map_or("-".into(), |(label, v)| format!("{v:.2} ({label})")),
+        cell(ratio),
+        ratio.map_or("-".into(), |r| {
+            if r <= 1.05 { "yes" } else { "no" }.to_string()
+        }),
+    ]
 }
