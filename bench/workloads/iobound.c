@@ -5,9 +5,13 @@
  * as a write to tmpfs is no I/O. The files are unlinked as soon as they are made, so nothing
  * is left behind however the program ends.
  *
- * Here (a VM whose disk the host caches) a 4 MiB write takes about 1 ms and 0.2 ms of CPU
- * (O_DIRECT pins the pages): larger writes are more off the CPU, smaller ones mostly system
- * time. `iobound -n 4000 -w 100 -b 4194304` ran 4.2 s alone, 17 % of it on the CPU. */
+ * Give-away (cosched daemon --give-away-after-ms) sees a job as blocked once its CPU usage has
+ * stood still for a while (5 ms in bench/compare's modes case): each wait must be longer than
+ * that. Here (a VM whose disk the host caches) a write of 4 MiB blocked 0.7 ms (strace -T:
+ * median; never over 5 ms), 16 MiB 5.4 ms, 32 MiB 13.5 ms (12.7-18.5, 10th-90th percentile),
+ * and `iobound -n 280 -w 100 -b 33554432` ran 3.2 s alone, 10 % of it on the CPU (pinning the
+ * pages for O_DIRECT: system time). With -t 2 the two writers share the disk: 23 ms a write
+ * (22-26 ms), `-t 2 -n 200` 2.5 s, using 11 % of one CPU. */
 #include "common.h"
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -97,10 +101,11 @@ int main(int argc, char **argv) {
                      "forked processes of CPU work (-w units) and a synchronous write of -b "
                      "bytes (O_DIRECT, O_DSYNC) each iteration, in -d DIR (default $TMPDIR or "
                      "/var/tmp; not tmpfs)",
-                     (struct cs_options){1000, 100, 4 << 20, 1});
-    if (job.o.bytes % ALIGN != 0) {
-        fprintf(stderr, "%s: -b must be a multiple of %d for direct I/O (got %ld)\n", argv[0],
-                ALIGN, job.o.bytes);
+                     (struct cs_options){100, 100, 32 << 20, 1});
+    if (job.o.bytes % ALIGN != 0 || job.o.bytes > (256L << 20)) {
+        fprintf(stderr,
+                "%s: -b must be a multiple of %d (direct I/O) and at most 256 MiB (got %ld)\n",
+                argv[0], ALIGN, job.o.bytes);
         exit(2);
     }
     if (job.o.threads > 64) {
