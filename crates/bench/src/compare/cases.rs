@@ -606,3 +606,90 @@ fn target_row(target: &str, measured: Option<f64>, against: Option<(String, f64)
         }),
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::jobs::Waiting;
+
+    fn context(wanted: &[&str]) -> Context<'static> {
+        Context {
+            schedulers: Vec::new(),
+            wanted: wanted.iter().map(|w| w.to_string()).collect(),
+            repeat: 1,
+            scale: 1.0,
+            slurm: None,
+            dir: PathBuf::new(),
+        }
+    }
+
+    fn short_names(schedulers: &[Scheduler]) -> Vec<String> {
+        schedulers.iter().map(Scheduler::short_name).collect()
+    }
+
+    #[test]
+    fn the_modes_case_runs_every_mode_and_scheduler_picks_among_them() {
+        let all = modes_schedulers(true);
+        assert_eq!(
+            short_names(&all),
+            [
+                "local",
+                "gang-20",
+                "gang-20+giveaway",
+                "moderate-20",
+                "implicit",
+                "per-job",
+                "auto-20+giveaway",
+                "slurm"
+            ]
+        );
+        assert!(!modes_schedulers(false).contains(&Scheduler::Slurm));
+        assert_eq!(context(&[]).pick(all.clone()), all);
+        // A mode's name takes its every row; a short name one row.
+        assert_eq!(
+            short_names(&context(&["gang", "auto"]).pick(all.clone())),
+            ["gang-20", "gang-20+giveaway", "auto-20+giveaway"]
+        );
+        assert_eq!(
+            short_names(&context(&["gang-20", "per-job"]).pick(all)),
+            ["gang-20", "per-job"]
+        );
+    }
+
+    #[test]
+    fn per_job_and_auto_jobs_get_their_modes_and_waiting() {
+        let all = modes_schedulers(false);
+        let per_job = all.iter().find(|s| s.name() == "per-job").unwrap();
+        assert_eq!(
+            per_job.label(),
+            "per-job (daemon gang 20 ms) + give-away 5 ms"
+        );
+        let daemon = per_job.daemon().unwrap();
+        assert_eq!((daemon.mode.as_str(), daemon.quantum_ms), ("gang", 20));
+        assert_eq!(daemon.extra, ["--give-away-after-ms", "5"]);
+        assert_eq!(per_job.own_mode("coarse"), Some("moderate"));
+        assert_eq!(per_job.waiting("fine"), Waiting::Spin);
+        assert_eq!(per_job.waiting("io"), Waiting::SpinBlock);
+        let auto = all.iter().find(|s| s.name() == "auto").unwrap();
+        assert_eq!(auto.own_mode("fine"), None);
+        assert_eq!(auto.waiting("fine"), Waiting::SpinBlock);
+        let gang = Scheduler::cosched("gang", 20);
+        assert_eq!(gang.waiting("fine"), Waiting::Spin);
+        assert!(gang.daemon().unwrap().extra.is_empty());
+        assert_eq!(Scheduler::Local.daemon().map(|d| d.mode), None);
+    }
+
+    #[test]
+    fn a_target_is_met_within_five_percent_and_unknown_without_its_rows() {
+        let against = |v: f64| Some(("gang 20 ms".to_string(), v));
+        assert_eq!(
+            target_row("t", Some(1.05), against(1.0)),
+            ["t", "1.05", "1.00 (gang 20 ms)", "1.05", "yes"]
+        );
+        assert_eq!(target_row("t", Some(1.2), against(1.0))[4], "no");
+        assert_eq!(
+            target_row("t", None, against(1.0)),
+            ["t", "-", "1.00 (gang 20 ms)", "-", "-"]
+        );
+    }
+}

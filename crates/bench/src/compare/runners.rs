@@ -131,7 +131,7 @@ impl Scheduler {
     }
 
     /// The mode job `job` is submitted with, where it has one of its own.
-    fn own_mode(&self, job: &str) -> Option<&str> {
+    pub(super) fn own_mode(&self, job: &str) -> Option<&str> {
         match self {
             Scheduler::Cosched { job_modes, .. } => job_modes
                 .iter()
@@ -143,7 +143,7 @@ impl Scheduler {
 
     /// Jobs in implicit and auto modes spin briefly, then block (auto jobs may run
     /// uncoordinated); the others busy-poll, as Open MPI does by default.
-    fn waiting(&self, job: &str) -> Waiting {
+    pub(super) fn waiting(&self, job: &str) -> Waiting {
         let mode = match self {
             Scheduler::Cosched { mode, .. } => self.own_mode(job).unwrap_or(mode),
             other => other.name(),
@@ -156,7 +156,7 @@ impl Scheduler {
     }
 
     /// How its daemon runs (`None`: not cosched).
-    fn daemon(&self) -> Option<DaemonSpec> {
+    pub(super) fn daemon(&self) -> Option<DaemonSpec> {
         let (mode, quantum_ms) = match self {
             Scheduler::Cosched {
                 mode, quantum_ms, ..
