@@ -213,6 +213,10 @@ fn compare(
     ctx: &Context,
     results: &mut Results,
 ) -> Result<(Vec<Vec<Vec<JobOutcome>>>, Solos)> {
+    if schedulers.is_empty() {
+        // `--scheduler per-job` leaves the mixes none, `--scheduler gang-50` the modes case.
+        bail!("--scheduler leaves none of this case's schedulers");
+    }
     eprintln!(
         "== {}: {} job(s), {} round(s)",
         mix.workload,
@@ -503,9 +507,6 @@ fn modes(ctx: &Context, results: &mut Results) -> Result<()> {
         ],
     };
     let schedulers = ctx.pick(modes_schedulers(ctx.slurm.is_some()));
-    if schedulers.is_empty() {
-        bail!("--scheduler leaves none of the modes case's schedulers");
-    }
     let (runs, solos) = compare(&mix, &schedulers, ctx.repeat, ctx, results)?;
     // The ideal by CPU time: the I/O-bound job is mostly off the CPU, and time alone counted
     // whole would give an ideal that plain Linux beats.
