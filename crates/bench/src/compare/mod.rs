@@ -1,6 +1,7 @@
 //! `cosched-bench compare`: the same job mixes under plain Linux, cosched (gang and moderate
-//! at several quanta, implicit) and Slurm's gang scheduling, side by side, repeated; then the
-//! seeds' experiments redone as named cases. Prints Markdown, writes JSON and an SVG plot.
+//! at several quanta, implicit) and Slurm's gang scheduling, side by side, repeated; the modes
+//! case (each job its mode, and auto); then the seeds' experiments redone as named cases.
+//! Prints Markdown, writes JSON and an SVG plot.
 
 mod cases;
 mod jobs;
