@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +30,35 @@ static inline double cs_now(void) {
 static inline double cs_cpu_seconds(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* Runs `worker(index, arg)` in `count` forked processes (index 0 to count - 1) and waits for
+ * them all; exits if one fails. Returns their CPU seconds, user + system. */
+static inline double cs_forked(const char *program, long count,
+                               void (*worker)(long, const void *), const void *arg) {
+    for (long p = 0; p < count; p++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "%s: fork: %s\n", program, strerror(errno));
+            exit(1);
+        }
+        if (pid == 0) {
+            worker(p, arg);
+            _exit(0);
+        }
+    }
+    int status = 0, failed = 0;
+    while (wait(&status) > 0) {
+        failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    if (failed) {
+        fprintf(stderr, "%s: a worker process failed\n", program);
+        exit(1);
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_CHILDREN, &ru);
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }

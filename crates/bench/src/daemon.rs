@@ -93,7 +93,10 @@ impl Daemon {
         let start = Instant::now();
         while UnixStream::connect(daemon.socket()).is_err() {
             if let Some(status) = daemon.child.try_wait()? {
-                bail!("the daemon exited ({status}): {}", daemon.log());
+                let log = daemon.log();
+                // Dropping a daemon that has exited leaves its directory (its log tells why).
+                let _ = std::fs::remove_dir_all(&daemon.dir);
+                bail!("the daemon exited ({status}): {log}");
             }
             if start.elapsed() > Duration::from_secs(20) {
                 bail!(

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 pub struct Context<'a> {
     pub schedulers: Vec<Scheduler>,
+    /// `--scheduler`'s names (empty: all), for the cases with schedulers of their own.
+    pub wanted: Vec<String>,
     pub repeat: usize,
     pub scale: f64,
     pub slurm: Option<&'a Slurm>,
@@ -21,6 +23,12 @@ impl Context<'_> {
     /// `n` scaled by `--scale` (at least 1), as an option value.
     fn n(&self, n: u64) -> String {
         ((n as f64 * self.scale).round() as u64).max(1).to_string()
+    }
+
+    /// Those of `schedulers` that `--scheduler` asks for.
+    fn pick(&self, mut schedulers: Vec<Scheduler>) -> Vec<Scheduler> {
+        schedulers.retain(|s| self.wanted.is_empty() || self.wanted.iter().any(|w| s.is_named(w)));
+        schedulers
     }
 }
 
@@ -39,8 +47,17 @@ const SEEDS: [&str; 4] = [
     "seed001-two-of-three",
 ];
 
+/// A fine-grain, a coarse and an I/O-bound job under each mode, each job in its own mode, and
+/// `auto` (issue 30).
+const MODES: &str = "modes";
+
 pub fn names() -> Vec<&'static str> {
-    MIXES.iter().chain(SEEDS.iter()).copied().collect()
+    MIXES
+        .iter()
+        .chain([MODES].iter())
+        .chain(SEEDS.iter())
+        .copied()
+        .collect()
 }
 
 /// A long 2-process job of a workload (sizes give about 3 s alone here, without mpirun's
@@ -104,6 +121,7 @@ pub fn run(name: &str, ctx: &Context, results: &mut Results) -> Result<()> {
         "seed000-elongation" => seed000(ctx, results),
         "seed002-local-compile" => seed002(ctx, results),
         "seed001-two-of-three" => seed001(ctx, results),
+        MODES => modes(ctx, results),
         workload if MIXES.contains(&workload) => {
             let mut jobs = vec![long_job(ctx, workload, "a"), long_job(ctx, workload, "b")];
             // Throughput is the two long jobs' alone: an interactive job would idle a CPU under
@@ -195,6 +213,10 @@ fn compare(
     ctx: &Context,
     results: &mut Results,
 ) -> Result<(Vec<Vec<Vec<JobOutcome>>>, Solos)> {
+    if schedulers.is_empty() {
+        // `--scheduler per-job` leaves the mixes none, `--scheduler gang-50` the modes case.
+        bail!("--scheduler leaves none of this case's schedulers");
+    }
     eprintln!(
         "== {}: {} job(s), {} round(s)",
         mix.workload,
@@ -253,13 +275,7 @@ fn seed004(ctx: &Context, results: &mut Results) -> Result<()> {
             long_job(ctx, "spinbarrier", "b"),
         ],
     };
-    let schedulers = [
-        Scheduler::Local,
-        Scheduler::Cosched {
-            mode: "gang".into(),
-            quantum_ms: 100,
-        },
-    ];
+    let schedulers = [Scheduler::Local, Scheduler::cosched("gang", 100)];
     let (runs, _) = compare(&mix, &schedulers, 10.max(ctx.repeat), ctx, results)?;
     let mut table = Table::new(
         "Seed 004 (LLNL, tables 3-4): two 2-thread spin-barrier jobs, 10 alternating runs",
@@ -315,10 +331,7 @@ fn mean_and_deviation(values: &[f64]) -> (f64, f64) {
 /// Seed 000 (AP/Linux, table 3): elongation of the total time as 1-process jobs are added:
 /// the first two share one slice (space sharing), the next ones open a new slice.
 fn seed000(ctx: &Context, results: &mut Results) -> Result<()> {
-    let gang = Scheduler::Cosched {
-        mode: "gang".into(),
-        quantum_ms: 50,
-    };
+    let gang = Scheduler::cosched("gang", 50);
     let job = |i: usize| {
         JobSpec::new(
             &format!("j{i}"),
@@ -399,10 +412,7 @@ fn seed002(ctx: &Context, results: &mut Results) -> Result<()> {
 /// is free, so c runs in slices 2 and 3 (an alternate). c should finish in about 2/3 of b's
 /// time.
 fn seed001(ctx: &Context, results: &mut Results) -> Result<()> {
-    let gang = Scheduler::Cosched {
-        mode: "gang".into(),
-        quantum_ms: 100,
-    };
+    let gang = Scheduler::cosched("gang", 100);
     let small =
         |name: &str| JobSpec::new(name, 1, false, &["burn", "-t", "1", "-n", &ctx.n(3_000)]);
     let mix = Mix {
@@ -429,4 +439,258 @@ fn seed001(ctx: &Context, results: &mut Results) -> Result<()> {
     }
     results.tables.push(table);
     Ok(())
+}
+
+/// A blocked gang gives its slot away after this long in the modes case's give-away rows:
+/// a quarter of the 20 ms quantum.
+const GIVE_AWAY_MS: u32 = 5;
+
+/// The modes case's schedulers: the fixed modes at 20 ms, gang with and without give-away,
+/// each job in the mode that suits it, `auto`, and the baselines (Slurm unless left out).
+pub fn modes_schedulers(slurm: bool) -> Vec<Scheduler> {
+    let gang = Scheduler::cosched("gang", 20);
+    let mut schedulers = vec![
+        Scheduler::Local,
+        gang.clone(),
+        gang.clone().give_away(GIVE_AWAY_MS),
+        Scheduler::cosched("moderate", 20),
+        Scheduler::Implicit,
+        gang.give_away(GIVE_AWAY_MS).job_modes(&[
+            ("fine", "gang"),
+            ("coarse", "moderate"),
+            ("io", "implicit"),
+        ]),
+        Scheduler::cosched("auto", 20).give_away(GIVE_AWAY_MS),
+    ];
+    if slurm {
+        schedulers.push(Scheduler::Slurm);
+    }
+    schedulers
+}
+
+/// The I/O-bound job: two processes, ~3.8 s alone at scale 1, 11 % of a CPU, each write
+/// blocking its process ~23 ms (see iobound.c): beyond the give-away's 5 ms. Two wide like the
+/// MPI jobs, so that its slot, given away, is one they can use (a job borrows only where all
+/// its processors are the lender's). In /var/tmp, on the disk here (/tmp is too, but may be
+/// tmpfs elsewhere).
+fn io_job(ctx: &Context) -> JobSpec {
+    JobSpec::new(
+        "io",
+        2,
+        false,
+        &[
+            "iobound",
+            "-t",
+            "2",
+            "-n",
+            &ctx.n(300),
+            "-w",
+            "100",
+            "-b",
+            "33554432",
+            "-d",
+            "/var/tmp",
+        ],
+    )
+}
+
+/// Issue 30's side-by-side measure: makespan over the ideal and each job's slowdown under
+/// every scheduler, then the targets: `auto` within 5 % of the best fixed mode for every job,
+/// and the I/O-bound job no slower under gang with give-away than under plain Linux.
+fn modes(ctx: &Context, results: &mut Results) -> Result<()> {
+    let mix = Mix {
+        workload: MODES.into(),
+        jobs: vec![
+            long_job(ctx, "fine", "fine"),
+            long_job(ctx, "coarse", "coarse"),
+            io_job(ctx),
+        ],
+    };
+    let schedulers = ctx.pick(modes_schedulers(ctx.slurm.is_some()));
+    let (runs, solos) = compare(&mix, &schedulers, ctx.repeat, ctx, results)?;
+    // The ideal by CPU time: the I/O-bound job is mostly off the CPU, and time alone counted
+    // whole would give an ideal that plain Linux beats.
+    let cpus = f64::from(cosched_os::usable_cpus());
+    let longest = solos.iter().map(|s| s.1).fold(0.0, f64::max);
+    let cpu_alone: Option<f64> = solos.iter().map(|s| s.2).sum();
+    let ideal = cpu_alone.map_or(f64::NAN, |cpu| (cpu / cpus).max(longest));
+    let slowdown = |rounds: &[Vec<JobOutcome>], job: &str| {
+        let alone = solos.iter().find(|s| s.0 == job).map_or(f64::NAN, |s| s.1);
+        median_turnaround(rounds, job) / alone
+    };
+    let jobs = ["fine", "coarse", "io"];
+    let mut table = Table::new(
+        &format!(
+            "Each job its mode: a 2-rank ping-pong (fine), a 2-rank coarse job and an I/O-bound \
+             job together; ideal {ideal:.2} s (CPU time alone over {cpus} CPUs, at least the \
+             longest job alone); slowdown: turnaround over time alone"
+        ),
+        &[
+            "scheduler",
+            "makespan (s)",
+            "/ ideal",
+            "fine slowdown",
+            "coarse slowdown",
+            "io slowdown",
+        ],
+    );
+    // compare added a row per scheduler, in their order: their median makespans.
+    let rows = &results.rows[results.rows.len() - schedulers.len()..];
+    for ((scheduler, rounds), row) in schedulers.iter().zip(&runs).zip(rows) {
+        let mut cells = vec![
+            scheduler.label(),
+            format!("{:.2}", row.makespan_s),
+            format!("{:.2}", row.makespan_s / ideal),
+        ];
+        cells.extend(
+            jobs.iter()
+                .map(|job| format!("{:.2}", slowdown(rounds, job))),
+        );
+        table.row(cells);
+    }
+    results.tables.push(table);
+
+    let of = |found: Option<usize>, job: &str| found.map(|i| slowdown(&runs[i], job));
+    let auto = schedulers.iter().position(|s| s.name() == "auto");
+    let fixed: Vec<usize> = (0..schedulers.len())
+        .filter(|&i| {
+            matches!(
+                schedulers[i].name(),
+                "gang" | "moderate" | "implicit" | "per-job"
+            )
+        })
+        .collect();
+    let mut targets = Table::new(
+        "Each job its mode, the targets (within 5 %: the ratio at most 1.05)",
+        &["target", "slowdown", "against", "ratio", "met"],
+    );
+    for job in jobs {
+        let best = fixed
+            .iter()
+            .map(|&i| (i, slowdown(&runs[i], job)))
+            .filter(|(_, v)| v.is_finite())
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        targets.row(target_row(
+            &format!("{job}: auto within 5 % of the best fixed mode"),
+            of(auto, job),
+            best.map(|(i, v)| (schedulers[i].label(), v)),
+        ));
+    }
+    let local = schedulers.iter().position(|s| *s == Scheduler::Local);
+    let gang_give_away = schedulers
+        .iter()
+        .position(|s| s.name() == "gang" && s.give_away_ms().is_some());
+    targets.row(target_row(
+        "io: gang with give-away no slower than plain Linux",
+        of(gang_give_away, "io"),
+        of(local, "io").map(|v| (Scheduler::Local.label(), v)),
+    ));
+    results.tables.push(targets);
+    Ok(())
+}
+
+/// A target's row: `measured` over the slowdown `against` (`-` where a scheduler did not run).
+fn target_row(target: &str, measured: Option<f64>, against: Option<(String, f64)>) -> Vec<String> {
+    let cell = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
+    let ratio = measured
+        .zip(against.as_ref().map(|a| a.1))
+        .map(|(m, a)| m / a);
+    vec![
+        target.to_string(),
+        cell(measured),
+        against
+            .as_ref()
+            .map_or("-".into(), |(label, v)| format!("{v:.2} ({label})")),
+        cell(ratio),
+        ratio.map_or("-".into(), |r| {
+            if r <= 1.05 { "yes" } else { "no" }.to_string()
+        }),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::jobs::Waiting;
+
+    fn context(wanted: &[&str]) -> Context<'static> {
+        Context {
+            schedulers: Vec::new(),
+            wanted: wanted.iter().map(|w| w.to_string()).collect(),
+            repeat: 1,
+            scale: 1.0,
+            slurm: None,
+            dir: PathBuf::new(),
+        }
+    }
+
+    fn short_names(schedulers: &[Scheduler]) -> Vec<String> {
+        schedulers.iter().map(Scheduler::short_name).collect()
+    }
+
+    #[test]
+    fn the_modes_case_runs_every_mode_and_scheduler_picks_among_them() {
+        let all = modes_schedulers(true);
+        assert_eq!(
+            short_names(&all),
+            [
+                "local",
+                "gang-20",
+                "gang-20+giveaway",
+                "moderate-20",
+                "implicit",
+                "per-job",
+                "auto-20+giveaway",
+                "slurm"
+            ]
+        );
+        assert!(!modes_schedulers(false).contains(&Scheduler::Slurm));
+        assert_eq!(context(&[]).pick(all.clone()), all);
+        // A mode's name takes its every row; a short name one row.
+        assert_eq!(
+            short_names(&context(&["gang", "auto"]).pick(all.clone())),
+            ["gang-20", "gang-20+giveaway", "auto-20+giveaway"]
+        );
+        assert_eq!(
+            short_names(&context(&["gang-20", "per-job"]).pick(all)),
+            ["gang-20", "per-job"]
+        );
+    }
+
+    #[test]
+    fn per_job_and_auto_jobs_get_their_modes_and_waiting() {
+        let all = modes_schedulers(false);
+        let per_job = all.iter().find(|s| s.name() == "per-job").unwrap();
+        assert_eq!(
+            per_job.label(),
+            "per-job (daemon gang 20 ms) + give-away 5 ms"
+        );
+        let daemon = per_job.daemon().unwrap();
+        assert_eq!((daemon.mode.as_str(), daemon.quantum_ms), ("gang", 20));
+        assert_eq!(daemon.extra, ["--give-away-after-ms", "5"]);
+        assert_eq!(per_job.own_mode("coarse"), Some("moderate"));
+        assert_eq!(per_job.waiting("fine"), Waiting::Spin);
+        assert_eq!(per_job.waiting("io"), Waiting::SpinBlock);
+        let auto = all.iter().find(|s| s.name() == "auto").unwrap();
+        assert_eq!(auto.own_mode("fine"), None);
+        assert_eq!(auto.waiting("fine"), Waiting::SpinBlock);
+        let gang = Scheduler::cosched("gang", 20);
+        assert_eq!(gang.waiting("fine"), Waiting::Spin);
+        assert!(gang.daemon().unwrap().extra.is_empty());
+        assert_eq!(Scheduler::Local.daemon().map(|d| d.mode), None);
+    }
+
+    #[test]
+    fn a_target_is_met_within_five_percent_and_unknown_without_its_rows() {
+        let against = |v: f64| Some(("gang 20 ms".to_string(), v));
+        assert_eq!(
+            target_row("t", Some(1.05), against(1.0)),
+            ["t", "1.05", "1.00 (gang 20 ms)", "1.05", "yes"]
+        );
+        assert_eq!(target_row("t", Some(1.2), against(1.0))[4], "no");
+        assert_eq!(
+            target_row("t", None, against(1.0)),
+            ["t", "-", "1.00 (gang 20 ms)", "-", "-"]
+        );
+    }
 }

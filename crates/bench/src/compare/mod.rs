@@ -1,6 +1,7 @@
 //! `cosched-bench compare`: the same job mixes under plain Linux, cosched (gang and moderate
-//! at several quanta, implicit) and Slurm's gang scheduling, side by side, repeated; then the
-//! seeds' experiments redone as named cases. Prints Markdown, writes JSON and an SVG plot.
+//! at several quanta, implicit) and Slurm's gang scheduling, side by side, repeated; the modes
+//! case (each job its mode, and auto); then the seeds' experiments redone as named cases.
+//! Prints Markdown, writes JSON and an SVG plot.
 
 mod cases;
 mod jobs;
@@ -19,14 +20,16 @@ pub struct CompareArgs {
     /// Repetitions of every (scheduler, mix) pair (default: 1 quick, 3 full)
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     repeat: Option<u16>,
-    /// Only these cases: mixes (fine, barrier, coarse, compute, spinbarrier, throughput) or seed
+    /// Only these cases: mixes (fine, barrier, coarse, compute, spinbarrier, throughput), modes
+    /// (a fine, a coarse and an I/O-bound job under each mode, per-job modes and auto) or seed
     /// experiments (seed004-spinbarrier, seed000-elongation, seed002-local-compile,
     /// seed001-two-of-three)
     #[arg(long, value_delimiter = ',')]
     case: Vec<String>,
     /// Only these schedulers: local, gang, moderate, implicit, slurm (gang and moderate at
-    /// every quantum), or one quantum as gang-50, moderate-20 (default: all; the mixes and
-    /// seed 002 follow it, the other seed cases use their own)
+    /// every quantum), or one quantum as gang-50, moderate-20; the modes case's own:
+    /// gang-20+giveaway, per-job, auto (default: all; the mixes, modes and seed 002 follow it,
+    /// the other seed cases use their own)
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     scheduler: Vec<String>,
     /// Leave Slurm out (it is installed and started otherwise)
@@ -63,35 +66,37 @@ pub fn run(args: CompareArgs) -> Result<()> {
     let mut schedulers = vec![Scheduler::Local];
     for mode in ["gang", "moderate"] {
         for quantum_ms in [20, 50, 100] {
-            schedulers.push(Scheduler::Cosched {
-                mode: mode.into(),
-                quantum_ms,
-            });
+            schedulers.push(Scheduler::cosched(mode, quantum_ms));
         }
     }
     schedulers.push(Scheduler::Implicit);
     if !args.no_slurm {
         schedulers.push(Scheduler::Slurm);
     }
-    if !args.scheduler.is_empty() {
-        let wanted = |want: &String, s: &Scheduler| *want == s.name() || *want == s.short_name();
-        if let Some(bad) = args
-            .scheduler
-            .iter()
-            .find(|want| !schedulers.iter().any(|s| wanted(want, s)))
-        {
-            bail!(
-                "unknown scheduler '{bad}' (known: local, gang, moderate, implicit, slurm, \
-                 or gang-20|50|100, moderate-20|50|100{})",
-                if args.no_slurm {
-                    "; slurm is left out by --no-slurm"
-                } else {
-                    ""
-                }
-            );
+    let mut known: Vec<String> = Vec::new();
+    for s in schedulers
+        .iter()
+        .chain(&cases::modes_schedulers(!args.no_slurm))
+    {
+        for name in [s.name().to_string(), s.short_name()] {
+            if !known.contains(&name) {
+                known.push(name);
+            }
         }
-        schedulers.retain(|s| args.scheduler.iter().any(|want| wanted(want, s)));
     }
+    if let Some(bad) = args.scheduler.iter().find(|want| !known.contains(want)) {
+        bail!(
+            "unknown scheduler '{bad}' (known: {}{})",
+            known.join(", "),
+            if args.no_slurm {
+                "; slurm is left out by --no-slurm"
+            } else {
+                ""
+            }
+        );
+    }
+    let wanted = args.scheduler.clone();
+    schedulers.retain(|s| wanted.is_empty() || wanted.iter().any(|want| s.is_named(want)));
     let slurm = if schedulers.contains(&Scheduler::Slurm) {
         eprintln!("starting Slurm (bench/slurm/slurm-local; installs it if needed)");
         Some(Slurm::start()?)
@@ -101,6 +106,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
     let work_dir = std::env::temp_dir().join(format!("cosched-compare-{}", std::process::id()));
     let context = cases::Context {
         schedulers,
+        wanted,
         repeat,
         scale: args.scale,
         slurm: slurm.as_ref(),

@@ -16,6 +16,9 @@ pub struct Row {
     #[serde(skip)]
     pub label: String,
     pub quantum_ms: Option<u64>,
+    /// `--give-away-after-ms` (the modes case's rows that have it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub give_away_ms: Option<u32>,
     pub workload: String,
     /// Median over the rounds.
     pub makespan_s: f64,
@@ -77,6 +80,7 @@ impl Row {
             scheduler: scheduler.name().to_string(),
             label: scheduler.label(),
             quantum_ms: scheduler.quantum_ms(),
+            give_away_ms: scheduler.give_away_ms(),
             workload: workload.to_string(),
             makespan_s: median(&makespans).unwrap_or(f64::NAN),
             makespan_runs_s: makespans,

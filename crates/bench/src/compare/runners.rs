@@ -16,8 +16,16 @@ const PATIENCE: Duration = Duration::from_secs(900);
 pub enum Scheduler {
     /// Plain Linux: the jobs started together, no control.
     Local,
-    /// The cosched daemon in `gang` or `moderate` mode at a quantum.
-    Cosched { mode: String, quantum_ms: u64 },
+    /// The cosched daemon in a mode (gang, moderate, auto) at a quantum.
+    Cosched {
+        mode: String,
+        quantum_ms: u64,
+        /// `--give-away-after-ms`: a blocked gang lends its slot (`None`: never).
+        give_away_ms: Option<u32>,
+        /// Jobs submitted with a mode of their own (`cosched run --mode`), by job name; the
+        /// others take the daemon's. Not empty: the scheduler is called `per-job`.
+        job_modes: Vec<(String, String)>,
+    },
     /// cosched `implicit`: space sharing only, jobs told to spin briefly then block.
     Implicit,
     /// Slurm 22.05's gang scheduling (5 s slices).
@@ -25,9 +33,39 @@ pub enum Scheduler {
 }
 
 impl Scheduler {
+    /// The daemon in `mode` at `quantum_ms`, every job in that mode, no give-away.
+    pub fn cosched(mode: &str, quantum_ms: u64) -> Scheduler {
+        Scheduler::Cosched {
+            mode: mode.to_string(),
+            quantum_ms,
+            give_away_ms: None,
+            job_modes: Vec::new(),
+        }
+    }
+
+    /// The same daemon with `--give-away-after-ms ms`.
+    pub fn give_away(mut self, ms: u32) -> Scheduler {
+        if let Scheduler::Cosched { give_away_ms, .. } = &mut self {
+            *give_away_ms = Some(ms);
+        }
+        self
+    }
+
+    /// The same daemon with these jobs (by name) submitted in their own modes.
+    pub fn job_modes(mut self, modes: &[(&str, &str)]) -> Scheduler {
+        if let Scheduler::Cosched { job_modes, .. } = &mut self {
+            *job_modes = modes
+                .iter()
+                .map(|(job, mode)| (job.to_string(), mode.to_string()))
+                .collect();
+        }
+        self
+    }
+
     pub fn name(&self) -> &str {
         match self {
             Scheduler::Local => "local",
+            Scheduler::Cosched { job_modes, .. } if !job_modes.is_empty() => "per-job",
             Scheduler::Cosched { mode, .. } => mode,
             Scheduler::Implicit => "implicit",
             Scheduler::Slurm => "slurm",
@@ -42,27 +80,98 @@ impl Scheduler {
         }
     }
 
-    pub fn label(&self) -> String {
-        match self.quantum_ms() {
-            Some(q) if *self != Scheduler::Slurm => format!("{} {q} ms", self.name()),
-            _ => self.name().to_string(),
-        }
-    }
-
-    /// The label as one word, as `--scheduler` takes it: `gang-50`, `local`.
-    pub fn short_name(&self) -> String {
+    pub fn give_away_ms(&self) -> Option<u32> {
         match self {
-            Scheduler::Cosched { mode, quantum_ms } => format!("{mode}-{quantum_ms}"),
-            _ => self.name().to_string(),
+            Scheduler::Cosched { give_away_ms, .. } => *give_away_ms,
+            _ => None,
         }
     }
 
-    fn waiting(&self) -> Waiting {
-        if *self == Scheduler::Implicit {
+    /// As the tables name it: `gang 20 ms`, `per-job (gang 20 ms) + give-away 5 ms`.
+    pub fn label(&self) -> String {
+        let base = match self {
+            Scheduler::Cosched {
+                mode,
+                quantum_ms,
+                job_modes,
+                ..
+            } if !job_modes.is_empty() => format!("per-job (daemon {mode} {quantum_ms} ms)"),
+            Scheduler::Cosched { quantum_ms, .. } => format!("{} {quantum_ms} ms", self.name()),
+            _ => self.name().to_string(),
+        };
+        match self.give_away_ms() {
+            Some(ms) => format!("{base} + give-away {ms} ms"),
+            None => base,
+        }
+    }
+
+    /// The label as one word, as `--scheduler` takes it: `gang-50`, `gang-20+giveaway`,
+    /// `per-job`, `local`.
+    pub fn short_name(&self) -> String {
+        let base = match self {
+            Scheduler::Cosched { job_modes, .. } if !job_modes.is_empty() => "per-job".into(),
+            Scheduler::Cosched {
+                mode, quantum_ms, ..
+            } => format!("{mode}-{quantum_ms}"),
+            _ => self.name().to_string(),
+        };
+        match self {
+            Scheduler::Cosched {
+                give_away_ms: Some(_),
+                job_modes,
+                ..
+            } if job_modes.is_empty() => format!("{base}+giveaway"),
+            _ => base,
+        }
+    }
+
+    /// Whether `--scheduler NAME` asks for this one: its name or its short name.
+    pub fn is_named(&self, name: &str) -> bool {
+        name == self.name() || name == self.short_name()
+    }
+
+    /// The mode job `job` is submitted with, where it has one of its own.
+    pub(super) fn own_mode(&self, job: &str) -> Option<&str> {
+        match self {
+            Scheduler::Cosched { job_modes, .. } => job_modes
+                .iter()
+                .find(|(name, _)| name == job)
+                .map(|(_, mode)| mode.as_str()),
+            _ => None,
+        }
+    }
+
+    /// Jobs in implicit and auto modes spin briefly, then block (auto jobs may run
+    /// uncoordinated); the others busy-poll, as Open MPI does by default.
+    pub(super) fn waiting(&self, job: &str) -> Waiting {
+        let mode = match self {
+            Scheduler::Cosched { mode, .. } => self.own_mode(job).unwrap_or(mode),
+            other => other.name(),
+        };
+        if matches!(mode, "implicit" | "auto") {
             Waiting::SpinBlock
         } else {
             Waiting::Spin
         }
+    }
+
+    /// How its daemon runs (`None`: not cosched).
+    pub(super) fn daemon(&self) -> Option<DaemonSpec> {
+        let (mode, quantum_ms) = match self {
+            Scheduler::Cosched {
+                mode, quantum_ms, ..
+            } => (mode.as_str(), *quantum_ms),
+            Scheduler::Implicit => ("implicit", 100),
+            Scheduler::Local | Scheduler::Slurm => return None,
+        };
+        Some(DaemonSpec {
+            mode: mode.to_string(),
+            quantum_ms,
+            freezer: None,
+            extra: self.give_away_ms().map_or(Vec::new(), |ms| {
+                vec!["--give-away-after-ms".into(), ms.to_string()]
+            }),
+        })
     }
 }
 
@@ -90,11 +199,8 @@ pub fn run(
     std::fs::create_dir_all(dir)?;
     match scheduler {
         Scheduler::Local => run_plain(mix, dir),
-        Scheduler::Cosched { mode, quantum_ms } => {
-            run_cosched(mix, dir, mode, *quantum_ms, scheduler.waiting())
-        }
-        Scheduler::Implicit => run_cosched(mix, dir, "implicit", 100, scheduler.waiting()),
         Scheduler::Slurm => slurm.context("Slurm was not started")?.run(mix, dir),
+        Scheduler::Cosched { .. } | Scheduler::Implicit => run_cosched(mix, dir, scheduler),
     }
 }
 
@@ -164,19 +270,8 @@ fn run_plain(mix: &Mix, dir: &Path) -> Result<Vec<JobOutcome>> {
 }
 
 /// The cosched daemon: each job through `cosched run --detach`, times from its records.
-fn run_cosched(
-    mix: &Mix,
-    dir: &Path,
-    mode: &str,
-    quantum_ms: u64,
-    waiting: Waiting,
-) -> Result<Vec<JobOutcome>> {
-    let daemon = Daemon::start(&DaemonSpec {
-        mode: mode.to_string(),
-        quantum_ms,
-        freezer: None,
-        extra: Vec::new(),
-    })?;
+fn run_cosched(mix: &Mix, dir: &Path, scheduler: &Scheduler) -> Result<Vec<JobOutcome>> {
+    let daemon = Daemon::start(&scheduler.daemon().context("not a cosched scheduler")?)?;
     let start = Instant::now();
     let start_us = (epoch_s() * 1e6) as i64;
     let mut order: Vec<usize> = (0..mix.jobs.len()).collect();
@@ -190,12 +285,16 @@ fn run_cosched(
         } else {
             "batch"
         };
+        let mut options = vec!["--class", class];
+        if let Some(mode) = scheduler.own_mode(&spec.name) {
+            options.extend(["--mode", mode]);
+        }
         ids[i] = daemon.submit_with(
             spec.procs,
             &output_file(dir, i),
             &spec.command(),
-            &["--class", class],
-            &spec.env(waiting),
+            &options,
+            &spec.env(scheduler.waiting(&spec.name)),
         )?;
     }
     let records = daemon.wait_all(&ids, PATIENCE)?;
