@@ -23,9 +23,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// How often an auto job is looked at.
-pub const PROBE_PERIOD: Micros = 250_000;
-/// How much of its working time is watched before its behaviour is reported.
-pub const PROBE_WINDOW: Micros = 2_000_000;
+pub const PROBE_PERIOD: Micros = 100_000;
+/// How much of its working time is watched before its behaviour is reported: while it is
+/// watched, the job runs out of step, which costs a fine-grained one (a second of a run of
+/// many).
+pub const PROBE_WINDOW: Micros = 1_000_000;
 /// A look where the busiest tasks ran less than this share of it is before the job got going.
 const GOING_SHARE: f64 = 0.05;
 
@@ -218,7 +220,7 @@ mod tests {
         // A launcher (task 1) alone, then its two ranks (2, 3) start.
         assert_eq!(p.add(look(0, &[(1, 0, 0)], 0)), None);
         assert_eq!(p.add(look(250 * MS, &[(1, 5, 0)], 0)), None);
-        assert!(!p.due(400 * MS) && p.due(500 * MS));
+        assert!(!p.due(250 * MS + PROBE_PERIOD - 1) && p.due(250 * MS + PROBE_PERIOD));
         assert!(!p.going, "a launcher at 1 % is not the job going");
         // From here on, each 250 ms: each rank runs 100 ms, waits 50 ms queued, sleeps 100;
         // the launcher runs 1 ms (not among the busiest two); 25 ms stalled on I/O.
@@ -226,7 +228,7 @@ mod tests {
         let mut counters = [(1, 5, 0), (2, 0, 0), (3, 0, 0)];
         let mut io = 0;
         let mut seen = None;
-        for _ in 0..8 {
+        while seen.is_none() {
             at += 250 * MS;
             counters[0].1 += 1;
             for rank in &mut counters[1..] {
@@ -236,8 +238,8 @@ mod tests {
             io += 25 * MS as u64;
             seen = p.add(look(at, &counters, io));
         }
-        let b = seen.expect("2 s watched");
-        assert_eq!(b.window_us, 2_000 * MS);
+        let b = seen.expect("the window watched");
+        assert_eq!(b.window_us, PROBE_WINDOW);
         assert!((b.run - 0.4).abs() < 1e-9, "{b:?}");
         assert!((b.queued - 0.2).abs() < 1e-9, "{b:?}");
         assert!((b.asleep - 0.4).abs() < 1e-9, "{b:?}");
@@ -251,12 +253,12 @@ mod tests {
         last.io_stalled_us = None;
         p.add(last);
         let mut seen = None;
-        for k in 1..=8u64 {
+        for k in 1..=(PROBE_WINDOW / (250 * MS)) as u64 {
             let mut l = look(k as Micros * 250 * MS, &[(1, 250 * k, 0)], 0);
             l.io_stalled_us = None;
             seen = p.add(l);
         }
-        let b = seen.expect("2 s watched");
+        let b = seen.expect("the window watched");
         assert!(
             (b.run - 0.5).abs() < 1e-9 && (b.asleep - 0.5).abs() < 1e-9,
             "{b:?}"

@@ -446,7 +446,9 @@ fn seed001(ctx: &Context, results: &mut Results) -> Result<()> {
 const GIVE_AWAY_MS: u32 = 5;
 
 /// The modes case's schedulers: the fixed modes at 20 ms, gang with and without give-away,
-/// each job in the mode that suits it, `auto`, and the baselines (Slurm unless left out).
+/// implicit as a mode (every job in it, all at once: implicit coscheduling) and as cosched's
+/// implicit daemon (space sharing only, one slice: the jobs queue), each job in the mode that
+/// suits it, `auto`, and the baselines (Slurm unless left out).
 pub fn modes_schedulers(slurm: bool) -> Vec<Scheduler> {
     let gang = Scheduler::cosched("gang", 20);
     let mut schedulers = vec![
@@ -454,6 +456,13 @@ pub fn modes_schedulers(slurm: bool) -> Vec<Scheduler> {
         gang.clone(),
         gang.clone().give_away(GIVE_AWAY_MS),
         Scheduler::cosched("moderate", 20),
+        gang.clone()
+            .job_modes(&[
+                ("fine", "implicit"),
+                ("coarse", "implicit"),
+                ("io", "implicit"),
+            ])
+            .named("implicit-each"),
         Scheduler::Implicit,
         gang.give_away(GIVE_AWAY_MS).job_modes(&[
             ("fine", "gang"),
@@ -552,13 +561,13 @@ fn modes(ctx: &Context, results: &mut Results) -> Result<()> {
 
     let of = |found: Option<usize>, job: &str| found.map(|i| slowdown(&runs[i], job));
     let auto = schedulers.iter().position(|s| s.name() == "auto");
+    if let Some(auto) = auto {
+        results.tables.push(auto_choices(&runs[auto], &jobs));
+    }
+    // The fixed modes, every job in one: not the implicit daemon, whose one slice makes the
+    // jobs queue (a job's slowdown there is its place in the queue, not its mode).
     let fixed: Vec<usize> = (0..schedulers.len())
-        .filter(|&i| {
-            matches!(
-                schedulers[i].name(),
-                "gang" | "moderate" | "implicit" | "per-job"
-            )
-        })
+        .filter(|&i| matches!(schedulers[i].name(), "gang" | "moderate" | "implicit-each"))
         .collect();
     let mut targets = Table::new(
         "Each job its mode, the targets (within 5 %: the ratio at most 1.05)",
@@ -587,6 +596,36 @@ fn modes(ctx: &Context, results: &mut Results) -> Result<()> {
     ));
     results.tables.push(targets);
     Ok(())
+}
+
+/// What `auto` chose for each job over the rounds (`gang (3 of 3)`), with one reason given.
+fn auto_choices(rounds: &[Vec<JobOutcome>], jobs: &[&str]) -> Table {
+    let mut table = Table::new(
+        "What auto chose, from each job's first second unswitched (the daemon's measure, per round)",
+        &["job", "chosen", "why (last round)"],
+    );
+    for &job in jobs {
+        let seen: Vec<&JobOutcome> = rounds.iter().flatten().filter(|o| o.name == job).collect();
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for outcome in &seen {
+            let mode = outcome.mode.clone().unwrap_or_else(|| "-".into());
+            match counts.iter_mut().find(|(m, _)| *m == mode) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((mode, 1)),
+            }
+        }
+        let chosen: Vec<String> = counts
+            .iter()
+            .map(|(mode, n)| format!("{mode} ({n} of {})", seen.len()))
+            .collect();
+        let why = seen.last().and_then(|o| o.mode_why.clone());
+        table.row(vec![
+            job.to_string(),
+            chosen.join(", "),
+            why.unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    table
 }
 
 /// A target's row: `measured` over the slowdown `against` (`-` where a scheduler did not run).
@@ -638,12 +677,17 @@ mod tests {
                 "gang-20",
                 "gang-20+giveaway",
                 "moderate-20",
+                "implicit-each",
                 "implicit",
                 "per-job",
                 "auto-20+giveaway",
                 "slurm"
             ]
         );
+        let each = &all[4];
+        assert_eq!(each.label(), "implicit-each (daemon gang 20 ms)");
+        assert_eq!(each.own_mode("io"), Some("implicit"));
+        assert_eq!(each.waiting("fine"), Waiting::SpinBlock);
         assert!(!modes_schedulers(false).contains(&Scheduler::Slurm));
         assert_eq!(context(&[]).pick(all.clone()), all);
         // A mode's name takes its every row; a short name one row.

@@ -114,6 +114,11 @@ pub struct JobOutcome {
     pub ended_s: f64,
     /// The workload's own CPU time (all its processes), from its result line.
     pub cpu_s: Option<f64>,
+    /// Under cosched: its mode as `ps` shows it (`auto:gang`), and why an auto job's was chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode_why: Option<String>,
 }
 
 impl JobOutcome {

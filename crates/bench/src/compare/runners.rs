@@ -23,8 +23,11 @@ pub enum Scheduler {
         /// `--give-away-after-ms`: a blocked gang lends its slot (`None`: never).
         give_away_ms: Option<u32>,
         /// Jobs submitted with a mode of their own (`cosched run --mode`), by job name; the
-        /// others take the daemon's. Not empty: the scheduler is called `per-job`.
+        /// others take the daemon's. Not empty: the scheduler is called `per-job`, unless
+        /// `alias` names it.
         job_modes: Vec<(String, String)>,
+        /// A name of its own for a set of job modes (`implicit-each`).
+        alias: Option<&'static str>,
     },
     /// cosched `implicit`: space sharing only, jobs told to spin briefly then block.
     Implicit,
@@ -40,7 +43,16 @@ impl Scheduler {
             quantum_ms,
             give_away_ms: None,
             job_modes: Vec::new(),
+            alias: None,
         }
+    }
+
+    /// The same scheduler called `name` (in tables and by `--scheduler`).
+    pub fn named(mut self, name: &'static str) -> Scheduler {
+        if let Scheduler::Cosched { alias, .. } = &mut self {
+            *alias = Some(name);
+        }
+        self
     }
 
     /// The same daemon with `--give-away-after-ms ms`.
@@ -65,6 +77,9 @@ impl Scheduler {
     pub fn name(&self) -> &str {
         match self {
             Scheduler::Local => "local",
+            Scheduler::Cosched {
+                alias: Some(alias), ..
+            } => alias,
             Scheduler::Cosched { job_modes, .. } if !job_modes.is_empty() => "per-job",
             Scheduler::Cosched { mode, .. } => mode,
             Scheduler::Implicit => "implicit",
@@ -95,7 +110,9 @@ impl Scheduler {
                 quantum_ms,
                 job_modes,
                 ..
-            } if !job_modes.is_empty() => format!("per-job (daemon {mode} {quantum_ms} ms)"),
+            } if !job_modes.is_empty() => {
+                format!("{} (daemon {mode} {quantum_ms} ms)", self.name())
+            }
             Scheduler::Cosched { quantum_ms, .. } => format!("{} {quantum_ms} ms", self.name()),
             _ => self.name().to_string(),
         };
@@ -109,7 +126,7 @@ impl Scheduler {
     /// `per-job`, `local`.
     pub fn short_name(&self) -> String {
         let base = match self {
-            Scheduler::Cosched { job_modes, .. } if !job_modes.is_empty() => "per-job".into(),
+            Scheduler::Cosched { job_modes, .. } if !job_modes.is_empty() => self.name().into(),
             Scheduler::Cosched {
                 mode, quantum_ms, ..
             } => format!("{mode}-{quantum_ms}"),
@@ -216,6 +233,8 @@ fn outcome(mix: &Mix, index: usize, dir: &Path, submitted_s: f64, ended_s: f64) 
         submitted_s,
         ended_s,
         cpu_s: reported_cpu_s(&output),
+        mode: None,
+        mode_why: None,
     }
 }
 
@@ -304,13 +323,17 @@ fn run_cosched(mix: &Mix, dir: &Path, scheduler: &Scheduler) -> Result<Vec<JobOu
         .enumerate()
         .map(|(i, id)| {
             let record = records.iter().find(|r| r.id == *id).expect("waited for");
-            outcome(
-                mix,
-                i,
-                dir,
-                seconds(record.submitted_us),
-                seconds(record.ended_us.unwrap_or(record.submitted_us)),
-            )
+            JobOutcome {
+                mode: Some(record.mode_shown()),
+                mode_why: record.mode_why.clone(),
+                ..outcome(
+                    mix,
+                    i,
+                    dir,
+                    seconds(record.submitted_us),
+                    seconds(record.ended_us.unwrap_or(record.submitted_us)),
+                )
+            }
         })
         .collect();
     daemon.stop()?;
