@@ -1,10 +1,12 @@
 //! `auto` jobs measured in their first seconds (flexible coscheduling's classification,
 //! Frachtenberg et al.): while a job runs unswitched, as an implicit job does, with its waits
 //! spin-then-block, how its working processes share their time between running, waiting for
-//! a processor, and sleeping (for a peer's message, a timer or I/O), and how much of the time
-//! its cgroup stalled on storage I/O. The controller chooses its mode from that
-//! (`Event::Behaviour`). Unswitched, a fine-grained job's ranks fall out of step and sleep
-//! in their waits; a coarse one's rarely wait; an I/O-bound one stalls on its storage.
+//! a processor, and sleeping (for a peer's message, a timer or I/O), how long they run each
+//! time they are switched in, and how much of the time its cgroup stalled on storage I/O.
+//! The controller chooses its mode from that (`Event::Behaviour`). Unswitched, a
+//! fine-grained job's ranks fall out of step and wait between every few microseconds of work
+//! (each wait a yield or a nap: a switch); a coarse one's compute for milliseconds between
+//! switches; an I/O-bound one stalls on its storage.
 //!
 //! Each look reads every task's `/proc/PID/task/TID/schedstat` and the cgroup's
 //! `io.pressure`, every [`PROBE_PERIOD`], for auto jobs only, until [`PROBE_WINDOW`] of their
@@ -36,6 +38,8 @@ const GOING_SHARE: f64 = 0.05;
 pub struct TaskTimes {
     pub run_ns: u64,
     pub queued_ns: u64,
+    /// Times it was switched in.
+    pub switch_ins: u64,
 }
 
 /// What one look read of a job.
@@ -67,6 +71,7 @@ impl Look {
                     let times = TaskTimes {
                         run_ns: stat.runtime_ns,
                         queued_ns: stat.run_delay_ns,
+                        switch_ins: stat.timeslices,
                     };
                     tasks.insert(tid, times);
                 }
@@ -105,6 +110,7 @@ pub struct Probe {
     task_us: f64,
     run_us: f64,
     queued_us: f64,
+    switch_ins: u64,
     io_us: Option<f64>,
 }
 
@@ -118,6 +124,7 @@ impl Probe {
             task_us: 0.0,
             run_us: 0.0,
             queued_us: 0.0,
+            switch_ins: 0,
             io_us: Some(0.0),
         }
     }
@@ -138,14 +145,18 @@ impl Probe {
             return None;
         }
         // The busiest tasks since the last look (a task new since then counts from 0).
-        let mut deltas: Vec<(f64, f64)> = look
+        let mut deltas: Vec<(f64, f64, u64)> = look
             .tasks
             .iter()
             .map(|(tid, now)| {
                 let before = last.tasks.get(tid).copied().unwrap_or_default();
                 let run = now.run_ns.saturating_sub(before.run_ns) as f64 / 1e3;
                 let queued = now.queued_ns.saturating_sub(before.queued_ns) as f64 / 1e3;
-                (run, queued)
+                (
+                    run,
+                    queued,
+                    now.switch_ins.saturating_sub(before.switch_ins),
+                )
             })
             .collect();
         deltas.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -153,6 +164,7 @@ impl Probe {
         let span_f = span as f64;
         let run: f64 = deltas.iter().map(|d| d.0.min(span_f)).sum();
         let queued: f64 = deltas.iter().map(|d| d.1.min(span_f)).sum();
+        let switch_ins: u64 = deltas.iter().map(|d| d.2).sum();
         let io_stalled = match (last.io_stalled_us, look.io_stalled_us) {
             (Some(before), Some(now)) => Some((now.saturating_sub(before) as f64).min(span_f)),
             _ => None,
@@ -170,6 +182,7 @@ impl Probe {
         self.task_us += span_f * self.width as f64;
         self.run_us += run;
         self.queued_us += queued;
+        self.switch_ins += switch_ins;
         self.io_us = self.io_us.zip(io_stalled).map(|(sum, us)| sum + us);
         (self.watched_us >= PROBE_WINDOW).then(|| self.behaviour())
     }
@@ -183,6 +196,7 @@ impl Probe {
             run,
             queued,
             asleep: (1.0 - run - queued).max(0.0),
+            run_per_switch_in_us: self.run_us / self.switch_ins.max(1) as f64,
             io: self
                 .io_us
                 .map(|us| (us / self.watched_us as f64).clamp(0.0, 1.0)),
@@ -196,6 +210,7 @@ mod tests {
 
     const MS: Micros = 1_000;
 
+    /// Each task: (tid, run ms, queued ms), switched in once per ms it ran.
     fn look(at: Micros, tasks: &[(Pid, u64, u64)], io_us: u64) -> Look {
         Look {
             at,
@@ -205,6 +220,7 @@ mod tests {
                     let times = TaskTimes {
                         run_ns: run_ms * 1_000_000,
                         queued_ns: queued_ms * 1_000_000,
+                        switch_ins: run_ms,
                     };
                     (tid, times)
                 })
@@ -244,6 +260,7 @@ mod tests {
         assert!((b.queued - 0.2).abs() < 1e-9, "{b:?}");
         assert!((b.asleep - 0.4).abs() < 1e-9, "{b:?}");
         assert!((b.io.unwrap() - 0.1).abs() < 1e-9, "{b:?}");
+        assert!((b.run_per_switch_in_us - 1_000.0).abs() < 1e-6, "{b:?}");
     }
 
     #[test]

@@ -246,6 +246,11 @@ pub struct Behaviour {
     pub queued: f64,
     /// Asleep by its own choice: waiting for a message, a peer, a timer or I/O.
     pub asleep: f64,
+    /// CPU time (µs) it ran, on average, each time it was switched in: a process that waits by
+    /// yielding or napping between every few microseconds of work (a fine-grained one, out of
+    /// step with its peers) is switched in again and again; one that computes runs until the
+    /// kernel preempts it, milliseconds.
+    pub run_per_switch_in_us: f64,
     /// At least one of its tasks stalled on storage I/O (the cgroup's `io.pressure` "some";
     /// none where the kernel has no pressure accounting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -259,11 +264,12 @@ impl std::fmt::Display for Behaviour {
         let percent = |share: f64| (share * 100.0).round();
         write!(
             f,
-            "over {:.1} s: ran {} %, queued {} %, asleep {} %",
+            "over {:.1} s: ran {} %, queued {} %, asleep {} %, {:.0} µs a switch-in",
             self.window_us as f64 / 1e6,
             percent(self.run),
             percent(self.queued),
-            percent(self.asleep)
+            percent(self.asleep),
+            self.run_per_switch_in_us
         )?;
         match self.io {
             Some(io) => write!(f, ", stalled on I/O {} %", percent(io)),

@@ -9,13 +9,14 @@ use cosched_proto::{Behaviour, Command, JobState, Mode};
 
 /// An unswitched job stalled on storage at least this share of the time is I/O-bound.
 pub const IO_BOUND: f64 = 0.2;
-/// Working processes that ran less than this share of their time, mostly asleep otherwise,
-/// hardly use their processors.
+/// Working processes that ran less than this share of their time hardly use their processors.
 pub const MOSTLY_ASLEEP_RUN: f64 = 0.1;
-/// Of the time its processes had a processor or slept by choice, a job asleep at least this
-/// share out of step waits for its peers often: it wants them coscheduled. (How often it
-/// synchronizes is not seen: a wait polled spin-then-block is a sleep like any other.)
-pub const FINE_GRAINED_WAIT: f64 = 0.25;
+/// Out of step, a job whose working processes ran no longer than this (µs) each time they
+/// were switched in waits between every few microseconds of work: it wants its peers
+/// coscheduled. On the 2-vCPU VM, unswitched beside each other (`bench/compare --case
+/// modes`), the fine ping-pong's ranks ran a few µs a switch-in and the coarse job's a hundred
+/// or more (docs/performance.md, "Each job its mode").
+pub const FINE_GRAINED_RUN_US: f64 = 30.0;
 
 /// The mode a job runs best in, from how its processes behaved unswitched on each of its
 /// nodes (the worst node speaks for the job: one node's ranks waiting slow every rank), and
@@ -24,7 +25,10 @@ pub fn choose(seen: &[Behaviour]) -> (Mode, String) {
     let most = |of: fn(&Behaviour) -> f64| seen.iter().map(of).fold(0.0, f64::max);
     let io = most(|b| b.io.unwrap_or(0.0));
     let run = most(|b| b.run);
-    let waits = most(|b| b.asleep / (b.run + b.asleep).max(f64::EPSILON));
+    let finest = seen
+        .iter()
+        .map(|b| b.run_per_switch_in_us)
+        .fold(f64::INFINITY, f64::min);
     let percent = |share: f64| (share * 100.0).round();
     if io >= IO_BOUND {
         let why = format!(
@@ -35,17 +39,11 @@ pub fn choose(seen: &[Behaviour]) -> (Mode, String) {
     } else if run < MOSTLY_ASLEEP_RUN {
         let why = format!("mostly asleep: ran {} % of the time", percent(run));
         (Mode::Implicit, why)
-    } else if waits >= FINE_GRAINED_WAIT {
-        let why = format!(
-            "synchronizes: out of step, it waited for its peers {} % of its time",
-            percent(waits)
-        );
+    } else if finest <= FINE_GRAINED_RUN_US {
+        let why = format!("fine-grained: out of step, it ran {finest:.0} µs between waits");
         (Mode::Gang, why)
     } else {
-        let why = format!(
-            "computes on its own: out of step, it waited only {} % of its time",
-            percent(waits)
-        );
+        let why = format!("coarse-grained: out of step, it ran {finest:.0} µs between switches");
         (Mode::Moderate, why)
     }
 }
@@ -115,31 +113,34 @@ impl Controller {
 mod tests {
     use super::*;
 
-    fn seen(run: f64, queued: f64, io: Option<f64>) -> Behaviour {
+    fn seen(run: f64, queued: f64, per_switch_us: f64, io: Option<f64>) -> Behaviour {
         Behaviour {
-            window_us: 2_000_000,
+            window_us: 1_000_000,
             run,
             queued,
             asleep: 1.0 - run - queued,
+            run_per_switch_in_us: per_switch_us,
             io,
         }
     }
 
     #[test]
     fn each_kind_of_job_gets_its_mode_and_the_worst_node_speaks() {
-        assert_eq!(choose(&[seen(0.3, 0.1, Some(0.45))]).0, Mode::Implicit);
-        let (mode, why) = choose(&[seen(0.02, 0.0, Some(0.0))]);
+        assert_eq!(
+            choose(&[seen(0.3, 0.1, 500.0, Some(0.45))]).0,
+            Mode::Implicit
+        );
+        let (mode, why) = choose(&[seen(0.02, 0.0, 5.0, Some(0.0))]);
         assert_eq!(mode, Mode::Implicit);
         assert!(why.contains("mostly asleep: ran 2 %"), "{why}");
-        // Ran 40 %, queued 30 %, asleep 30 %: waited 3/7 of its time.
-        let (mode, why) = choose(&[seen(0.4, 0.3, None)]);
+        let (mode, why) = choose(&[seen(0.11, 0.89, 5.6, None)]);
         assert_eq!(mode, Mode::Gang);
-        assert!(why.contains("43 %"), "{why}");
-        let (mode, why) = choose(&[seen(0.6, 0.35, Some(0.01))]);
+        assert!(why.contains("ran 6 µs between waits"), "{why}");
+        let (mode, why) = choose(&[seen(0.76, 0.2, 150.0, Some(0.01))]);
         assert_eq!(mode, Mode::Moderate, "{why}");
-        // Two nodes: one waits, so every rank does.
+        // Two nodes: one's ranks wait between every few µs of work, so every rank does.
         assert_eq!(
-            choose(&[seen(0.6, 0.35, None), seen(0.4, 0.3, None)]).0,
+            choose(&[seen(0.76, 0.2, 150.0, None), seen(0.4, 0.3, 8.0, None)]).0,
             Mode::Gang
         );
     }
