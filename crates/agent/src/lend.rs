@@ -8,7 +8,8 @@
 //! there, frozen ahead of it unless that slot wants them. Each node decides alone, for its own
 //! processors.
 //!
-//! A lender still blocked as its slot ends is not frozen: it stays loose through the slots
+//! A gang that hardly used its slot (no more CPU than the window per processor, or a lender
+//! none of whose tasks is runnable as it ends) is not frozen: it stays loose through the slots
 //! that follow (an I/O-bound job frozen while its I/O is in flight could issue the next only
 //! in its own slot, once a rotation), until it has used, within one of them, as much CPU per
 //! processor as the window: then it is frozen until its own slot, so a job that wakes to
@@ -219,13 +220,19 @@ impl<A: Actuator> Applier<A> {
             .filter(|job| self.running.contains(job) && self.mode_of(*job) == Mode::Gang)
     }
 
-    /// Leaves a lender (still blocked as its slot ends: the caller looked) thawed through the
+    /// Leaves a running gang job (blocked as its slot ends: the caller looked) thawed through the
     /// boundary: out of the running set, so no boundary stops it, until its own slot wants it
     /// again or `hold_loose` freezes it. `usage`: its CPU usage now.
-    pub fn keep_loose(&mut self, job: JobId, usage: Duration) {
+    pub fn keep_loose(&mut self, job: JobId, usage: Duration) -> Result<(), AgentError> {
         if self.running.remove(&job) {
             self.loose.insert(job, usage);
+            // Waking from its I/O, it takes whichever of its processors is free first, not
+            // the one its slot pinned it to (where a gang now runs).
+            self.actuator
+                .unpin(&job_group(job))
+                .map_err(|source| AgentError::Actuator { job, source })?;
         }
+        Ok(())
     }
 
     /// The jobs kept loose, each with its usage when the slot under way began.

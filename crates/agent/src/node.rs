@@ -145,6 +145,8 @@ pub struct NodeAgent<A: Actuator> {
     idle: Option<IdleTracker>,
     /// The slot's running jobs, watched for a blocked gang (`give_away_after`).
     blocked: Option<BlockWatch>,
+    /// With `blocked`: each running gang's CPU usage as the slot under way began.
+    slot_usage: BTreeMap<JobId, Duration>,
     stalls: Option<StallTracker>,
     /// Auto jobs whose behaviour is being measured (until the controller chooses a mode).
     probes: BTreeMap<JobId, Probe>,
@@ -214,6 +216,7 @@ impl<A: Actuator> NodeAgent<A> {
                 .map(BlockWatch::new),
             stalls: None,
             probes: BTreeMap::new(),
+            slot_usage: BTreeMap::new(),
             events,
             watching: BTreeMap::new(),
             last_watch: 0,
@@ -1232,6 +1235,14 @@ impl<A: Actuator> NodeAgent<A> {
     /// From `now`, the jobs whose slot `slot` is are watched for a blocked gang (an
     /// unswitched one among them too: an implicit job asleep leaves its slot idle as well).
     fn watch_blocked(&mut self, slot: i64, now: Micros) {
+        if self.blocked.is_none() {
+            return;
+        }
+        let running: Vec<JobId> = self.applier.running().collect();
+        self.slot_usage = running
+            .into_iter()
+            .filter_map(|job| Some((job, self.usage(job)?)))
+            .collect();
         if let Some(watch) = &mut self.blocked {
             watch.slot_began(self.applier.slot_holders(slot), now);
         }
@@ -1296,9 +1307,7 @@ impl<A: Actuator> NodeAgent<A> {
             let Some(usage) = self.usage(job) else {
                 continue;
             };
-            let processors = self.sizes.get(&job).copied().unwrap_or(1).max(1) as u32;
-            let budget = Duration::from_micros(window as u64) * processors;
-            if usage.saturating_sub(base) <= budget {
+            if usage.saturating_sub(base) <= self.loose_budget(job, window) {
                 continue;
             }
             match self.applier.hold_loose(slot, job) {
@@ -1308,19 +1317,43 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    /// As a slot ends: each lender of it that is still blocked stays thawed through the
-    /// boundary (see `lend.rs`), read by `until` (true clock).
-    fn keep_lenders_loose(&mut self, until: Micros) {
-        if self.blocked.is_none() || !self.switching() {
+    /// As a slot ends: each running gang that hardly used it stays thawed through the
+    /// boundary (see `lend.rs`): one that used no more CPU in it than the window per processor
+    /// (the most it may use in each slot that is not its own), or a lender of it none of whose
+    /// tasks is runnable, as read by `until` (true clock).
+    fn keep_blocked_loose(&mut self, until: Micros) {
+        let (Some(watch), true) = (&self.blocked, self.switching()) else {
             return;
-        }
-        let lenders: Vec<JobId> = self.applier.lenders().collect();
-        for job in lenders {
-            if lend::asleep(&self.applier, job, until) {
-                let usage = self.usage(job).unwrap_or_default();
-                self.applier.keep_loose(job, usage);
+        };
+        let window = watch.after();
+        let lenders: BTreeSet<JobId> = self.applier.lenders().collect();
+        let gangs: Vec<JobId> = self
+            .applier
+            .running()
+            .filter(|&job| self.applier.mode_of(job) == Mode::Gang)
+            .collect();
+        for job in gangs {
+            let Some(usage) = self.usage(job) else {
+                continue;
+            };
+            let used = self
+                .slot_usage
+                .get(&job)
+                .map(|&began| usage.saturating_sub(began));
+            let little = used.is_some_and(|used| used <= self.loose_budget(job, window));
+            if little || (lenders.contains(&job) && lend::asleep(&self.applier, job, until)) {
+                if let Err(error) = self.applier.keep_loose(job, usage) {
+                    LOG.warn(format_args!("keeping job {job} loose: {error}"));
+                }
             }
         }
+    }
+
+    /// The CPU a loose job may use in one slot that is not its own: the window per processor
+    /// it has here.
+    fn loose_budget(&self, job: JobId, window: Micros) -> Duration {
+        let processors = self.sizes.get(&job).copied().unwrap_or(1).max(1) as u32;
+        Duration::from_micros(window as u64) * processors
     }
 
     /// Judges idleness and stalls over own slots: `before` ran in the slot that ended at
@@ -1526,7 +1559,7 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
             if now >= until {
                 // Before the lead is asked: a lender kept loose does not leave.
                 let scan_by = now + self.rotation.quantum / 50;
-                self.agent.keep_lenders_loose(scan_by);
+                self.agent.keep_blocked_loose(scan_by);
                 return true;
             }
             self.agent.give_away_blocked(now, until);

@@ -125,7 +125,8 @@ fn a_lender_still_blocked_stays_loose_past_its_slot_until_held() {
     a.enter_slot(10, now_micros()).unwrap();
     assert_eq!(lend(&mut a, 10, &[1]), (vec![3], vec![1]));
     assert_eq!(a.lenders().collect::<Vec<_>>(), vec![1]);
-    a.keep_loose(1, std::time::Duration::from_millis(7));
+    a.keep_loose(1, std::time::Duration::from_millis(7))
+        .unwrap();
     assert_eq!(
         a.lead(11),
         1_000,
@@ -149,7 +150,7 @@ fn a_lender_still_blocked_stays_loose_past_its_slot_until_held() {
     );
     // Kept loose again, its own slot coming round takes it back without a stop.
     assert_eq!(lend(&mut a, 12, &[1]), (vec![3], vec![1]));
-    a.keep_loose(1, std::time::Duration::ZERO);
+    a.keep_loose(1, std::time::Duration::ZERO).unwrap();
     a.enter_slot(13, now_micros()).unwrap();
     a.enter_slot(14, now_micros()).unwrap();
     assert_eq!(running(&a), vec![1, 2]);
