@@ -201,6 +201,13 @@ impl<A: Actuator> Applier<A> {
                 })
             })
             .collect();
+        // A lender's I/O may end while the borrowers run: it then takes whichever of its
+        // processors frees first, not the one its slot pinned it to.
+        for &job in &record.blocked {
+            self.actuator
+                .unpin(&job_group(job))
+                .map_err(|source| AgentError::Actuator { job, source })?;
+        }
         for job in borrowers {
             let at_us = self.steer(job, true)?;
             self.running.insert(job);

@@ -25,11 +25,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// How often an auto job is looked at.
-pub const PROBE_PERIOD: Micros = 100_000;
+pub const PROBE_PERIOD: Micros = 50_000;
 /// How much of its working time is watched before its behaviour is reported: while it is
-/// watched, the job runs out of step, which costs a fine-grained one (a second of a run of
-/// many).
-pub const PROBE_WINDOW: Micros = 1_000_000;
+/// watched, the job runs out of step, which costs a fine-grained one (a second of it cost the
+/// modes mix's ping-pong about 5 % of its run).
+pub const PROBE_WINDOW: Micros = 500_000;
 /// A look where the busiest tasks ran less than this share of it is before the job got going.
 const GOING_SHARE: f64 = 0.05;
 
