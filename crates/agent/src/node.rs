@@ -635,16 +635,27 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    /// Looks at the auto jobs due a look; reports each whose window is full. A look takes at
-    /// most a tenth of the probe period (on the clock thread).
+    /// Looks at the auto jobs due a look, the longest unlooked first; reports each whose
+    /// window is full. On the clock thread, just past a boundary: each read may take a
+    /// quarter of the slot (5 ms at most), all of a boundary's half; a job whose tasks cannot
+    /// be read in its share (hundreds of threads) is not measured at all, and stays
+    /// unswitched.
     fn probe_auto_jobs(&mut self, now: Micros) {
-        let due: Vec<JobId> = self
+        let mut due: Vec<(Micros, JobId)> = self
             .probes
             .iter()
             .filter(|(_, probe)| probe.due(now))
-            .map(|(&job, _)| job)
+            .map(|(&job, probe)| (probe.last_look(), job))
             .collect();
-        for job in due {
+        due.sort_unstable();
+        let quantum = self.rotation.map_or(probe::PROBE_PERIOD, |r| r.quantum);
+        let share = (quantum / 4).min(5_000);
+        let began = now_micros();
+        for (_, job) in due {
+            let start = now_micros();
+            if start - began >= 2 * share {
+                break;
+            }
             let group = job_group(job);
             let actuator = self.applier.actuator();
             let Ok(pids) = actuator.pids(&group) else {
@@ -655,8 +666,11 @@ impl<A: Actuator> NodeAgent<A> {
                 .ok()
                 .and_then(|files| files.cpu_v2)
                 .map(|group| probe::io_pressure_of(&group));
-            let until = now_micros() + probe::PROBE_PERIOD / 10;
-            let Some(look) = Look::read(&pids, io_pressure.as_deref(), now, until) else {
+            let Some(look) = Look::read(&pids, io_pressure.as_deref(), start, start + share) else {
+                self.probes.remove(&job);
+                LOG.warn(format_args!(
+                    "job {job}: too many tasks to measure within {share} µs: it stays unswitched (auto)"
+                ));
                 continue;
             };
             let seen = self.probes.get_mut(&job).and_then(|probe| probe.add(look));

@@ -130,6 +130,11 @@ impl Probe {
         }
     }
 
+    /// When it was last looked at (`Micros::MIN`: never).
+    pub fn last_look(&self) -> Micros {
+        self.last.as_ref().map_or(Micros::MIN, |last| last.at)
+    }
+
     /// Whether a look is due at `now`.
     pub fn due(&self, now: Micros) -> bool {
         self.last
