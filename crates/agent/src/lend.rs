@@ -20,8 +20,8 @@
 //! (a task waiting for a processor adds no usage either, and must not count as blocked), once
 //! per slot at most and within a look's period.
 
-use crate::{job_group, AgentError, Applier, Mode, SwitchRecord};
-use cosched_cgroups::{procfs, Actuator, Pid};
+use crate::{job_group, AgentError, Applier, Mode, SwitchRecord, FAVOURED_WEIGHT, NORMAL_WEIGHT};
+use cosched_cgroups::{procfs, Actuator, CgroupError, Pid};
 use cosched_core::{JobId, Micros};
 use cosched_os::now_micros;
 use cosched_proto::JobMoment;
@@ -209,9 +209,9 @@ impl<A: Actuator> Applier<A> {
                 .map_err(|source| AgentError::Actuator { job, source })?;
         }
         for job in borrowers {
+            self.unloose(job)?;
             let at_us = self.steer(job, true)?;
             self.running.insert(job);
-            self.loose.remove(&job);
             record.started.push(JobMoment { job, at_us });
         }
         record.duration = began.elapsed();
@@ -234,12 +234,30 @@ impl<A: Actuator> Applier<A> {
         if self.running.remove(&job) {
             self.loose.insert(job, usage);
             // Waking from its I/O, it takes whichever of its processors is free first, not
-            // the one its slot pinned it to (where a gang now runs).
+            // the one its slot pinned it to (where a gang now runs), and at once: favoured
+            // over the gang there (what it may take is bounded by `hold_loose`).
             self.actuator
                 .unpin(&job_group(job))
                 .map_err(|source| AgentError::Actuator { job, source })?;
+            self.weigh(job, FAVOURED_WEIGHT)?;
         }
         Ok(())
+    }
+
+    /// Takes a job out of the loose ones, at normal weight again.
+    pub(crate) fn unloose(&mut self, job: JobId) -> Result<(), AgentError> {
+        match self.loose.remove(&job) {
+            Some(_) => self.weigh(job, NORMAL_WEIGHT),
+            None => Ok(()),
+        }
+    }
+
+    /// A gang job's weight, where the machine has a cpu controller (a gang needs none).
+    fn weigh(&mut self, job: JobId, weight: u32) -> Result<(), AgentError> {
+        match self.actuator.set_weight(&job_group(job), weight) {
+            Ok(()) | Err(CgroupError::Unsupported(_)) => Ok(()),
+            Err(source) => Err(AgentError::Actuator { job, source }),
+        }
     }
 
     /// The jobs kept loose, each with its usage when the slot under way began.
@@ -264,7 +282,8 @@ impl<A: Actuator> Applier<A> {
             slot,
             ..SwitchRecord::default()
         };
-        if self.loose.remove(&job).is_some() {
+        if self.loose.contains_key(&job) {
+            self.unloose(job)?;
             let at_us = self.steer(job, false)?;
             record.stopped.push(JobMoment { job, at_us });
         }

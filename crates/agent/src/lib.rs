@@ -266,9 +266,9 @@ impl<A: Actuator> Applier<A> {
         if self.mode == Mode::Local || self.mode_of(job) == mode || !self.jobs.contains_key(&job) {
             return Ok(());
         }
+        self.unloose(job)?;
         self.let_loose(job)?;
         self.running.remove(&job);
-        self.loose.remove(&job);
         self.stopping.retain(|s| s.job != job);
         if let Some(known) = self.jobs.get_mut(&job) {
             known.mode = mode;
@@ -279,7 +279,7 @@ impl<A: Actuator> Applier<A> {
     /// Takes a job out of the rotation and stops it, whatever its mode (`cosched suspend`).
     pub fn suspend(&mut self, job: JobId) -> Result<(), AgentError> {
         self.running.remove(&job);
-        self.loose.remove(&job);
+        self.unloose(job)?;
         self.jobs.remove(&job);
         self.actuator
             .freeze(&job_group(job))
@@ -460,7 +460,7 @@ impl<A: Actuator> Applier<A> {
     /// Forgets a job (it ended): it is let loose first, so it is never left frozen.
     pub fn release(&mut self, job: JobId) -> Result<(), AgentError> {
         self.running.remove(&job);
-        self.loose.remove(&job);
+        self.unloose(job)?;
         if !self.jobs.contains_key(&job) {
             return Ok(());
         }
@@ -505,7 +505,15 @@ impl<A: Actuator> Applier<A> {
         let stop: Vec<JobId> = self.running.difference(&wanted).copied().collect();
         let start: Vec<JobId> = wanted.difference(&self.running).copied().collect();
         self.lenders.clear();
-        self.loose.retain(|job, _| !wanted.contains(job));
+        let back: Vec<JobId> = self
+            .loose
+            .keys()
+            .filter(|job| wanted.contains(job))
+            .copied()
+            .collect();
+        for job in back {
+            self.unloose(job)?;
+        }
         for &job in &stop {
             self.ask_stop(job)?;
         }
@@ -632,8 +640,13 @@ impl<A: Actuator> Applier<A> {
                 first_error.get_or_insert(error);
             }
         }
+        let loose: Vec<JobId> = self.loose.keys().copied().collect();
+        for job in loose {
+            if let Err(error) = self.unloose(job) {
+                first_error.get_or_insert(error);
+            }
+        }
         self.running = self.jobs.keys().copied().collect();
-        self.loose.clear();
         first_error.map_or(Ok(()), Err)
     }
 

@@ -127,6 +127,8 @@ fn a_lender_still_blocked_stays_loose_past_its_slot_until_held() {
     assert_eq!(a.lenders().collect::<Vec<_>>(), vec![1]);
     a.keep_loose(1, std::time::Duration::from_millis(7))
         .unwrap();
+    let weight = |a: &Applier<Fake>| a.actuator().jobs["job-1"].weight;
+    assert_eq!(weight(&a), FAVOURED_WEIGHT, "its wakeups served at once");
     assert_eq!(
         a.lead(11),
         1_000,
@@ -143,6 +145,7 @@ fn a_lender_still_blocked_stays_loose_past_its_slot_until_held() {
     assert_eq!(r.stopped.iter().map(|m| m.job).collect::<Vec<_>>(), vec![1]);
     assert_eq!(a.actuator().frozen(), vec!["job-1", "job-2"]);
     assert_eq!(a.loose().count(), 0);
+    assert_eq!(weight(&a), NORMAL_WEIGHT);
     let r = a.enter_slot(12, now_micros()).unwrap();
     assert_eq!(
         r.started.iter().map(|m| m.job).collect::<Vec<_>>(),
@@ -155,5 +158,10 @@ fn a_lender_still_blocked_stays_loose_past_its_slot_until_held() {
     a.enter_slot(14, now_micros()).unwrap();
     assert_eq!(running(&a), vec![1, 2]);
     assert_eq!(a.loose().count(), 0);
+    assert_eq!(
+        weight(&a),
+        NORMAL_WEIGHT,
+        "back in its slot, at normal weight"
+    );
     assert!(a.actuator().frozen().contains(&"job-3"));
 }
