@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 pub const PROBE_PERIOD: Micros = 100_000;
 /// How much of its working time is watched before its behaviour is reported: while it is
 /// watched, the job runs out of step, which costs a fine-grained one (about 5 % of the modes
-/// mix's ping-pong's run); half a second took the ping-pong for a coarse job in 1 round of 5
-/// (its launch still in the window), a second in none of 10.
+/// mix's ping-pong's run); in runs of 5 rounds here, half a second took the ping-pong for a
+/// coarse job in one round (its launch still in the window), a second in 1 of 15.
 pub const PROBE_WINDOW: Micros = 1_000_000;
 /// A look where the busiest tasks ran less than this share of it is before the job got going.
 const GOING_SHARE: f64 = 0.05;

@@ -14,8 +14,9 @@ pub const MOSTLY_ASLEEP_RUN: f64 = 0.1;
 /// Out of step, a job whose working processes ran no longer than this (µs) each time they
 /// were switched in waits between every few microseconds of work: it wants its peers
 /// coscheduled. On the 2-vCPU VM, unswitched beside each other (`bench/compare --case
-/// modes`), the fine ping-pong's ranks ran 7-25 µs a switch-in and the coarse job's 78-98 µs
-/// (docs/performance.md, "Each job its mode").
+/// modes`), the last rounds of three runs measured the fine ping-pong's ranks at 9, 12 and
+/// 52 µs a switch-in (the last one taken for coarse) and the coarse job's at 78, 79 and
+/// 102 µs (docs/performance.md, "Each job its mode").
 pub const FINE_GRAINED_RUN_US: f64 = 40.0;
 
 /// The mode a job runs best in, from how its processes behaved unswitched on each of its
