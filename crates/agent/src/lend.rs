@@ -204,9 +204,7 @@ impl<A: Actuator> Applier<A> {
         // A lender's I/O may end while the borrowers run: it then takes whichever of its
         // processors frees first, not the one its slot pinned it to.
         for &job in &record.blocked {
-            self.actuator
-                .unpin(&job_group(job))
-                .map_err(|source| AgentError::Actuator { job, source })?;
+            self.unpin(job)?;
         }
         for job in borrowers {
             self.unloose(job)?;
@@ -229,16 +227,14 @@ impl<A: Actuator> Applier<A> {
 
     /// Leaves a running gang job (blocked as its slot ends: the caller looked) thawed through the
     /// boundary: out of the running set, so no boundary stops it, until its own slot wants it
-    /// again or `hold_loose` freezes it. `usage`: its CPU usage now.
-    pub fn keep_loose(&mut self, job: JobId, usage: Duration) -> Result<(), AgentError> {
+    /// again or `hold_loose` freezes it.
+    pub fn keep_loose(&mut self, job: JobId) -> Result<(), AgentError> {
         if self.running.remove(&job) {
-            self.loose.insert(job, usage);
+            self.loose.insert(job);
             // Waking from its I/O, it takes whichever of its processors is free first, not
             // the one its slot pinned it to (where a gang now runs), and at once: favoured
             // over the gang there (what it may take is bounded by `hold_loose`).
-            self.actuator
-                .unpin(&job_group(job))
-                .map_err(|source| AgentError::Actuator { job, source })?;
+            self.unpin(job)?;
             self.weigh(job, FAVOURED_WEIGHT)?;
         }
         Ok(())
@@ -247,9 +243,16 @@ impl<A: Actuator> Applier<A> {
     /// Takes a job out of the loose ones, at normal weight again.
     pub(crate) fn unloose(&mut self, job: JobId) -> Result<(), AgentError> {
         match self.loose.remove(&job) {
-            Some(_) => self.weigh(job, NORMAL_WEIGHT),
-            None => Ok(()),
+            true => self.weigh(job, NORMAL_WEIGHT),
+            false => Ok(()),
         }
+    }
+
+    /// Lets a job's threads use any of its processors again.
+    fn unpin(&mut self, job: JobId) -> Result<(), AgentError> {
+        self.actuator
+            .unpin(&job_group(job))
+            .map_err(|source| AgentError::Actuator { job, source })
     }
 
     /// A gang job's weight, where the machine has a cpu controller (a gang needs none).
@@ -260,18 +263,9 @@ impl<A: Actuator> Applier<A> {
         }
     }
 
-    /// The jobs kept loose, each with its usage when the slot under way began.
-    pub fn loose(&self) -> impl Iterator<Item = (JobId, Duration)> + '_ {
-        self.loose.iter().map(|(&job, &usage)| (job, usage))
-    }
-
-    /// A new slot began: each loose job's usage from here is counted against its budget.
-    pub fn rebase_loose(&mut self, usage_of: impl Fn(JobId) -> Option<Duration>) {
-        for (&job, base) in self.loose.iter_mut() {
-            if let Some(usage) = usage_of(job) {
-                *base = usage;
-            }
-        }
+    /// The jobs kept loose.
+    pub fn loose(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.loose.iter().copied()
     }
 
     /// Freezes a loose job that used its budget: it waits for its own slot, as any gang job
@@ -282,7 +276,7 @@ impl<A: Actuator> Applier<A> {
             slot,
             ..SwitchRecord::default()
         };
-        if self.loose.contains_key(&job) {
+        if self.loose.contains(&job) {
             self.unloose(job)?;
             let at_us = self.steer(job, false)?;
             record.stopped.push(JobMoment { job, at_us });

@@ -101,9 +101,8 @@ pub struct Applier<A: Actuator> {
     freezes_of: BTreeMap<JobId, RecentTimes>,
     /// Jobs found blocked in the slot under way (`lend`).
     lenders: BTreeSet<JobId>,
-    /// Gang jobs left thawed outside their slot because they were blocked as it ended
-    /// (`keep_loose`), with their CPU usage when the slot they are loose in began.
-    loose: BTreeMap<JobId, std::time::Duration>,
+    /// Gang jobs left thawed outside their slot because they hardly used it (`keep_loose`).
+    loose: BTreeSet<JobId>,
 }
 
 /// What the applier keeps of a job it has in charge.
@@ -185,7 +184,7 @@ impl<A: Actuator> Applier<A> {
             freezes: RecentTimes::default(),
             freezes_of: BTreeMap::new(),
             lenders: BTreeSet::new(),
-            loose: BTreeMap::new(),
+            loose: BTreeSet::new(),
         }
     }
 
@@ -221,11 +220,6 @@ impl<A: Actuator> Applier<A> {
     /// A job's mode: its own, or the machine's.
     pub fn mode_of(&self, job: JobId) -> Mode {
         self.jobs.get(&job).map_or(self.mode, |known| known.mode)
-    }
-
-    /// Whether any job here is switched at boundaries (else nothing is held idle).
-    pub fn switches(&self) -> bool {
-        self.jobs.values().any(Known::switched) || switching(self.mode) != Switching::None
     }
 
     /// Makes a job's cgroup (or finds it again after a restart), puts it on `cpus` and takes
@@ -505,12 +499,7 @@ impl<A: Actuator> Applier<A> {
         let stop: Vec<JobId> = self.running.difference(&wanted).copied().collect();
         let start: Vec<JobId> = wanted.difference(&self.running).copied().collect();
         self.lenders.clear();
-        let back: Vec<JobId> = self
-            .loose
-            .keys()
-            .filter(|job| wanted.contains(job))
-            .copied()
-            .collect();
+        let back: Vec<JobId> = self.loose.intersection(&wanted).copied().collect();
         for job in back {
             self.unloose(job)?;
         }
@@ -560,12 +549,10 @@ impl<A: Actuator> Applier<A> {
         // processes since (a job alone in its slice is never thawed again; its ranks, pinned
         // where the launcher was, shared one processor for good). The actuator keeps this
         // cheap when nothing changed.
-        {
-            for &job in self.running.iter().filter(|job| !start.contains(job)) {
-                self.actuator
-                    .spread(&job_group(job))
-                    .map_err(|source| AgentError::Actuator { job, source })?;
-            }
+        for &job in self.running.iter().filter(|job| !start.contains(job)) {
+            self.actuator
+                .spread(&job_group(job))
+                .map_err(|source| AgentError::Actuator { job, source })?;
         }
         Ok(SwitchRecord {
             slot,
@@ -640,7 +627,7 @@ impl<A: Actuator> Applier<A> {
                 first_error.get_or_insert(error);
             }
         }
-        let loose: Vec<JobId> = self.loose.keys().copied().collect();
+        let loose: Vec<JobId> = self.loose.iter().copied().collect();
         for job in loose {
             if let Err(error) = self.unloose(job) {
                 first_error.get_or_insert(error);

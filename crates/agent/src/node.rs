@@ -145,7 +145,8 @@ pub struct NodeAgent<A: Actuator> {
     idle: Option<IdleTracker>,
     /// The slot's running jobs, watched for a blocked gang (`give_away_after`).
     blocked: Option<BlockWatch>,
-    /// With `blocked`: each running gang's CPU usage as the slot under way began.
+    /// With `blocked`: each running or loose job's CPU usage as the slot under way began
+    /// (what it used of the slot decides whether it stays loose, or is held).
     slot_usage: BTreeMap<JobId, Duration>,
     stalls: Option<StallTracker>,
     /// Auto jobs whose behaviour is being measured (until the controller chooses a mode).
@@ -1140,16 +1141,14 @@ impl<A: Actuator> NodeAgent<A> {
             }
         };
         let mut skews = Vec::new();
-        {
-            // A task that sleeps (a launcher waiting for its ranks) never shows: give up soon.
-            let quantum = self.rotation.map_or(0, |r| r.quantum);
-            let patience = Duration::from_micros((quantum / 10).min(5_000) as u64);
-            // Only gang jobs have baselines (`capture_baselines`).
-            for moment in &record.started {
-                let baseline = self.baselines.remove(&moment.job);
-                if let Some(skew) = baseline.and_then(|b| b.measure(patience)) {
-                    skews.push(skew);
-                }
+        // A task that sleeps (a launcher waiting for its ranks) never shows: give up soon.
+        let quantum = self.rotation.map_or(0, |r| r.quantum);
+        let patience = Duration::from_micros((quantum / 10).min(5_000) as u64);
+        // Only gang jobs have baselines (`capture_baselines`).
+        for moment in &record.started {
+            let baseline = self.baselines.remove(&moment.job);
+            if let Some(skew) = baseline.and_then(|b| b.measure(patience)) {
+                skews.push(skew);
             }
         }
         self.baselines.clear();
@@ -1167,13 +1166,6 @@ impl<A: Actuator> NodeAgent<A> {
         let lateness_us = tick.lateness().as_micros() as Micros;
         self.log_boundary(record, woke, Some(lateness_us));
         self.track_slots(&before, woke);
-        let usage_of = |job| self.usage(job);
-        let bases: BTreeMap<JobId, Duration> = self
-            .applier
-            .loose()
-            .filter_map(|(job, _)| Some((job, usage_of(job)?)))
-            .collect();
-        self.applier.rebase_loose(|job| bases.get(&job).copied());
         self.watch_blocked(slot, woke);
         self.watch_idle(woke);
         self.capture_baselines(slot + 1);
@@ -1252,8 +1244,8 @@ impl<A: Actuator> NodeAgent<A> {
         if self.blocked.is_none() {
             return;
         }
-        let running: Vec<JobId> = self.applier.running().collect();
-        self.slot_usage = running
+        let jobs: Vec<JobId> = self.applier.running().chain(self.applier.loose()).collect();
+        self.slot_usage = jobs
             .into_iter()
             .filter_map(|job| Some((job, self.usage(job)?)))
             .collect();
@@ -1316,9 +1308,9 @@ impl<A: Actuator> NodeAgent<A> {
     /// under way, more CPU than the window per processor it has here: it computes again, and
     /// waits for its own slot as any gang.
     fn hold_loose_over_budget(&mut self, slot: i64, window: Micros, now: Micros) {
-        let loose: Vec<(JobId, Duration)> = self.applier.loose().collect();
-        for (job, base) in loose {
-            let Some(usage) = self.usage(job) else {
+        let loose: Vec<JobId> = self.applier.loose().collect();
+        for job in loose {
+            let (Some(usage), Some(&base)) = (self.usage(job), self.slot_usage.get(&job)) else {
                 continue;
             };
             if usage.saturating_sub(base) <= self.loose_budget(job, window) {
@@ -1356,7 +1348,7 @@ impl<A: Actuator> NodeAgent<A> {
                 .map(|&began| usage.saturating_sub(began));
             let little = used.is_some_and(|used| used <= self.loose_budget(job, window));
             if little || (lenders.contains(&job) && lend::asleep(&self.applier, job, until)) {
-                if let Err(error) = self.applier.keep_loose(job, usage) {
+                if let Err(error) = self.applier.keep_loose(job) {
                     LOG.warn(format_args!("keeping job {job} loose: {error}"));
                 }
             }

@@ -305,6 +305,25 @@ impl Controller {
         }
     }
 
+    /// What every node of `job` reported, in its nodes' order; none while one has not.
+    fn reported_by_every_node<T: Copy>(
+        &self,
+        job: JobId,
+        reports: &BTreeMap<String, T>,
+    ) -> Option<Vec<T>> {
+        self.nodes_of(job)
+            .iter()
+            .map(|node| reports.get(node).copied())
+            .collect()
+    }
+
+    /// The job left the rotation: what its nodes reported of it (stalls, an auto job's
+    /// measure) goes; they forget it too, and report afresh if it comes back.
+    fn forget_reports(&mut self, job: JobId) {
+        self.stalls.remove(&job);
+        self.behaviours.remove(&job);
+    }
+
     fn send(&self, node: &str, order: Order) {
         // Agents in this process stop only once the controller let go of them, at the end.
         if let Some(agents) = &self.agents {
@@ -576,8 +595,7 @@ impl Controller {
 
     /// The job is gone from the core, and whatever memory it held there with it.
     fn unschedule(&mut self, job: JobId, now: Micros) {
-        self.forget_stall(job);
-        self.forget_behaviour(job);
+        self.forget_reports(job);
         let decisions = match self.scheduler.state(job) {
             Some(_) => self.scheduler.remove(job, now).expect("present"),
             None => self.scheduler.release_memory(job, now),
@@ -588,8 +606,7 @@ impl Controller {
     /// The job leaves the rotation while its processes stay (suspended, idle, being
     /// stopped): their pages stay, so its memory stays held on its nodes.
     fn unschedule_resident(&mut self, job: JobId, now: Micros) {
-        self.forget_stall(job);
-        self.forget_behaviour(job);
+        self.forget_reports(job);
         if self.scheduler.state(job).is_some() {
             let decisions = self.scheduler.remove_resident(job, now).expect("present");
             self.apply(decisions, now);
@@ -1750,7 +1767,7 @@ impl Controller {
                 job,
                 node,
                 behaviour,
-            } => self.behaviour_reported(job, node, behaviour, now),
+            } => self.behaviour_reported(job, node, behaviour),
             Event::Trouble { job, what } => LOG.warn(format_args!("job {job}: agent: {what}")),
             Event::Status { status } => self.heard_from(*status, now),
             Event::ProcessWanted {

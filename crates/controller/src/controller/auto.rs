@@ -4,7 +4,7 @@
 //! the nodes. Every node switches the job the same way, so its processes stay in step.
 
 use super::{Controller, LOG};
-use cosched_core::{JobId, Micros};
+use cosched_core::JobId;
 use cosched_proto::{Behaviour, Command, JobState, Mode};
 
 /// An unswitched job stalled on storage at least this share of the time is I/O-bound.
@@ -51,13 +51,7 @@ pub fn choose(seen: &[Behaviour]) -> (Mode, String) {
 
 impl Controller {
     /// Node `node` measured auto job `job`: once every node of it did, its mode is chosen.
-    pub fn behaviour_reported(
-        &mut self,
-        job: JobId,
-        node: String,
-        behaviour: Behaviour,
-        _now: Micros,
-    ) {
+    pub fn behaviour_reported(&mut self, job: JobId, node: String, behaviour: Behaviour) {
         let Some(record) = self.latest(job) else {
             return;
         };
@@ -65,17 +59,12 @@ impl Controller {
         if record.status.ended() || record.runs_as.is_some() {
             return;
         }
-        let nodes = self.nodes_of(job);
         LOG.info(format_args!(
             "job {job}: measured on node {node} {behaviour}"
         ));
         let reports = self.behaviours.entry(job).or_default();
         reports.insert(node, behaviour);
-        let Some(seen) = nodes
-            .iter()
-            .map(|node| reports.get(node).copied())
-            .collect::<Option<Vec<Behaviour>>>()
-        else {
+        let Some(seen) = self.reported_by_every_node(job, &self.behaviours[&job]) else {
             return;
         };
         self.behaviours.remove(&job);
@@ -91,12 +80,6 @@ impl Controller {
         if self.records[&job].status == JobState::Running {
             self.tell(Command::SetMode { job, mode });
         }
-    }
-
-    /// What nodes said of a job that left the rotation goes (they forget it too, and
-    /// measure it again if it comes back before its mode was chosen).
-    pub(super) fn forget_behaviour(&mut self, job: JobId) {
-        self.behaviours.remove(&job);
     }
 
     /// The mode a job is started in on its nodes: the one chosen for it, the one it asked

@@ -43,10 +43,7 @@ impl Controller {
     /// Since when the job is stalled: every node it runs on reported it.
     pub(super) fn stalled_since(&self, job: JobId) -> Option<Micros> {
         let reports = self.stalls.get(&job)?;
-        self.nodes_of(job)
-            .iter()
-            .map(|node| reports.get(node).copied())
-            .try_fold(Micros::MIN, |latest, since| Some(latest.max(since?)))
+        self.reported_by_every_node(job, reports)?.into_iter().max()
     }
 
     /// A node left or (re)joined: what it said goes.
@@ -55,11 +52,6 @@ impl Controller {
             nodes.remove(node);
             !nodes.is_empty()
         });
-    }
-
-    /// The job left the rotation: what the nodes said of it goes (they forget it too).
-    pub(super) fn forget_stall(&mut self, job: JobId) {
-        self.stalls.remove(&job);
     }
 
     fn stalled(&mut self, job: JobId, since: Micros, now: Micros) {
