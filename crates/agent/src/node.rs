@@ -637,7 +637,7 @@ impl<A: Actuator> NodeAgent<A> {
     }
 
     /// Looks at the auto jobs due a look, the longest unlooked first; reports each whose
-    /// window is full. On the clock thread, just past a boundary: each read may take a
+    /// window is full (until its mode is chosen, or its last window). On the clock thread, just past a boundary: each read may take a
     /// quarter of the slot (5 ms at most), all of a boundary's half; a job whose tasks cannot
     /// be read in its share (hundreds of threads) is not measured at all, and stays
     /// unswitched.
@@ -674,9 +674,13 @@ impl<A: Actuator> NodeAgent<A> {
                 ));
                 continue;
             };
-            let seen = self.probes.get_mut(&job).and_then(|probe| probe.add(look));
-            if let Some(behaviour) = seen {
-                self.probes.remove(&job);
+            let Some(probe) = self.probes.get_mut(&job) else {
+                continue;
+            };
+            if let Some(behaviour) = probe.add(look) {
+                if probe.finished() {
+                    self.probes.remove(&job);
+                }
                 self.events.report(Event::Behaviour {
                     job,
                     node: self.settings.node.clone(),

@@ -9,8 +9,9 @@
 //! switches; an I/O-bound one stalls on its storage.
 //!
 //! Each look reads every task's `/proc/PID/task/TID/schedstat` and the cgroup's
-//! `io.pressure`, every [`PROBE_PERIOD`], for auto jobs only, until [`PROBE_WINDOW`] of their
-//! working time was seen. The working processes of a look are the tasks that ran most since
+//! `io.pressure`, every [`PROBE_PERIOD`], for auto jobs only; each [`PROBE_WINDOW`] of their
+//! working time seen is reported, [`BEHAVIOUR_WINDOWS`] at most (the controller may choose
+//! after the first). The working processes of a look are the tasks that ran most since
 //! the last one, as many as the job has processors here: a launcher asleep beside its ranks
 //! (mpirun) does not count as sleep. Looks before the job got going (its busiest tasks
 //! running under [`GOING_SHARE`] of their time: a launcher still starting its ranks) are
@@ -20,16 +21,16 @@ use cosched_cgroups::procfs::{self, read_kernel_file};
 use cosched_cgroups::Pid;
 use cosched_core::Micros;
 use cosched_os::now_micros;
-use cosched_proto::Behaviour;
+use cosched_proto::{Behaviour, BEHAVIOUR_WINDOWS};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// How often an auto job is looked at.
 pub const PROBE_PERIOD: Micros = 100_000;
-/// How much of its working time is watched before its behaviour is reported: while it is
-/// watched, the job runs out of step, which costs a fine-grained one (about 5 % of the modes
-/// mix's ping-pong's run); in runs of 5 rounds here, half a second took the ping-pong for a
-/// coarse job in one round (its launch still in the window), a second in 1 of 15.
+/// How much of its working time one report covers: while it is watched, the job runs out of
+/// step, which costs a fine-grained one (about 5 % of the modes mix's ping-pong's run); in
+/// runs of 5 rounds here, half a second took the ping-pong for a coarse job in one round (its
+/// launch still in the window), a second in 1 of 15.
 pub const PROBE_WINDOW: Micros = 1_000_000;
 /// A look where the busiest tasks ran less than this share of it is before the job got going.
 const GOING_SHARE: f64 = 0.05;
@@ -106,7 +107,9 @@ pub struct Probe {
     width: usize,
     last: Option<Look>,
     going: bool,
-    /// Working time seen, and of it: running, queued (task-µs), and I/O-stalled (µs).
+    /// Windows reported.
+    reported: usize,
+    /// In this window: working time seen, and of it: running, queued (task-µs), and I/O-stalled (µs).
     watched_us: Micros,
     task_us: f64,
     run_us: f64,
@@ -121,6 +124,7 @@ impl Probe {
             width: width.max(1),
             last: None,
             going: false,
+            reported: 0,
             watched_us: 0,
             task_us: 0.0,
             run_us: 0.0,
@@ -142,7 +146,12 @@ impl Probe {
             .is_none_or(|last| now - last.at >= PROBE_PERIOD)
     }
 
-    /// Takes a look in; once the window is full, the behaviour it saw.
+    /// Whether every window it may report was.
+    pub fn finished(&self) -> bool {
+        self.reported >= BEHAVIOUR_WINDOWS
+    }
+
+    /// Takes a look in; once a window is full, the behaviour it saw (the next one starts).
     pub fn add(&mut self, look: Look) -> Option<Behaviour> {
         let last = self.last.replace(look)?;
         let look = self.last.as_ref().expect("just set");
@@ -190,7 +199,18 @@ impl Probe {
         self.queued_us += queued;
         self.switch_ins += switch_ins;
         self.io_us = self.io_us.zip(io_stalled).map(|(sum, us)| sum + us);
-        (self.watched_us >= PROBE_WINDOW).then(|| self.behaviour())
+        if self.watched_us < PROBE_WINDOW {
+            return None;
+        }
+        let seen = self.behaviour();
+        self.reported += 1;
+        self.watched_us = 0;
+        self.task_us = 0.0;
+        self.run_us = 0.0;
+        self.queued_us = 0.0;
+        self.switch_ins = 0;
+        self.io_us = seen.io.map(|_| 0.0);
+        Some(seen)
     }
 
     fn behaviour(&self) -> Behaviour {
@@ -267,6 +287,23 @@ mod tests {
         assert!((b.asleep - 0.4).abs() < 1e-9, "{b:?}");
         assert!((b.io.unwrap() - 0.1).abs() < 1e-9, "{b:?}");
         assert!((b.run_per_switch_in_us - 1_000.0).abs() < 1e-6, "{b:?}");
+        assert!(!p.finished());
+        // The next windows count afresh: no more I/O stalls.
+        let mut windows = 1;
+        while !p.finished() {
+            at += 250 * MS;
+            for rank in &mut counters[1..] {
+                rank.1 += 100;
+                rank.2 += 50;
+            }
+            if let Some(b) = p.add(look(at, &counters, io)) {
+                windows += 1;
+                assert_eq!(b.window_us, PROBE_WINDOW);
+                assert_eq!(b.io, Some(0.0), "{b:?}");
+                assert!((b.run - 0.4).abs() < 1e-9, "{b:?}");
+            }
+        }
+        assert_eq!(windows, BEHAVIOUR_WINDOWS);
     }
 
     #[test]

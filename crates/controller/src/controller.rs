@@ -146,7 +146,7 @@ pub struct Controller {
     /// Running jobs some node reported stalled: since when, by node.
     stalls: BTreeMap<JobId, BTreeMap<String, Micros>>,
     /// Auto jobs some node measured, by node, until every node of the job did.
-    behaviours: BTreeMap<JobId, BTreeMap<String, cosched_proto::Behaviour>>,
+    behaviours: BTreeMap<JobId, BTreeMap<String, Vec<cosched_proto::Behaviour>>>,
 }
 
 /// A node's latest report as the controller received it.
@@ -306,14 +306,14 @@ impl Controller {
     }
 
     /// What every node of `job` reported, in its nodes' order; none while one has not.
-    fn reported_by_every_node<T: Copy>(
+    fn reported_by_every_node<T: Clone>(
         &self,
         job: JobId,
         reports: &BTreeMap<String, T>,
     ) -> Option<Vec<T>> {
         self.nodes_of(job)
             .iter()
-            .map(|node| reports.get(node).copied())
+            .map(|node| reports.get(node).cloned())
             .collect()
     }
 

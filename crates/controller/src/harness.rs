@@ -16,6 +16,7 @@ use cosched_proto::{
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+mod auto;
 mod history_tests;
 mod limits;
 mod properties;

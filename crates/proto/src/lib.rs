@@ -22,7 +22,7 @@ pub use names::{
 };
 pub use order::{
     signal_name, Behaviour, Command, Ending, Event, ExitInfo, JobHost, Launch, ProcessRef,
-    ProcessRequest, CANCEL_GRACE, OUT_OF_MEMORY,
+    ProcessRequest, BEHAVIOUR_WINDOWS, CANCEL_GRACE, OUT_OF_MEMORY,
 };
 pub use seam::{EventSink, Order, OrderSink, PlanSource, Received};
 pub use status::{

@@ -232,9 +232,17 @@ pub enum Command {
     Finish { job: JobId },
 }
 
-/// What an `auto` job's processes on one node did while they ran unswitched (as `implicit`
-/// jobs do) in their first seconds: the shares of their time, over its working processes
-/// (the busiest tasks, one per processor it has there, so a launcher asleep does not count).
+/// An agent reports an `auto` job's behaviour once per window of its working time, at most
+/// this many times (the job's first seconds); the controller chooses its mode as soon as the
+/// reports are clear, at the last one at the latest. Out of step, a fine-grained job's ranks
+/// sometimes share one processor and wait between every few microseconds, sometimes sit
+/// beside another job's and look coarser for a second (`bench/compare --case modes`).
+pub const BEHAVIOUR_WINDOWS: usize = 3;
+
+/// What an `auto` job's processes on one node did in one window while they ran unswitched
+/// (as `implicit` jobs do) in their first seconds: the shares of their time, over its working
+/// processes (the busiest tasks, one per processor it has there, so a launcher asleep does
+/// not count).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Behaviour {
