@@ -15,6 +15,14 @@
 //! processor as the window: then it is frozen until its own slot, so a job that wakes to
 //! compute takes at most a window of another gang's slot.
 //!
+//! An implicit job is never switched, and a user could run a computing job so to take half of
+//! every gang's slot. Within the slot of a switched job (gang or moderate) that shares a
+//! processor with it, an implicit job (an outsider there) has the same budget as a loose gang:
+//! once it used more CPU in that slot than the window per processor, it is frozen until the
+//! next boundary. An I/O-bound job's wake-ups fit; a computing job gets its own slot and a
+//! window of the others'. Among implicit jobs alone (no switched job to protect) nobody is
+//! held: that is implicit coscheduling.
+//!
 //! Detection reads one `cpu.stat` (`cpuacct.usage` on v1) per running job every `after / 2`;
 //! the job's tasks' `/proc` states are read only once its usage has stood still that long
 //! (a task waiting for a processor adds no usage either, and must not count as blocked), once
@@ -22,7 +30,7 @@
 
 use crate::{job_group, AgentError, Applier, Mode, SwitchRecord, FAVOURED_WEIGHT, NORMAL_WEIGHT};
 use cosched_cgroups::{procfs, Actuator, CgroupError, Pid};
-use cosched_core::{JobId, Micros};
+use cosched_core::{JobId, Micros, Partition};
 use cosched_os::now_micros;
 use cosched_proto::JobMoment;
 use std::collections::{BTreeMap, BTreeSet};
@@ -87,6 +95,11 @@ impl BlockWatch {
     /// The window: how long a job stands still before it counts as blocked.
     pub fn after(&self) -> Micros {
         self.after
+    }
+
+    /// Another window (at least 1 ms), from the next slot on.
+    pub fn set_after(&mut self, after: Micros) {
+        self.after = after.max(1_000);
     }
 
     pub fn watched(&self) -> impl Iterator<Item = JobId> + '_ {
@@ -266,6 +279,59 @@ impl<A: Actuator> Applier<A> {
     /// The jobs kept loose.
     pub fn loose(&self) -> impl Iterator<Item = JobId> + '_ {
         self.loose.iter().copied()
+    }
+
+    /// The implicit jobs that are outsiders in slot `slot`: not among its holders, and sharing
+    /// a processor with a switched job that is (one whose processors are not known shares).
+    pub fn outsiders(&self, slot: i64) -> BTreeSet<JobId> {
+        let holders = self.slot_holders(slot);
+        let switched: Vec<Option<&Partition>> = holders
+            .iter()
+            .filter_map(|job| self.jobs.get(job))
+            .filter(|known| known.switched())
+            .map(|known| known.cpus.as_ref())
+            .collect();
+        let shares = |cpus: Option<&Partition>| {
+            switched.iter().any(|holder| match (holder, cpus) {
+                (Some(holder), Some(cpus)) => holder.overlaps(cpus),
+                _ => true,
+            })
+        };
+        self.jobs
+            .iter()
+            .filter(|(job, known)| {
+                known.mode == Mode::Implicit
+                    && !holders.contains(*job)
+                    && shares(known.cpus.as_ref())
+            })
+            .map(|(&job, _)| job)
+            .collect()
+    }
+
+    /// Freezes an outsider that used its budget of the slot under way, until the next
+    /// boundary. Returns when the kernel confirmed it (true clock).
+    pub fn hold_outsider(&mut self, job: JobId) -> Result<Micros, AgentError> {
+        self.held.insert(job);
+        self.actuator
+            .freeze(&job_group(job))
+            .map(|_| now_micros())
+            .map_err(|source| AgentError::Actuator { job, source })
+    }
+
+    /// Thaws a held outsider (nothing for any other job).
+    pub(crate) fn unhold(&mut self, job: JobId) -> Result<(), AgentError> {
+        if !self.held.remove(&job) {
+            return Ok(());
+        }
+        self.actuator
+            .thaw(&job_group(job))
+            .map(|_| ())
+            .map_err(|source| AgentError::Actuator { job, source })
+    }
+
+    /// The outsiders held until the next boundary.
+    pub fn held(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.held.iter().copied()
     }
 
     /// Freezes a loose job that used its budget: it waits for its own slot, as any gang job

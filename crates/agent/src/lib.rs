@@ -6,7 +6,8 @@
 //! (one rotation may mix them): a `gang` job is frozen as it leaves and thawed as it enters
 //! (strictly leavers first: thawing first made the freeze confirmation 44 ms to 0.9 s slower,
 //! notes); a `moderate` job's CPU weight moves instead; an `implicit` job (and an `auto` one
-//! until its mode is chosen) is only placed on its processors; in `local` mode (a whole
+//! until its mode is chosen) is only placed on its processors (and held past its budget of a
+//! switched job's slot, `lend`); in `local` mode (a whole
 //! machine's) nothing is done at all.
 //! [`clock`] provides the real-time slot clock that calls it.
 
@@ -103,6 +104,9 @@ pub struct Applier<A: Actuator> {
     lenders: BTreeSet<JobId>,
     /// Gang jobs left thawed outside their slot because they hardly used it (`keep_loose`).
     loose: BTreeSet<JobId>,
+    /// Implicit jobs frozen for the rest of a switched job's slot: they used their budget of
+    /// it (`hold_outsider`).
+    held: BTreeSet<JobId>,
 }
 
 /// What the applier keeps of a job it has in charge.
@@ -185,6 +189,7 @@ impl<A: Actuator> Applier<A> {
             freezes_of: BTreeMap::new(),
             lenders: BTreeSet::new(),
             loose: BTreeSet::new(),
+            held: BTreeSet::new(),
         }
     }
 
@@ -245,6 +250,7 @@ impl<A: Actuator> Applier<A> {
             self.actuator.set_cpus(&name, cpus).map_err(fail)?;
         }
         if mode != Mode::Gang {
+            self.held.remove(&job);
             self.actuator.thaw(&name).map_err(fail)?;
         }
         let cpus = cpus.filter(|_| mode != Mode::Local).cloned();
@@ -261,6 +267,7 @@ impl<A: Actuator> Applier<A> {
             return Ok(());
         }
         self.unloose(job)?;
+        self.unhold(job)?;
         self.let_loose(job)?;
         self.running.remove(&job);
         self.stopping.retain(|s| s.job != job);
@@ -274,6 +281,7 @@ impl<A: Actuator> Applier<A> {
     pub fn suspend(&mut self, job: JobId) -> Result<(), AgentError> {
         self.running.remove(&job);
         self.unloose(job)?;
+        self.held.remove(&job);
         self.jobs.remove(&job);
         self.actuator
             .freeze(&job_group(job))
@@ -455,6 +463,7 @@ impl<A: Actuator> Applier<A> {
     pub fn release(&mut self, job: JobId) -> Result<(), AgentError> {
         self.running.remove(&job);
         self.unloose(job)?;
+        self.unhold(job)?;
         if !self.jobs.contains_key(&job) {
             return Ok(());
         }
@@ -494,6 +503,10 @@ impl<A: Actuator> Applier<A> {
             let generation = self.pending.drain(..=due).next_back().expect("found");
             self.place(&generation)?;
             self.current = Some(generation);
+        }
+        // A held implicit job's budget was of the slot that ends.
+        for job in self.held.clone() {
+            self.unhold(job)?;
         }
         let wanted = self.wanted(self.current.as_ref(), slot);
         let stop: Vec<JobId> = self.running.difference(&wanted).copied().collect();
@@ -630,6 +643,11 @@ impl<A: Actuator> Applier<A> {
         let loose: Vec<JobId> = self.loose.iter().copied().collect();
         for job in loose {
             if let Err(error) = self.unloose(job) {
+                first_error.get_or_insert(error);
+            }
+        }
+        for job in self.held.clone() {
+            if let Err(error) = self.unhold(job) {
                 first_error.get_or_insert(error);
             }
         }

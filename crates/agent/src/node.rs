@@ -143,10 +143,15 @@ pub struct NodeAgent<A: Actuator> {
     order_times: RecentTimes,
     events: Arc<dyn EventSink>,
     idle: Option<IdleTracker>,
-    /// The slot's running jobs, watched for a blocked gang (`give_away_after`).
+    /// The slot's running jobs, watched for a blocked gang when `lending`, and its outsiders
+    /// (implicit jobs beside a switched one) watched for their budget in any mode that slots.
     blocked: Option<BlockWatch>,
-    /// With `blocked`: each running or loose job's CPU usage as the slot under way began
-    /// (what it used of the slot decides whether it stays loose, or is held).
+    /// Blocked gangs give their slots away (`give_away_after`).
+    lending: bool,
+    /// The implicit jobs that are outsiders in the slot under way, not yet held.
+    outsiders: BTreeSet<JobId>,
+    /// With `blocked`: each running, loose or outsider job's CPU usage as the slot under way
+    /// began (what it used of the slot decides whether it stays loose, or is held).
     slot_usage: BTreeMap<JobId, Duration>,
     stalls: Option<StallTracker>,
     /// Auto jobs whose behaviour is being measured (until the controller chooses a mode).
@@ -187,6 +192,10 @@ pub struct NodeAgent<A: Actuator> {
 
 const LOG: cosched_os::Log = cosched_os::Log::new("agent");
 
+/// Without `give_away_after`, the window per processor an implicit job may use of a switched
+/// job's slot (a quarter of the slot at most): an I/O-bound job's wake-ups fit in it.
+const OUTSIDER_WINDOW: Micros = 5_000;
+
 impl<A: Actuator> NodeAgent<A> {
     pub fn new(settings: NodeSettings, actuator: A, events: Arc<dyn EventSink>) -> Self {
         // Any mode but local may switch some jobs (a job may have its own mode).
@@ -211,10 +220,10 @@ impl<A: Actuator> NodeAgent<A> {
                 .idle_after
                 .filter(|_| slotted)
                 .map(IdleTracker::new),
-            blocked: settings
-                .give_away_after
-                .filter(|_| slotted)
-                .map(BlockWatch::new),
+            blocked: slotted
+                .then(|| BlockWatch::new(settings.give_away_after.unwrap_or(OUTSIDER_WINDOW))),
+            lending: slotted && settings.give_away_after.is_some(),
+            outsiders: BTreeSet::new(),
             stalls: None,
             probes: BTreeMap::new(),
             slot_usage: BTreeMap::new(),
@@ -622,6 +631,7 @@ impl<A: Actuator> NodeAgent<A> {
         if let Some(watch) = &mut self.blocked {
             watch.drop_job(job);
         }
+        self.outsiders.remove(&job);
         if let Some(tracker) = &mut self.stalls {
             tracker.forget(job);
         }
@@ -1245,23 +1255,39 @@ impl<A: Actuator> NodeAgent<A> {
     /// From `now`, the jobs whose slot `slot` is are watched for a blocked gang (an
     /// unswitched one among them too: an implicit job asleep leaves its slot idle as well).
     fn watch_blocked(&mut self, slot: i64, now: Micros) {
-        if self.blocked.is_none() {
+        let Some(rotation) = self.rotation.filter(|_| self.blocked.is_some()) else {
             return;
+        };
+        self.outsiders = self.applier.outsiders(slot);
+        let mut jobs = self.outsiders.clone();
+        if self.lending {
+            jobs.extend(self.applier.running().chain(self.applier.loose()));
         }
-        let jobs: Vec<JobId> = self.applier.running().chain(self.applier.loose()).collect();
         self.slot_usage = jobs
             .into_iter()
             .filter_map(|job| Some((job, self.usage(job)?)))
             .collect();
+        let watched = match self.lending {
+            true => self.applier.slot_holders(slot),
+            false => BTreeSet::new(),
+        };
         if let Some(watch) = &mut self.blocked {
-            watch.slot_began(self.applier.slot_holders(slot), now);
+            if !self.lending {
+                watch.set_after(OUTSIDER_WINDOW.min(rotation.quantum / 4));
+            }
+            watch.slot_began(watched, now);
         }
+    }
+
+    /// Whether some job outside its slot is looked at for its budget (loose, or outsider).
+    fn budgeted(&self) -> bool {
+        !self.outsiders.is_empty() || self.applier.loose().next().is_some()
     }
 
     /// When the clock thread must next look for a blocked gang (`Micros::MAX`: no need).
     fn next_look(&self) -> Micros {
         match (&self.blocked, self.switching()) {
-            (Some(watch), true) => watch.next_look(self.applier.loose().next().is_some()),
+            (Some(watch), true) => watch.next_look(self.budgeted()),
             _ => Micros::MAX,
         }
     }
@@ -1275,16 +1301,17 @@ impl<A: Actuator> NodeAgent<A> {
         let (Some(rotation), true) = (self.rotation, self.switching()) else {
             return;
         };
+        let budgeted = self.budgeted();
         let Some(watch) = self.blocked.as_mut() else {
             return;
         };
-        if !watch.due(now, self.applier.loose().next().is_some()) {
+        if !watch.due(now, budgeted) {
             return;
         }
         let watched: Vec<JobId> = watch.watched().collect();
         let scan_by = until.min(now + watch.period());
         let window = watch.after();
-        self.hold_loose_over_budget(rotation.slot_at(now), window, now);
+        self.hold_over_budget(rotation.slot_at(now), window, now);
         let mut blocked = BTreeSet::new();
         for job in watched {
             let Some(usage) = self.usage(job) else {
@@ -1298,7 +1325,7 @@ impl<A: Actuator> NodeAgent<A> {
                 }
             }
         }
-        if blocked.is_empty() {
+        if blocked.is_empty() || !self.lending {
             return;
         }
         let slot = rotation.slot_at(now);
@@ -1308,22 +1335,39 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    /// Freezes each loose job (a lender kept thawed past its slot) that used, in the slot
-    /// under way, more CPU than the window per processor it has here: it computes again, and
-    /// waits for its own slot as any gang.
-    fn hold_loose_over_budget(&mut self, slot: i64, window: Micros, now: Micros) {
-        let loose: Vec<JobId> = self.applier.loose().collect();
-        for job in loose {
-            let (Some(usage), Some(&base)) = (self.usage(job), self.slot_usage.get(&job)) else {
-                continue;
-            };
-            if usage.saturating_sub(base) <= self.loose_budget(job, window) {
-                continue;
-            }
+    /// Freezes each job outside its slot that used, in the slot under way, more CPU than the
+    /// window per processor it has here: a loose job (a lender kept thawed past its slot)
+    /// computes again, and waits for its own slot as any gang; an outsider (an implicit job
+    /// beside a switched one) waits for the next boundary.
+    fn hold_over_budget(&mut self, slot: i64, window: Micros, now: Micros) {
+        let over: Vec<JobId> = (self.applier.loose())
+            .filter(|&job| self.over_budget(job, window))
+            .collect();
+        for job in over {
             match self.applier.hold_loose(slot, job) {
                 Ok(record) => self.log_boundary(record, now, None),
                 Err(error) => LOG.warn(format_args!("slot {slot}: holding a loose job: {error}")),
             }
+        }
+        let over: Vec<JobId> = (self.outsiders.iter().copied())
+            .filter(|&job| self.over_budget(job, window))
+            .collect();
+        for job in over {
+            self.outsiders.remove(&job);
+            match self.applier.hold_outsider(job) {
+                Ok(_) => LOG.info(format_args!(
+                    "slot {slot}: job {job} (implicit) used more than {window} µs a processor of a switched job's slot: held until the boundary"
+                )),
+                Err(error) => LOG.warn(format_args!("slot {slot}: holding job {job}: {error}")),
+            }
+        }
+    }
+
+    /// Whether `job` used more of the slot under way than the window per processor.
+    fn over_budget(&self, job: JobId, window: Micros) -> bool {
+        match (self.usage(job), self.slot_usage.get(&job)) {
+            (Some(usage), Some(&began)) => usage.saturating_sub(began) > self.budget(job, window),
+            _ => false,
         }
     }
 
@@ -1332,7 +1376,7 @@ impl<A: Actuator> NodeAgent<A> {
     /// (the most it may use in each slot that is not its own), or a lender of it none of whose
     /// tasks is runnable, as read by `until` (true clock).
     fn keep_blocked_loose(&mut self, until: Micros) {
-        let (Some(watch), true) = (&self.blocked, self.switching()) else {
+        let (Some(watch), true, true) = (&self.blocked, self.switching(), self.lending) else {
             return;
         };
         let window = watch.after();
@@ -1350,7 +1394,7 @@ impl<A: Actuator> NodeAgent<A> {
                 .slot_usage
                 .get(&job)
                 .map(|&began| usage.saturating_sub(began));
-            let little = used.is_some_and(|used| used <= self.loose_budget(job, window));
+            let little = used.is_some_and(|used| used <= self.budget(job, window));
             if little || (lenders.contains(&job) && lend::asleep(&self.applier, job, until)) {
                 if let Err(error) = self.applier.keep_loose(job) {
                     LOG.warn(format_args!("keeping job {job} loose: {error}"));
@@ -1359,9 +1403,9 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    /// The CPU a loose job may use in one slot that is not its own: the window per processor
-    /// it has here.
-    fn loose_budget(&self, job: JobId, window: Micros) -> Duration {
+    /// The CPU a loose job or an outsider may use in one slot that is not its own: the window
+    /// per processor it has here.
+    fn budget(&self, job: JobId, window: Micros) -> Duration {
         let processors = self.sizes.get(&job).copied().unwrap_or(1).max(1) as u32;
         Duration::from_micros(window as u64) * processors
     }

@@ -27,13 +27,18 @@ fn two_slices() -> Scheduler {
 }
 
 fn applier(mode: Mode) -> Applier<Fake> {
+    mixed(mode, [None, None])
+}
+
+/// `applier` with jobs 1 and 2 in their own modes (none: the machine's).
+fn mixed(machine: Mode, modes: [Option<Mode>; 2]) -> Applier<Fake> {
     let mut fake = Fake::default();
     for job in [1, 2] {
         fake.create(&job_group(job)).unwrap();
     }
-    let mut a = Applier::new(fake, mode);
-    a.admit(1, None, None).unwrap();
-    a.admit(2, None, None).unwrap();
+    let mut a = Applier::new(fake, machine);
+    a.admit(1, None, modes[0]).unwrap();
+    a.admit(2, None, modes[1]).unwrap();
     a.publish(Generation::follow(None, two_slices().plan(), 10));
     a
 }
@@ -228,15 +233,8 @@ fn moderate_moves_weight_and_pins_and_freezes_nothing() {
 #[test]
 fn one_rotation_switches_each_job_as_its_own_mode_says() {
     // Job 1 (slice 0) moderate, job 2 (slice 1) gang, in a machine whose mode is implicit.
-    let mut fake = Fake::default();
-    for job in [1, 2] {
-        fake.create(&job_group(job)).unwrap();
-    }
-    let mut a = Applier::new(fake, Mode::Implicit);
-    a.admit(1, None, Some(Mode::Moderate)).unwrap();
-    a.admit(2, None, Some(Mode::Gang)).unwrap();
+    let mut a = mixed(Mode::Implicit, [Some(Mode::Moderate), Some(Mode::Gang)]);
     assert_eq!((a.mode_of(1), a.mode_of(2)), (Mode::Moderate, Mode::Gang));
-    a.publish(Generation::follow(None, two_slices().plan(), 10));
     let weight = |a: &Applier<Fake>, job: &str| a.actuator().jobs[job].weight;
     a.enter_slot(10, now_micros()).unwrap();
     assert_eq!(weight(&a, "job-1"), FAVOURED_WEIGHT);
@@ -267,6 +265,46 @@ fn one_rotation_switches_each_job_as_its_own_mode_says() {
     assert_eq!(weight(&a, "job-1"), NORMAL_WEIGHT);
     a.release(2).unwrap();
     assert!(a.actuator().frozen().is_empty());
+}
+
+#[test]
+fn an_implicit_job_beside_a_switched_one_is_held_in_its_slot_until_the_boundary() {
+    // Job 1 (slice 0) gang, job 2 (slice 1) implicit.
+    let mut a = mixed(Mode::Gang, [None, Some(Mode::Implicit)]);
+    a.enter_slot(10, now_micros()).unwrap();
+    assert_eq!(a.outsiders(10).into_iter().collect::<Vec<_>>(), vec![2]);
+    assert!(a.outsiders(11).is_empty(), "its own slot");
+    a.hold_outsider(2).unwrap();
+    assert_eq!(a.actuator().frozen(), vec!["job-2"]);
+    assert_eq!(a.held().collect::<Vec<_>>(), vec![2]);
+    // The boundary thaws it (its own slot, or another one's budget afresh).
+    a.enter_slot(11, now_micros()).unwrap();
+    assert_eq!(a.actuator().frozen(), vec!["job-1"]);
+    a.enter_slot(12, now_micros()).unwrap();
+    a.hold_outsider(2).unwrap();
+    a.enter_slot(14, now_micros()).unwrap();
+    assert_eq!(
+        a.actuator().frozen(),
+        Vec::<&str>::new(),
+        "a later slot of job 1's thaws it too"
+    );
+    // Released, changing mode, or every job let go: a held job is never left frozen.
+    a.hold_outsider(2).unwrap();
+    a.release(2).unwrap();
+    assert_eq!(a.actuator().frozen(), Vec::<&str>::new());
+    a.admit(2, None, Some(Mode::Implicit)).unwrap();
+    a.hold_outsider(2).unwrap();
+    a.set_mode(2, Mode::Moderate).unwrap();
+    assert_eq!(a.actuator().frozen(), Vec::<&str>::new());
+    a.set_mode(2, Mode::Implicit).unwrap();
+    a.hold_outsider(2).unwrap();
+    a.release_all().unwrap();
+    assert_eq!(a.actuator().frozen(), Vec::<&str>::new());
+    assert_eq!(a.held().count(), 0);
+    // Among implicit jobs alone nobody is an outsider: nothing to protect.
+    let mut i = applier(Mode::Implicit);
+    i.enter_slot(10, now_micros()).unwrap();
+    assert!(i.outsiders(10).is_empty() && i.outsiders(11).is_empty());
 }
 
 #[test]

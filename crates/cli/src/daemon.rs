@@ -80,8 +80,9 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "SECONDS")]
     idle_after: Option<f64>,
     /// Gang mode: a job whose processes have all been off the CPU this long within its slot
-    /// lends its processors to the next slices' jobs until the boundary (0: never) [default:
-    /// the policy's, 0]
+    /// lends its processors to the next slices' jobs until the boundary (0: never); also what
+    /// an implicit job may use of another job's slot, per processor (0: 5 ms) [default: the
+    /// policy's, 0]
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(0..=600_000))]
     give_away_after_ms: Option<u32>,
     /// Each job may have this many tasks (processes and threads) per processor it has, through
@@ -394,7 +395,8 @@ pub struct AgentArgs {
     #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
     idle_after: f64,
     /// Gang mode: a job whose processes have all been off the CPU this long within its slot
-    /// lends this node's processors to the next slices' jobs until the boundary (0: never)
+    /// lends this node's processors to the next slices' jobs until the boundary (0: never);
+    /// also what an implicit job may use of another job's slot, per processor (0: 5 ms)
     #[arg(long, default_value_t = 0, value_name = "MS",
           value_parser = clap::value_parser!(u32).range(0..=600_000))]
     give_away_after_ms: u32,

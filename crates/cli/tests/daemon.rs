@@ -493,21 +493,9 @@ fn bad_requests_are_refused_with_clear_messages() {
         NOBODY.to_string(),
         "jobs run as their submitter"
     );
-    let out = d.cosched_as(
-        NOBODY,
-        &[
-            "run",
-            "--detach",
-            "--output",
-            "/dev/null",
-            "-n",
-            "1",
-            "--",
-            "sleep",
-            "30",
-        ],
-    );
-    let own = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let own = d
+        .submit_as(NOBODY, &["-n", "1", "--", "sleep", "30"])
+        .to_string();
     refused(
         &d.cosched_as(NOBODY, &["class", &own, "interactive"]),
         "only root may raise",

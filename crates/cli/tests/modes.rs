@@ -39,22 +39,25 @@ fn one_rotation_switches_each_job_as_its_own_mode_says() {
             .all(|&job| d.job(job)["state"] == "running" && d.cpu_us(job) > 0)
     });
     assert!(running, "{}", d.log());
-    // Sampled through many rotations: only the gang job is ever frozen, and it runs too.
-    let (mut gang_frozen, mut gang_thawed) = (0, 0);
+    // Sampled through many rotations: the gang job is frozen outside its slot and runs in
+    // it; the moderate one is never frozen; the implicit one, a spinner, only once it used its
+    // budget of another's slot, never in its own.
+    let (mut gang_frozen, mut gang_thawed, mut implicit_frozen) = (0, 0, 0);
     let began = Instant::now();
     while began.elapsed() < Duration::from_secs(2) {
         match d.frozen(gang) {
             true => gang_frozen += 1,
             false => gang_thawed += 1,
         }
+        implicit_frozen += usize::from(d.frozen(implicit));
         assert!(!d.frozen(moderate), "a moderate job is never frozen");
-        assert!(!d.frozen(implicit), "an implicit job is never frozen");
         std::thread::sleep(Duration::from_millis(7));
     }
     assert!(
         gang_frozen > 10 && gang_thawed > 10,
         "{gang_frozen} {gang_thawed}"
     );
+    assert!(implicit_frozen > 10, "{implicit_frozen}\n{}", d.log());
     let ps = String::from_utf8(d.cosched(&["ps", "--format", "id,mode"]).stdout).unwrap();
     for (job, mode) in [
         (gang, "gang"),
@@ -76,6 +79,51 @@ fn one_rotation_switches_each_job_as_its_own_mode_says() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(stderr.contains(expected), "{stderr}");
+    }
+}
+
+/// The median of `values` (none: 0).
+fn median(mut values: Vec<i64>) -> i64 {
+    values.sort_unstable();
+    values.get(values.len() / 2).copied().unwrap_or(0)
+}
+
+/// A user (nobody) runs a computing job as `implicit` beside root's gang: never switched, it
+/// would take half of the gang's slots. Within them it is held once it used its budget (5 ms
+/// a processor), until the boundary: the gang keeps its slot, the implicit job has its own
+/// whole, and nothing stays frozen once it ends.
+#[test]
+fn an_implicit_job_takes_only_its_budget_of_a_gangs_slot() {
+    let d = Daemon::start(&["--procs", "2", "--quantum-ms", "100"]);
+    let gang = spinner(&d, "gang");
+    let busy = "while :; do :; done & while :; do :; done";
+    let implicit = d.submit_as(
+        NOBODY,
+        &["-n", "2", "--mode", "implicit", "--", "sh", "-c", busy],
+    );
+    let running = wait_until(Duration::from_secs(30), || {
+        [gang, implicit]
+            .iter()
+            .all(|&job| d.job(job)["state"] == "running" && d.cpu_us(job) > 0)
+    });
+    assert!(running, "{}", d.log());
+    let slots = per_slot_cpu(&d, gang, implicit, 16);
+    // The gang's slots: where it ran (its own whole 70 ms middle is up to 140 ms of CPU).
+    let in_gangs: Vec<(i64, i64)> = slots.iter().copied().filter(|s| s.0 > 40_000).collect();
+    assert!(in_gangs.len() >= 4, "{slots:?}");
+    let gang_cpu = median(in_gangs.iter().map(|s| s.0).collect());
+    let implicit_cpu = median(in_gangs.iter().map(|s| s.1).collect());
+    assert!(
+        implicit_cpu * 3 < gang_cpu,
+        "in the gang's slots, gang {gang_cpu} µs and implicit {implicit_cpu} µs (median): {slots:?}\n{}",
+        d.log()
+    );
+    assert!(d.log().contains("(implicit) used more than"), "{}", d.log());
+    // Its own slots it has whole (the gang frozen).
+    assert!(slots.iter().any(|s| s.0 == 0 && s.1 > 40_000), "{slots:?}");
+    for job in [gang, implicit] {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+        d.wait_end(job, Duration::from_secs(60));
     }
 }
 

@@ -601,7 +601,7 @@ fn modes(ctx: &Context, results: &mut Results) -> Result<()> {
 /// What `auto` chose for each job over the rounds (`gang (3 of 3)`), with one reason given.
 fn auto_choices(rounds: &[Vec<JobOutcome>], jobs: &[&str]) -> Table {
     let mut table = Table::new(
-        "What auto chose, from each job's first second unswitched (the daemon's measure, per round)",
+        "What auto chose, from each job's first seconds unswitched (the daemon's measure, per round)",
         &["job", "chosen", "why (last round)"],
     );
     for &job in jobs {

@@ -202,6 +202,13 @@ impl Daemon {
         job_id(self.cosched(&all))
     }
 
+    /// Submits, as `uid`, a detached job whose output is discarded; returns its id.
+    pub fn submit_as(&self, uid: u32, args: &[&str]) -> u64 {
+        let mut all = vec!["run", "--detach", "--output", "/dev/null"];
+        all.extend_from_slice(args);
+        job_id(self.cosched_as(uid, &all))
+    }
+
     pub fn json(&self, args: &[&str]) -> Value {
         let out = self.cosched(args);
         assert!(
