@@ -16,8 +16,10 @@
 //! compute takes at most a window of another gang's slot.
 //!
 //! An implicit job is never switched, and a user could run a computing job so to take half of
-//! every gang's slot. Within the slot of a switched job (gang or moderate) that shares a
-//! processor with it, an implicit job (an outsider there) has the same budget as a loose gang:
+//! every gang's slot (an auto one while it is measured too: 1-3 s, and the coarse job of the
+//! modes bench took the ping-pong's gang slots so). Within the slot of a switched job (gang or
+//! moderate) that shares a processor with it, an unswitched job (an outsider there) has the
+//! same budget as a loose gang:
 //! once it used more CPU in that slot than the window per processor, it is frozen until the
 //! next boundary. An I/O-bound job's wake-ups fit; a computing job gets its own slot and a
 //! window of the others'. Among implicit jobs alone (no switched job to protect) nobody is
@@ -281,8 +283,9 @@ impl<A: Actuator> Applier<A> {
         self.loose.iter().copied()
     }
 
-    /// The implicit jobs that are outsiders in slot `slot`: not among its holders, and sharing
-    /// a processor with a switched job that is (one whose processors are not known shares).
+    /// The unswitched jobs (implicit, and auto ones being measured) that are outsiders in slot
+    /// `slot`: not among its holders, and sharing a processor with a switched job that is (one
+    /// whose processors are not known shares).
     pub fn outsiders(&self, slot: i64) -> BTreeSet<JobId> {
         let holders = self.slot_holders(slot);
         let switched: Vec<Option<&Partition>> = holders
@@ -300,7 +303,7 @@ impl<A: Actuator> Applier<A> {
         self.jobs
             .iter()
             .filter(|(job, known)| {
-                known.mode == Mode::Implicit
+                matches!(known.mode, Mode::Implicit | Mode::Auto)
                     && !holders.contains(*job)
                     && shares(known.cpus.as_ref())
             })

@@ -148,7 +148,7 @@ pub struct NodeAgent<A: Actuator> {
     blocked: Option<BlockWatch>,
     /// Blocked gangs give their slots away (`give_away_after`).
     lending: bool,
-    /// The implicit jobs that are outsiders in the slot under way, not yet held.
+    /// The unswitched jobs that are outsiders in the slot under way, not yet held.
     outsiders: BTreeSet<JobId>,
     /// With `blocked`: each running, loose or outsider job's CPU usage as the slot under way
     /// began (what it used of the slot decides whether it stays loose, or is held).
@@ -1337,7 +1337,7 @@ impl<A: Actuator> NodeAgent<A> {
 
     /// Freezes each job outside its slot that used, in the slot under way, more CPU than the
     /// window per processor it has here: a loose job (a lender kept thawed past its slot)
-    /// computes again, and waits for its own slot as any gang; an outsider (an implicit job
+    /// computes again, and waits for its own slot as any gang; an outsider (an unswitched job
     /// beside a switched one) waits for the next boundary.
     fn hold_over_budget(&mut self, slot: i64, window: Micros, now: Micros) {
         let over: Vec<JobId> = (self.applier.loose())
@@ -1354,9 +1354,10 @@ impl<A: Actuator> NodeAgent<A> {
             .collect();
         for job in over {
             self.outsiders.remove(&job);
+            let mode = self.applier.mode_of(job);
             match self.applier.hold_outsider(job) {
                 Ok(_) => LOG.info(format_args!(
-                    "slot {slot}: job {job} (implicit) used more than {window} µs a processor of a switched job's slot: held until the boundary"
+                    "slot {slot}: job {job} ({mode}) used more than {window} µs a processor of a switched job's slot: held until the boundary"
                 )),
                 Err(error) => LOG.warn(format_args!("slot {slot}: holding job {job}: {error}")),
             }

@@ -305,6 +305,10 @@ fn an_implicit_job_beside_a_switched_one_is_held_in_its_slot_until_the_boundary(
     let mut i = applier(Mode::Implicit);
     i.enter_slot(10, now_micros()).unwrap();
     assert!(i.outsiders(10).is_empty() && i.outsiders(11).is_empty());
+    // An auto job being measured is unswitched, and an outsider in a gang's slot too.
+    let mut m = mixed(Mode::Gang, [Some(Mode::Auto), None]);
+    m.enter_slot(11, now_micros()).unwrap();
+    assert_eq!(m.outsiders(11).into_iter().collect::<Vec<_>>(), vec![1]);
 }
 
 #[test]
