@@ -563,6 +563,7 @@ fn modes(ctx: &Context, results: &mut Results) -> Result<()> {
     let auto = schedulers.iter().position(|s| s.name() == "auto");
     if let Some(auto) = auto {
         results.tables.push(auto_choices(&runs[auto], &jobs));
+        results.tables.push(waiting_cost(&mix, &solos, ctx)?);
     }
     // The fixed modes, every job in one: not the implicit daemon, whose one slice makes the
     // jobs queue (a job's slowdown there is its place in the queue, not its mode).
@@ -596,6 +597,49 @@ fn modes(ctx: &Context, results: &mut Results) -> Result<()> {
     ));
     results.tables.push(targets);
     Ok(())
+}
+
+/// What spin-then-block waits cost each MPI job of `mix` alone: an auto job waits so from its
+/// start (its measure needs waits that yield or nap), and keeps them once chosen gang, where
+/// busy-polling would do. Each runs alone `ctx.repeat` times under the implicit daemon (the job
+/// alone, unswitched, told to spin then block), against its time alone busy-polling (`solos`).
+fn waiting_cost(mix: &Mix, solos: &Solos, ctx: &Context) -> Result<Table> {
+    let mut table = Table::new(
+        "What auto's waits (spin, then yield or nap) cost a job alone, against busy-polling",
+        &[
+            "job",
+            "alone busy-polling (s)",
+            "alone spin-then-block (s)",
+            "ratio",
+        ],
+    );
+    for job in mix.jobs.iter().filter(|job| job.mpi) {
+        let alone = Mix {
+            workload: format!("{} alone", mix.workload),
+            jobs: vec![job.clone().after(Duration::ZERO)],
+        };
+        let mut seconds = Vec::new();
+        for round in 0..ctx.repeat {
+            let dir = ctx
+                .dir
+                .join(format!("{}-spinblock-{}-{round}", mix.workload, job.name));
+            let outcome = runners::run(&Scheduler::Implicit, &alone, &dir, None)?;
+            seconds.push(outcome[0].turnaround_s());
+        }
+        eprintln!("  {} alone spin-then-block: {seconds:.2?} s", job.name);
+        let block = median(&seconds).unwrap_or(f64::NAN);
+        let poll = solos
+            .iter()
+            .find(|s| s.0 == job.name)
+            .map_or(f64::NAN, |s| s.1);
+        table.row(vec![
+            job.name.clone(),
+            format!("{poll:.2}"),
+            format!("{block:.2}"),
+            format!("{:.2}", block / poll),
+        ]);
+    }
+    Ok(table)
 }
 
 /// What `auto` chose for each job over the rounds (`gang (3 of 3)`), with one reason given.
