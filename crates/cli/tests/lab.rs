@@ -580,8 +580,8 @@ fn a_jobs_history_adds_up_the_cpu_time_of_its_parts_on_every_node() {
 fn an_auto_mpi_job_across_two_nodes_is_measured_on_both_and_switched_alike() {
     let lab = Lab::up("auto");
     let program = pingpong();
-    // Long enough to be cancelled; beside it an implicit one, never switched, so that both
-    // share each node's processor out of step while the auto job is measured.
+    // Long enough to be cancelled; beside it an implicit one, never switched at boundaries,
+    // so that both share each node's processor out of step while the auto job is measured.
     let auto = lab.submit_with(&["--mode", "auto"], &mpi_job(&program, 1_000_000_000, 0));
     let implicit = lab.submit_with(
         &["--mode", "implicit"],
@@ -601,7 +601,8 @@ fn an_auto_mpi_job_across_two_nodes_is_measured_on_both_and_switched_alike() {
             "{controller}"
         );
     }
-    // From then on a gang on both nodes; the implicit job never frozen on either.
+    // From then on a gang on both nodes; the implicit job, computing too, runs in its own
+    // slots and is held past its budget of the gang's (invariant 57), on each node.
     for node in ["a", "b"] {
         let frozen = wait_until(Duration::from_secs(10), || lab.frozen(node, auto));
         assert!(
@@ -610,13 +611,22 @@ fn an_auto_mpi_job_across_two_nodes_is_measured_on_both_and_switched_alike() {
             lab.logs()
         );
     }
+    let mut seen = [(0, 0); 2];
     let began = std::time::Instant::now();
-    while began.elapsed() < Duration::from_secs(2) {
-        for node in ["a", "b"] {
-            assert!(!lab.frozen(node, implicit), "node {node}");
+    while began.elapsed() < Duration::from_secs(3) {
+        for (node, (held, ran)) in ["a", "b"].into_iter().zip(&mut seen) {
+            match lab.frozen(node, implicit) {
+                true => *held += 1,
+                false => *ran += 1,
+            }
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    assert!(
+        seen.iter().all(|&(held, ran)| held > 0 && ran > 0),
+        "(held, ran) on nodes a and b: {seen:?}\n{}",
+        lab.logs()
+    );
     assert_eq!(lab.job(implicit)["mode"], "implicit");
     for job in [auto, implicit] {
         let out = lab.cosched(&["cancel", &job.to_string()]);
