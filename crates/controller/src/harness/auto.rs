@@ -81,8 +81,8 @@ fn a_job_between_the_lines_to_the_last_window_is_coarse_and_a_clear_one_is_at_on
     let mut h = Harness::cluster(&[("a", 2), ("b", 2)]);
     let job = auto_job(&mut h);
     for sent in 1..=BEHAVIOUR_WINDOWS {
-        h.event(window(job, "a", 70.0));
-        h.event(window(job, "b", 90.0));
+        h.event(window(job, "a", 50.0));
+        h.event(window(job, "b", 60.0));
         let told = set_modes(&mut h);
         if sent < BEHAVIOUR_WINDOWS {
             assert_eq!(told, vec![], "window {sent}");
@@ -94,7 +94,7 @@ fn a_job_between_the_lines_to_the_last_window_is_coarse_and_a_clear_one_is_at_on
     assert_eq!(h.stored(job).unwrap().runs_as, Some(Mode::Moderate));
 
     let clear = auto_job(&mut h);
-    h.event(window(clear, "a", 400.0));
+    h.event(window(clear, "a", 70.0));
     assert_eq!(set_modes(&mut h), vec![], "node b has not reported");
     h.event(window(clear, "b", 300.0));
     assert_eq!(set_modes(&mut h).len(), 2);
