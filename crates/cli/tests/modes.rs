@@ -20,7 +20,15 @@ fn spinner(d: &Daemon, mode: &str) -> u64 {
 
 #[test]
 fn one_rotation_switches_each_job_as_its_own_mode_says() {
-    let d = Daemon::start(&["--procs", "2", "--quantum-ms", "50"]);
+    let port = cosched_etcd::testing::free_port();
+    let d = Daemon::start(&[
+        "--procs",
+        "2",
+        "--quantum-ms",
+        "50",
+        "--http",
+        &port.to_string(),
+    ]);
     let gang = spinner(&d, "gang");
     let moderate = spinner(&d, "moderate");
     let implicit = spinner(&d, "implicit");
@@ -58,6 +66,16 @@ fn one_rotation_switches_each_job_as_its_own_mode_says() {
         "{gang_frozen} {gang_thawed}"
     );
     assert!(implicit_frozen > 10, "{implicit_frozen}\n{}", d.log());
+    let (_, scrape) = http_get(port, "/metrics");
+    for (mode, running) in [
+        ("gang", 1.0),
+        ("moderate", 1.0),
+        ("implicit", 1.0),
+        ("auto", 0.0),
+    ] {
+        let name = format!("cosched_jobs_running_mode{{mode=\"{mode}\"}}");
+        assert_eq!(sample(&scrape, &name), Some(running), "{scrape}");
+    }
     let ps = String::from_utf8(d.cosched(&["ps", "--format", "id,mode"]).stdout).unwrap();
     for (job, mode) in [
         (gang, "gang"),

@@ -6,7 +6,7 @@
 
 use cosched_controller::counts::{Scrape, WAIT_BOUNDS_S};
 use cosched_proto::api::NodeView;
-use cosched_proto::{Histogram, JobState, Pending, HISTOGRAM_BOUNDS_US};
+use cosched_proto::{Histogram, JobState, Mode, Pending, HISTOGRAM_BOUNDS_US};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -191,8 +191,13 @@ impl Collector for Metrics {
         let mut by_state: BTreeMap<(String, String), u64> = BTreeMap::new();
         let mut by_reason: BTreeMap<&'static str, u64> = BTreeMap::new();
         let mut stalled = 0;
+        let mut running_as: BTreeMap<&'static str, u64> = BTreeMap::new();
         for job in &scrape.jobs {
             stalled += u64::from(job.stalled_since_us.is_some());
+            if job.state == JobState::Running {
+                let mode = job.runs_as.unwrap_or(job.mode);
+                *running_as.entry(mode.name()).or_default() += 1;
+            }
             *by_state
                 .entry((job.state.to_string(), job.class.to_string()))
                 .or_default() += 1;
@@ -225,6 +230,16 @@ impl Collector for Metrics {
             "Running jobs every process of which waits in its own slots (no CPU, no I/O)",
             MetricType::Gauge,
             stalled,
+        )?;
+        family(
+            &mut encoder,
+            "cosched_jobs_running_mode",
+            "Running jobs by the mode they are switched in (an auto job: auto until chosen)",
+            MetricType::Gauge,
+            Mode::ALL.map(|mode| {
+                let n = running_as.get(mode.name()).copied().unwrap_or(0);
+                ([("mode", mode.name())], n)
+            }),
         )?;
         family(
             &mut encoder,

@@ -190,6 +190,14 @@ pub enum Mode {
 }
 
 impl Mode {
+    pub const ALL: [Mode; 5] = [
+        Mode::Gang,
+        Mode::Moderate,
+        Mode::Implicit,
+        Mode::Local,
+        Mode::Auto,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Mode::Gang => "gang",
@@ -219,16 +227,10 @@ pub struct UnknownMode(pub String);
 impl FromStr for Mode {
     type Err = UnknownMode;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [
-            Mode::Gang,
-            Mode::Moderate,
-            Mode::Implicit,
-            Mode::Local,
-            Mode::Auto,
-        ]
-        .into_iter()
-        .find(|m| m.name() == s)
-        .ok_or_else(|| UnknownMode(s.to_string()))
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| UnknownMode(s.to_string()))
     }
 }
 
