@@ -312,12 +312,15 @@ impl<A: Actuator> Applier<A> {
     }
 
     /// Freezes an outsider that used its budget of the slot under way, until the next
-    /// boundary. Returns when the kernel confirmed it (true clock).
-    pub fn hold_outsider(&mut self, job: JobId) -> Result<Micros, AgentError> {
+    /// boundary. Asked only, never awaited: a task of it that another process took the
+    /// processor from traps only when it gets one again (a scheduler tick, 4 ms at HZ=250),
+    /// and waiting for that on the clock thread made boundaries of 10 and 20 ms slots that
+    /// late (`bench/slot-lateness --churn --cases implicit`); it runs none of its own code
+    /// before it traps.
+    pub fn hold_outsider(&mut self, job: JobId) -> Result<(), AgentError> {
         self.held.insert(job);
         self.actuator
-            .freeze(&job_group(job))
-            .map(|_| now_micros())
+            .ask_freeze(&job_group(job))
             .map_err(|source| AgentError::Actuator { job, source })
     }
 

@@ -26,7 +26,7 @@ pub struct ChurnArgs {
     /// A short job is submitted this often in the churn case (ms)
     #[arg(long, default_value_t = 500)]
     every_ms: u64,
-    /// The cases to run, in order: steady, churn, crowd
+    /// The cases to run, in order: steady, churn, crowd, implicit
     #[arg(long, value_delimiter = ',', default_value = "steady,churn,crowd")]
     cases: Vec<Case>,
     /// Rounds of each case (the figures of every round are printed; compare medians)
@@ -48,6 +48,8 @@ enum Case {
     Steady,
     Churn,
     Crowd,
+    /// The second job computes as `implicit`: held past its budget of the gang's slots.
+    Implicit,
 }
 
 impl Case {
@@ -56,6 +58,7 @@ impl Case {
             Case::Steady => "steady",
             Case::Churn => "churn",
             Case::Crowd => "crowd",
+            Case::Implicit => "implicit",
         }
     }
 }
@@ -63,7 +66,7 @@ impl Case {
 pub fn run(args: ChurnArgs) -> Result<()> {
     workloads::build()?;
     println!(
-        "churn: two 2-process `burn` jobs gang-scheduled; churn adds `cosched run -n 1 -- sh -c 'exit 7'` every {} ms; crowd makes the second a 2-processor job of sleeping processes; {} s a case",
+        "churn: two 2-process `burn` jobs gang-scheduled; churn adds `cosched run -n 1 -- sh -c 'exit 7'` every {} ms; crowd makes the second a 2-processor job of sleeping processes; implicit makes it `--mode implicit` (its budget of the gang's slots: a quarter of the slot, 5 ms at most, per processor); {} s a case",
         args.every_ms, args.seconds
     );
     println!(
@@ -139,7 +142,7 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         }
     }
     println!(
-        "added: short jobs submitted (churn) or sleeping processes forked (crowd); share: the first compute job's CPU time over its 2 processors' wall time (ideal 0.5); late: the clock's wakeup after each boundary; start: each job's thaw after its boundary (boundary log); 1st: the first compute job's starts alone"
+        "added: short jobs submitted (churn) or sleeping processes forked (crowd); share: the first compute job's CPU time over its 2 processors' wall time (ideal 0.5; in the implicit case 0.5 less the implicit job's budget, 0.25 if it shared the gang's slots); late: the clock's wakeup after each boundary; start: each job's thaw after its boundary (boundary log); 1st: the first compute job's starts alone"
     );
     println!(
         "targets: lateness p99 < 100 µs and no boundary (wakeup or start) later than 1 ms under churn; skew p99 < 200 µs"
@@ -186,6 +189,9 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
         ];
         daemon.submit(2, &daemon.dir().join("crowd.out"), &crowd)?;
         std::thread::sleep(CROWD_WARMUP);
+    } else if case == Case::Implicit {
+        let argv = workloads::endless_burn();
+        daemon.submit_with(2, &output, &argv, &["--mode", "implicit"], &[])?;
     } else {
         workloads::submit_endless_gang(&daemon, &output)?;
     }

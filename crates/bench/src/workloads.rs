@@ -57,11 +57,15 @@ pub fn program(name: &str) -> String {
 /// Submits a 2-process `burn` job that computes far longer than any measurement (the daemon
 /// cancels it when it stops); returns its id.
 pub fn submit_endless_gang(daemon: &crate::daemon::Daemon, output: &Path) -> Result<u64> {
-    let argv: Vec<String> = [&program("burn"), "-t", "2", "-n", "100000000"]
+    daemon.submit(2, output, &endless_burn())
+}
+
+/// Two threads that compute for longer than any run (cancelled at the end).
+pub fn endless_burn() -> Vec<String> {
+    [&program("burn"), "-t", "2", "-n", "100000000"]
         .iter()
         .map(|s| s.to_string())
-        .collect();
-    daemon.submit(2, output, &argv)
+        .collect()
 }
 
 /// Two of [`submit_endless_gang`]: two gangs taking turns.
