@@ -341,7 +341,8 @@ impl<A: Actuator> Applier<A> {
     }
 
     /// Freezes a loose job that used its budget: it waits for its own slot, as any gang job
-    /// outside it. The record lists it stopped.
+    /// outside it. The freeze is asked, not awaited (see `hold_outsider`). The record lists it
+    /// stopped.
     pub fn hold_loose(&mut self, slot: i64, job: JobId) -> Result<SwitchRecord, AgentError> {
         let began = Instant::now();
         let mut record = SwitchRecord {
@@ -350,7 +351,10 @@ impl<A: Actuator> Applier<A> {
         };
         if self.loose.contains(&job) {
             self.unloose(job)?;
-            let at_us = self.steer(job, false)?;
+            self.actuator
+                .ask_freeze(&job_group(job))
+                .map_err(|source| AgentError::Actuator { job, source })?;
+            let at_us = now_micros();
             record.stopped.push(JobMoment { job, at_us });
         }
         record.duration = began.elapsed();
