@@ -128,6 +128,29 @@ impl BlockWatch {
     }
 }
 
+/// What an outsider used of the slot under way, and its own budget (the window per processor
+/// it has).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spent {
+    pub job: JobId,
+    pub used: Duration,
+    pub budget: Duration,
+}
+
+/// The outsiders to hold: each past its own budget, and, once all of them together used more
+/// than `shared` (the window per processor of the node), each past its equal part of it, so
+/// that one user's many implicit jobs cannot each take a budget (an I/O-bound one, using
+/// little, stays under its part).
+pub fn over_budget(spent: &[Spent], shared: Duration) -> Vec<JobId> {
+    let total: Duration = spent.iter().map(|s| s.used).sum();
+    let part = shared / spent.len().max(1) as u32;
+    spent
+        .iter()
+        .filter(|s| s.used > s.budget || (total > shared && s.used > part))
+        .map(|s| s.job)
+        .collect()
+}
+
 /// Whether no task of these processes is runnable (state `R`: on a processor, or waiting for
 /// one), as far as could be read by `until` (true clock, µs): a scan cut short says no, so a
 /// job of thousands of sleeping threads cannot hold the clock thread past its boundary. A
@@ -376,6 +399,32 @@ mod tests {
     use super::*;
 
     const MS: Micros = 1_000;
+
+    #[test]
+    fn outsiders_share_one_budget_and_each_has_its_own() {
+        let ms = Duration::from_millis;
+        let spent = |job, used, budget| Spent {
+            job,
+            used: ms(used),
+            budget: ms(budget),
+        };
+        // One computing outsider: held past its own budget only.
+        assert_eq!(over_budget(&[spent(1, 9, 10)], ms(10)), Vec::<JobId>::new());
+        assert_eq!(over_budget(&[spent(1, 11, 10)], ms(10)), vec![1]);
+        // Four of one user, each under its own budget, together past the node's: each past
+        // its part (2.5 ms) is held; an I/O-bound one using 1 ms is not.
+        let many = [
+            spent(1, 4, 5),
+            spent(2, 4, 5),
+            spent(3, 3, 5),
+            spent(4, 1, 5),
+        ];
+        assert_eq!(over_budget(&many, ms(10)), vec![1, 2, 3]);
+        // Together within the node's budget: nobody.
+        let few = [spent(1, 4, 5), spent(2, 4, 5)];
+        assert_eq!(over_budget(&few, ms(10)), Vec::<JobId>::new());
+        assert_eq!(over_budget(&[], ms(10)), Vec::<JobId>::new());
+    }
 
     #[test]
     fn a_job_is_blocked_once_its_usage_stood_still_for_the_window() {

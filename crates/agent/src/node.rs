@@ -12,7 +12,7 @@ use crate::chrony::ClockOffset;
 use crate::clock::{self, SlotWork, Tick};
 use crate::door::{Door, DOOR_ENV};
 use crate::join;
-use crate::lend::{self, BlockWatch};
+use crate::lend::{self, BlockWatch, Spent};
 use crate::probe::{self, Look, Probe};
 use crate::skew::Baseline;
 use crate::stall::{Activity, StallTracker, Verdict};
@@ -148,7 +148,7 @@ pub struct NodeAgent<A: Actuator> {
     blocked: Option<BlockWatch>,
     /// Blocked gangs give their slots away (`give_away_after`).
     lending: bool,
-    /// The unswitched jobs that are outsiders in the slot under way, not yet held.
+    /// The unswitched jobs that are outsiders in the slot under way (held ones too).
     outsiders: BTreeSet<JobId>,
     /// With `blocked`: each running, loose or outsider job's CPU usage as the slot under way
     /// began (what it used of the slot decides whether it stays loose, or is held).
@@ -1281,7 +1281,9 @@ impl<A: Actuator> NodeAgent<A> {
 
     /// Whether some job outside its slot is looked at for its budget (loose, or outsider).
     fn budgeted(&self) -> bool {
-        !self.outsiders.is_empty() || self.applier.loose().next().is_some()
+        let held: BTreeSet<JobId> = self.applier.held().collect();
+        self.outsiders.iter().any(|job| !held.contains(job))
+            || self.applier.loose().next().is_some()
     }
 
     /// When the clock thread must next look for a blocked gang (`Micros::MAX`: no need).
@@ -1349,15 +1351,24 @@ impl<A: Actuator> NodeAgent<A> {
                 Err(error) => LOG.warn(format_args!("slot {slot}: holding a loose job: {error}")),
             }
         }
-        let over: Vec<JobId> = (self.outsiders.iter().copied())
-            .filter(|&job| self.over_budget(job, window))
+        let held: BTreeSet<JobId> = self.applier.held().collect();
+        let spent: Vec<Spent> = (self.outsiders.iter().copied())
+            .filter_map(|job| {
+                let used = self.usage(job)?.saturating_sub(*self.slot_usage.get(&job)?);
+                let budget = self.budget(job, window);
+                Some(Spent { job, used, budget })
+            })
             .collect();
-        for job in over {
-            self.outsiders.remove(&job);
+        let processors = self.settings.cpus.size();
+        let shared = Duration::from_micros(window as u64) * processors;
+        for job in lend::over_budget(&spent, shared) {
+            if held.contains(&job) {
+                continue;
+            }
             let mode = self.applier.mode_of(job);
             match self.applier.hold_outsider(job) {
                 Ok(_) => LOG.info(format_args!(
-                    "slot {slot}: job {job} ({mode}) used more than {window} µs a processor of a switched job's slot: held until the boundary"
+                    "slot {slot}: job {job} ({mode}) used its budget of a switched job's slot ({window} µs a processor, this node's {processors} shared by every unswitched job): held until the boundary"
                 )),
                 Err(error) => LOG.warn(format_args!("slot {slot}: holding job {job}: {error}")),
             }

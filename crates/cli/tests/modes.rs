@@ -136,7 +136,11 @@ fn an_implicit_job_takes_only_its_budget_of_a_gangs_slot() {
         "in the gang's slots, gang {gang_cpu} µs and implicit {implicit_cpu} µs (median): {slots:?}\n{}",
         d.log()
     );
-    assert!(d.log().contains("(implicit) used more than"), "{}", d.log());
+    assert!(
+        d.log().contains("(implicit) used its budget"),
+        "{}",
+        d.log()
+    );
     // Its own slots it has whole (the gang frozen).
     assert!(slots.iter().any(|s| s.0 == 0 && s.1 > 40_000), "{slots:?}");
     for job in [gang, implicit] {
