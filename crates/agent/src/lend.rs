@@ -342,9 +342,7 @@ impl<A: Actuator> Applier<A> {
     /// before it traps.
     pub fn hold_outsider(&mut self, job: JobId) -> Result<(), AgentError> {
         self.held.insert(job);
-        self.actuator
-            .ask_freeze(&job_group(job))
-            .map_err(|source| AgentError::Actuator { job, source })
+        self.ask_freeze(job)
     }
 
     /// Thaws a held outsider (nothing for any other job).
@@ -358,9 +356,9 @@ impl<A: Actuator> Applier<A> {
             .map_err(|source| AgentError::Actuator { job, source })
     }
 
-    /// The outsiders held until the next boundary.
-    pub fn held(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.held.iter().copied()
+    /// Whether `job` is an outsider held until the next boundary.
+    pub fn is_held(&self, job: JobId) -> bool {
+        self.held.contains(&job)
     }
 
     /// Freezes a loose job that used its budget: it waits for its own slot, as any gang job
@@ -374,9 +372,7 @@ impl<A: Actuator> Applier<A> {
         };
         if self.loose.contains(&job) {
             self.unloose(job)?;
-            self.actuator
-                .ask_freeze(&job_group(job))
-                .map_err(|source| AgentError::Actuator { job, source })?;
+            self.ask_freeze(job)?;
             let at_us = now_micros();
             record.stopped.push(JobMoment { job, at_us });
         }

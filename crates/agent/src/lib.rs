@@ -380,9 +380,7 @@ impl<A: Actuator> Applier<A> {
     fn ask_stop(&mut self, job: JobId) -> Result<(), AgentError> {
         let asked = now_micros();
         let confirmed = if self.mode_of(job) == Mode::Gang {
-            self.actuator
-                .ask_freeze(&job_group(job))
-                .map_err(|source| AgentError::Actuator { job, source })?;
+            self.ask_freeze(job)?;
             None
         } else {
             Some(self.steer(job, false)?)
@@ -395,6 +393,13 @@ impl<A: Actuator> Applier<A> {
             given: None,
         });
         Ok(())
+    }
+
+    /// Asks the kernel to stop every process of the job and returns at once.
+    fn ask_freeze(&mut self, job: JobId) -> Result<(), AgentError> {
+        self.actuator
+            .ask_freeze(&job_group(job))
+            .map_err(|source| AgentError::Actuator { job, source })
     }
 
     /// Waits for each stop not yet confirmed until the time `until` gives it (`None`: the

@@ -647,10 +647,10 @@ impl<A: Actuator> NodeAgent<A> {
     }
 
     /// Looks at the auto jobs due a look, the longest unlooked first; reports each whose
-    /// window is full (until its mode is chosen, or its last window). On the clock thread, just past a boundary: each read may take a
-    /// quarter of the slot (5 ms at most), all of a boundary's half; a job whose tasks cannot
-    /// be read in its share (hundreds of threads) is not measured at all, and stays
-    /// unswitched.
+    /// window is full (until its mode is chosen, or its last window). On the clock thread,
+    /// just past a boundary: each read may take a quarter of the slot (5 ms at most), all of
+    /// a boundary's half; a job whose tasks cannot be read in its share (hundreds of threads)
+    /// is not measured at all, and stays unswitched.
     fn probe_auto_jobs(&mut self, now: Micros) {
         let mut due: Vec<(Micros, JobId)> = self
             .probes
@@ -1281,8 +1281,7 @@ impl<A: Actuator> NodeAgent<A> {
 
     /// Whether some job outside its slot is looked at for its budget (loose, or outsider).
     fn budgeted(&self) -> bool {
-        let held: BTreeSet<JobId> = self.applier.held().collect();
-        self.outsiders.iter().any(|job| !held.contains(job))
+        self.outsiders.iter().any(|&job| !self.applier.is_held(job))
             || self.applier.loose().next().is_some()
     }
 
@@ -1343,7 +1342,10 @@ impl<A: Actuator> NodeAgent<A> {
     /// beside a switched one) waits for the next boundary.
     fn hold_over_budget(&mut self, slot: i64, window: Micros, now: Micros) {
         let over: Vec<JobId> = (self.applier.loose())
-            .filter(|&job| self.over_budget(job, window))
+            .filter(|&job| {
+                self.used_in_slot(job)
+                    .is_some_and(|used| used > self.budget(job, window))
+            })
             .collect();
         for job in over {
             match self.applier.hold_loose(slot, job) {
@@ -1351,10 +1353,9 @@ impl<A: Actuator> NodeAgent<A> {
                 Err(error) => LOG.warn(format_args!("slot {slot}: holding a loose job: {error}")),
             }
         }
-        let held: BTreeSet<JobId> = self.applier.held().collect();
         let spent: Vec<Spent> = (self.outsiders.iter().copied())
             .filter_map(|job| {
-                let used = self.usage(job)?.saturating_sub(*self.slot_usage.get(&job)?);
+                let used = self.used_in_slot(job)?;
                 let budget = self.budget(job, window);
                 Some(Spent { job, used, budget })
             })
@@ -1362,7 +1363,7 @@ impl<A: Actuator> NodeAgent<A> {
         let processors = self.settings.cpus.size();
         let shared = Duration::from_micros(window as u64) * processors;
         for job in lend::over_budget(&spent, shared) {
-            if held.contains(&job) {
+            if self.applier.is_held(job) {
                 continue;
             }
             let mode = self.applier.mode_of(job);
@@ -1375,12 +1376,10 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    /// Whether `job` used more of the slot under way than the window per processor.
-    fn over_budget(&self, job: JobId, window: Micros) -> bool {
-        match (self.usage(job), self.slot_usage.get(&job)) {
-            (Some(usage), Some(&began)) => usage.saturating_sub(began) > self.budget(job, window),
-            _ => false,
-        }
+    /// The CPU `job` used in the slot under way (none: unknown, or not watched in it).
+    fn used_in_slot(&self, job: JobId) -> Option<Duration> {
+        let began = *self.slot_usage.get(&job)?;
+        Some(self.usage(job)?.saturating_sub(began))
     }
 
     /// As a slot ends: each running gang that hardly used it stays thawed through the

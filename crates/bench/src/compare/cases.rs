@@ -162,10 +162,7 @@ impl SoloRuns {
             if self.jobs[index].1.len() > round {
                 continue; // a second job of the same name
             }
-            let alone = Mix {
-                workload: format!("{} alone", mix.workload),
-                jobs: vec![job.clone().after(Duration::ZERO)],
-            };
+            let alone = alone(mix, job);
             let dir = ctx
                 .dir
                 .join(format!("{}-solo-{}-{round}", mix.workload, job.name));
@@ -194,6 +191,14 @@ impl SoloRuns {
                 (name.clone(), median_s, median(cpu))
             })
             .collect()
+    }
+}
+
+/// `job` of `mix` on its own, submitted at once.
+fn alone(mix: &Mix, job: &JobSpec) -> Mix {
+    Mix {
+        workload: format!("{} alone", mix.workload),
+        jobs: vec![job.clone().after(Duration::ZERO)],
     }
 }
 
@@ -614,10 +619,7 @@ fn waiting_cost(mix: &Mix, solos: &Solos, ctx: &Context) -> Result<Table> {
         ],
     );
     for job in mix.jobs.iter().filter(|job| job.mpi) {
-        let alone = Mix {
-            workload: format!("{} alone", mix.workload),
-            jobs: vec![job.clone().after(Duration::ZERO)],
-        };
+        let alone = alone(mix, job);
         let mut seconds = Vec::new();
         for round in 0..ctx.repeat {
             let dir = ctx

@@ -23,7 +23,7 @@ pub const FINE_GRAINED_RUN_US: f64 = 40.0;
 /// between the two lines is watched for more windows, and fine-grained if it was in any:
 /// the ping-pong's 52 µs second had its two ranks each beside a coarse rank, and such
 /// placements last about a second here before the kernel moves them. Not higher: the coarse
-/// job's first seconds measured 74-104 µs (eight runs' last rounds), and while it is watched
+/// job's first seconds measured 74-106 µs (ten runs' last rounds), and while it is watched
 /// it takes its budget of the gangs' slots (a line at 100 µs kept it watched three seconds in
 /// the last rounds of four of five runs).
 pub const COARSE_GRAINED_RUN_US: f64 = 70.0;
