@@ -5,8 +5,8 @@ use crate::client::{ask, Socket};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use cosched_core::{Micros, Span, MICROS_PER_SEC};
-use cosched_proto::api::{Reply, Request};
-use cosched_proto::BoundaryRecord;
+use cosched_proto::api::{JobView, Reply, Request};
+use cosched_proto::{BoundaryRecord, Mode};
 use cosched_sim::gantt::{self, Bar, Frame, Panel};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 Bars begin when a job was thawed (or favoured) and end when its stop was confirmed (or when \
 the next job was let start, for a process that had no processor to stop on), as the agent \
 logged them, so the rotation, the alternates and an interactive job's preemption all \
-show. One machine: the daemon answers (anyone may look). A cluster's agents keep their logs \
+show. On one machine a job never switched (implicit, or auto before its mode was chosen) has \
+one bar from its start to its end or its first switch: no boundary stops it, though it may \
+be held for the rest of a gang's slot once past its budget (holds are not drawn). One machine: the daemon answers (anyone may look). A cluster's agents keep their logs \
 on their nodes: read them there with --state-dir. Open the SVG in a browser (hover a bar for \
 its times); --out ran.png draws a PNG instead (with rsvg-convert: apt-get install librsvg2-bin).")]
 pub struct GanttArgs {
@@ -85,17 +87,7 @@ pub fn gantt(args: GanttArgs) -> Result<()> {
             job: None,
         },
     ) {
-        Ok(Reply::Jobs { jobs, .. }) => jobs
-            .into_iter()
-            .map(|j| {
-                let known = Known {
-                    mode: j.mode_shown(),
-                    name: j.name,
-                    ended_us: j.ended_us,
-                };
-                (j.id, known)
-            })
-            .collect(),
+        Ok(Reply::Jobs { jobs, .. }) => jobs.into_iter().map(|j| (j.id, Known::from(j))).collect(),
         _ => BTreeMap::new(),
     };
     let (panels, bars) = chart(&records, &jobs, from, to);
@@ -185,12 +177,68 @@ struct Known {
     name: String,
     /// Its mode as `ps` shows it (`auto:gang`).
     mode: String,
+    started_us: Option<Micros>,
     ended_us: Option<Micros>,
+    unswitched: Unswitched,
+}
+
+/// Whether the rotation left a job alone, which no boundary log shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unswitched {
+    /// Switched from its start (gang, moderate).
+    Never,
+    /// Implicit, local, or auto still measuring or found I/O-bound.
+    Always,
+    /// Auto, switched once its mode was chosen: left alone until its first boundary.
+    UntilChosen,
+}
+
+impl From<JobView> for Known {
+    fn from(job: JobView) -> Known {
+        let unswitched = match (job.mode, job.runs_as) {
+            (Mode::Implicit | Mode::Local, _) | (Mode::Auto, None | Some(Mode::Implicit)) => {
+                Unswitched::Always
+            }
+            (Mode::Auto, Some(_)) => Unswitched::UntilChosen,
+            (Mode::Gang | Mode::Moderate, _) => Unswitched::Never,
+        };
+        Known {
+            mode: job.mode_shown(),
+            name: job.name,
+            started_us: job.started_us,
+            ended_us: job.ended_us,
+            unswitched,
+        }
+    }
+}
+
+/// The stretches of jobs the rotation left alone, on one machine: from each one's start to
+/// its end (or the chart's), or, for one switched once chosen, to its first boundary.
+/// `first_switched`: each job's first start or stop in the boundary logs.
+fn unswitched_stretches(
+    jobs: &BTreeMap<u64, Known>,
+    first_switched: &BTreeMap<u64, Micros>,
+    to: Micros,
+) -> Vec<(u64, Micros, Micros)> {
+    jobs.iter()
+        .filter_map(|(&job, known)| {
+            let start = known.started_us?;
+            let end = match known.unswitched {
+                Unswitched::Never => return None,
+                Unswitched::Always => known.ended_us.unwrap_or(to),
+                // Chosen before the logs begin: when is not known, so nothing is drawn.
+                Unswitched::UntilChosen => *first_switched.get(&job)?,
+            };
+            Some((job, start, end))
+        })
+        .collect()
 }
 
 /// Panels (a node each, a row per job seen there) and the stretches each job ran within
 /// `[from, to)`: from a start to the next stop, a stop with no start before it running from
 /// the window's start, a start with no stop after it running until the job ended (or on).
+/// On one machine (logs of one node, or none) jobs never switched have their stretches too;
+/// a cluster's controller does not say which nodes those ran on.
 fn chart(
     records: &[BoundaryRecord],
     jobs: &BTreeMap<u64, Known>,
@@ -198,29 +246,36 @@ fn chart(
     to: Micros,
 ) -> (Vec<Panel>, Vec<Bar>) {
     let mut by_node: BTreeMap<&str, Vec<&BoundaryRecord>> = BTreeMap::new();
+    let mut first_switched: BTreeMap<u64, Micros> = BTreeMap::new();
     for record in records {
         by_node.entry(&record.node).or_default().push(record);
+        for moment in record.stopped.iter().chain(&record.started) {
+            let first = first_switched.entry(moment.job).or_insert(moment.at_us);
+            *first = (*first).min(moment.at_us);
+        }
+    }
+    let mut stretches_by_node: BTreeMap<String, Vec<(u64, Micros, Micros)>> = by_node
+        .into_iter()
+        .map(|(node, records)| {
+            (
+                format!("node {node}"),
+                switched_stretches(records, jobs, from, to),
+            )
+        })
+        .collect();
+    if stretches_by_node.len() <= 1 {
+        let unswitched = unswitched_stretches(jobs, &first_switched, to);
+        if !unswitched.is_empty() {
+            if stretches_by_node.is_empty() {
+                stretches_by_node.insert("this machine".into(), Vec::new());
+            }
+            let stretches = stretches_by_node.values_mut().next().expect("one panel");
+            stretches.extend(unswitched);
+        }
     }
     let mut panels = Vec::new();
     let mut bars = Vec::new();
-    for (node, mut records) in by_node {
-        records.sort_by_key(|r| r.woke_us);
-        let mut stretches: Vec<(u64, Micros, Micros)> = Vec::new();
-        let mut running: BTreeMap<u64, Micros> = BTreeMap::new();
-        for record in records {
-            // A boundary stops before it starts (freeze confirmed, then thaw).
-            for stop in &record.stopped {
-                let start = running.remove(&stop.job).unwrap_or(from);
-                stretches.push((stop.job, start, stop.at_us));
-            }
-            for start in &record.started {
-                running.entry(start.job).or_insert(start.at_us);
-            }
-        }
-        stretches.extend(running.into_iter().map(|(job, start)| {
-            let end = jobs.get(&job).and_then(|k| k.ended_us).unwrap_or(to);
-            (job, start, end)
-        }));
+    for (name, mut stretches) in stretches_by_node {
         stretches.retain(|&(_, start, end)| start < to && end > from && start < end);
         let rows: Vec<u64> = stretches
             .iter()
@@ -243,7 +298,7 @@ fn chart(
             to: end.min(to),
         }));
         panels.push(Panel {
-            name: format!("node {node}"),
+            name,
             rows: rows.len() as u32,
             row_names: rows
                 .iter()
@@ -255,6 +310,33 @@ fn chart(
         });
     }
     (panels, bars)
+}
+
+/// One node's stretches from its boundary log.
+fn switched_stretches(
+    mut records: Vec<&BoundaryRecord>,
+    jobs: &BTreeMap<u64, Known>,
+    from: Micros,
+    to: Micros,
+) -> Vec<(u64, Micros, Micros)> {
+    records.sort_by_key(|r| r.woke_us);
+    let mut stretches: Vec<(u64, Micros, Micros)> = Vec::new();
+    let mut running: BTreeMap<u64, Micros> = BTreeMap::new();
+    for record in records {
+        // A boundary stops before it starts (freeze confirmed, then thaw).
+        for stop in &record.stopped {
+            let start = running.remove(&stop.job).unwrap_or(from);
+            stretches.push((stop.job, start, stop.at_us));
+        }
+        for start in &record.started {
+            running.entry(start.job).or_insert(start.at_us);
+        }
+    }
+    stretches.extend(running.into_iter().map(|(job, start)| {
+        let end = jobs.get(&job).and_then(|k| k.ended_us).unwrap_or(to);
+        (job, start, end)
+    }));
+    stretches
 }
 
 /// A job's name short enough for the chart's margin.
@@ -307,7 +389,9 @@ mod tests {
                 Known {
                     name: "a-long-job-name".into(),
                     mode: "auto:gang".into(),
+                    started_us: None,
                     ended_us: None,
+                    unswitched: Unswitched::UntilChosen,
                 },
             ),
             (
@@ -315,7 +399,9 @@ mod tests {
                 Known {
                     name: "short".into(),
                     mode: "gang".into(),
+                    started_us: Some(900),
                     ended_us: Some(1_250),
+                    unswitched: Unswitched::Never,
                 },
             ),
         ]);
@@ -361,5 +447,68 @@ mod tests {
             summary,
             [(1, 1_002, 1_101), (2, 1_032, 1_201), (1, 1_202, 1_300)]
         );
+    }
+
+    fn known(mode: &str, started_us: Micros, unswitched: Unswitched) -> Known {
+        Known {
+            name: "job".into(),
+            mode: mode.into(),
+            started_us: Some(started_us),
+            ended_us: None,
+            unswitched,
+        }
+    }
+
+    #[test]
+    fn on_one_machine_a_job_never_switched_runs_from_its_start_and_an_auto_one_until_chosen() {
+        // Job 1 gang from the start; 3 implicit; 4 auto, switched from 1_200 on.
+        let records = [
+            boundary("a", 1_000, &[], &[1]),
+            boundary("a", 1_100, &[1], &[]),
+            boundary("a", 1_200, &[], &[4]),
+            boundary("a", 1_300, &[4], &[1]),
+        ];
+        let jobs = BTreeMap::from([
+            (1, known("gang", 900, Unswitched::Never)),
+            (3, known("implicit", 1_050, Unswitched::Always)),
+            (4, known("auto:gang", 1_020, Unswitched::UntilChosen)),
+        ]);
+        let (panels, bars) = chart(&records, &jobs, 1_000, 1_400);
+        assert_eq!(panels.len(), 1);
+        assert_eq!(panels[0].name, "node a");
+        assert_eq!(
+            panels[0].row_names,
+            ["1 job gang", "3 job implicit", "4 job auto:gang"]
+        );
+        let mut summary: Vec<(u64, Micros, Micros)> =
+            bars.iter().map(|b| (b.job, b.from, b.to)).collect();
+        summary.sort();
+        assert_eq!(
+            summary,
+            [
+                (1, 1_002, 1_101),
+                (1, 1_302, 1_400),
+                (3, 1_050, 1_400),
+                (4, 1_020, 1_202),
+                (4, 1_202, 1_301),
+            ]
+        );
+
+        // No boundary at all (every job implicit): one panel for the machine.
+        let (panels, bars) = chart(&[], &jobs, 1_000, 1_400);
+        assert_eq!(panels[0].name, "this machine");
+        assert_eq!(
+            bars.len(),
+            1,
+            "only job 3: job 4's choice is not in the logs"
+        );
+
+        // A cluster's logs: which nodes an implicit job ran on is not known here.
+        let two_nodes = [
+            boundary("a", 1_000, &[], &[1]),
+            boundary("b", 1_000, &[], &[1]),
+        ];
+        let (_, bars) = chart(&two_nodes, &jobs, 1_000, 1_400);
+        assert!(bars.iter().all(|b| b.job == 1));
     }
 }

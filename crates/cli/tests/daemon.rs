@@ -18,21 +18,7 @@ fn gang_jobs_never_run_at_the_same_moment_and_keep_their_exit_codes() {
     let b = d.submit(&["-n", "2", "--", "python3", &spin, "2", "2.5", "6"]);
     let slots = per_slot_cpu(&d, a, b, 16);
     // The chart of what ran (anyone may draw it): the two jobs take turns, never together.
-    let chart = std::env::temp_dir().join(format!("cosched-gantt-{}.svg", std::process::id()));
-    let drawn = Command::new(COSCHED)
-        .args(["gantt", "--since", "1.2", "--out", chart.to_str().unwrap()])
-        .env("COSCHED_SOCKET", d.socket())
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .output()
-        .unwrap();
-    assert!(
-        drawn.status.success(),
-        "{}",
-        String::from_utf8_lossy(&drawn.stderr)
-    );
-    let svg = std::fs::read_to_string(&chart).unwrap();
-    std::fs::remove_file(&chart).unwrap();
+    let svg = d.gantt_as(NOBODY, "1.2");
     let stretches = |job: u64| -> Vec<(f64, f64)> {
         let head = format!("<title>job {job} in node local, ");
         svg.split(&head)

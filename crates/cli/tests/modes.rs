@@ -84,6 +84,18 @@ fn one_rotation_switches_each_job_as_its_own_mode_says() {
     ] {
         assert!(ps.contains(&format!("{job} {mode}")), "{ps}");
     }
+    // The chart draws the implicit job, which no boundary switches, as one bar across it.
+    let svg = d.gantt_as(0, "1");
+    let bars = |job: u64| {
+        svg.matches(&format!("<title>job {job} in node local, "))
+            .count()
+    };
+    assert_eq!(bars(implicit), 1, "{svg}");
+    assert!(bars(gang) >= 3, "{svg}");
+    assert!(
+        svg.contains(&format!("{implicit} python3 implicit")),
+        "{svg}"
+    );
     for job in [gang, moderate, implicit] {
         assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
         d.wait_end(job, Duration::from_secs(60));

@@ -181,6 +181,22 @@ impl Daemon {
             .unwrap()
     }
 
+    /// The chart `cosched gantt --since SECONDS` draws, drawn as `uid` (anyone may).
+    pub fn gantt_as(&self, uid: u32, since: &str) -> String {
+        let chart =
+            std::env::temp_dir().join(format!("cosched-gantt-{}-{uid}.svg", std::process::id()));
+        let out = chart.to_str().unwrap();
+        let drawn = self.cosched_as(uid, &["gantt", "--since", since, "--out", out]);
+        assert!(
+            drawn.status.success(),
+            "{}",
+            String::from_utf8_lossy(&drawn.stderr)
+        );
+        let svg = std::fs::read_to_string(&chart).unwrap();
+        std::fs::remove_file(&chart).unwrap();
+        svg
+    }
+
     /// Submits a detached job and returns its id. (Its output goes to a file: a job that
     /// kept this test's pipe would hold `output()` until it ends.)
     pub fn submit(&self, args: &[&str]) -> u64 {
