@@ -161,6 +161,54 @@ fn an_implicit_job_takes_only_its_budget_of_a_gangs_slot() {
     }
 }
 
+/// One user's many implicit jobs share one budget of a gang's slot: eight computing jobs of
+/// nobody's, each within a budget of its own (5 ms of its processor), would take 40 ms of
+/// CPU of each of root's 100 ms slots; together they may take the node's budget (5 ms a
+/// processor). The gang, thawed, is ahead of them on the processors at first, so they spend
+/// it over the slot's first 20-25 ms, and the middle (from 15 ms on) sees some of it.
+#[test]
+fn one_users_many_implicit_jobs_share_one_budget_of_a_gangs_slot() {
+    let d = Daemon::start(&["--procs", "2", "--quantum-ms", "100", "--mpl", "8"]);
+    let gang = spinner(&d, "gang");
+    let busy = [
+        "-n",
+        "1",
+        "--mode",
+        "implicit",
+        "--",
+        "sh",
+        "-c",
+        "while :; do :; done",
+    ];
+    let implicit: Vec<u64> = (0..8).map(|_| d.submit_as(NOBODY, &busy)).collect();
+    let running = wait_until(Duration::from_secs(30), || {
+        implicit
+            .iter()
+            .chain([&gang])
+            .all(|&job| d.job(job)["state"] == "running" && d.cpu_us(job) > 0)
+    });
+    assert!(running, "{}", d.log());
+    // The implicit jobs' CPU summed, as if one job's (its id: 0).
+    let cpu_us = |job: u64| match job {
+        0 => implicit.iter().map(|&j| d.cpu_us(j)).sum(),
+        job => d.cpu_us(job),
+    };
+    let slots = per_slot_cpu_of(&d.json(&["matrix", "--json"]), cpu_us, gang, 0, 40);
+    let in_gangs: Vec<(i64, i64)> = slots.iter().copied().filter(|s| s.0 > 40_000).collect();
+    assert!(in_gangs.len() >= 4, "{slots:?}");
+    let implicit_cpu = median(in_gangs.iter().map(|s| s.1).collect());
+    assert!(
+        implicit_cpu < 20_000,
+        "nobody's implicit jobs took {implicit_cpu} µs (median) of the gang's slot middles: \
+         {slots:?}\n{}",
+        d.log()
+    );
+    for job in implicit.into_iter().chain([gang]) {
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+        d.wait_end(job, Duration::from_secs(60));
+    }
+}
+
 #[test]
 fn a_daemon_in_local_mode_refuses_a_jobs_mode() {
     let d = Daemon::start(&["--procs", "2", "--mode", "local"]);
