@@ -23,7 +23,8 @@ the next job was let start, for a process that had no processor to stop on), as 
 logged them, so the rotation, the alternates and an interactive job's preemption all \
 show. On one machine a job never switched (implicit, or auto before its mode was chosen) has \
 one bar from its start to its end or its first switch: no boundary stops it, though it may \
-be held for the rest of a gang's slot once past its budget (holds are not drawn). One machine: the daemon answers (anyone may look). A cluster's agents keep their logs \
+be held for the rest of a gang's slot once past its budget (holds are not drawn). One \
+machine: the daemon answers (anyone may look). A cluster's agents keep their logs \
 on their nodes: read them there with --state-dir. Open the SVG in a browser (hover a bar for \
 its times); --out ran.png draws a PNG instead (with rsvg-convert: apt-get install librsvg2-bin).")]
 pub struct GanttArgs {
@@ -213,13 +214,21 @@ impl From<JobView> for Known {
 }
 
 /// The stretches of jobs the rotation left alone, on one machine: from each one's start to
-/// its end (or the chart's), or, for one switched once chosen, to its first boundary.
-/// `first_switched`: each job's first start or stop in the boundary logs.
+/// its end (or the chart's), or, for one switched once chosen, to its first start or stop
+/// in `records`.
 fn unswitched_stretches(
+    records: &[BoundaryRecord],
     jobs: &BTreeMap<u64, Known>,
-    first_switched: &BTreeMap<u64, Micros>,
     to: Micros,
 ) -> Vec<(u64, Micros, Micros)> {
+    let mut first_switched: BTreeMap<u64, Micros> = BTreeMap::new();
+    for moment in records
+        .iter()
+        .flat_map(|r| r.stopped.iter().chain(&r.started))
+    {
+        let first = first_switched.entry(moment.job).or_insert(moment.at_us);
+        *first = (*first).min(moment.at_us);
+    }
     jobs.iter()
         .filter_map(|(&job, known)| {
             let start = known.started_us?;
@@ -246,13 +255,8 @@ fn chart(
     to: Micros,
 ) -> (Vec<Panel>, Vec<Bar>) {
     let mut by_node: BTreeMap<&str, Vec<&BoundaryRecord>> = BTreeMap::new();
-    let mut first_switched: BTreeMap<u64, Micros> = BTreeMap::new();
     for record in records {
         by_node.entry(&record.node).or_default().push(record);
-        for moment in record.stopped.iter().chain(&record.started) {
-            let first = first_switched.entry(moment.job).or_insert(moment.at_us);
-            *first = (*first).min(moment.at_us);
-        }
     }
     let mut stretches_by_node: BTreeMap<String, Vec<(u64, Micros, Micros)>> = by_node
         .into_iter()
@@ -264,7 +268,7 @@ fn chart(
         })
         .collect();
     if stretches_by_node.len() <= 1 {
-        let unswitched = unswitched_stretches(jobs, &first_switched, to);
+        let unswitched = unswitched_stretches(records, jobs, to);
         if !unswitched.is_empty() {
             if stretches_by_node.is_empty() {
                 stretches_by_node.insert("this machine".into(), Vec::new());
