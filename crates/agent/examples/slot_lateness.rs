@@ -38,15 +38,24 @@ fn measure(quantum_ms: i64, slots: usize, realtime: bool) -> String {
     )
 }
 
+/// A positive whole number from the command line, or a one-line error and exit 2.
+fn positive(arg: &str, name: &str) -> usize {
+    match arg.parse() {
+        Ok(n) if n > 0 => n,
+        _ => {
+            eprintln!("slot_lateness: {name} must be a positive whole number (got '{arg}'; see bench/slot-lateness --help)");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let slots: usize = args
-        .first()
-        .map_or(300, |s| s.parse().expect("SLOTS is a number"));
+    let slots = args.first().map_or(300, |s| positive(s, "SLOTS"));
     let quanta: Vec<i64> = if args.len() > 1 {
         args[1..]
             .iter()
-            .map(|s| s.parse().expect("QUANTUM_MS is a number"))
+            .map(|s| positive(s, "QUANTUM_MS") as i64)
             .collect()
     } else {
         vec![10, 50, 100]

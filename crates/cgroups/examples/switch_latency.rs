@@ -91,20 +91,26 @@ fn raw_round(raw: &str, a: &str, b: &str, switches: usize) -> (f64, f64) {
     (field("\"p50_us"), field("\"p99_us"))
 }
 
+/// A positive whole number from the command line, or a one-line error and exit 2.
+fn positive(arg: &str, name: &str) -> usize {
+    match arg.parse() {
+        Ok(n) if n > 0 => n,
+        _ => {
+            eprintln!("switch_latency: {name} must be a positive whole number (got '{arg}'; see bench/switch-latency --help)");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(raw) = args.first().cloned() else {
         eprintln!("usage: switch_latency RAW_SWITCH_BINARY [SWITCHES] [N...]");
         std::process::exit(2);
     };
-    let switches: usize = args
-        .get(1)
-        .map_or(400, |s| s.parse().expect("SWITCHES is a number"));
+    let switches = args.get(1).map_or(400, |s| positive(s, "SWITCHES"));
     let sizes: Vec<usize> = if args.len() > 2 {
-        args[2..]
-            .iter()
-            .map(|s| s.parse().expect("N is a number"))
-            .collect()
+        args[2..].iter().map(|s| positive(s, "N")).collect()
     } else {
         vec![1, 4, 16, 64, 256]
     };
