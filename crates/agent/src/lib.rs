@@ -590,11 +590,13 @@ impl<A: Actuator> Applier<A> {
         let outcome = match (mode, run) {
             // Thawed tasks wake where they last ran, often two on one processor: the second
             // waited milliseconds for the balancer while its partner spun (a 20 ms gang of
-            // 2-rank ping-pongs ran at 30 % CPU efficiency). Spreading needs them runnable.
+            // 2-rank ping-pongs ran at 30 % CPU efficiency). Pinned while still frozen, they
+            // wake each on its own: spreading after the thaw kept the real-time clock thread
+            // busy (up to ~100 µs) on a processor where a thawed rank waited, a skew.
             (Mode::Gang, true) => actuator
-                .thaw(&name)
-                .map(|_| now_micros())
-                .and_then(|at| actuator.spread(&name).map(|()| at)),
+                .spread(&name)
+                .and_then(|()| actuator.thaw(&name))
+                .map(|_| now_micros()),
             (Mode::Gang, false) => actuator.freeze(&name).map(|_| now_micros()),
             // Weight alone is not enough: see `Actuator::spread`.
             (Mode::Moderate, true) => actuator

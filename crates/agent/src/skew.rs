@@ -62,6 +62,9 @@ impl Baseline {
         let begin = Instant::now();
         let mut waits: Vec<Option<u64>> = vec![None; self.tasks.len()];
         while waits.iter().any(Option::is_none) {
+            // Sleep first, never spin: this runs at real-time priority, and a task thawed onto
+            // this thread's processor starts only once it sleeps.
+            std::thread::sleep(Duration::from_micros(20));
             for (wait, (pid, tid, base)) in waits.iter_mut().zip(&self.tasks) {
                 if wait.is_none() {
                     let now = procfs::task_schedstat(*pid, *tid).ok()?;
@@ -73,8 +76,6 @@ impl Baseline {
             if begin.elapsed() > patience {
                 return Some(patience);
             }
-            // Sleep, never spin: this runs at real-time priority beside the tasks it watches.
-            std::thread::sleep(Duration::from_micros(20));
         }
         let waits: Vec<u64> = waits.into_iter().flatten().collect();
         let spread = waits.iter().max()? - waits.iter().min()?;

@@ -78,8 +78,9 @@ fn gang_freezes_the_leavers_before_thawing_the_entrants() {
         calls,
         [
             FakeCall::Freeze("job-1".into()),
-            FakeCall::Thaw("job-2".into()),
-            FakeCall::Spread("job-2".into())
+            // Pinned while frozen: nothing is left to do on the processors once it runs.
+            FakeCall::Spread("job-2".into()),
+            FakeCall::Thaw("job-2".into())
         ]
     );
     // Processors were set once, from the plan.
@@ -100,14 +101,14 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
     assert_eq!(a.actuator().frozen(), vec!["job-1", "job-2"]);
     assert_eq!(a.leaving().collect::<Vec<_>>(), vec![1]);
     assert_eq!(a.running().count(), 0);
-    // The boundary's record holds both, the stop first; the boundary only thawed.
+    // The boundary's record holds both, the stop first; the boundary only pinned and thawed.
     let (switched, calls) = enter(&mut a, 11);
     assert_eq!(switched, (vec![1], vec![2]));
     assert_eq!(
         calls,
         [
-            FakeCall::Thaw("job-2".into()),
-            FakeCall::Spread("job-2".into())
+            FakeCall::Spread("job-2".into()),
+            FakeCall::Thaw("job-2".into())
         ]
     );
     assert_eq!(a.leaving().count(), 0);

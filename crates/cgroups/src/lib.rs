@@ -159,10 +159,11 @@ pub trait Actuator {
     fn limit_memory(&mut self, job: &JobGroup, bytes: u64) -> Result<()>;
     /// Where the job's CPU time, peak memory and OOM kills are read as it ends ([`usage`]).
     fn usage_files(&self, job: &JobGroup) -> Result<UsageFiles>;
-    /// Pins the job's runnable threads one per processor of its cpuset, moving as few as it
-    /// can ([`affinity::spread_plan`]): the kernel may leave two busy threads stacked on one
-    /// processor for tens of milliseconds after a weight change. Pins last until `unpin` or a
-    /// cpuset change, so an implementation may skip calls soon after one that looked.
+    /// Pins the job's working threads (running or frozen) one per processor of its cpuset,
+    /// moving as few as it can ([`affinity::spread_plan`]): the kernel may leave two busy
+    /// threads stacked on one processor for tens of milliseconds after a weight change or a
+    /// thaw. Pins last until `unpin` or a cpuset change, so an implementation may skip calls
+    /// soon after one that looked.
     fn spread(&mut self, job: &JobGroup) -> Result<()>;
     /// Lets every thread of the job use every processor of its cpuset again.
     fn unpin(&mut self, job: &JobGroup) -> Result<()>;

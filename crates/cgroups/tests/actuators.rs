@@ -82,18 +82,21 @@ fn spread_and_unpin<A: Actuator>(act: &mut A, job: &JobGroup, pids: &[Pid]) {
     if every.size() >= 2 {
         assert_ne!(pinned[0], pinned[1], "both spinners on one processor");
         // Someone stacks them again; a cpuset change makes the next spread look afresh (a
-        // spread right after another may rely on its pins).
+        // spread right after another may rely on its pins). The job is frozen meanwhile, as
+        // gang mode spreads it: pinned before its thaw, by the CPU time its threads used.
         let taskset = Command::new("taskset")
             .args(["-p", "-c", &pinned[0].to_string(), &pids[1].to_string()])
             .output()
             .unwrap();
         assert!(taskset.status.success(), "{taskset:?}");
+        act.freeze(job).unwrap();
         act.set_cpus(job, &every).unwrap();
         act.spread(job).unwrap();
         let again: Vec<Partition> = pids.iter().map(|&p| allowed_cpus(p)).collect();
+        act.thaw(job).unwrap();
         assert_ne!(
             again[0], again[1],
-            "spread after a cpuset change left them stacked"
+            "spread of a frozen job after a cpuset change left them stacked"
         );
     }
     act.unpin(job).unwrap();

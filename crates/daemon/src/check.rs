@@ -56,6 +56,97 @@ fn realtime_thread() -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// The kernel's preemption model (none, voluntary, full, lazy, rt), when it can be told: from
+/// debugfs (`none voluntary (full) lazy`: the current one in parentheses), a dynamic kernel's
+/// `preempt=` boot option, the kernel's build options (`config`), or `uname -v`.
+fn preemption_model(
+    debugfs: Option<&str>,
+    cmdline: &str,
+    config: Option<&str>,
+    version: &str,
+) -> Option<String> {
+    let current = debugfs.and_then(|text| {
+        text.split_whitespace()
+            .find_map(|word| word.strip_prefix('(')?.strip_suffix(')'))
+    });
+    if let Some(model) = current {
+        return Some(model.to_string());
+    }
+    let built = |option: &str| config.is_some_and(|c| c.lines().any(|line| line.trim() == option));
+    if version.contains("PREEMPT_RT") || built("CONFIG_PREEMPT_RT=y") {
+        return Some("rt".into());
+    }
+    if version.contains("PREEMPT_DYNAMIC") || built("CONFIG_PREEMPT_DYNAMIC=y") {
+        let chosen = cmdline
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("preempt="));
+        if let Some(model) = chosen {
+            return Some(model.to_string());
+        }
+    }
+    let models = [
+        ("CONFIG_PREEMPT_LAZY=y", "lazy"),
+        ("CONFIG_PREEMPT=y", "full"),
+        ("CONFIG_PREEMPT_VOLUNTARY=y", "voluntary"),
+        ("CONFIG_PREEMPT_NONE=y", "none"),
+    ];
+    if let Some((_, model)) = models.iter().find(|(option, _)| built(option)) {
+        return Some(model.to_string());
+    }
+    // `uname -v` names PREEMPT alone for a fully preemptible kernel.
+    version
+        .split_whitespace()
+        .any(|word| word == "PREEMPT")
+        .then(|| "full".to_string())
+}
+
+/// The kernel's build options: /proc/config.gz, else Debian's /boot/config-RELEASE.
+fn kernel_config() -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    let packed = std::fs::File::open("/proc/config.gz")
+        .ok()
+        .and_then(|file| {
+            flate2::read::GzDecoder::new(file)
+                .read_to_string(&mut text)
+                .ok()
+        });
+    if packed.is_some() {
+        return Some(text);
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    std::fs::read_to_string(format!("/boot/config-{}", release.trim())).ok()
+}
+
+fn preemption_feature(model: Option<String>, dynamic: bool) -> Feature {
+    const NAME: &str = "kernel preemption";
+    let how = match dynamic {
+        true => "boot with preempt=full",
+        false => "a kernel built with CONFIG_PREEMPT",
+    };
+    match model.as_deref() {
+        Some(model @ ("full" | "lazy" | "rt")) => feature(
+            NAME,
+            true,
+            format!("{model}: a woken task may take its processor back from kernel code"),
+        ),
+        Some(model) => feature(
+            NAME,
+            false,
+            format!(
+                "{model}: a kernel thread keeps its processor until it yields, even from the \
+                 real-time clock, so a boundary or a thaw is now and then milliseconds late \
+                 ({how})"
+            ),
+        ),
+        None => feature(
+            NAME,
+            false,
+            "unknown (no debugfs, /proc/config.gz or /boot/config of this kernel)",
+        ),
+    }
+}
+
 pub fn check() -> Report {
     let mut features = Vec::new();
     let layout = match Layout::detect() {
@@ -188,6 +279,22 @@ pub fn check() -> Report {
             format!("{error}: switches will be late by milliseconds under load"),
         ),
     });
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let version = read("/proc/sys/kernel/version");
+    let config = kernel_config();
+    let model = preemption_model(
+        std::fs::read_to_string("/sys/kernel/debug/sched/preempt")
+            .ok()
+            .as_deref(),
+        &read("/proc/cmdline"),
+        config.as_deref(),
+        &version,
+    );
+    let dynamic = version.contains("PREEMPT_DYNAMIC")
+        || config
+            .as_deref()
+            .is_some_and(|c| c.contains("\nCONFIG_PREEMPT_DYNAMIC=y"));
+    features.push(preemption_feature(model, dynamic));
     let actuator = match Cgroups::open(&layout, &probe, None) {
         Ok(cgroups) => {
             let description = cgroups.describe();
@@ -209,6 +316,43 @@ pub fn check() -> Report {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_preemption_model_is_told_from_what_the_kernel_shows() {
+        let model = |debugfs, cmdline, config, version| {
+            preemption_model(debugfs, cmdline, config, version).unwrap_or_default()
+        };
+        // This VM's kernel: dynamic, no preempt= on its boot line, built for none.
+        let vm = "CONFIG_PREEMPT_BUILD=y\nCONFIG_PREEMPT_NONE=y\n# CONFIG_PREEMPT is not set\n\
+                  CONFIG_PREEMPTION=y\nCONFIG_PREEMPT_DYNAMIC=y\n";
+        let dynamic = "#1 SMP PREEMPT_DYNAMIC @0";
+        assert_eq!(model(None, "quiet", Some(vm), dynamic), "none");
+        assert_eq!(model(None, "quiet preempt=full", Some(vm), dynamic), "full");
+        assert_eq!(
+            model(
+                Some("none voluntary (full) lazy\n"),
+                "quiet",
+                Some(vm),
+                dynamic
+            ),
+            "full"
+        );
+        // preempt= means nothing to a kernel that cannot change its model.
+        let voluntary = "CONFIG_PREEMPT_VOLUNTARY=y\n";
+        assert_eq!(
+            model(None, "preempt=full", Some(voluntary), "#1 SMP"),
+            "voluntary"
+        );
+        assert_eq!(model(None, "", None, "#1 SMP PREEMPT_RT"), "rt");
+        assert_eq!(model(None, "", None, "#1 SMP PREEMPT Thu"), "full");
+        assert_eq!(preemption_model(None, "", None, "#1 SMP"), None);
+        let none = preemption_feature(Some("none".into()), true);
+        assert!(
+            !none.available && none.detail.contains("preempt=full"),
+            "{none:?}"
+        );
+        assert!(preemption_feature(Some("full".into()), true).available);
+    }
 
     #[test]
     fn the_json_report_says_usable_and_the_actuator_or_why_not_in_fields_of_their_own() {
