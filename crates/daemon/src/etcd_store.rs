@@ -26,6 +26,14 @@ pub struct EtcdStore {
     guard: LeaderGuard,
     /// The highest id among the records (only the leader adds records).
     highest: JobId,
+    /// The job counter as this controller last read or wrote it: its value and `mod_revision`
+    /// (0: absent). Read once; each insert then writes it with the record, conditioned on that
+    /// revision, so that a submission is one round trip to etcd (it was three: the counter
+    /// read and written, then the record, each waiting behind the generations being fanned
+    /// out to every node).
+    counter: Option<(JobId, i64)>,
+    /// The last id `next_id` handed out (its record may not be written yet).
+    handed: JobId,
 }
 
 impl EtcdStore {
@@ -55,7 +63,36 @@ impl EtcdStore {
             keys,
             guard,
             highest,
+            counter: None,
+            handed: 0,
         })
+    }
+
+    /// The job counter now: its value and `mod_revision` (0 and 0 when absent).
+    fn read_counter(&self) -> Result<(JobId, i64), EtcdStoreError> {
+        let key = self.keys.job_counter();
+        let Some(kv) = self.client.get(&key)? else {
+            return Ok((0, 0));
+        };
+        let value = std::str::from_utf8(&kv.value)
+            .ok()
+            .and_then(|v| v.trim().parse::<JobId>().ok())
+            .ok_or_else(|| EtcdStoreError::Record {
+                key,
+                why: "not a number".into(),
+            })?;
+        Ok((value, kv.mod_revision))
+    }
+
+    fn counter(&mut self) -> Result<(JobId, i64), EtcdStoreError> {
+        match self.counter {
+            Some(counter) => Ok(counter),
+            None => {
+                let counter = self.read_counter()?;
+                self.counter = Some(counter);
+                Ok(counter)
+            }
+        }
     }
 
     fn decode(&self, key: &str, value: &[u8]) -> Result<JobRecord, EtcdStoreError> {
@@ -67,13 +104,14 @@ impl EtcdStore {
             })
     }
 
-    /// Writes a record under the leader's guard (and `also`); a failed comparison says why.
-    fn write(&self, record: &JobRecord, also: Option<Compare<'_>>) -> Result<(), EtcdStoreError> {
+    /// Replaces a record under the leader's guard; a failed comparison says why.
+    fn write(&self, record: &JobRecord) -> Result<(), EtcdStoreError> {
         let key = self.keys.job(record.id);
         let value = serde_json::to_vec(record).expect("records serialize");
-        let mut compares = vec![self.guard.compare()];
-        compares.extend(also);
-        if self.client.txn(&compares, &[(&key, &value, None)])? {
+        if self
+            .client
+            .txn(&[self.guard.compare()], &[(&key, &value, None)])?
+        {
             return Ok(());
         }
         Err(self.refusal(record.id, &key)?)
@@ -136,50 +174,143 @@ impl Store for EtcdStore {
         Ok(found.map(|kv| self.decode(&key, &kv.value)).transpose()?)
     }
 
+    /// The record and the counter at its id in one transaction, under the leader's guard and
+    /// on the counter's revision as last seen: a counter moved by another writer is read
+    /// again, and the record refused if its id is not above it.
     fn insert(&mut self, record: &JobRecord) -> Result<(), StoreError> {
         let key = self.keys.job(record.id);
-        Ok(self.write(record, Some(Compare::Absent(&key)))?)
+        let counter_key = self.keys.job_counter();
+        let value = serde_json::to_vec(record).expect("records serialize");
+        loop {
+            let (counted, revision) = self.counter()?;
+            if counted >= record.id {
+                return Err(EtcdStoreError::Record {
+                    key: counter_key,
+                    why: format!(
+                        "job {} is not above the counter ({counted}): its id was handed out already, so it is not recorded",
+                        record.id
+                    ),
+                }
+                .into());
+            }
+            let compares = [
+                self.guard.compare(),
+                Compare::Absent(&key),
+                Compare::Modified(&counter_key, revision),
+            ];
+            let id = record.id.to_string();
+            let puts = [
+                (counter_key.as_str(), id.as_bytes(), None),
+                (key.as_str(), value.as_slice(), None),
+            ];
+            if let Some(at) = self
+                .client
+                .txn_at(&compares, &puts)
+                .map_err(EtcdStoreError::from)?
+            {
+                self.counter = Some((record.id, at));
+                self.highest = self.highest.max(record.id);
+                return Ok(());
+            }
+            let now = self.read_counter()?;
+            if now.1 == revision {
+                // The counter held: the leader key or the record's absence did not.
+                return Err(self.refusal(record.id, &key)?.into());
+            }
+            self.counter = Some(now);
+        }
     }
 
     fn put(&mut self, record: &JobRecord) -> Result<(), StoreError> {
-        Ok(self.write(record, None)?)
+        Ok(self.write(record)?)
     }
 
+    /// Above the counter, every record and every id handed out, with no round trip once the
+    /// counter was read: the id is made durable with its record (`insert`). An id whose record
+    /// never came was given to no one, and may be handed out again by another leader.
     fn next_id(&mut self) -> Result<JobId, StoreError> {
-        let counter = self.keys.job_counter();
-        loop {
-            let current = self.client.get(&counter).map_err(EtcdStoreError::from)?;
-            let (counted, revision) = match &current {
-                Some(kv) => (
-                    std::str::from_utf8(&kv.value)
-                        .ok()
-                        .and_then(|v| v.trim().parse::<JobId>().ok())
-                        .ok_or_else(|| EtcdStoreError::Record {
-                            key: counter.clone(),
-                            why: "not a number".into(),
-                        })?,
-                    kv.mod_revision,
-                ),
-                None => (0, 0),
-            };
-            // A counter reset or lost must not hand out an id a record already has.
-            let next = counted.max(self.highest) + 1;
-            let unchanged = Compare::Modified(&counter, revision);
-            let written = self
-                .client
-                .txn(
-                    &[self.guard.compare(), unchanged],
-                    &[(&counter, next.to_string().as_bytes(), None)],
-                )
-                .map_err(EtcdStoreError::from)?;
-            if written {
-                self.highest = next;
-                return Ok(next);
-            }
-            if !self.leading()? {
-                return Err(self.deposed(next).into());
-            }
-            // Another writer moved the counter between the read and the write: read again.
+        let (counted, _) = self.counter()?;
+        self.handed = counted.max(self.highest).max(self.handed) + 1;
+        Ok(self.handed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::record;
+    use cosched_cluster::become_leader;
+    use cosched_etcd::testing::Etcd;
+
+    fn leader(etcd: &Etcd) -> (Arc<Client>, Keys, cosched_cluster::Leadership) {
+        let client = Arc::new(etcd.client());
+        let keys = Keys::new("store").unwrap();
+        let leadership = become_leader(Arc::clone(&client), &keys, 10, |_| {}).unwrap();
+        (client, keys, leadership)
+    }
+
+    fn counter(client: &Client, keys: &Keys) -> String {
+        let kv = client.get(&keys.job_counter()).unwrap().unwrap();
+        String::from_utf8(kv.value).unwrap()
+    }
+
+    #[test]
+    fn a_submission_writes_its_record_and_the_counter_at_once() {
+        let etcd = Etcd::start_plain("store-ids");
+        let (client, keys, leadership) = leader(&etcd);
+        let mut store =
+            EtcdStore::open(Arc::clone(&client), keys.clone(), leadership.guard()).unwrap();
+        for want in 1..=3 {
+            let id = store.next_id().unwrap();
+            assert_eq!(id, want);
+            store.insert(&record(id)).unwrap();
+            assert_eq!(counter(&client, &keys), id.to_string());
         }
+        assert!(store.get(2).unwrap().is_some());
+        // A controller taking over goes on above them.
+        let mut next =
+            EtcdStore::open(Arc::clone(&client), keys.clone(), leadership.guard()).unwrap();
+        assert_eq!(next.next_id().unwrap(), 4);
+        // The same record twice is refused, and the counter is not moved by it.
+        let again = store.insert(&record(3)).unwrap_err().to_string();
+        assert!(again.contains("handed out already"), "{again}");
+        assert_eq!(counter(&client, &keys), "3");
+    }
+
+    #[test]
+    fn a_counter_moved_by_another_writer_is_read_again() {
+        let etcd = Etcd::start_plain("store-moved");
+        let (client, keys, leadership) = leader(&etcd);
+        let mut store =
+            EtcdStore::open(Arc::clone(&client), keys.clone(), leadership.guard()).unwrap();
+        let first = store.next_id().unwrap();
+        store.insert(&record(first)).unwrap();
+        // Moved below the id about to be written: the record goes in on the counter as it is.
+        let id = store.next_id().unwrap();
+        client.put(&keys.job_counter(), b"1", None).unwrap();
+        store.insert(&record(id)).unwrap();
+        assert_eq!(counter(&client, &keys), id.to_string());
+        // Moved past it: the id was handed out elsewhere, so the record is refused (the
+        // submission fails, nothing is acknowledged), and the next id is above the counter.
+        let id = store.next_id().unwrap();
+        client.put(&keys.job_counter(), b"10", None).unwrap();
+        let refused = store.insert(&record(id)).unwrap_err().to_string();
+        assert!(refused.contains("handed out already"), "{refused}");
+        assert!(store.get(id).unwrap().is_none());
+        assert_eq!(store.next_id().unwrap(), 11);
+    }
+
+    #[test]
+    fn a_deposed_leader_writes_nothing() {
+        let etcd = Etcd::start_plain("store-deposed");
+        let (client, keys, leadership) = leader(&etcd);
+        let mut store =
+            EtcdStore::open(Arc::clone(&client), keys.clone(), leadership.guard()).unwrap();
+        let id = store.next_id().unwrap();
+        leadership.resign();
+        let refused = store.insert(&record(id)).unwrap_err().to_string();
+        assert!(refused.contains("no longer leads"), "{refused}");
+        assert!(client.get(&keys.job_counter()).unwrap().is_none());
+        assert!(store.get(id).unwrap().is_none());
     }
 }

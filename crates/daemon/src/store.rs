@@ -270,12 +270,13 @@ impl Store for SqliteStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use cosched_os::unix::Credentials;
     use cosched_proto::ExitInfo;
 
-    fn record(id: JobId) -> JobRecord {
+    /// A queued job's record, as a submission makes it (the etcd store's tests use it too).
+    pub(crate) fn record(id: JobId) -> JobRecord {
         JobRecord {
             id,
             name: format!("job{id}"),

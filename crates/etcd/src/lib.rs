@@ -547,6 +547,16 @@ impl Client {
         compares: &[Compare<'_>],
         puts: &[(&str, &[u8], Option<i64>)],
     ) -> Result<bool, EtcdError> {
+        Ok(self.txn_at(compares, puts)?.is_some())
+    }
+
+    /// [`Client::txn`], returning the revision of the writes when the comparisons held: each
+    /// key put is then at that `mod_revision`, for a later [`Compare::Modified`] with no read.
+    pub fn txn_at(
+        &self,
+        compares: &[Compare<'_>],
+        puts: &[(&str, &[u8], Option<i64>)],
+    ) -> Result<Option<i64>, EtcdError> {
         let compare: Vec<Value> = compares
             .iter()
             .map(|c| match c {
@@ -572,7 +582,8 @@ impl Client {
             "/v3/kv/txn",
             json!({"compare": compare, "success": success}),
         )?;
-        Ok(answer["succeeded"].as_bool().unwrap_or(false))
+        let held = answer["succeeded"].as_bool().unwrap_or(false);
+        Ok(held.then(|| int(&answer["header"]["revision"])))
     }
 
     /// Makes every write of `writes` at once, as one revision (one raft proposal instead of
