@@ -7,7 +7,7 @@ n=40
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -n) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "compile_loop.sh: -n needs a positive integer (got '${2:-}')" >&2; exit 2; }; n="$2"; shift 2 ;;
-    -h|--help) usage_of "$0"; exit 0 ;;
+    -h|--help) usage_of; exit 0 ;;
     *) echo "compile_loop.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
