@@ -370,6 +370,15 @@ impl<A: Actuator> Applier<A> {
         for job in leave {
             self.ask_stop(job)?;
         }
+        // While the freezes take effect: the boundary itself then only thaws the entrants.
+        let gangs: Vec<JobId> = (self.entrants(slot).into_iter())
+            .filter(|&job| self.mode_of(job) == Mode::Gang)
+            .collect();
+        for job in gangs {
+            self.actuator
+                .spread(&job_group(job))
+                .map_err(|source| AgentError::Actuator { job, source })?;
+        }
         self.await_stops(|_, _| Some(boundary))?;
         self.leaving_took += began.elapsed();
         Ok(())
@@ -590,19 +599,23 @@ impl<A: Actuator> Applier<A> {
         let outcome = match (mode, run) {
             // Thawed tasks wake where they last ran, often two on one processor: the second
             // waited milliseconds for the balancer while its partner spun (a 20 ms gang of
-            // 2-rank ping-pongs ran at 30 % CPU efficiency). Pinned while still frozen, they
-            // wake each on its own: spreading after the thaw kept the real-time clock thread
-            // busy (up to ~100 µs) on a processor where a thawed rank waited, a skew.
-            (Mode::Gang, true) => actuator
-                .spread(&name)
-                .and_then(|()| actuator.thaw(&name))
-                .map(|_| now_micros()),
+            // 2-rank ping-pongs ran at 30 % CPU efficiency). Pinned while still frozen (ahead
+            // of the boundary, `leave_slot`), they wake each on its own: spreading after the
+            // thaw kept the real-time clock thread busy (up to ~100 µs) on a processor where a
+            // thawed rank waited, a skew. A job that never ran is spread once it runs.
+            (Mode::Gang, true) => actuator.spread(&name).and_then(|pinned| {
+                let at = actuator.thaw(&name).map(|_| now_micros())?;
+                match pinned {
+                    true => Ok(at),
+                    false => actuator.spread(&name).map(|_| at),
+                }
+            }),
             (Mode::Gang, false) => actuator.freeze(&name).map(|_| now_micros()),
             // Weight alone is not enough: see `Actuator::spread`.
             (Mode::Moderate, true) => actuator
                 .set_weight(&name, FAVOURED_WEIGHT)
                 .map(|()| now_micros())
-                .and_then(|at| actuator.spread(&name).map(|()| at)),
+                .and_then(|at| actuator.spread(&name).map(|_| at)),
             (Mode::Moderate, false) => actuator
                 .set_weight(&name, DISFAVOURED_WEIGHT)
                 .map(|()| now_micros())

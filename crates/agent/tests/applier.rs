@@ -78,9 +78,20 @@ fn gang_freezes_the_leavers_before_thawing_the_entrants() {
         calls,
         [
             FakeCall::Freeze("job-1".into()),
-            // Pinned while frozen: nothing is left to do on the processors once it runs.
+            // Never ran: nothing to tell its workers by until it runs.
             FakeCall::Spread("job-2".into()),
-            FakeCall::Thaw("job-2".into())
+            FakeCall::Thaw("job-2".into()),
+            FakeCall::Spread("job-2".into())
+        ]
+    );
+    let (_, calls) = enter(&mut a, 12);
+    assert_eq!(
+        calls,
+        [
+            FakeCall::Freeze("job-2".into()),
+            // Pinned while frozen: nothing is left to do on its processors once it runs.
+            FakeCall::Spread("job-1".into()),
+            FakeCall::Thaw("job-1".into())
         ]
     );
     // Processors were set once, from the plan.
@@ -101,22 +112,34 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
     assert_eq!(a.actuator().frozen(), vec!["job-1", "job-2"]);
     assert_eq!(a.leaving().collect::<Vec<_>>(), vec![1]);
     assert_eq!(a.running().count(), 0);
-    // The boundary's record holds both, the stop first; the boundary only pinned and thawed.
+    // The boundary's record holds both, the stop first. Job 2, never run, could not be
+    // spread ahead: the boundary looks again, thaws it and spreads it as it runs.
     let (switched, calls) = enter(&mut a, 11);
     assert_eq!(switched, (vec![1], vec![2]));
     assert_eq!(
         calls,
         [
             FakeCall::Spread("job-2".into()),
-            FakeCall::Thaw("job-2".into())
+            FakeCall::Thaw("job-2".into()),
+            FakeCall::Spread("job-2".into())
         ]
     );
     assert_eq!(a.leaving().count(), 0);
     // The lead follows the freezes measured (the fake's are instant): slack alone.
     assert!(a.lead(12) < 1_000, "{}", a.lead(12));
+    // Ahead of the boundary, as the leaver's freeze takes effect, the entrant (which ran) is
+    // pinned while still frozen.
+    let before = a.actuator().calls.len();
+    a.leave_slot(12, now_micros()).unwrap();
+    assert_eq!(
+        a.actuator().calls[before..],
+        [
+            FakeCall::Freeze("job-2".into()),
+            FakeCall::Spread("job-1".into())
+        ]
+    );
     // A job let loose after it was held back is stopped again on the boundary, and reported
     // once.
-    a.leave_slot(12, now_micros()).unwrap();
     a.release_all().unwrap();
     let r = a.enter_slot(12, now_micros()).unwrap();
     assert_eq!((jobs(&r.stopped), jobs(&r.started)), (vec![2], vec![]));

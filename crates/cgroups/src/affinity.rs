@@ -99,17 +99,19 @@ fn workers(threads: &[(Pid, procfs::Stat)]) -> Vec<(Pid, usize)> {
     workers.iter().map(|(tid, s)| (*tid, s.processor)).collect()
 }
 
-/// Pins the working threads of `pids` one per processor of `cpus` ([`spread_plan`]).
-pub fn spread(pids: &[Pid], cpus: &Partition) -> Result<()> {
+/// Pins the working threads of `pids` one per processor of `cpus` ([`spread_plan`]); returns
+/// whether there were any.
+pub fn spread(pids: &[Pid], cpus: &Partition) -> Result<bool> {
     // Indexed by position in the plan, and compared with `/proc`'s processor numbers.
     let cpus: Vec<usize> = cpus.processors().map(|cpu| cpu as usize).collect();
     let threads: Vec<(Pid, procfs::Stat)> = threads_of(pids)
         .filter_map(|(pid, tid)| procfs::thread_stat(pid, tid).ok().map(|s| (tid, s)))
         .collect();
-    for (tid, cpu) in spread_plan(&workers(&threads), &cpus) {
+    let workers = workers(&threads);
+    for (tid, cpu) in spread_plan(&workers, &cpus) {
         apply(tid, &mask([cpu]), || cpu.to_string())?;
     }
-    Ok(())
+    Ok(!workers.is_empty())
 }
 
 /// Lets every thread of `pids` use every processor of its cpuset again.

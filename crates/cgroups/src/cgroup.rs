@@ -915,7 +915,7 @@ impl Actuator for Cgroups {
         Ok(steps)
     }
 
-    fn spread(&mut self, job: &JobGroup) -> Result<()> {
+    fn spread(&mut self, job: &JobGroup) -> Result<bool> {
         // Pinned threads stay pinned while frozen: once a job's ranks are spread, looking again
         // at every thaw only costs (~250 us a switch for an MPI job's ~14 threads, the clock
         // thread's CPU taken from the job). Look at every thaw at first, then at doubling
@@ -925,12 +925,16 @@ impl Actuator for Cgroups {
         let pids = self.pids(job)?;
         let waited = match self.spread_due.get(&**job) {
             Some(seen) if seen.pids != pids => Duration::ZERO,
-            Some(seen) if now < seen.due => return Ok(()),
+            Some(seen) if now < seen.due => return Ok(true),
             Some(seen) => seen.wait,
             None => Duration::ZERO,
         };
         let cpus = self.usable_cpus(job)?;
-        affinity::spread(&pids, &cpus)?;
+        if !affinity::spread(&pids, &cpus)? {
+            // Nothing to tell the workers by yet: the next call looks again.
+            self.spread_due.remove(&**job);
+            return Ok(false);
+        }
         let wait = (waited * 2).clamp(SPREAD_FIRST_WAIT, SPREAD_LONGEST_WAIT);
         let seen = SpreadSeen {
             due: now + wait,
@@ -938,7 +942,7 @@ impl Actuator for Cgroups {
             pids,
         };
         self.spread_due.insert(job.to_string(), seen);
-        Ok(())
+        Ok(true)
     }
 
     fn unpin(&mut self, job: &JobGroup) -> Result<()> {

@@ -33,6 +33,9 @@ pub struct FakeJob {
     pub cpu: Duration,
     /// Whether the threads are pinned one per processor (`spread`, until `unpin`).
     pub spread: bool,
+    /// Whether it was ever thawed: a real job's threads then have CPU time to tell its
+    /// workers by, even while frozen.
+    pub ran: bool,
     /// How long a freeze takes to be confirmed (a real one waits for every task to stop).
     pub freeze_takes: Duration,
     /// When the last freeze was asked.
@@ -138,7 +141,9 @@ impl Actuator for Fake {
     }
 
     fn thaw(&mut self, job: &JobGroup) -> Result<Duration> {
-        self.job(job)?.frozen = false;
+        let entry = self.job(job)?;
+        entry.frozen = false;
+        entry.ran = true;
         self.calls.push(FakeCall::Thaw(job.to_string()));
         Ok(Duration::ZERO)
     }
@@ -173,10 +178,13 @@ impl Actuator for Fake {
         self.pids(job).map(|_| Vec::new())
     }
 
-    fn spread(&mut self, job: &JobGroup) -> Result<()> {
-        self.job(job)?.spread = true;
+    /// As a real job's threads: told apart by their CPU time, or by running now.
+    fn spread(&mut self, job: &JobGroup) -> Result<bool> {
+        let fake = self.job(job)?;
+        let found = !fake.frozen || fake.ran;
+        fake.spread |= found;
         self.calls.push(FakeCall::Spread(job.to_string()));
-        Ok(())
+        Ok(found)
     }
 
     fn unpin(&mut self, job: &JobGroup) -> Result<()> {

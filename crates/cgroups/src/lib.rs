@@ -163,8 +163,10 @@ pub trait Actuator {
     /// moving as few as it can ([`affinity::spread_plan`]): the kernel may leave two busy
     /// threads stacked on one processor for tens of milliseconds after a weight change or a
     /// thaw. Pins last until `unpin` or a cpuset change, so an implementation may skip calls
-    /// soon after one that looked.
-    fn spread(&mut self, job: &JobGroup) -> Result<()>;
+    /// soon after one that looked. Returns whether the working threads are pinned (now, or by
+    /// a look still trusted): not for a frozen job that never ran, whose threads have no CPU
+    /// time to tell the workers by; call again once it runs.
+    fn spread(&mut self, job: &JobGroup) -> Result<bool>;
     /// Lets every thread of the job use every processor of its cpuset again.
     fn unpin(&mut self, job: &JobGroup) -> Result<()>;
 }
