@@ -191,7 +191,8 @@ pub trait Store: Send {
     fn insert(&mut self, record: &JobRecord) -> Result<(), StoreError>;
     /// Replaces a job's record; durable when it returns.
     fn put(&mut self, record: &JobRecord) -> Result<(), StoreError>;
-    /// A job id never handed out before (above every id in the store), durable when it returns.
+    /// A job id never handed out before (above every id in the store), durable when it returns
+    /// or with its record (`insert`): an id whose record never came was given to no one.
     fn next_id(&mut self) -> Result<JobId, StoreError>;
     /// The ended records `query` asks for, the latest ended first (the higher id first among
     /// those that ended together), at most `query.rows()`.

@@ -56,33 +56,48 @@ fn realtime_thread() -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// The kernel's preemption model (none, voluntary, full, lazy, rt), when it can be told: from
-/// debugfs (`none voluntary (full) lazy`: the current one in parentheses), a dynamic kernel's
-/// `preempt=` boot option, the kernel's build options (`config`), or `uname -v`.
-fn preemption_model(
+/// How the kernel preempts kernel code, as far as it can be told.
+#[derive(Debug, PartialEq)]
+struct Preemption {
+    /// none, voluntary, full, lazy or rt.
+    model: Option<String>,
+    /// Whether the model is chosen at boot (`preempt=`).
+    dynamic: bool,
+}
+
+/// The preemption model: from debugfs (`none voluntary (full) lazy`: the current one in
+/// parentheses), a dynamic kernel's last valid `preempt=` boot option, the kernel's build
+/// options (`config`), or `uname -v`.
+fn preemption(
     debugfs: Option<&str>,
     cmdline: &str,
     config: Option<&str>,
     version: &str,
-) -> Option<String> {
+) -> Preemption {
+    let built = |option: &str| config.is_some_and(|c| c.lines().any(|line| line.trim() == option));
+    let dynamic = version.contains("PREEMPT_DYNAMIC") || built("CONFIG_PREEMPT_DYNAMIC=y");
+    let answer = |model: &str| Preemption {
+        model: Some(model.to_string()),
+        dynamic,
+    };
     let current = debugfs.and_then(|text| {
         text.split_whitespace()
             .find_map(|word| word.strip_prefix('(')?.strip_suffix(')'))
     });
     if let Some(model) = current {
-        return Some(model.to_string());
+        return answer(model);
     }
-    let built = |option: &str| config.is_some_and(|c| c.lines().any(|line| line.trim() == option));
     if version.contains("PREEMPT_RT") || built("CONFIG_PREEMPT_RT=y") {
-        return Some("rt".into());
+        return answer("rt");
     }
-    if version.contains("PREEMPT_DYNAMIC") || built("CONFIG_PREEMPT_DYNAMIC=y") {
-        let chosen = cmdline
-            .split_whitespace()
-            .find_map(|word| word.strip_prefix("preempt="));
-        if let Some(model) = chosen {
-            return Some(model.to_string());
-        }
+    // The kernel takes the last one, and keeps its built model for a value it does not know.
+    let chosen = cmdline
+        .split_whitespace()
+        .filter_map(|word| word.strip_prefix("preempt="))
+        .next_back()
+        .filter(|model| ["none", "voluntary", "full", "lazy"].contains(model));
+    if let Some(model) = chosen.filter(|_| dynamic) {
+        return answer(model);
     }
     let models = [
         ("CONFIG_PREEMPT_LAZY=y", "lazy"),
@@ -91,13 +106,16 @@ fn preemption_model(
         ("CONFIG_PREEMPT_NONE=y", "none"),
     ];
     if let Some((_, model)) = models.iter().find(|(option, _)| built(option)) {
-        return Some(model.to_string());
+        return answer(model);
     }
     // `uname -v` names PREEMPT alone for a fully preemptible kernel.
-    version
-        .split_whitespace()
-        .any(|word| word == "PREEMPT")
-        .then(|| "full".to_string())
+    match version.split_whitespace().any(|word| word == "PREEMPT") {
+        true => answer("full"),
+        false => Preemption {
+            model: None,
+            dynamic,
+        },
+    }
 }
 
 /// The kernel's build options: /proc/config.gz, else Debian's /boot/config-RELEASE.
@@ -118,13 +136,13 @@ fn kernel_config() -> Option<String> {
     std::fs::read_to_string(format!("/boot/config-{}", release.trim())).ok()
 }
 
-fn preemption_feature(model: Option<String>, dynamic: bool) -> Feature {
+fn preemption_feature(preemption: Preemption) -> Feature {
     const NAME: &str = "kernel preemption";
-    let how = match dynamic {
+    let how = match preemption.dynamic {
         true => "boot with preempt=full",
         false => "a kernel built with CONFIG_PREEMPT",
     };
-    match model.as_deref() {
+    match preemption.model.as_deref() {
         Some(model @ ("full" | "lazy" | "rt")) => feature(
             NAME,
             true,
@@ -142,7 +160,8 @@ fn preemption_feature(model: Option<String>, dynamic: bool) -> Feature {
         None => feature(
             NAME,
             false,
-            "unknown (no debugfs, /proc/config.gz or /boot/config of this kernel)",
+            "unknown: debugfs, the boot line, /proc/config.gz or /boot/config and uname -v do \
+             not tell",
         ),
     }
 }
@@ -280,21 +299,14 @@ pub fn check() -> Report {
         ),
     });
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
-    let version = read("/proc/sys/kernel/version");
-    let config = kernel_config();
-    let model = preemption_model(
+    features.push(preemption_feature(preemption(
         std::fs::read_to_string("/sys/kernel/debug/sched/preempt")
             .ok()
             .as_deref(),
         &read("/proc/cmdline"),
-        config.as_deref(),
-        &version,
-    );
-    let dynamic = version.contains("PREEMPT_DYNAMIC")
-        || config
-            .as_deref()
-            .is_some_and(|c| c.contains("\nCONFIG_PREEMPT_DYNAMIC=y"));
-    features.push(preemption_feature(model, dynamic));
+        kernel_config().as_deref(),
+        &read("/proc/sys/kernel/version"),
+    )));
     let actuator = match Cgroups::open(&layout, &probe, None) {
         Ok(cgroups) => {
             let description = cgroups.describe();
@@ -320,7 +332,9 @@ mod tests {
     #[test]
     fn the_preemption_model_is_told_from_what_the_kernel_shows() {
         let model = |debugfs, cmdline, config, version| {
-            preemption_model(debugfs, cmdline, config, version).unwrap_or_default()
+            preemption(debugfs, cmdline, config, version)
+                .model
+                .unwrap_or_default()
         };
         // This VM's kernel: dynamic, no preempt= on its boot line, built for none.
         let vm = "CONFIG_PREEMPT_BUILD=y\nCONFIG_PREEMPT_NONE=y\n# CONFIG_PREEMPT is not set\n\
@@ -328,6 +342,10 @@ mod tests {
         let dynamic = "#1 SMP PREEMPT_DYNAMIC @0";
         assert_eq!(model(None, "quiet", Some(vm), dynamic), "none");
         assert_eq!(model(None, "quiet preempt=full", Some(vm), dynamic), "full");
+        // The last one counts; one the kernel does not know leaves the built model.
+        let twice = "preempt=full quiet preempt=voluntary";
+        assert_eq!(model(None, twice, Some(vm), dynamic), "voluntary");
+        assert_eq!(model(None, "preempt=bogus", Some(vm), dynamic), "none");
         assert_eq!(
             model(
                 Some("none voluntary (full) lazy\n"),
@@ -345,13 +363,18 @@ mod tests {
         );
         assert_eq!(model(None, "", None, "#1 SMP PREEMPT_RT"), "rt");
         assert_eq!(model(None, "", None, "#1 SMP PREEMPT Thu"), "full");
-        assert_eq!(preemption_model(None, "", None, "#1 SMP"), None);
-        let none = preemption_feature(Some("none".into()), true);
+        let unknown = preemption(None, "", None, "#1 SMP");
+        assert_eq!(unknown.model, None);
+        let none = preemption_feature(preemption(None, "", Some(vm), dynamic));
         assert!(
             !none.available && none.detail.contains("preempt=full"),
             "{none:?}"
         );
-        assert!(preemption_feature(Some("full".into()), true).available);
+        let fixed = preemption_feature(preemption(None, "", Some("CONFIG_PREEMPT_NONE=y"), "#1"));
+        assert!(fixed.detail.contains("CONFIG_PREEMPT"), "{fixed:?}");
+        assert!(!preemption_feature(unknown).available);
+        let full = preemption_feature(preemption(None, "preempt=full", Some(vm), dynamic));
+        assert!(full.available, "{full:?}");
     }
 
     #[test]

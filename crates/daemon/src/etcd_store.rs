@@ -104,7 +104,7 @@ impl EtcdStore {
             })
     }
 
-    /// Replaces a record under the leader's guard; a failed comparison says why.
+    /// Replaces a record under the leader's guard, the one comparison that can fail.
     fn write(&self, record: &JobRecord) -> Result<(), EtcdStoreError> {
         let key = self.keys.job(record.id);
         let value = serde_json::to_vec(record).expect("records serialize");
@@ -114,20 +114,7 @@ impl EtcdStore {
         {
             return Ok(());
         }
-        Err(self.refusal(record.id, &key)?)
-    }
-
-    /// Why a guarded write was refused: the leader key is not ours any more, or the record
-    /// exists already.
-    fn refusal(&self, job: JobId, key: &str) -> Result<EtcdStoreError, EtcdStoreError> {
-        if self.leading()? {
-            Ok(EtcdStoreError::Record {
-                key: key.to_string(),
-                why: format!("job {job} exists already: ids are never reused"),
-            })
-        } else {
-            Ok(self.deposed(job))
-        }
+        Err(self.deposed(record.id))
     }
 
     /// Whether the leader key is still this controller's (an empty guarded transaction).
@@ -212,10 +199,18 @@ impl Store for EtcdStore {
                 self.highest = self.highest.max(record.id);
                 return Ok(());
             }
+            // A new leader moves the counter too: say that first.
+            if !self.leading()? {
+                return Err(self.deposed(record.id).into());
+            }
             let now = self.read_counter()?;
             if now.1 == revision {
-                // The counter held: the leader key or the record's absence did not.
-                return Err(self.refusal(record.id, &key)?.into());
+                // The counter and the leader key held: the record's absence did not.
+                return Err(EtcdStoreError::Record {
+                    key,
+                    why: format!("job {} exists already: ids are never reused", record.id),
+                }
+                .into());
             }
             self.counter = Some(now);
         }
