@@ -96,6 +96,9 @@ pub struct Applier<A: Actuator> {
     /// the time `leave_slot` took: both go into that boundary's record.
     stopping: Vec<Stopping>,
     leaving_took: Duration,
+    /// Gang entrants that `leave_slot` pinned for the coming boundary: their thaw need not
+    /// look again (until their processors change).
+    pinned_ahead: BTreeSet<JobId>,
     /// How long the last freezes took to be confirmed (µs), newest last: any job's, and each
     /// job's own.
     freezes: RecentTimes,
@@ -185,6 +188,7 @@ impl<A: Actuator> Applier<A> {
             running: BTreeSet::new(),
             stopping: Vec::new(),
             leaving_took: Duration::ZERO,
+            pinned_ahead: BTreeSet::new(),
             freezes: RecentTimes::default(),
             freezes_of: BTreeMap::new(),
             lenders: BTreeSet::new(),
@@ -375,9 +379,13 @@ impl<A: Actuator> Applier<A> {
             .filter(|&job| self.mode_of(job) == Mode::Gang)
             .collect();
         for job in gangs {
-            self.actuator
+            let pinned = self
+                .actuator
                 .spread(&job_group(job))
                 .map_err(|source| AgentError::Actuator { job, source })?;
+            if pinned {
+                self.pinned_ahead.insert(job);
+            }
         }
         self.await_stops(|_, _| Some(boundary))?;
         self.leaving_took += began.elapsed();
@@ -557,6 +565,8 @@ impl<A: Actuator> Applier<A> {
             self.running.insert(job);
             started.push(JobMoment { job, at_us });
         }
+        // Pins made ahead serve this boundary only (an entrant a new plan left out included).
+        self.pinned_ahead.clear();
         // The record says when each leaver stopped running its own code: when its freeze was
         // confirmed, or, for one confirmed after the entrants started, when they were let.
         self.await_stops(|_, _| None)?;
@@ -595,6 +605,7 @@ impl<A: Actuator> Applier<A> {
     fn steer(&mut self, job: JobId, run: bool) -> Result<Micros, AgentError> {
         let name = job_group(job);
         let mode = self.mode_of(job);
+        let pinned_ahead = self.pinned_ahead.remove(&job);
         let actuator = &mut self.actuator;
         let outcome = match (mode, run) {
             // Thawed tasks wake where they last ran, often two on one processor: the second
@@ -603,7 +614,11 @@ impl<A: Actuator> Applier<A> {
             // of the boundary, `leave_slot`), they wake each on its own: spreading after the
             // thaw kept the real-time clock thread busy (up to ~100 µs) on a processor where a
             // thawed rank waited, a skew. A job that never ran is spread once it runs.
-            (Mode::Gang, true) => actuator.spread(&name).and_then(|pinned| {
+            (Mode::Gang, true) => match pinned_ahead {
+                true => Ok(true),
+                false => actuator.spread(&name),
+            }
+            .and_then(|pinned| {
                 let at = actuator.thaw(&name).map(|_| now_micros())?;
                 match pinned {
                     true => Ok(at),
@@ -637,6 +652,8 @@ impl<A: Actuator> Applier<A> {
                 };
                 // The cgroup is written only when the processors change.
                 if last.as_ref() != Some(&entry.partition) {
+                    // A cpuset change undoes the pins.
+                    self.pinned_ahead.remove(&entry.job);
                     self.actuator
                         .set_cpus(&job_group(entry.job), &entry.partition)
                         .map_err(|source| AgentError::Actuator {

@@ -147,6 +147,30 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
 }
 
 #[test]
+fn an_entrant_pinned_ahead_of_its_boundary_is_only_thawed_on_it() {
+    let mut a = applier(Mode::Gang);
+    a.enter_slot(10, now_micros()).unwrap();
+    a.leave_slot(11, now_micros()).unwrap();
+    a.enter_slot(11, now_micros()).unwrap();
+    // Job 1 ran: pinned ahead, while job 2's freeze takes effect.
+    a.leave_slot(12, now_micros()).unwrap();
+    let (switched, calls) = enter(&mut a, 12);
+    assert_eq!(switched, (vec![2], vec![1]));
+    assert_eq!(calls, [FakeCall::Thaw("job-1".into())]);
+    // A plan that changes on the boundary brings another entrant: it is looked at there.
+    a.leave_slot(13, now_micros()).unwrap();
+    a.publish(Generation::follow(None, two_slices().plan(), 13));
+    let (_, calls) = enter(&mut a, 13);
+    assert_eq!(
+        calls,
+        [
+            FakeCall::Spread("job-1".into()),
+            FakeCall::Thaw("job-1".into())
+        ]
+    );
+}
+
+#[test]
 fn a_job_slow_to_freeze_leaves_early_by_its_own_history_only() {
     let mut a = applier(Mode::Gang);
     a.actuator_mut().jobs.get_mut("job-1").unwrap().freeze_takes = Duration::from_millis(3);
