@@ -41,6 +41,8 @@ use cosched_proto::JobMoment;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
+const LOG: cosched_os::Log = cosched_os::Log::new("agent");
+
 pub use cosched_proto::{Mode, UnknownMode};
 
 /// cgroup v2 `cpu.weight` of the favoured and of the other jobs in moderate mode: 10,000 : 1
@@ -368,6 +370,8 @@ impl<A: Actuator> Applier<A> {
             .filter(|&&job| self.mode_of(job) == Mode::Gang)
             .copied()
             .collect();
+        // Pins are made ahead for the coming boundary only (one that failed kept its set).
+        self.pinned_ahead.clear();
         if leave.is_empty() {
             return Ok(());
         }
@@ -375,16 +379,17 @@ impl<A: Actuator> Applier<A> {
             self.ask_stop(job)?;
         }
         // While the freezes take effect: the boundary itself then only thaws the entrants.
+        // Pins only place the threads: one that fails is said, and the boundary tries again.
         let gangs: Vec<JobId> = (self.entrants(slot).into_iter())
             .filter(|&job| self.mode_of(job) == Mode::Gang)
             .collect();
         for job in gangs {
-            let pinned = self
-                .actuator
-                .spread(&job_group(job))
-                .map_err(|source| AgentError::Actuator { job, source })?;
-            if pinned {
-                self.pinned_ahead.insert(job);
+            match self.actuator.spread(&job_group(job)) {
+                Ok(true) => {
+                    self.pinned_ahead.insert(job);
+                }
+                Ok(false) => {}
+                Err(error) => LOG.warn(format_args!("job {job}: pinning ahead: {error}")),
             }
         }
         self.await_stops(|_, _| Some(boundary))?;
@@ -620,10 +625,14 @@ impl<A: Actuator> Applier<A> {
             }
             .and_then(|pinned| {
                 let at = actuator.thaw(&name).map(|_| now_micros())?;
-                match pinned {
-                    true => Ok(at),
-                    false => actuator.spread(&name).map(|_| at),
+                // Thawed, the job runs and must be counted running: a pin that fails now is
+                // said, not returned.
+                if !pinned {
+                    if let Err(error) = actuator.spread(&name) {
+                        LOG.warn(format_args!("job {job}: pinning after its thaw: {error}"));
+                    }
                 }
+                Ok(at)
             }),
             (Mode::Gang, false) => actuator.freeze(&name).map(|_| now_micros()),
             // Weight alone is not enough: see `Actuator::spread`.

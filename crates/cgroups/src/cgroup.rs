@@ -26,6 +26,8 @@ struct SpreadSeen {
     due: Instant,
     wait: Duration,
     pids: Vec<Pid>,
+    /// Whether that look found working threads to pin (a job of sleepers has none).
+    pinned: bool,
 }
 
 /// One step of letting a job run freely, taken by [`release`] in any process (the job's
@@ -857,7 +859,12 @@ impl Actuator for Cgroups {
         let asked = Instant::now();
         self.ask_frozen(job, false)?;
         self.confirm_frozen(job, false, None)?;
-        Ok(asked.elapsed())
+        let took = asked.elapsed();
+        // A frozen job that never ran showed no workers; running, its threads will.
+        if self.spread_due.get(&**job).is_some_and(|seen| !seen.pinned) {
+            self.spread_due.remove(&**job);
+        }
+        Ok(took)
     }
 
     fn kill(&mut self, job: &JobGroup) -> Result<()> {
@@ -925,24 +932,21 @@ impl Actuator for Cgroups {
         let pids = self.pids(job)?;
         let waited = match self.spread_due.get(&**job) {
             Some(seen) if seen.pids != pids => Duration::ZERO,
-            Some(seen) if now < seen.due => return Ok(true),
+            Some(seen) if now < seen.due => return Ok(seen.pinned),
             Some(seen) => seen.wait,
             None => Duration::ZERO,
         };
         let cpus = self.usable_cpus(job)?;
-        if !affinity::spread(&pids, &cpus)? {
-            // Nothing to tell the workers by yet: the next call looks again.
-            self.spread_due.remove(&**job);
-            return Ok(false);
-        }
+        let pinned = affinity::spread(&pids, &cpus)?;
         let wait = (waited * 2).clamp(SPREAD_FIRST_WAIT, SPREAD_LONGEST_WAIT);
         let seen = SpreadSeen {
             due: now + wait,
             wait,
             pids,
+            pinned,
         };
         self.spread_due.insert(job.to_string(), seen);
-        Ok(true)
+        Ok(pinned)
     }
 
     fn unpin(&mut self, job: &JobGroup) -> Result<()> {

@@ -20,6 +20,9 @@ pub enum EtcdStoreError {
     Deposed { cluster: String, job: JobId },
 }
 
+/// Inserts tried while another writer keeps moving the job counter.
+const COUNTER_TRIES: usize = 8;
+
 pub struct EtcdStore {
     client: Arc<Client>,
     keys: Keys,
@@ -168,7 +171,8 @@ impl Store for EtcdStore {
         let key = self.keys.job(record.id);
         let counter_key = self.keys.job_counter();
         let value = serde_json::to_vec(record).expect("records serialize");
-        loop {
+        // Another writer moving the counter between our reads is a fault, not a race to win.
+        for _ in 0..COUNTER_TRIES {
             let (counted, revision) = self.counter()?;
             if counted >= record.id {
                 return Err(EtcdStoreError::Record {
@@ -214,6 +218,14 @@ impl Store for EtcdStore {
             }
             self.counter = Some(now);
         }
+        Err(EtcdStoreError::Record {
+            key: counter_key,
+            why: format!(
+                "moved by another writer at each of {COUNTER_TRIES} tries: job {} is not recorded",
+                record.id
+            ),
+        }
+        .into())
     }
 
     fn put(&mut self, record: &JobRecord) -> Result<(), StoreError> {
