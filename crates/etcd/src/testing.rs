@@ -62,6 +62,20 @@ impl Etcd {
     /// each authentication is a write, which a benchmark of writes must not be made of), and
     /// TLS or not.
     pub fn start_with(name: &str, count: usize, token_ttl_s: u32, tls: bool) -> Etcd {
+        // A port `free_port` found free may be taken before etcd binds it (tests start etcds
+        // side by side): that member exits at once, and a fresh start takes other ports.
+        let mut why = String::new();
+        for _ in 0..3 {
+            match Etcd::launch(name, count, token_ttl_s, tls) {
+                Ok(etcd) => return etcd,
+                Err(exited) => why = exited,
+            }
+        }
+        panic!("{why}, three times");
+    }
+
+    /// One try of `start_with`: an error when a member exits before it answers.
+    fn launch(name: &str, count: usize, token_ttl_s: u32, tls: bool) -> Result<Etcd, String> {
         let base = if std::path::Path::new("/dev/shm").is_dir() {
             PathBuf::from("/dev/shm")
         } else {
@@ -156,9 +170,22 @@ impl Etcd {
             password_file: None,
         };
         let start = Instant::now();
-        for member in &etcd.members {
-            let client = etcd.member_client(&member.url);
+        let clients: Vec<Client> = (etcd.members.iter())
+            .map(|member| etcd.member_client(&member.url))
+            .collect();
+        for (member, client) in clients.iter().enumerate() {
             while client.get("/ready").is_err() {
+                let member = &mut etcd.members[member];
+                let exited = member
+                    .child
+                    .as_mut()
+                    .and_then(|c| c.try_wait().ok().flatten());
+                if let Some(status) = exited {
+                    return Err(format!(
+                        "etcd member {} exited before it answered ({status})",
+                        member.url
+                    ));
+                }
                 assert!(
                     start.elapsed() < Duration::from_secs(30),
                     "etcd member {} did not answer within 30 s",
@@ -177,7 +204,7 @@ impl Etcd {
             .map(|m| m.url.as_str())
             .collect::<Vec<_>>()
             .join(",");
-        etcd
+        Ok(etcd)
     }
 
     /// A client of every member (root's, once auth is on).
