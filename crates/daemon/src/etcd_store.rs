@@ -171,6 +171,11 @@ impl Store for EtcdStore {
         let key = self.keys.job(record.id);
         let counter_key = self.keys.job_counter();
         let value = serde_json::to_vec(record).expect("records serialize");
+        let id = record.id.to_string();
+        let puts = [
+            (counter_key.as_str(), id.as_bytes(), None),
+            (key.as_str(), value.as_slice(), None),
+        ];
         // Another writer moving the counter between our reads is a fault, not a race to win.
         for _ in 0..COUNTER_TRIES {
             let (counted, revision) = self.counter()?;
@@ -188,11 +193,6 @@ impl Store for EtcdStore {
                 self.guard.compare(),
                 Compare::Absent(&key),
                 Compare::Modified(&counter_key, revision),
-            ];
-            let id = record.id.to_string();
-            let puts = [
-                (counter_key.as_str(), id.as_bytes(), None),
-                (key.as_str(), value.as_slice(), None),
             ];
             if let Some(at) = self
                 .client
@@ -249,11 +249,30 @@ mod tests {
     use cosched_cluster::become_leader;
     use cosched_etcd::testing::Etcd;
 
-    fn leader(etcd: &Etcd) -> (Arc<Client>, Keys, cosched_cluster::Leadership) {
-        let client = Arc::new(etcd.client());
-        let keys = Keys::new("store").unwrap();
-        let leadership = become_leader(Arc::clone(&client), &keys, 10, |_| {}).unwrap();
-        (client, keys, leadership)
+    /// A controller leading a cluster on `etcd`.
+    struct Leader {
+        client: Arc<Client>,
+        keys: Keys,
+        leadership: cosched_cluster::Leadership,
+    }
+
+    impl Leader {
+        fn new(etcd: &Etcd) -> Leader {
+            let client = Arc::new(etcd.client());
+            let keys = Keys::new("store").unwrap();
+            let leadership = become_leader(Arc::clone(&client), &keys, 10, |_| {}).unwrap();
+            Leader {
+                client,
+                keys,
+                leadership,
+            }
+        }
+
+        /// Its job store, as it opens one when it takes the lead.
+        fn store(&self) -> EtcdStore {
+            let guard = self.leadership.guard();
+            EtcdStore::open(Arc::clone(&self.client), self.keys.clone(), guard).unwrap()
+        }
     }
 
     fn counter(client: &Client, keys: &Keys) -> String {
@@ -264,39 +283,38 @@ mod tests {
     #[test]
     fn a_submission_writes_its_record_and_the_counter_at_once() {
         let etcd = Etcd::start_plain("store-ids");
-        let (client, keys, leadership) = leader(&etcd);
-        let mut store =
-            EtcdStore::open(Arc::clone(&client), keys.clone(), leadership.guard()).unwrap();
+        let leader = Leader::new(&etcd);
+        let (client, keys) = (&leader.client, &leader.keys);
+        let mut store = leader.store();
         for want in 1..=3 {
             let id = store.next_id().unwrap();
             assert_eq!(id, want);
             store.insert(&record(id)).unwrap();
-            assert_eq!(counter(&client, &keys), id.to_string());
+            assert_eq!(counter(client, keys), id.to_string());
         }
         assert!(store.get(2).unwrap().is_some());
         // A controller taking over goes on above them.
-        let mut next =
-            EtcdStore::open(Arc::clone(&client), keys.clone(), leadership.guard()).unwrap();
+        let mut next = leader.store();
         assert_eq!(next.next_id().unwrap(), 4);
         // The same record twice is refused, and the counter is not moved by it.
         let again = store.insert(&record(3)).unwrap_err().to_string();
         assert!(again.contains("handed out already"), "{again}");
-        assert_eq!(counter(&client, &keys), "3");
+        assert_eq!(counter(client, keys), "3");
     }
 
     #[test]
     fn a_counter_moved_by_another_writer_is_read_again() {
         let etcd = Etcd::start_plain("store-moved");
-        let (client, keys, leadership) = leader(&etcd);
-        let mut store =
-            EtcdStore::open(Arc::clone(&client), keys.clone(), leadership.guard()).unwrap();
+        let leader = Leader::new(&etcd);
+        let (client, keys) = (&leader.client, &leader.keys);
+        let mut store = leader.store();
         let first = store.next_id().unwrap();
         store.insert(&record(first)).unwrap();
         // Moved below the id about to be written: the record goes in on the counter as it is.
         let id = store.next_id().unwrap();
         client.put(&keys.job_counter(), b"1", None).unwrap();
         store.insert(&record(id)).unwrap();
-        assert_eq!(counter(&client, &keys), id.to_string());
+        assert_eq!(counter(client, keys), id.to_string());
         // Moved past it: the id was handed out elsewhere, so the record is refused (the
         // submission fails, nothing is acknowledged), and the next id is above the counter.
         let id = store.next_id().unwrap();
@@ -310,11 +328,11 @@ mod tests {
     #[test]
     fn a_deposed_leader_writes_nothing() {
         let etcd = Etcd::start_plain("store-deposed");
-        let (client, keys, leadership) = leader(&etcd);
-        let mut store =
-            EtcdStore::open(Arc::clone(&client), keys.clone(), leadership.guard()).unwrap();
+        let leader = Leader::new(&etcd);
+        let (client, keys) = (&leader.client, &leader.keys);
+        let mut store = leader.store();
         let id = store.next_id().unwrap();
-        leadership.resign();
+        leader.leadership.resign();
         let refused = store.insert(&record(id)).unwrap_err().to_string();
         assert!(refused.contains("no longer leads"), "{refused}");
         assert!(client.get(&keys.job_counter()).unwrap().is_none());
