@@ -98,9 +98,9 @@ pub struct Applier<A: Actuator> {
     /// the time `leave_slot` took: both go into that boundary's record.
     stopping: Vec<Stopping>,
     leaving_took: Duration,
-    /// Gang entrants that `leave_slot` pinned for the coming boundary: their thaw need not
-    /// look again (until their processors change).
-    pinned_ahead: BTreeSet<JobId>,
+    /// Gang entrants `leave_slot` looked at for the coming boundary, and whether that look
+    /// pinned them: their thaw need not look again (until their processors change).
+    looked_ahead: BTreeMap<JobId, bool>,
     /// How long the last freezes took to be confirmed (µs), newest last: any job's, and each
     /// job's own.
     freezes: RecentTimes,
@@ -119,6 +119,8 @@ pub struct Applier<A: Actuator> {
 struct Known {
     cpus: Option<Partition>,
     mode: Mode,
+    /// Whether it was ever let run: before, its threads have no CPU time to tell workers by.
+    ran: bool,
 }
 
 impl Known {
@@ -190,7 +192,7 @@ impl<A: Actuator> Applier<A> {
             running: BTreeSet::new(),
             stopping: Vec::new(),
             leaving_took: Duration::ZERO,
-            pinned_ahead: BTreeSet::new(),
+            looked_ahead: BTreeMap::new(),
             freezes: RecentTimes::default(),
             freezes_of: BTreeMap::new(),
             lenders: BTreeSet::new(),
@@ -260,7 +262,14 @@ impl<A: Actuator> Applier<A> {
             self.actuator.thaw(&name).map_err(fail)?;
         }
         let cpus = cpus.filter(|_| mode != Mode::Local).cloned();
-        self.jobs.insert(job, Known { cpus, mode });
+        self.jobs.insert(
+            job,
+            Known {
+                cpus,
+                mode,
+                ran: false,
+            },
+        );
         self.steer(job, false)?;
         self.running.remove(&job);
         Ok(())
@@ -370,8 +379,8 @@ impl<A: Actuator> Applier<A> {
             .filter(|&&job| self.mode_of(job) == Mode::Gang)
             .copied()
             .collect();
-        // Pins are made ahead for the coming boundary only (one that failed kept its set).
-        self.pinned_ahead.clear();
+        // Looks are made ahead for the coming boundary only (one that failed kept its own).
+        self.looked_ahead.clear();
         if leave.is_empty() {
             return Ok(());
         }
@@ -385,10 +394,9 @@ impl<A: Actuator> Applier<A> {
             .collect();
         for job in gangs {
             match self.actuator.spread(&job_group(job)) {
-                Ok(true) => {
-                    self.pinned_ahead.insert(job);
+                Ok(pinned) => {
+                    self.looked_ahead.insert(job, pinned);
                 }
-                Ok(false) => {}
                 Err(error) => LOG.warn(format_args!("job {job}: pinning ahead: {error}")),
             }
         }
@@ -570,8 +578,8 @@ impl<A: Actuator> Applier<A> {
             self.running.insert(job);
             started.push(JobMoment { job, at_us });
         }
-        // Pins made ahead serve this boundary only (an entrant a new plan left out included).
-        self.pinned_ahead.clear();
+        // Looks made ahead serve this boundary only (an entrant a new plan left out included).
+        self.looked_ahead.clear();
         // The record says when each leaver stopped running its own code: when its freeze was
         // confirmed, or, for one confirmed after the entrants started, when they were let.
         self.await_stops(|_, _| None)?;
@@ -610,7 +618,10 @@ impl<A: Actuator> Applier<A> {
     fn steer(&mut self, job: JobId, run: bool) -> Result<Micros, AgentError> {
         let name = job_group(job);
         let mode = self.mode_of(job);
-        let pinned_ahead = self.pinned_ahead.remove(&job);
+        let looked_ahead = self.looked_ahead.remove(&job);
+        let first_run = run
+            && (self.jobs.get_mut(&job))
+                .is_some_and(|known| !std::mem::replace(&mut known.ran, true));
         let actuator = &mut self.actuator;
         let outcome = match (mode, run) {
             // Thawed tasks wake where they last ran, often two on one processor: the second
@@ -618,16 +629,17 @@ impl<A: Actuator> Applier<A> {
             // 2-rank ping-pongs ran at 30 % CPU efficiency). Pinned while still frozen (ahead
             // of the boundary, `leave_slot`), they wake each on its own: spreading after the
             // thaw kept the real-time clock thread busy (up to ~100 µs) on a processor where a
-            // thawed rank waited, a skew. A job that never ran is spread once it runs.
-            (Mode::Gang, true) => match pinned_ahead {
-                true => Ok(true),
-                false => actuator.spread(&name),
+            // thawed rank waited, a skew. A job that never ran is spread once it runs (a
+            // frozen look finds no workers in it); one of sleepers is not looked at again.
+            (Mode::Gang, true) => match looked_ahead {
+                Some(pinned) => Ok(pinned),
+                None => actuator.spread(&name),
             }
             .and_then(|pinned| {
                 let at = actuator.thaw(&name).map(|_| now_micros())?;
                 // Thawed, the job runs and must be counted running: a pin that fails now is
                 // said, not returned.
-                if !pinned {
+                if !pinned && first_run {
                     if let Err(error) = actuator.spread(&name) {
                         LOG.warn(format_args!("job {job}: pinning after its thaw: {error}"));
                     }
@@ -662,7 +674,7 @@ impl<A: Actuator> Applier<A> {
                 // The cgroup is written only when the processors change.
                 if last.as_ref() != Some(&entry.partition) {
                     // A cpuset change undoes the pins.
-                    self.pinned_ahead.remove(&entry.job);
+                    self.looked_ahead.remove(&entry.job);
                     self.actuator
                         .set_cpus(&job_group(entry.job), &entry.partition)
                         .map_err(|source| AgentError::Actuator {

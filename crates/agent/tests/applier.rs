@@ -113,13 +113,13 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
     assert_eq!(a.leaving().collect::<Vec<_>>(), vec![1]);
     assert_eq!(a.running().count(), 0);
     // The boundary's record holds both, the stop first. Job 2, never run, could not be
-    // spread ahead: the boundary looks again, thaws it and spreads it as it runs.
+    // spread ahead (looked at, nothing to pin): the boundary thaws it and spreads it as it
+    // runs.
     let (switched, calls) = enter(&mut a, 11);
     assert_eq!(switched, (vec![1], vec![2]));
     assert_eq!(
         calls,
         [
-            FakeCall::Spread("job-2".into()),
             FakeCall::Thaw("job-2".into()),
             FakeCall::Spread("job-2".into())
         ]

@@ -28,6 +28,9 @@ struct SpreadSeen {
     pids: Vec<Pid>,
     /// Whether that look found working threads to pin (a job of sleepers has none).
     pinned: bool,
+    /// A first look that found none: the job may be frozen and never have run, so its next
+    /// thaw makes the next look due, once (a job of sleepers stays on the doubling waits).
+    look_at_thaw: bool,
 }
 
 /// One step of letting a job run freely, taken by [`release`] in any process (the job's
@@ -861,8 +864,9 @@ impl Actuator for Cgroups {
         self.confirm_frozen(job, false, None)?;
         let took = asked.elapsed();
         // A frozen job that never ran showed no workers; running, its threads will.
-        if self.spread_due.get(&**job).is_some_and(|seen| !seen.pinned) {
-            self.spread_due.remove(&**job);
+        if let Some(seen) = self.spread_due.get_mut(&**job).filter(|s| s.look_at_thaw) {
+            seen.due = Instant::now();
+            seen.look_at_thaw = false;
         }
         Ok(took)
     }
@@ -944,6 +948,7 @@ impl Actuator for Cgroups {
             wait,
             pids,
             pinned,
+            look_at_thaw: !pinned && waited.is_zero(),
         };
         self.spread_due.insert(job.to_string(), seen);
         Ok(pinned)
