@@ -105,6 +105,10 @@ pub struct Applier<A: Actuator> {
     /// job's own.
     freezes: RecentTimes,
     freezes_of: BTreeMap<JobId, RecentTimes>,
+    /// How long each job's last looks at its threads took (µs; those that read them, not
+    /// those the actuator answered from an earlier one): a job of a thousand processes takes
+    /// milliseconds to read, which no boundary but its own may pay.
+    looks_of: BTreeMap<JobId, RecentTimes>,
     /// Jobs found blocked in the slot under way (`lend`).
     lenders: BTreeSet<JobId>,
     /// Gang jobs left thawed outside their slot because they hardly used it (`keep_loose`).
@@ -174,12 +178,24 @@ impl RecentTimes {
     pub(crate) fn slowest(&self) -> Option<Micros> {
         self.0.iter().max().copied()
     }
+
+    /// The middle one, or the latest if more: what the times usually are (one that stood out
+    /// left aside), unless they are growing.
+    pub(crate) fn usual_or_latest(&self) -> Option<Micros> {
+        let mut times: Vec<Micros> = self.0.iter().copied().collect();
+        times.sort_unstable();
+        let median = times.get(times.len() / 2).copied();
+        median.max(self.0.back().copied())
+    }
 }
 
 /// What `Applier::lead` adds to the slowest freeze.
 const LEAD_SLACK: Micros = 100;
 /// The lead before any freeze was measured.
 const FIRST_LEAD: Micros = 1_000;
+/// A look at a job's threads (`Actuator::spread`) that usually takes no longer than this may
+/// be made on the boundary, before the job's thaw (an MPI job of ~14 threads: ~250 µs).
+const QUICK_LOOK: Micros = 1_000;
 
 impl<A: Actuator> Applier<A> {
     pub fn new(actuator: A, mode: Mode) -> Self {
@@ -195,6 +211,7 @@ impl<A: Actuator> Applier<A> {
             looked_ahead: BTreeMap::new(),
             freezes: RecentTimes::default(),
             freezes_of: BTreeMap::new(),
+            looks_of: BTreeMap::new(),
             lenders: BTreeSet::new(),
             loose: BTreeSet::new(),
             held: BTreeSet::new(),
@@ -315,6 +332,7 @@ impl<A: Actuator> Applier<A> {
             self.actuator.kill(&name).map_err(fail)?;
         }
         self.freezes_of.remove(&job);
+        self.looks_of.remove(&job);
         self.actuator.remove(&name).map_err(fail)
     }
 
@@ -388,12 +406,20 @@ impl<A: Actuator> Applier<A> {
             self.ask_stop(job)?;
         }
         // While the freezes take effect: the boundary itself then only thaws the entrants.
-        // Pins only place the threads: one that fails is said, and the boundary tries again.
+        // A look is made here if its usual cost fits before the boundary: one that does not
+        // (a job of a thousand processes takes milliseconds to read; one never looked at
+        // never ran and has nothing to pin yet) is made after its thaw, in its own slot, not
+        // in the leavers'. Pins only place the threads: one that fails is said, and the
+        // boundary tries again.
         let gangs: Vec<JobId> = (self.entrants(slot).into_iter())
             .filter(|&job| self.mode_of(job) == Mode::Gang)
             .collect();
         for job in gangs {
-            match self.actuator.spread(&job_group(job)) {
+            let left = boundary - now_micros();
+            if self.look_cost(job).is_none_or(|cost| cost >= left) {
+                continue;
+            }
+            match self.look(job) {
                 Ok(pinned) => {
                     self.looked_ahead.insert(job, pinned);
                 }
@@ -599,9 +625,12 @@ impl<A: Actuator> Applier<A> {
         // processes since (a job alone in its slice is never thawed again; its ranks, pinned
         // where the launcher was, shared one processor for good). The actuator keeps this
         // cheap when nothing changed.
-        for &job in self.running.iter().filter(|job| !start.contains(job)) {
-            self.actuator
-                .spread(&job_group(job))
+        let kept: Vec<JobId> = (self.running.iter())
+            .filter(|job| !start.contains(job))
+            .copied()
+            .collect();
+        for job in kept {
+            self.look(job)
                 .map_err(|source| AgentError::Actuator { job, source })?;
         }
         Ok(SwitchRecord {
@@ -617,48 +646,92 @@ impl<A: Actuator> Applier<A> {
     /// effect (true clock): after the thaw or the confirmed freeze, before any spreading.
     fn steer(&mut self, job: JobId, run: bool) -> Result<Micros, AgentError> {
         let name = job_group(job);
-        let mode = self.mode_of(job);
-        let looked_ahead = self.looked_ahead.remove(&job);
-        let first_run = run
-            && (self.jobs.get_mut(&job))
-                .is_some_and(|known| !std::mem::replace(&mut known.ran, true));
-        let actuator = &mut self.actuator;
-        let outcome = match (mode, run) {
+        let fail = |source| AgentError::Actuator { job, source };
+        match (self.mode_of(job), run) {
             // Thawed tasks wake where they last ran, often two on one processor: the second
             // waited milliseconds for the balancer while its partner spun (a 20 ms gang of
             // 2-rank ping-pongs ran at 30 % CPU efficiency). Pinned while still frozen (ahead
-            // of the boundary, `leave_slot`), they wake each on its own: spreading after the
-            // thaw kept the real-time clock thread busy (up to ~100 µs) on a processor where a
-            // thawed rank waited, a skew. A job that never ran is spread once it runs (a
-            // frozen look finds no workers in it); one of sleepers is not looked at again.
-            (Mode::Gang, true) => match looked_ahead {
-                Some(pinned) => Ok(pinned),
-                None => actuator.spread(&name),
-            }
-            .and_then(|pinned| {
-                let at = actuator.thaw(&name).map(|_| now_micros())?;
+            // of the boundary, `leave_slot`, or on it when the look is quick), they wake each
+            // on its own: spreading after the thaw kept the real-time clock thread busy (up to
+            // ~100 µs) on a processor where a thawed rank waited, a skew. A slow look is made
+            // after the thaw, in the job's own slot; so is a job's first (a frozen look finds
+            // no workers in a job that never ran); a job of sleepers is not looked at again.
+            (Mode::Gang, true) => {
+                let ahead = self.looked_ahead.remove(&job);
+                let quick = self.look_cost(job).is_some_and(|cost| cost <= QUICK_LOOK);
+                // Pins only place the threads: a look that fails is said, and made again after
+                // the thaw.
+                let before = match ahead {
+                    None if quick => match self.look(job) {
+                        Ok(pinned) => Some(pinned),
+                        Err(error) => {
+                            LOG.warn(format_args!("job {job}: pinning before its thaw: {error}"));
+                            None
+                        }
+                    },
+                    looked => looked,
+                };
+                let at = self
+                    .actuator
+                    .thaw(&name)
+                    .map(|_| now_micros())
+                    .map_err(fail)?;
+                let first_run = (self.jobs.get_mut(&job))
+                    .is_some_and(|known| !std::mem::replace(&mut known.ran, true));
                 // Thawed, the job runs and must be counted running: a pin that fails now is
                 // said, not returned.
-                if !pinned && first_run {
-                    if let Err(error) = actuator.spread(&name) {
+                if before.is_none() || (before == Some(false) && first_run) {
+                    if let Err(error) = self.look(job) {
                         LOG.warn(format_args!("job {job}: pinning after its thaw: {error}"));
                     }
                 }
                 Ok(at)
-            }),
-            (Mode::Gang, false) => actuator.freeze(&name).map(|_| now_micros()),
+            }
+            (Mode::Gang, false) => self
+                .actuator
+                .freeze(&name)
+                .map(|_| now_micros())
+                .map_err(fail),
             // Weight alone is not enough: see `Actuator::spread`.
-            (Mode::Moderate, true) => actuator
-                .set_weight(&name, FAVOURED_WEIGHT)
-                .map(|()| now_micros())
-                .and_then(|at| actuator.spread(&name).map(|_| at)),
-            (Mode::Moderate, false) => actuator
-                .set_weight(&name, DISFAVOURED_WEIGHT)
-                .map(|()| now_micros())
-                .and_then(|at| actuator.unpin(&name).map(|()| at)),
+            (Mode::Moderate, true) => {
+                self.actuator
+                    .set_weight(&name, FAVOURED_WEIGHT)
+                    .map_err(fail)?;
+                let at = now_micros();
+                self.look(job).map_err(fail)?;
+                Ok(at)
+            }
+            (Mode::Moderate, false) => {
+                self.actuator
+                    .set_weight(&name, DISFAVOURED_WEIGHT)
+                    .map_err(fail)?;
+                let at = now_micros();
+                self.actuator.unpin(&name).map_err(fail)?;
+                Ok(at)
+            }
             (Mode::Implicit | Mode::Auto | Mode::Local, _) => Ok(now_micros()),
-        };
-        outcome.map_err(|source| AgentError::Actuator { job, source })
+        }
+    }
+
+    /// Looks at a job's threads and pins its workers (`Actuator::spread`); returns whether
+    /// they are pinned. A look that read the threads is timed.
+    fn look(&mut self, job: JobId) -> Result<bool, CgroupError> {
+        let began = Instant::now();
+        let spread = self.actuator.spread(&job_group(job))?;
+        if spread.looked {
+            let took = began.elapsed().as_micros() as Micros;
+            self.looks_of.entry(job).or_default().record(took);
+        }
+        Ok(spread.pinned)
+    }
+
+    /// What a look that reads `job`'s threads may take, whether or not the next one will read
+    /// them: the median of its last ones, or the latest while a job grows (a crowd forking);
+    /// none before the first.
+    fn look_cost(&self, job: JobId) -> Option<Micros> {
+        self.looks_of
+            .get(&job)
+            .and_then(RecentTimes::usual_or_latest)
     }
 
     /// Gives each known job of a new generation its processors (local mode leaves them be).

@@ -4,7 +4,9 @@
 use cosched_agent::clock;
 use cosched_agent::*;
 use cosched_cgroups::{Actuator, Cgroups, Fake, FakeCall, Layout, Pid};
-use cosched_core::{Config, Generation, JobId, JobRequest, Machine, Rotation, Scheduler, Shape};
+use cosched_core::{
+    Config, Generation, JobId, JobRequest, Machine, Micros, Rotation, Scheduler, Shape,
+};
 use cosched_os::now_micros;
 use std::io::Write;
 use std::process::{Child, Command, Stdio};
@@ -47,6 +49,15 @@ fn jobs(moments: &[cosched_proto::JobMoment]) -> Vec<u64> {
     moments.iter().map(|m| m.job).collect()
 }
 
+/// How long before the boundary these tests call `leave_slot`: room for any fake look whatever
+/// else the machine runs, but not for a slow one (`spread_takes`).
+const LEAD: Micros = 20_000;
+
+/// Leaves the slot before `slot`, `LEAD` ahead of its boundary.
+fn leave(a: &mut Applier<Fake>, slot: i64) {
+    a.leave_slot(slot, now_micros() + LEAD).unwrap();
+}
+
 /// Enters `slot`: the jobs it stopped and started, and the actuator calls it made. Every stop
 /// took effect before any start.
 fn enter(a: &mut Applier<Fake>, slot: i64) -> ((Vec<u64>, Vec<u64>), Vec<FakeCall>) {
@@ -78,8 +89,8 @@ fn gang_freezes_the_leavers_before_thawing_the_entrants() {
         calls,
         [
             FakeCall::Freeze("job-1".into()),
-            // Never ran: nothing to tell its workers by until it runs.
-            FakeCall::Spread("job-2".into()),
+            // Never ran: nothing to tell its workers by until it runs, so it is looked at
+            // only then.
             FakeCall::Thaw("job-2".into()),
             FakeCall::Spread("job-2".into())
         ]
@@ -107,7 +118,7 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
     assert_eq!(a.lead(10), 0, "nothing runs, so nothing leaves");
     a.enter_slot(10, now_micros()).unwrap();
     assert_eq!(a.lead(11), 1_000, "before any freeze was measured");
-    a.leave_slot(11, now_micros()).unwrap();
+    leave(&mut a, 11);
     // Job 1 is frozen and no longer runs; job 2 waits for the boundary.
     assert_eq!(a.actuator().frozen(), vec!["job-1", "job-2"]);
     assert_eq!(a.leaving().collect::<Vec<_>>(), vec![1]);
@@ -130,7 +141,7 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
     // Ahead of the boundary, as the leaver's freeze takes effect, the entrant (which ran) is
     // pinned while still frozen.
     let before = a.actuator().calls.len();
-    a.leave_slot(12, now_micros()).unwrap();
+    leave(&mut a, 12);
     assert_eq!(
         a.actuator().calls[before..],
         [
@@ -150,15 +161,15 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
 fn an_entrant_pinned_ahead_of_its_boundary_is_only_thawed_on_it() {
     let mut a = applier(Mode::Gang);
     a.enter_slot(10, now_micros()).unwrap();
-    a.leave_slot(11, now_micros()).unwrap();
+    leave(&mut a, 11);
     a.enter_slot(11, now_micros()).unwrap();
     // Job 1 ran: pinned ahead, while job 2's freeze takes effect.
-    a.leave_slot(12, now_micros()).unwrap();
+    leave(&mut a, 12);
     let (switched, calls) = enter(&mut a, 12);
     assert_eq!(switched, (vec![2], vec![1]));
     assert_eq!(calls, [FakeCall::Thaw("job-1".into())]);
     // A plan that changes on the boundary brings another entrant: it is looked at there.
-    a.leave_slot(13, now_micros()).unwrap();
+    leave(&mut a, 13);
     a.publish(Generation::follow(None, two_slices().plan(), 13));
     let (_, calls) = enter(&mut a, 13);
     assert_eq!(
@@ -171,18 +182,56 @@ fn an_entrant_pinned_ahead_of_its_boundary_is_only_thawed_on_it() {
 }
 
 #[test]
+fn a_job_slow_to_look_at_is_pinned_in_its_own_slot_not_ahead() {
+    let mut a = applier(Mode::Gang);
+    // Job 1's looks take 50 ms (a crowd of processes to read): more than is left before its
+    // boundary, and more than a quick look.
+    a.actuator_mut().jobs.get_mut("job-1").unwrap().spread_takes = Duration::from_millis(50);
+    a.enter_slot(10, now_micros()).unwrap();
+    leave(&mut a, 11);
+    a.enter_slot(11, now_micros()).unwrap();
+    // Ahead of job 1's boundary only job 2's freeze is asked: job 1 is not looked at there.
+    let before = a.actuator().calls.len();
+    leave(&mut a, 12);
+    assert_eq!(
+        a.actuator().calls[before..],
+        [FakeCall::Freeze("job-2".into())]
+    );
+    // On the boundary it is thawed first and looked at in its slot.
+    let (switched, calls) = enter(&mut a, 12);
+    assert_eq!(switched, (vec![2], vec![1]));
+    assert_eq!(
+        calls,
+        [
+            FakeCall::Thaw("job-1".into()),
+            FakeCall::Spread("job-1".into())
+        ]
+    );
+    // Job 2's looks stay quick: it is still pinned ahead of its own boundary.
+    let before = a.actuator().calls.len();
+    leave(&mut a, 13);
+    assert_eq!(
+        a.actuator().calls[before..],
+        [
+            FakeCall::Freeze("job-1".into()),
+            FakeCall::Spread("job-2".into())
+        ]
+    );
+}
+
+#[test]
 fn a_job_slow_to_freeze_leaves_early_by_its_own_history_only() {
     let mut a = applier(Mode::Gang);
     a.actuator_mut().jobs.get_mut("job-1").unwrap().freeze_takes = Duration::from_millis(3);
     a.enter_slot(10, now_micros()).unwrap();
-    a.leave_slot(11, now_micros()).unwrap();
+    leave(&mut a, 11);
     a.enter_slot(11, now_micros()).unwrap();
     // Job 2 was never frozen: it goes by the slowest freeze of any job.
     assert!(a.lead(12) >= 3_000, "{}", a.lead(12));
-    a.leave_slot(12, now_micros()).unwrap();
+    leave(&mut a, 12);
     a.enter_slot(12, now_micros()).unwrap();
     assert!(a.lead(13) >= 3_000, "job 1 by its own: {}", a.lead(13));
-    a.leave_slot(13, now_micros()).unwrap();
+    leave(&mut a, 13);
     a.enter_slot(13, now_micros()).unwrap();
     // Job 2's own freezes were quick: its leaving does not pay for job 1's.
     assert!(a.lead(14) < 1_000, "job 2 by its own: {}", a.lead(14));
@@ -192,7 +241,7 @@ fn a_job_slow_to_freeze_leaves_early_by_its_own_history_only() {
 fn a_leaver_slower_than_its_history_does_not_hold_the_entrants_back() {
     let mut a = applier(Mode::Gang);
     for slot in 10..=12 {
-        a.leave_slot(slot, now_micros()).unwrap();
+        leave(&mut a, slot);
         a.enter_slot(slot, now_micros()).unwrap();
     }
     // Both jobs froze at once so far; now job 1's next freeze is confirmed only after half a
@@ -213,7 +262,7 @@ fn a_leaver_slower_than_its_history_does_not_hold_the_entrants_back() {
         "the confirmation was awaited"
     );
     assert_eq!(a.actuator().frozen(), vec!["job-1"]);
-    a.leave_slot(14, now_micros()).unwrap();
+    leave(&mut a, 14);
     a.enter_slot(14, now_micros()).unwrap();
     assert!(a.lead(15) >= 400_000, "{}", a.lead(15));
 }
@@ -242,7 +291,7 @@ fn other_modes_hold_nothing_ahead() {
         a.enter_slot(10, now_micros()).unwrap();
         assert_eq!(a.lead(11), 0, "{mode:?}");
         let calls_before = a.actuator().calls.len();
-        a.leave_slot(11, now_micros()).unwrap();
+        leave(&mut a, 11);
         assert_eq!(a.actuator().calls.len(), calls_before, "{mode:?}");
     }
 }

@@ -8,7 +8,7 @@
 use crate::affinity;
 use crate::layout::Layout;
 use crate::procfs;
-use crate::{check_name, Actuator, CgroupError, JobGroup, Pid, Result, CONFIRM_TIMEOUT};
+use crate::{check_name, Actuator, CgroupError, JobGroup, Pid, Result, Spread, CONFIRM_TIMEOUT};
 use cosched_core::Partition;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -926,7 +926,7 @@ impl Actuator for Cgroups {
         Ok(steps)
     }
 
-    fn spread(&mut self, job: &JobGroup) -> Result<bool> {
+    fn spread(&mut self, job: &JobGroup) -> Result<Spread> {
         // Pinned threads stay pinned while frozen: once a job's ranks are spread, looking again
         // at every thaw only costs (~250 us a switch for an MPI job's ~14 threads, the clock
         // thread's CPU taken from the job). Look at every thaw at first, then at doubling
@@ -936,7 +936,12 @@ impl Actuator for Cgroups {
         let pids = self.pids(job)?;
         let waited = match self.spread_due.get(&**job) {
             Some(seen) if seen.pids != pids => Duration::ZERO,
-            Some(seen) if now < seen.due => return Ok(seen.pinned),
+            Some(seen) if now < seen.due => {
+                return Ok(Spread {
+                    pinned: seen.pinned,
+                    looked: false,
+                })
+            }
             Some(seen) => seen.wait,
             None => Duration::ZERO,
         };
@@ -951,7 +956,10 @@ impl Actuator for Cgroups {
             look_at_thaw: !pinned && waited.is_zero(),
         };
         self.spread_due.insert(job.to_string(), seen);
-        Ok(pinned)
+        Ok(Spread {
+            pinned,
+            looked: true,
+        })
     }
 
     fn unpin(&mut self, job: &JobGroup) -> Result<()> {

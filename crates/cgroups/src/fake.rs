@@ -1,7 +1,7 @@
 //! An in-memory actuator for tests of logic: it records every call and keeps the state a real
 //! one would (members, processors, weight, frozen), and refuses what a real one refuses.
 
-use crate::{Actuator, CgroupError, JobGroup, Pid, ReleaseStep, Result, UsageFiles};
+use crate::{Actuator, CgroupError, JobGroup, Pid, ReleaseStep, Result, Spread, UsageFiles};
 use cosched_core::Partition;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -40,6 +40,8 @@ pub struct FakeJob {
     pub freeze_takes: Duration,
     /// When the last freeze was asked.
     pub freeze_asked: Option<Instant>,
+    /// How long a look at its threads takes (a real one reads every task's `/proc` files).
+    pub spread_takes: Duration,
     pub most_tasks: Option<u64>,
     pub most_memory: Option<u64>,
 }
@@ -179,12 +181,16 @@ impl Actuator for Fake {
     }
 
     /// As a real job's threads: told apart by their CPU time, or by running now.
-    fn spread(&mut self, job: &JobGroup) -> Result<bool> {
+    fn spread(&mut self, job: &JobGroup) -> Result<Spread> {
         let fake = self.job(job)?;
+        std::thread::sleep(fake.spread_takes);
         let found = !fake.frozen || fake.ran;
         fake.spread |= found;
         self.calls.push(FakeCall::Spread(job.to_string()));
-        Ok(found)
+        Ok(Spread {
+            pinned: found,
+            looked: true,
+        })
     }
 
     fn unpin(&mut self, job: &JobGroup) -> Result<()> {

@@ -163,12 +163,22 @@ pub trait Actuator {
     /// moving as few as it can ([`affinity::spread_plan`]): the kernel may leave two busy
     /// threads stacked on one processor for tens of milliseconds after a weight change or a
     /// thaw. Pins last until `unpin` or a cpuset change, so an implementation may skip calls
-    /// soon after one that looked. Returns whether the working threads are pinned (now, or by
-    /// a look still trusted): not for a frozen job that never ran, whose threads have no CPU
-    /// time to tell the workers by; call again once it runs.
-    fn spread(&mut self, job: &JobGroup) -> Result<bool>;
+    /// soon after one that looked. Says whether the working threads are pinned (now, or by a
+    /// look still trusted: not for a frozen job that never ran, whose threads have no CPU
+    /// time to tell the workers by; call again once it runs) and whether it read them.
+    fn spread(&mut self, job: &JobGroup) -> Result<Spread>;
     /// Lets every thread of the job use every processor of its cpuset again.
     fn unpin(&mut self, job: &JobGroup) -> Result<()>;
+}
+
+/// What [`Actuator::spread`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spread {
+    /// The job's working threads are pinned (now, or by a look still trusted).
+    pub pinned: bool,
+    /// Its threads were read now (a look costs in proportion to them: milliseconds for a
+    /// thousand processes), not trusted from a recent look.
+    pub looked: bool,
 }
 
 fn check_name(job: &str) -> Result<()> {

@@ -76,7 +76,10 @@ fn spread_and_unpin<A: Actuator>(act: &mut A, job: &JobGroup, pids: &[Pid]) {
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
     let every = Partition::from_kernel_list(&online).unwrap();
     act.set_cpus(job, &every).unwrap();
-    assert!(act.spread(job).unwrap(), "spinners are working threads");
+    assert!(
+        act.spread(job).unwrap().pinned,
+        "spinners are working threads"
+    );
     let pinned: Vec<Partition> = pids.iter().map(|&p| allowed_cpus(p)).collect();
     assert!(pinned.iter().all(|c| c.size() == 1), "{pinned:?}");
     if every.size() >= 2 {
