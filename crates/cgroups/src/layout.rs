@@ -11,6 +11,10 @@ use std::path::{Path, PathBuf};
 pub struct Layout {
     /// The cgroup2 mount, if any.
     pub v2: Option<PathBuf>,
+    /// Whether it is mounted with `favordynmods`: without it, a process joining a cgroup
+    /// holds the kernel's cgroup mutex (which every `cgroup.freeze` write takes) for an RCU
+    /// grace period.
+    pub v2_favordynmods: bool,
     /// v1 hierarchies by controller, if mounted.
     pub v1_freezer: Option<PathBuf>,
     pub v1_cpuset: Option<PathBuf>,
@@ -38,8 +42,11 @@ impl Layout {
             let (fs_type, super_options) = (right.next(), right.nth(1).unwrap_or(""));
             let path = PathBuf::from(unescape(mount_point));
             match fs_type {
-                Some("cgroup2") => {
-                    layout.v2.get_or_insert(path);
+                Some("cgroup2") if layout.v2.is_none() => {
+                    layout.v2 = Some(path);
+                    layout.v2_favordynmods = super_options
+                        .split(',')
+                        .any(|option| option == "favordynmods");
                 }
                 Some("cgroup") => {
                     for option in super_options.split(',') {
@@ -191,6 +198,9 @@ mod tests {
         let layout = Layout::parse_mountinfo(v2);
         assert_eq!(layout.v2.as_deref(), Some(Path::new("/sys/fs/cgroup")));
         assert_eq!(layout.v1_freezer, None);
+        assert!(!layout.v2_favordynmods);
+        let favoured = v2.replace("nsdelegate", "nsdelegate,favordynmods");
+        assert!(Layout::parse_mountinfo(&favoured).v2_favordynmods);
         let combined =
             "35 25 0:31 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n";
         let layout = Layout::parse_mountinfo(combined);

@@ -173,8 +173,7 @@ impl Lab {
     }
 
     fn frozen(&self, node: &str, job: u64) -> bool {
-        std::fs::read_to_string(self.cgroup(node, job).join("cgroup.events"))
-            .is_ok_and(|t| t.lines().any(|l| l == "frozen 1"))
+        frozen_in(&format!("cosched-{}-{node}", self.name), job)
     }
 
     /// Sends `signal` to the lab's process `what` (etcd, agent-a, controller...).

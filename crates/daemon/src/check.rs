@@ -200,9 +200,21 @@ pub fn check() -> Report {
             false,
             format!("cannot make a cgroup under {}: {error}", root.display()),
         ),
-        Some((root, None, true, _)) => {
-            feature("cgroup v2 freezer", true, format!("{}", root.display()))
-        }
+        Some((root, None, true, _)) => feature(
+            "cgroup v2 freezer",
+            true,
+            match (layout.v2_favordynmods, &layout.v1_freezer) {
+                (true, _) => format!("{} (favordynmods)", root.display()),
+                // Then the v1 freezer is used.
+                (false, Some(_)) => format!("{}", root.display()),
+                (false, None) => format!(
+                    "{} without favordynmods: a job's start can hold a freeze back by \
+                     milliseconds (each joining process holds the cgroup lock for an RCU \
+                     grace period); mount -o remount,favordynmods {0} fixes it",
+                    root.display()
+                ),
+            },
+        ),
         Some((root, None, false, _)) => feature(
             "cgroup v2 freezer",
             false,

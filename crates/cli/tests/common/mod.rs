@@ -266,9 +266,7 @@ impl Daemon {
     }
 
     pub fn frozen(&self, job: u64) -> bool {
-        std::fs::read_to_string(self.cgroup(job).join("cgroup.events"))
-            .map(|t| t.lines().any(|l| l == "frozen 1"))
-            .unwrap_or(false)
+        frozen_in(&self.parent, job)
     }
 
     pub fn cpu_us(&self, job: u64) -> i64 {
@@ -432,6 +430,7 @@ pub fn remove_cgroups(name: &str) {
             // Job cgroups only: retrying the parent's files would wait a second each.
             for entry in entries.flatten().filter(|e| e.path().is_dir()) {
                 let _ = std::fs::write(entry.path().join("cgroup.freeze"), "0");
+                let _ = std::fs::write(entry.path().join("freezer.state"), "THAWED");
                 let _ = std::fs::write(entry.path().join("cgroup.kill"), "1");
                 for _ in 0..100 {
                     if std::fs::remove_dir(entry.path()).is_ok() {
@@ -478,6 +477,22 @@ pub fn memory_limit_file(
         root.join(parent)
             .join(format!("job-{job}/memory.limit_in_bytes")),
     )
+}
+
+/// Whether job `job` under cgroup `parent` is frozen (or freezing) by either freezer: the
+/// daemon uses v1 where it is mounted, v2 elsewhere.
+pub fn frozen_in(parent: &str, job: u64) -> bool {
+    let layout = cosched_cgroups::Layout::detect().unwrap();
+    let group = |root: &std::path::Path| root.join(parent).join(format!("job-{job}"));
+    let v2 = layout.v2.as_deref().is_some_and(|root| {
+        std::fs::read_to_string(group(root).join("cgroup.events"))
+            .is_ok_and(|t| t.lines().any(|l| l == "frozen 1"))
+    });
+    let v1 = layout.v1_freezer.as_deref().is_some_and(|root| {
+        std::fs::read_to_string(group(root).join("freezer.state"))
+            .is_ok_and(|state| matches!(state.trim(), "FROZEN" | "FREEZING"))
+    });
+    v2 || v1
 }
 
 pub fn v2_root() -> PathBuf {
