@@ -399,15 +399,13 @@ impl Cgroups {
                 ))
             }
             Some(chosen) => chosen,
-            // The v1 freezer first where both are: a write to `cgroup.freeze` takes the
-            // kernel's cgroup mutex, which a process joining any cgroup holds while it waits
-            // for an RCU grace period (4-12 ms here), so every job's start made the clock's
-            // next freeze or thaw that late; `freezer.state` takes only the freezer's own lock
-            // (bench/slot-lateness --churn: 3-4 boundaries over 1 ms in ~960 instead of 34-37
-            // at 20 ms slots, results/freezer-churn.json). On a pure v2 machine, mounting the
-            // tree with `favordynmods` shortens those waits (`daemon --check` says).
-            None if layout.v1_freezer.is_some() => Freezer::V1,
+            // A write to `cgroup.freeze` takes the kernel's cgroup mutex, which a process
+            // joining any cgroup holds while it waits for an RCU grace period (4-12 ms here):
+            // a job's start can hold the clock's next freeze or thaw that long (`--freezer v1`
+            // avoids it: results/freezer-churn.json; `favordynmods` on the mount shortens it;
+            // `daemon --check` says).
             None if v2_freeze => Freezer::V2,
+            None if layout.v1_freezer.is_some() => Freezer::V1,
             None => Freezer::Signals,
         };
         let cpuset = if has("cpuset") {

@@ -205,13 +205,15 @@ pub fn check() -> Report {
             true,
             match (layout.v2_favordynmods, &layout.v1_freezer) {
                 (true, _) => format!("{} (favordynmods)", root.display()),
-                // Then the v1 freezer is used.
-                (false, Some(_)) => format!("{}", root.display()),
-                (false, None) => format!(
+                (false, v1) => format!(
                     "{} without favordynmods: a job's start can hold a freeze back by \
                      milliseconds (each joining process holds the cgroup lock for an RCU \
-                     grace period); mount -o remount,favordynmods {0} fixes it",
-                    root.display()
+                     grace period): mount -o remount,favordynmods {0}{}",
+                    root.display(),
+                    match v1 {
+                        Some(_) => ", or run the daemon with --freezer v1",
+                        None => "",
+                    }
                 ),
             },
         ),
