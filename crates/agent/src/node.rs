@@ -721,8 +721,11 @@ impl<A: Actuator> NodeAgent<A> {
         self.placed.insert(job, cpus.clone());
         self.probe_if_auto(job);
         if let Some(door) = &self.door {
+            // The hierarchy a process joins last: one listed there has joined them all.
             let files = self.join_files(job)?;
-            door.admit(job, files[0].clone());
+            if let Some(procs) = files.last() {
+                door.admit(job, procs.clone());
+            }
         }
         Ok(())
     }

@@ -903,7 +903,20 @@ impl Actuator for Cgroups {
 
     fn join_files(&self, job: &JobGroup) -> Result<Vec<PathBuf>> {
         self.known(job)?;
-        Ok(self.dirs(job).map(|d| d.join("cgroup.procs")).collect())
+        // The freezing hierarchy last: a process that joins a frozen group stops there, and
+        // joined the others only once thawed, in its first slot, each join able to wait
+        // milliseconds for an RCU grace period while the process showed no CPU use (the
+        // give-away took its slot as blocked).
+        let freezing = match self.freezer {
+            Freezer::V2 => Some(self.v2_dir(job)),
+            Freezer::V1 => Some(self.v1_freezer_dir(job)),
+            Freezer::Signals => None,
+        };
+        let (mut dirs, last): (Vec<PathBuf>, Vec<PathBuf>) = self
+            .dirs(job)
+            .partition(|dir| Some(dir) != freezing.as_ref());
+        dirs.extend(last);
+        Ok(dirs.into_iter().map(|d| d.join("cgroup.procs")).collect())
     }
 
     fn release_steps(&self, job: &JobGroup) -> Result<Vec<ReleaseStep>> {

@@ -229,7 +229,24 @@ fn real(freezer: Freezer) {
     };
     assert_eq!(act.freezer(), freezer);
     let job = &JobGroup::of(1);
-    cleaned_up(act, job, |act| suite(act, job, true, |_| false));
+    cleaned_up(act, job, |act| {
+        suite(act, job, true, |_| false);
+        // A process joins the freezing hierarchy last: joined first, it would stop there,
+        // frozen, and join the others only once thawed.
+        let freezing = match freezer {
+            Freezer::V2 => layout.v2.clone(),
+            Freezer::V1 => layout.v1_freezer.clone(),
+            Freezer::Signals => None,
+        };
+        if let Some(root) = freezing {
+            let other = &JobGroup::of(2);
+            act.create(other).unwrap();
+            let files = act.join_files(other).unwrap();
+            act.remove(other).unwrap();
+            let procs = root.join(&parent).join(other).join("cgroup.procs");
+            assert_eq!(files.last(), Some(&procs), "{files:?}");
+        }
+    });
 }
 
 /// Runs `test`, then, whatever happened, leaves nothing frozen or running behind: kills and
