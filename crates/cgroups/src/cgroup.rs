@@ -399,13 +399,14 @@ impl Cgroups {
                 ))
             }
             Some(chosen) => chosen,
-            // A write to `cgroup.freeze` takes the kernel's cgroup mutex, which a process
-            // joining any cgroup holds while it waits for an RCU grace period (4-12 ms here):
-            // a job's start can hold the clock's next freeze or thaw that long (`--freezer v1`
-            // avoids it: results/freezer-churn.json; `favordynmods` on the mount shortens it;
-            // `daemon --check` says).
-            None if v2_freeze => Freezer::V2,
+            // The v1 freezer first where both are: a write to `cgroup.freeze` takes the
+            // kernel's cgroup mutex, which a process joining any cgroup holds while it waits
+            // for an RCU grace period (4-12 ms here), so a job's start held the clock's next
+            // freeze or thaw that long; `freezer.state` takes only the freezer's own lock
+            // (results/freezer-join.json). On pure v2, `favordynmods` on the mount shortens
+            // those waits (`daemon --check` says).
             None if layout.v1_freezer.is_some() => Freezer::V1,
+            None if v2_freeze => Freezer::V2,
             None => Freezer::Signals,
         };
         let cpuset = if has("cpuset") {

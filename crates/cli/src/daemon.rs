@@ -103,9 +103,9 @@ pub struct DaemonArgs {
     cgroup_parent: String,
     #[command(flatten)]
     delegation: DelegationArgs,
-    /// Force a freezer instead of the best available (v2, else v1, else signals): v2, v1 or
-    /// signals (on one machine; in a cluster, each agent's). v1, where mounted, waits for no
-    /// lock a starting job holds: see `daemon --check`
+    /// Force a freezer instead of the best available (the v1 freezer where it is mounted, whose
+    /// writes wait for no lock a starting job holds; else v2; else signals): v2, v1 or signals
+    /// (on one machine; in a cluster, each agent's)
     #[arg(long, value_parser = ["v2", "v1", "signals"])]
     freezer: Option<String>,
     /// Ended jobs kept in memory for `ps --all` (every record stays in the store)
@@ -389,8 +389,8 @@ pub struct AgentArgs {
     cgroup_parent: Option<String>,
     #[command(flatten)]
     delegation: DelegationArgs,
-    /// Force a freezer instead of the best available (v2, else v1, else signals): v2, v1 or
-    /// signals
+    /// Force a freezer instead of the best available (the v1 freezer where it is mounted, else
+    /// v2, else signals): v2, v1 or signals
     #[arg(long, value_parser = ["v2", "v1", "signals"])]
     freezer: Option<String>,
     /// A job using no CPU in its own slots this long leaves the rotation (0: never)

@@ -205,15 +205,13 @@ pub fn check() -> Report {
             true,
             match (layout.v2_favordynmods, &layout.v1_freezer) {
                 (true, _) => format!("{} (favordynmods)", root.display()),
-                (false, v1) => format!(
+                // The v1 freezer is used: no freeze waits on the cgroup lock.
+                (false, Some(_)) => format!("{}", root.display()),
+                (false, None) => format!(
                     "{} without favordynmods: a job's start can hold a freeze back by \
                      milliseconds (each joining process holds the cgroup lock for an RCU \
-                     grace period): mount -o remount,favordynmods {0}{}",
-                    root.display(),
-                    match v1 {
-                        Some(_) => ", or run the daemon with --freezer v1",
-                        None => "",
-                    }
+                     grace period): mount -o remount,favordynmods {0}",
+                    root.display()
                 ),
             },
         ),
