@@ -221,9 +221,24 @@ fn jobs_across_two_nodes_take_turns_and_run_loose_while_etcd_is_gone() {
         y1 - y0
     );
     etcd.pause(false);
+    let back = cosched_os::now_micros();
 
-    // Back: gang scheduling again from the agents' last generation.
-    std::thread::sleep(Duration::from_millis(DEADLINE_MS));
+    // Back: gang scheduling again from the agents' last generation, once each agent has said
+    // so since (how soon depends on its etcd client's reconnection: a slow machine took more
+    // than the deadline, and the first slots measured were still loose), from its next
+    // boundary on.
+    let scheduling_again = wait_until(Duration::from_secs(60), || {
+        let nodes = d.json(&["nodes", "--json"]);
+        ["a", "b"].iter().all(|name| {
+            let status = &node(&nodes, name)["status"];
+            status["scheduling"] == true && status["sent_us"].as_i64() > Some(back)
+        })
+    });
+    assert!(scheduling_again, "{}\n{}", a.log(), b.log());
+    let quantum_us = d.json(&["matrix", "--json"])["quantum_us"]
+        .as_u64()
+        .unwrap();
+    std::thread::sleep(Duration::from_micros(2 * quantum_us));
     assert_gang(&per_slot_cpu(&d, x, y, 6), 2, "after etcd came back");
     assert_eq!(d.wait_end(x, Duration::from_secs(60))["exit"]["code"], 5);
     assert_eq!(d.wait_end(y, Duration::from_secs(60))["exit"]["code"], 6);
