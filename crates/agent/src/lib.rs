@@ -409,8 +409,7 @@ impl<A: Actuator> Applier<A> {
         // A look is made here if its usual cost fits before the boundary: one that does not
         // (a job of a thousand processes takes milliseconds to read; one never looked at
         // never ran and has nothing to pin yet) is made after its thaw, in its own slot, not
-        // in the leavers'. Pins only place the threads: one that fails is said, and the
-        // boundary tries again.
+        // in the leavers'. One that fails is tried again on the boundary.
         let gangs: Vec<JobId> = (self.entrants(slot).into_iter())
             .filter(|&job| self.mode_of(job) == Mode::Gang)
             .collect();
@@ -419,11 +418,8 @@ impl<A: Actuator> Applier<A> {
             if self.look_cost(job).is_none_or(|cost| cost >= left) {
                 continue;
             }
-            match self.look(job) {
-                Ok(pinned) => {
-                    self.looked_ahead.insert(job, pinned);
-                }
-                Err(error) => LOG.warn(format_args!("job {job}: pinning ahead: {error}")),
+            if let Some(pinned) = self.look_or_say(job, "ahead of its boundary") {
+                self.looked_ahead.insert(job, pinned);
             }
         }
         self.await_stops(|_, _| Some(boundary))?;
@@ -659,16 +655,9 @@ impl<A: Actuator> Applier<A> {
             (Mode::Gang, true) => {
                 let ahead = self.looked_ahead.remove(&job);
                 let quick = self.look_cost(job).is_some_and(|cost| cost <= QUICK_LOOK);
-                // Pins only place the threads: a look that fails is said, and made again after
-                // the thaw.
+                // A look that fails before the thaw is made again after it.
                 let before = match ahead {
-                    None if quick => match self.look(job) {
-                        Ok(pinned) => Some(pinned),
-                        Err(error) => {
-                            LOG.warn(format_args!("job {job}: pinning before its thaw: {error}"));
-                            None
-                        }
-                    },
+                    None if quick => self.look_or_say(job, "before its thaw"),
                     looked => looked,
                 };
                 let at = self
@@ -678,12 +667,9 @@ impl<A: Actuator> Applier<A> {
                     .map_err(fail)?;
                 let first_run = (self.jobs.get_mut(&job))
                     .is_some_and(|known| !std::mem::replace(&mut known.ran, true));
-                // Thawed, the job runs and must be counted running: a pin that fails now is
-                // said, not returned.
+                // Thawed, the job runs and must be counted running, whatever the look does.
                 if before.is_none() || (before == Some(false) && first_run) {
-                    if let Err(error) = self.look(job) {
-                        LOG.warn(format_args!("job {job}: pinning after its thaw: {error}"));
-                    }
+                    self.look_or_say(job, "after its thaw");
                 }
                 Ok(at)
             }
@@ -723,6 +709,14 @@ impl<A: Actuator> Applier<A> {
             self.looks_of.entry(job).or_default().record(took);
         }
         Ok(spread.pinned)
+    }
+
+    /// `look` where a failed pin must not fail the switch (pins only place the threads): the
+    /// error is said, with `when` the look was made, and `None` returned.
+    fn look_or_say(&mut self, job: JobId, when: &str) -> Option<bool> {
+        self.look(job)
+            .inspect_err(|error| LOG.warn(format_args!("job {job}: pinning {when}: {error}")))
+            .ok()
     }
 
     /// What a look that reads `job`'s threads may take, whether or not the next one will read

@@ -53,9 +53,11 @@ fn jobs(moments: &[cosched_proto::JobMoment]) -> Vec<u64> {
 /// else the machine runs, but not for a slow one (`spread_takes`).
 const LEAD: Micros = 20_000;
 
-/// Leaves the slot before `slot`, `LEAD` ahead of its boundary.
-fn leave(a: &mut Applier<Fake>, slot: i64) {
+/// Leaves the slot before `slot`, `LEAD` ahead of its boundary: the actuator calls it made.
+fn leave(a: &mut Applier<Fake>, slot: i64) -> Vec<FakeCall> {
+    let before = a.actuator().calls.len();
     a.leave_slot(slot, now_micros() + LEAD).unwrap();
+    a.actuator().calls[before..].to_vec()
 }
 
 /// Enters `slot`: the jobs it stopped and started, and the actuator calls it made. Every stop
@@ -140,10 +142,8 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
     assert!(a.lead(12) < 1_000, "{}", a.lead(12));
     // Ahead of the boundary, as the leaver's freeze takes effect, the entrant (which ran) is
     // pinned while still frozen.
-    let before = a.actuator().calls.len();
-    leave(&mut a, 12);
     assert_eq!(
-        a.actuator().calls[before..],
+        leave(&mut a, 12),
         [
             FakeCall::Freeze("job-2".into()),
             FakeCall::Spread("job-1".into())
@@ -191,12 +191,7 @@ fn a_job_slow_to_look_at_is_pinned_in_its_own_slot_not_ahead() {
     leave(&mut a, 11);
     a.enter_slot(11, now_micros()).unwrap();
     // Ahead of job 1's boundary only job 2's freeze is asked: job 1 is not looked at there.
-    let before = a.actuator().calls.len();
-    leave(&mut a, 12);
-    assert_eq!(
-        a.actuator().calls[before..],
-        [FakeCall::Freeze("job-2".into())]
-    );
+    assert_eq!(leave(&mut a, 12), [FakeCall::Freeze("job-2".into())]);
     // On the boundary it is thawed first and looked at in its slot.
     let (switched, calls) = enter(&mut a, 12);
     assert_eq!(switched, (vec![2], vec![1]));
@@ -208,10 +203,8 @@ fn a_job_slow_to_look_at_is_pinned_in_its_own_slot_not_ahead() {
         ]
     );
     // Job 2's looks stay quick: it is still pinned ahead of its own boundary.
-    let before = a.actuator().calls.len();
-    leave(&mut a, 13);
     assert_eq!(
-        a.actuator().calls[before..],
+        leave(&mut a, 13),
         [
             FakeCall::Freeze("job-1".into()),
             FakeCall::Spread("job-2".into())
