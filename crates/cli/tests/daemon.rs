@@ -629,6 +629,13 @@ fn a_daemon_refuses_a_cgroup_parent_holding_jobs_its_store_does_not_know() {
     let mut d = Daemon::start(&["--quantum-ms", "100"]);
     let job = d.submit(&["-n", "1", "--", "sleep", "60"]);
     assert!(wait_until(Duration::from_secs(10), || d.job(job)["state"] == "running"));
+    // Running is said once the launch is ordered: the group holds the process a little later
+    // (a daemon started before it joined found the group empty and took the parent, and this
+    // test then waited on that daemon for good).
+    let procs = d.cgroup(job).join("cgroup.procs");
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&procs).is_ok_and(|p| !p.trim().is_empty())
+    }));
     // The daemon dies; its job runs on in its group.
     d.signal(libc::SIGKILL);
     d.wait_exit();
