@@ -28,6 +28,12 @@ pub fn sleep_until(deadline: Micros) {
     }
 }
 
+/// The slot clock's real-time priority.
+pub const CLOCK_PRIORITY: i32 = 50;
+/// The orders' thread's, below the clock's: the two share locks (a channel's), and one of
+/// them held by a thread that busy jobs preempt kept the clock waiting for milliseconds.
+pub const ORDERS_PRIORITY: i32 = 40;
+
 /// Puts the calling thread at SCHED_FIFO `priority`. Without it a thaw can return 30 ms to a
 /// second late with the CPUs busy (notes): the caller should say so when this fails.
 /// With SCHED_RESET_ON_FORK: a process started from this thread must not inherit real-time

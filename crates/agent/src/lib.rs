@@ -22,6 +22,7 @@ mod lend;
 pub mod node;
 mod probe;
 mod process;
+mod relay;
 pub mod skew;
 mod stall;
 pub mod start;

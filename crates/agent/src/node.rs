@@ -14,6 +14,7 @@ use crate::door::{Door, DOOR_ENV};
 use crate::join;
 use crate::lend::{self, BlockWatch, Spent};
 use crate::probe::{self, Look, Probe};
+use crate::relay::{self, Errand, Relayed};
 use crate::skew::Baseline;
 use crate::stall::{Activity, StallTracker, Verdict};
 use crate::supervisor::{self, LaunchSpec};
@@ -32,9 +33,10 @@ use std::num::NonZeroU64;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Child;
-use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// How often jobs out of the rotation for idleness are checked for work.
@@ -169,8 +171,12 @@ pub struct NodeAgent<A: Actuator> {
     baselines: BTreeMap<JobId, Baseline>,
     /// Each job's full baseline at its last entry: who worked in its slot since ([`Baseline::busy_since`]).
     last_captures: BTreeMap<JobId, Baseline>,
-    /// Connections to the supervisors, on which a stored end is confirmed.
-    supervisors: BTreeMap<JobId, UnixStream>,
+    /// The supervisors watched, and their connections.
+    watchers: Watchers,
+    /// What the orders carried out left to do off the clock ([`relay`]): supervisors to
+    /// start. The receiving end goes to the relay as the agent runs.
+    errands: Sender<Errand>,
+    errands_queued: Option<Receiver<Errand>>,
     /// The CPUs of each job placed here (its processes added later go there too).
     placed: BTreeMap<JobId, Partition>,
     /// Jobs whose first node this is (launched or adopted here): their figures go with their
@@ -203,6 +209,7 @@ impl<A: Actuator> NodeAgent<A> {
         if settings.give_away_after.is_some() && !slotted {
             LOG.warn("giving blocked gangs' slots away does nothing in local mode: ignored");
         }
+        let (errands, errands_queued) = mpsc::channel();
         NodeAgent {
             applier: Applier::new(actuator, settings.mode),
             rotation: None,
@@ -227,7 +234,7 @@ impl<A: Actuator> NodeAgent<A> {
             stalls: None,
             probes: BTreeMap::new(),
             slot_usage: BTreeMap::new(),
-            events,
+            events: Arc::clone(&events),
             watching: BTreeMap::new(),
             last_watch: 0,
             suspended: BTreeSet::new(),
@@ -236,7 +243,12 @@ impl<A: Actuator> NodeAgent<A> {
             sizes: BTreeMap::new(),
             baselines: BTreeMap::new(),
             last_captures: BTreeMap::new(),
-            supervisors: BTreeMap::new(),
+            watchers: Watchers {
+                events,
+                supervisors: Arc::default(),
+            },
+            errands,
+            errands_queued: Some(errands_queued),
             placed: BTreeMap::new(),
             first_here: BTreeSet::new(),
             door: None,
@@ -266,9 +278,9 @@ impl<A: Actuator> NodeAgent<A> {
 
     /// Runs until the source closes. Every job is let loose by then (by `Stop`, or at the
     /// close itself). Returns the actuator and what the stop gave.
-    pub fn run(mut self, source: impl PlanSource) -> (A, Result<(), String>) {
+    pub fn run(mut self, source: impl PlanSource + Send + 'static) -> (A, Result<(), String>) {
         if self.settings.realtime {
-            let realtime = clock::make_realtime(50);
+            let realtime = clock::make_realtime(clock::CLOCK_PRIORITY);
             if let Err(error) = &realtime {
                 LOG.warn(format_args!(
                     "no real-time priority for the clock thread ({error}): switches may be late by milliseconds"
@@ -277,7 +289,18 @@ impl<A: Actuator> NodeAgent<A> {
             self.stats.realtime = realtime.is_ok();
         }
         self.report_status(now_micros());
-        let mut source = source;
+        // What in an order may wait on other processes is done off the clock: before it takes
+        // the order, or as an errand after.
+        let errands = self
+            .errands_queued
+            .take()
+            .unwrap_or_else(|| mpsc::channel().1);
+        let mut source = relay::relay(
+            source,
+            self.applier.actuator().maker(),
+            errands,
+            self.stats.realtime,
+        );
         while !self.closed {
             match self.rotation {
                 Some(rotation) => {
@@ -302,10 +325,13 @@ impl<A: Actuator> NodeAgent<A> {
     }
 
     /// Before any generation there is no clock to keep: orders are carried out as they come.
-    fn await_rotation(&mut self, source: &mut impl PlanSource) {
+    fn await_rotation(&mut self, source: &mut Relayed) {
         while self.rotation.is_none() && !self.closed {
             match source.next_order(now_micros() + self.settings.status_every) {
-                Received::Order(order) => self.handle(*order),
+                Received::Order(order) => {
+                    self.handle(*order);
+                    source.carried_out();
+                }
                 Received::Timeout => self.report_status(now_micros()),
                 Received::Closed => self.close(),
                 Received::Adrift => self.go_adrift(),
@@ -546,7 +572,8 @@ impl<A: Actuator> NodeAgent<A> {
                     self.trouble(job, error);
                 }
                 let told = self
-                    .supervisors
+                    .watchers
+                    .connected()
                     .get(&job)
                     .map(|stream| (&*stream).write_all(&[supervisor::FINISH]));
                 if !matches!(told, Some(Ok(()))) {
@@ -854,33 +881,19 @@ impl<A: Actuator> NodeAgent<A> {
         let files = self.settings.process_files(job, process);
         let mut spec = self.spec(job, &cpus, launch, files)?;
         let stdio = self.output_to_file(&mut spec)?;
-        let (child, stream) = self.spawn_supervisor(&spec, stdio)?;
-        let reader = stream
-            .try_clone()
-            .map_err(|e| format!("watching the supervisor: {e}"))?;
+        let exe = self.settings.supervisor_exe.clone();
         let events = Arc::clone(&self.events);
         let process = process.clone();
-        std::thread::Builder::new()
-            .name(format!("cosched-watch-{job}-{process}"))
-            .spawn(move || {
-                let ending = supervisor::read_report(&reader, REPORT_LIMIT)
-                    .or_else(|| supervisor::kept_exit(&spec.exit_file))
-                    .unwrap_or_else(|| Ending::refused("its supervisor died"));
-                // Nothing keeps a process's status across a restart: its asker waits on a
-                // connection that a restart breaks anyway.
-                let _ = (&stream).write_all(b"ok\n");
+        self.errand(Box::new(move || {
+            if let Err(why) = start_process(&exe, spec, stdio, &process, &events) {
+                let ending = Ending::refused(why);
                 events.report(Event::ProcessEnded {
                     job,
                     process,
                     ending,
                 });
-                let mut child = child;
-                let _ = child.wait();
-                for file in [&spec.exit_file, &spec.started_file, &spec.socket] {
-                    let _ = std::fs::remove_file(file);
-                }
-            })
-            .map_err(|e| format!("watching the supervisor: {e}"))?;
+            }
+        }));
         Ok(())
     }
 
@@ -931,19 +944,6 @@ impl<A: Actuator> NodeAgent<A> {
     }
 
     /// Starts a supervisor with a fresh listening socket for a restarted agent.
-    fn spawn_supervisor(
-        &self,
-        spec: &LaunchSpec,
-        stdio: [OwnedFd; 3],
-    ) -> Result<(Child, UnixStream), String> {
-        let _ = std::fs::remove_file(&spec.socket);
-        let listener = UnixListener::bind(&spec.socket)
-            .map_err(|e| format!("{}: {e}", spec.socket.display()))?;
-        let exe = &self.settings.supervisor_exe;
-        supervisor::spawn(exe, spec, listener, stdio)
-            .map_err(|e| format!("starting the supervisor {}: {e}", exe.display()))
-    }
-
     /// Starts the job's supervisor (the controller stored the intent before ordering it).
     fn launch(
         &mut self,
@@ -962,11 +962,31 @@ impl<A: Actuator> NodeAgent<A> {
             Some(stdio) => stdio,
             None => self.output_to_file(&mut spec)?,
         };
-        let (child, stream) = self.spawn_supervisor(&spec, stdio)?;
         self.first_here.insert(job);
-        fault::point("spawned", job);
-        self.watch(job, stream, Some(child));
+        let exe = self.settings.supervisor_exe.clone();
+        let watchers = self.watchers.clone();
+        let exit_file = self.settings.exit_file(job);
+        // A fork waits for the exec, and the new process for a processor (busy jobs may hold
+        // them all for milliseconds): off the clock, before the next order is taken.
+        self.errand(Box::new(move || {
+            match spawn_supervisor(&exe, &spec, stdio) {
+                Ok((child, stream)) => {
+                    fault::point("spawned", job);
+                    watchers.watch(job, stream, Some(child), exit_file);
+                }
+                // The controller logs it as it records the job lost.
+                Err(why) => watchers.events.report(Event::Lost { job, why }),
+            }
+        }));
         Ok(())
+    }
+
+    /// Has the orders' thread do `errand` once the clock is done with this order (here, if
+    /// that thread is gone).
+    fn errand(&self, errand: Errand) {
+        if let Err(mpsc::SendError(errand)) = self.errands.send(errand) {
+            errand();
+        }
     }
 
     /// A job no client's descriptors reach (recovered after a restart, started on another
@@ -984,45 +1004,11 @@ impl<A: Actuator> NodeAgent<A> {
         Ok([null()?, null()?, null()?])
     }
 
-    /// Keeps the connection to a supervisor and waits, on a thread of its own, for its report
-    /// of the end (or for its death: then its kept exit status, if any, tells the end).
-    fn watch(&mut self, job: JobId, stream: UnixStream, child: Option<Child>) {
-        let reader = match stream.try_clone() {
-            Ok(reader) => reader,
-            Err(error) => {
-                self.trouble(job, format_args!("watching its supervisor: {error}"));
-                return;
-            }
-        };
-        self.supervisors.insert(job, stream);
-        let events = Arc::clone(&self.events);
-        let exit_file = self.settings.exit_file(job);
-        let watcher = std::thread::Builder::new()
-            .name(format!("cosched-watch-{job}"))
-            .spawn(move || {
-                let report = supervisor::read_report(&reader, REPORT_LIMIT);
-                let event = match report.or_else(|| supervisor::kept_exit(&exit_file)) {
-                    Some(ending) => Event::Ended { job, ending },
-                    None => Event::Lost {
-                        job,
-                        why: "its supervisor died".into(),
-                    },
-                };
-                events.report(event);
-                if let Some(mut child) = child {
-                    let _ = child.wait();
-                }
-            });
-        if let Err(error) = watcher {
-            self.trouble(job, format_args!("watching its supervisor: {error}"));
-        }
-    }
-
     /// After a controller restart: the job's live supervisor, else its kept exit status, else
     /// (it started but left nothing) lost, else it never started and may be launched.
     fn adopt(&mut self, job: JobId, suspended: bool) {
         self.first_here.insert(job);
-        if self.supervisors.contains_key(&job) {
+        if self.watchers.connected().contains_key(&job) {
             // A new controller took over while this agent ran on: it still watches the
             // supervisor (connecting again would break that watch and report a false loss).
             if suspended {
@@ -1033,7 +1019,8 @@ impl<A: Actuator> NodeAgent<A> {
         // The supervisor holds its listening socket from birth: connecting finds a live one.
         match UnixStream::connect(self.settings.socket_file(job)) {
             Ok(stream) => {
-                self.watch(job, stream, None);
+                let exit_file = self.settings.exit_file(job);
+                self.watchers.watch(job, stream, None, exit_file);
                 if suspended {
                     self.keep_suspended(job);
                 }
@@ -1073,7 +1060,7 @@ impl<A: Actuator> NodeAgent<A> {
     /// The controller stored the job's end: the supervisor may drop the status it keeps (it
     /// is told; one that is gone left its files, removed here).
     fn confirm_stored(&mut self, job: JobId) {
-        if let Some(stream) = self.supervisors.remove(&job) {
+        if let Some(stream) = self.watchers.connected().remove(&job) {
             let _ = (&stream).write_all(b"ok\n");
         }
         for file in [
@@ -1601,15 +1588,119 @@ pub fn strangers(
         .collect())
 }
 
+/// Starts a process added to a job under a supervisor of its own, and watches it on a thread
+/// of its own until it ends.
+fn start_process(
+    exe: &Path,
+    spec: LaunchSpec,
+    stdio: [OwnedFd; 3],
+    process: &ProcessRef,
+    events: &Arc<dyn EventSink>,
+) -> Result<(), String> {
+    let job = spec.job;
+    let (child, stream) = spawn_supervisor(exe, &spec, stdio)?;
+    let reader = stream
+        .try_clone()
+        .map_err(|e| format!("watching the supervisor: {e}"))?;
+    let events = Arc::clone(events);
+    let process = process.clone();
+    std::thread::Builder::new()
+        .name(format!("cosched-watch-{job}-{process}"))
+        .spawn(move || {
+            let ending = supervisor::read_report(&reader, REPORT_LIMIT)
+                .or_else(|| supervisor::kept_exit(&spec.exit_file))
+                .unwrap_or_else(|| Ending::refused("its supervisor died"));
+            // Nothing keeps a process's status across a restart: its asker waits on a
+            // connection that a restart breaks anyway.
+            let _ = (&stream).write_all(b"ok\n");
+            events.report(Event::ProcessEnded {
+                job,
+                process,
+                ending,
+            });
+            let mut child = child;
+            let _ = child.wait();
+            for file in [&spec.exit_file, &spec.started_file, &spec.socket] {
+                let _ = std::fs::remove_file(file);
+            }
+        })
+        .map_err(|e| format!("watching the supervisor: {e}"))?;
+    Ok(())
+}
+
+/// Starts a job's supervisor with a fresh listening socket.
+fn spawn_supervisor(
+    exe: &Path,
+    spec: &LaunchSpec,
+    stdio: [OwnedFd; 3],
+) -> Result<(Child, UnixStream), String> {
+    let _ = std::fs::remove_file(&spec.socket);
+    let listener =
+        UnixListener::bind(&spec.socket).map_err(|e| format!("{}: {e}", spec.socket.display()))?;
+    supervisor::spawn(exe, spec, listener, stdio)
+        .map_err(|e| format!("starting the supervisor {}: {e}", exe.display()))
+}
+
+/// The supervisors watched, each on a thread of its own, and the connections to them, on
+/// which a stored end is confirmed: the clock adopts supervisors, the orders' thread starts
+/// them.
+#[derive(Clone)]
+struct Watchers {
+    events: Arc<dyn EventSink>,
+    supervisors: Arc<Mutex<BTreeMap<JobId, UnixStream>>>,
+}
+
+impl Watchers {
+    fn connected(&self) -> MutexGuard<'_, BTreeMap<JobId, UnixStream>> {
+        self.supervisors.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps the connection to a supervisor and waits, on a thread of its own, for its report
+    /// of the end (or for its death: then its kept exit status, if any, tells the end).
+    fn watch(&self, job: JobId, stream: UnixStream, child: Option<Child>, exit_file: PathBuf) {
+        let trouble = |error: std::io::Error| {
+            self.events.report(Event::Trouble {
+                job,
+                what: format!("watching its supervisor: {error}"),
+            })
+        };
+        let reader = match stream.try_clone() {
+            Ok(reader) => reader,
+            Err(error) => return trouble(error),
+        };
+        self.connected().insert(job, stream);
+        let events = Arc::clone(&self.events);
+        let watcher = std::thread::Builder::new()
+            .name(format!("cosched-watch-{job}"))
+            .spawn(move || {
+                let report = supervisor::read_report(&reader, REPORT_LIMIT);
+                let event = match report.or_else(|| supervisor::kept_exit(&exit_file)) {
+                    Some(ending) => Event::Ended { job, ending },
+                    None => Event::Lost {
+                        job,
+                        why: "its supervisor died".into(),
+                    },
+                };
+                events.report(event);
+                if let Some(mut child) = child {
+                    let _ = child.wait();
+                }
+            });
+        if let Err(error) = watcher {
+            trouble(error);
+        }
+    }
+}
+
 /// The agent on its clock, with its source of orders.
-struct OnClock<'a, A: Actuator, S: PlanSource> {
+struct OnClock<'a, A: Actuator> {
     agent: &'a mut NodeAgent<A>,
-    source: S,
+    source: &'a mut Relayed,
     /// The clock this loop keeps: a generation with another one ends the loop.
     rotation: Rotation,
 }
 
-impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
+impl<A: Actuator> SlotWork for OnClock<'_, A> {
     fn between(&mut self, until: Micros) -> bool {
         // An order taken too close to `until` ran past it, and past the boundary: a job's
         // start (its cgroups, its supervisor) takes milliseconds. Orders that come later wait
@@ -1636,6 +1727,7 @@ impl<A: Actuator, S: PlanSource> SlotWork for OnClock<'_, A, S> {
                 Received::Order(order) => {
                     let began = now_micros();
                     self.agent.handle(*order);
+                    self.source.carried_out();
                     self.agent.order_times.record(now_micros() - began);
                     if self.agent.rotation != Some(self.rotation) {
                         return false;

@@ -600,7 +600,7 @@ fn two_gangs_never_run_at_the_same_moment_and_both_finish() {
             outcome: Ok(()),
         };
         std::thread::spawn(move || {
-            let realtime = clock::make_realtime(50);
+            let realtime = clock::make_realtime(clock::CLOCK_PRIORITY);
             clock::drive(rotation, 1_000, &mut gangs);
             (
                 realtime,

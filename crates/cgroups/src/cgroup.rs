@@ -559,6 +559,13 @@ impl Cgroups {
         Ok(jobs)
     }
 
+    fn group_maker(&self) -> GroupMaker {
+        GroupMaker {
+            parents: self.parents().into_iter().cloned().collect(),
+            v1_cpuset: self.v1_cpuset.clone(),
+        }
+    }
+
     /// The job's directory in every hierarchy in use, v2 first.
     fn dirs(&self, job: &JobGroup) -> impl Iterator<Item = PathBuf> + '_ {
         let job = job.to_string();
@@ -762,6 +769,27 @@ impl Drop for Cgroups {
 }
 
 /// Copies the parent's `cpuset.cpus` and `cpuset.mems` into a new v1 cpuset.
+/// Makes a job's groups in every tree in use, from any thread: [`Actuator::maker`].
+#[derive(Clone, Debug)]
+pub struct GroupMaker {
+    parents: Vec<PathBuf>,
+    /// A v1 cpuset parent: a new group there starts with no processors and must be given some.
+    v1_cpuset: Option<PathBuf>,
+}
+
+impl GroupMaker {
+    /// Makes what is missing of the job's groups (those that exist are left as they are).
+    pub fn make(&self, job: &JobGroup) -> Result<()> {
+        for parent in &self.parents {
+            mkdir(&parent.join(job))?;
+        }
+        if let Some(parent) = &self.v1_cpuset {
+            inherit_cpuset(&parent.join(job))?;
+        }
+        Ok(())
+    }
+}
+
 fn inherit_cpuset(dir: &Path) -> Result<()> {
     let parent = dir.parent().unwrap_or(dir);
     for file in ["cpuset.cpus", "cpuset.mems"] {
@@ -817,14 +845,13 @@ impl Actuator for Cgroups {
     }
 
     fn create(&mut self, job: &JobGroup) -> Result<()> {
-        for dir in self.dirs(job).collect::<Vec<_>>() {
-            mkdir(&dir)?;
-        }
-        if let Some(parent) = &self.v1_cpuset {
-            inherit_cpuset(&parent.join(job))?;
-        }
+        self.group_maker().make(job)?;
         self.jobs.insert(job.to_string());
         Ok(())
+    }
+
+    fn maker(&self) -> Option<GroupMaker> {
+        Some(self.group_maker())
     }
 
     fn add(&mut self, job: &JobGroup, pid: Pid) -> Result<()> {

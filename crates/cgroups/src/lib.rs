@@ -12,7 +12,9 @@ mod fake;
 mod layout;
 pub mod procfs;
 
-pub use cgroup::{cpu_usage_of, release, usage, Cgroups, Freezer, ReleaseStep, Usage, UsageFiles};
+pub use cgroup::{
+    cpu_usage_of, release, usage, Cgroups, Freezer, GroupMaker, ReleaseStep, Usage, UsageFiles,
+};
 pub use delegation::Delegation;
 pub use fake::{Fake, FakeCall};
 pub use layout::Layout;
@@ -111,6 +113,13 @@ pub trait Actuator {
     fn describe(&self) -> String;
     /// Makes the job's (empty) groups.
     fn create(&mut self, job: &JobGroup) -> Result<()>;
+    /// What makes a job's groups from another thread, ahead of `create` (which then finds
+    /// them made), if making them can wait on others: a directory made in a cgroup tree takes
+    /// the kernel's cgroup lock, which a process joining any cgroup holds through an RCU
+    /// grace period (milliseconds), and a slot clock must not wait on it.
+    fn maker(&self) -> Option<GroupMaker> {
+        None
+    }
     /// Moves a process into the job; its future children follow.
     fn add(&mut self, job: &JobGroup, pid: Pid) -> Result<()>;
     /// Every process of the job.

@@ -246,6 +246,37 @@ fn real(freezer: Freezer) {
             let procs = root.join(&parent).join(other).join("cgroup.procs");
             assert_eq!(files.last(), Some(&procs), "{files:?}");
         }
+        // Made ahead on another thread (the agent's orders' thread), a job's groups are there
+        // before `create`, a v1 cpuset one with processors, and `create` takes them as made.
+        let ahead = &JobGroup::of(3);
+        let maker = act.maker().expect("real cgroups make groups ahead");
+        std::thread::scope(|s| s.spawn(|| maker.make(ahead)).join().unwrap()).unwrap();
+        let made = |root: &Option<std::path::PathBuf>| {
+            root.as_ref().map(|root| root.join(&parent).join(ahead))
+        };
+        for dir in [
+            &layout.v2,
+            &layout.v1_freezer,
+            &layout.v1_cpuset,
+            &layout.v1_cpu,
+        ]
+        .into_iter()
+        .filter_map(made)
+        .filter(|dir| dir.parent().is_some_and(|p| p.exists()))
+        {
+            assert!(dir.is_dir(), "{} not made ahead", dir.display());
+        }
+        if let Some(cpuset) = made(&layout.v1_cpuset).filter(|d| d.is_dir()) {
+            let cpus = std::fs::read_to_string(cpuset.join("cpuset.cpus")).unwrap();
+            assert!(
+                !cpus.trim().is_empty(),
+                "{}: no processors",
+                cpuset.display()
+            );
+        }
+        act.create(ahead).unwrap();
+        assert!(act.pids(ahead).unwrap().is_empty());
+        act.remove(ahead).unwrap();
     });
 }
 

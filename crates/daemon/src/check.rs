@@ -50,7 +50,7 @@ fn feature(name: &'static str, available: bool, detail: impl Into<String>) -> Fe
 }
 
 fn realtime_thread() -> Result<(), String> {
-    std::thread::spawn(|| cosched_agent::clock::make_realtime(50))
+    std::thread::spawn(|| cosched_agent::clock::make_realtime(cosched_agent::clock::CLOCK_PRIORITY))
         .join()
         .map_err(|_| "the probe thread panicked".to_string())?
         .map_err(|e| e.to_string())

@@ -24,7 +24,7 @@ pub use order::{
     signal_name, Behaviour, Command, Ending, Event, ExitInfo, JobHost, Launch, ProcessRef,
     ProcessRequest, BEHAVIOUR_WINDOWS, CANCEL_GRACE, OUT_OF_MEMORY,
 };
-pub use seam::{EventSink, Order, OrderSink, PlanSource, Received};
+pub use seam::{receive_by, EventSink, Order, OrderSink, PlanSource, Received};
 pub use status::{
     BoundaryRecord, Histogram, JobMoment, NodeHistograms, NodeStatus, SlotStart, Summary,
     HISTOGRAM_BOUNDS_US, MAX_REPORTED_STARTS, SPREAD_SAMPLE_US, STATUS_PERIOD_US,

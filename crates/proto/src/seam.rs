@@ -58,13 +58,19 @@ impl<S: PlanSource + ?Sized> PlanSource for &mut S {
 
 impl PlanSource for Receiver<Order> {
     fn next_order(&mut self, until: Micros) -> Received {
-        let wait = Duration::from_micros((until - now_micros()).max(0) as u64);
-        match self.recv_timeout(wait) {
-            Ok(order) => Received::Order(Box::new(order)),
-            Err(RecvTimeoutError::Timeout) => Received::Timeout,
-            Err(RecvTimeoutError::Disconnected) => Received::Closed,
-        }
+        receive_by(self, until)
+            .map_or_else(|nothing| nothing, |order| Received::Order(Box::new(order)))
     }
+}
+
+/// What comes on `receiver` until `until` (CLOCK_REALTIME µs), or what came instead:
+/// `Timeout`, or `Closed` once every sender is gone.
+pub fn receive_by<T>(receiver: &Receiver<T>, until: Micros) -> Result<T, Received> {
+    let wait = Duration::from_micros((until - now_micros()).max(0) as u64);
+    receiver.recv_timeout(wait).map_err(|error| match error {
+        RecvTimeoutError::Timeout => Received::Timeout,
+        RecvTimeoutError::Disconnected => Received::Closed,
+    })
 }
 
 /// Where the controller's orders go: to one node's agent each.
