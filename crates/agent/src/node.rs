@@ -7,6 +7,7 @@
 //! Orders come from a [`PlanSource`] and events go to an [`EventSink`]; nothing is answered,
 //! so the same agent runs in the daemon's process (channels) or on its own node.
 
+use crate::awake::Awake;
 use crate::boundaries::{BoundaryLog, BOUNDARY_LOG_LIMIT};
 use crate::chrony::ClockOffset;
 use crate::clock::{self, SlotWork, Tick};
@@ -177,6 +178,8 @@ pub struct NodeAgent<A: Actuator> {
     /// start. The receiving end goes to the relay as the agent runs.
     errands: Sender<Errand>,
     errands_queued: Option<Receiver<Errand>>,
+    /// Keeps idle processors polling while there are jobs to switch (a real-time clock's).
+    awake: Awake,
     /// The CPUs of each job placed here (its processes added later go there too).
     placed: BTreeMap<JobId, Partition>,
     /// Jobs whose first node this is (launched or adopted here): their figures go with their
@@ -249,6 +252,7 @@ impl<A: Actuator> NodeAgent<A> {
             },
             errands,
             errands_queued: Some(errands_queued),
+            awake: Awake::none(),
             placed: BTreeMap::new(),
             first_here: BTreeSet::new(),
             door: None,
@@ -287,6 +291,7 @@ impl<A: Actuator> NodeAgent<A> {
                 ));
             }
             self.stats.realtime = realtime.is_ok();
+            self.awake = Awake::open();
         }
         self.report_status(now_micros());
         // What in an order may wait on other processes is done off the clock: before it takes
@@ -364,6 +369,8 @@ impl<A: Actuator> NodeAgent<A> {
 
     /// What every boundary does, switching or not: cancels, cgroup removals, the status.
     fn quiet_tick(&mut self, now: Micros) {
+        let switching_jobs = self.switching() && self.applier.jobs().next().is_some();
+        self.awake.hold(switching_jobs);
         self.probe_auto_jobs(now);
         self.enforce_cancels(now);
         self.retry_discards();
