@@ -10,7 +10,8 @@
 use std::fs::File;
 use std::io::Write;
 
-const DEVICE: &str = "/dev/cpu_dma_latency";
+/// Where the request is made (`daemon --check` says whether it can be).
+pub const DEVICE: &str = "/dev/cpu_dma_latency";
 /// The kernel's "no constraint" (`PM_QOS_CPU_LATENCY_DEFAULT_VALUE`, 2,000 s in µs).
 const NO_CONSTRAINT: i32 = 2_000_000_000;
 

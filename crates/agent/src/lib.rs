@@ -11,7 +11,7 @@
 //! machine's) nothing is done at all.
 //! [`clock`] provides the real-time slot clock that calls it.
 
-mod awake;
+pub mod awake;
 pub mod boundaries;
 pub mod chrony;
 pub mod clock;

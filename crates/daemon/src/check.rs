@@ -49,6 +49,30 @@ fn feature(name: &'static str, available: bool, detail: impl Into<String>) -> Fe
     }
 }
 
+/// Whether the agent can keep idle processors polling while it switches jobs (a halted one
+/// may wake for a boundary late). Opening the device alone asks nothing.
+fn idle_feature() -> Feature {
+    use cosched_agent::awake::DEVICE;
+    let driver = std::fs::read_to_string("/sys/devices/system/cpu/cpuidle/current_driver")
+        .map_or_else(|_| "none".to_string(), |d| d.trim().to_string());
+    match std::fs::OpenOptions::new().write(true).open(DEVICE) {
+        Ok(_) => feature(
+            "idle wakeups",
+            true,
+            format!(
+                "idle processors poll while jobs are switched ({DEVICE} at 0 µs; cpuidle driver {driver})"
+            ),
+        ),
+        Err(error) => feature(
+            "idle wakeups",
+            false,
+            format!(
+                "{DEVICE}: {error}: a processor idle before a boundary may wake late from its idle state (cpuidle driver {driver})"
+            ),
+        ),
+    }
+}
+
 fn realtime_thread() -> Result<(), String> {
     std::thread::spawn(|| cosched_agent::clock::make_realtime(cosched_agent::clock::CLOCK_PRIORITY))
         .join()
@@ -310,6 +334,7 @@ pub fn check() -> Report {
             format!("{error}: switches will be late by milliseconds under load"),
         ),
     });
+    features.push(idle_feature());
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
     features.push(preemption_feature(preemption(
         std::fs::read_to_string("/sys/kernel/debug/sched/preempt")
