@@ -263,10 +263,28 @@ fn auto_jobs_are_measured_and_moved_to_the_mode_they_run_best_in() {
             d.log()
         );
     }
-    // Switched as chosen from then on: the gang ping-pong is frozen outside its slots.
+    // Switched as chosen from then on: the gang ping-pong is frozen outside its slots, the
+    // moderate job never; the implicit writer is never switched, but is held for the rest of
+    // a switched job's slot once it used its budget there (invariant 57): it runs on.
     let frozen_once = wait_until(Duration::from_secs(10), || d.frozen(pingpong));
     assert!(frozen_once, "{}", d.log());
-    assert!(!d.frozen(writer) && !d.frozen(computing));
+    let writer_cpu = d.cpu_us(writer);
+    let samples: Vec<bool> = (0..20)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(35));
+            d.frozen(computing)
+        })
+        .collect();
+    assert!(
+        samples.iter().all(|&frozen| !frozen),
+        "the moderate job was frozen: {samples:?}\n{}",
+        d.log()
+    );
+    assert!(
+        d.cpu_us(writer) > writer_cpu,
+        "the implicit writer did not run in 0.7 s\n{}",
+        d.log()
+    );
     let ps = String::from_utf8(d.cosched(&["ps", "--format", "id,mode"]).stdout).unwrap();
     assert!(ps.contains(&format!("{pingpong} auto:gang")), "{ps}");
     for job in [computing, pingpong, writer] {
