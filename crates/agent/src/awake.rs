@@ -22,11 +22,12 @@ pub struct Awake {
 
 impl Awake {
     /// The request, if this machine takes one (root, PM QoS): otherwise `hold` does nothing.
+    /// Opened, it asks for nothing until `hold(true)`.
     pub fn open() -> Awake {
-        let file = File::options().write(true).open(DEVICE).ok();
-        let mut awake = Awake { file, held: true };
-        awake.hold(false);
-        awake
+        Awake {
+            file: File::options().write(true).open(DEVICE).ok(),
+            held: false,
+        }
     }
 
     /// Nothing to ask.

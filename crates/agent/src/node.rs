@@ -950,7 +950,6 @@ impl<A: Actuator> NodeAgent<A> {
             })
     }
 
-    /// Starts a supervisor with a fresh listening socket for a restarted agent.
     /// Starts the job's supervisor (the controller stored the intent before ordering it).
     fn launch(
         &mut self,

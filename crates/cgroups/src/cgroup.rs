@@ -768,7 +768,6 @@ impl Drop for Cgroups {
     }
 }
 
-/// Copies the parent's `cpuset.cpus` and `cpuset.mems` into a new v1 cpuset.
 /// Makes a job's groups in every tree in use, from any thread: [`Actuator::maker`].
 #[derive(Clone, Debug)]
 pub struct GroupMaker {
@@ -790,6 +789,7 @@ impl GroupMaker {
     }
 }
 
+/// Copies the parent's `cpuset.cpus` and `cpuset.mems` into a new v1 cpuset.
 fn inherit_cpuset(dir: &Path) -> Result<()> {
     let parent = dir.parent().unwrap_or(dir);
     for file in ["cpuset.cpus", "cpuset.mems"] {
