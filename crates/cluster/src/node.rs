@@ -123,15 +123,41 @@ fn register(
     }
 }
 
-/// How long one look at etcd's health may take, and how soon a failed one is tried again.
-const HEALTH_TIMEOUT: Duration = Duration::from_millis(300);
+/// How long one look at etcd's health may take: the first after a success, then twice as
+/// long after each that failed, up to the last. Through an etcd election a member without a
+/// leader holds a request until its timeout, so the first is short; an etcd that is only slow
+/// (1,000 agents beside it on 2 CPUs, `bench/control-plane`) answered none of 1,000 agents'
+/// looks within 300 ms, each abandoned look's connection made anew, and etcd never caught up.
+const HEALTH_TIMEOUTS: [Duration; 3] = [
+    Duration::from_millis(300),
+    Duration::from_millis(600),
+    Duration::from_millis(1_200),
+];
+/// How soon a failed look is tried again: this, doubled at each further failure up to a
+/// second, give or take a quarter so that agents that failed together do not retry together.
 const HEALTH_RETRY: Duration = Duration::from_millis(100);
+const HEALTH_RETRY_MAX: Duration = Duration::from_secs(1);
+/// How long looks must have failed before the watches are cut (a silent network cut leaves
+/// them hanging): not at the first, which a slow etcd gives too, and which made 1,000 agents
+/// open 3,000 watches at once on an etcd already behind.
+const CUT_WATCHES_AFTER: Micros = 1_000_000;
+
+/// The wait before look number `failures + 1` of an outage.
+fn retry_wait(failures: u32) -> Duration {
+    let doubled = HEALTH_RETRY.saturating_mul(1 << failures.saturating_sub(1).min(10));
+    let base = doubled.min(HEALTH_RETRY_MAX);
+    // 75 % to 125 %, from the clock's microseconds: enough to spread agents apart.
+    let spread = 750 + (now_micros().rem_euclid(500)) as u32;
+    base * spread / 1_000
+}
 
 impl Membership {
     /// The thread that renews the lease and watches the link, and the one that watches the
     /// leader key. The lease's requests are bounded tighter than others, and a failed look is
     /// retried soon: through an etcd election a member without a leader holds a request until
-    /// its timeout, and the agent's deadline counts from the last look that succeeded.
+    /// its timeout, and the agent's deadline counts from the last look that succeeded. Looks
+    /// that keep failing wait and are waited for longer ([`HEALTH_TIMEOUTS`], [`retry_wait`]),
+    /// so that a thousand agents do not keep an etcd that is only slow from catching up.
     ///
     /// The leader key is watched, not read at each renewal: at 1,000 nodes those reads were
     /// about 720 requests a second (bench/control-plane), with as many renewals most of etcd's
@@ -146,21 +172,23 @@ impl Membership {
             .name("cosched-leader".into())
             .spawn(move || watch_leader(&watcher, &leader_key, &watched, check))
             .map_err(|e| ClusterError::Invalid(format!("starting the leader thread: {e}")))?;
-        let (client, keys, info) = (
-            self.client.with_timeout(HEALTH_TIMEOUT),
-            self.keys.clone(),
-            self.info.clone(),
-        );
+        let clients = HEALTH_TIMEOUTS.map(|timeout| self.client.with_timeout(timeout));
+        let (keys, info) = (self.keys.clone(), self.info.clone());
         let (lease, health) = (Arc::clone(&self.lease), Arc::clone(&self.health));
         std::thread::Builder::new()
             .name("cosched-lease".into())
             .spawn(move || {
-                let mut broken = false;
+                // Looks failed in a row, since when, and whether the watches were cut for it.
+                let (mut failures, mut failing_since, mut cut) = (0u32, 0, false);
                 loop {
-                    std::thread::sleep(if broken { HEALTH_RETRY } else { check });
+                    std::thread::sleep(match failures {
+                        0 => check,
+                        n => retry_wait(n),
+                    });
                     if health.left.load(Ordering::Relaxed) {
                         return;
                     }
+                    let client = &clients[(failures as usize).min(clients.len() - 1)];
                     let id = lease.load(Ordering::Relaxed);
                     let renewed = client.keep_alive(id).and_then(|renewed| {
                         if renewed.ttl == 0 {
@@ -168,27 +196,33 @@ impl Membership {
                                 "the node's lease expired: joining again (the controller may \
                                  have given up this node's jobs meanwhile)"
                             ));
-                            register(&client, &keys, &info, lease_ttl, &lease)
+                            register(client, &keys, &info, lease_ttl, &lease)
                                 .map_err(|e| EtcdError::WatchEnded(e.to_string()))?;
                         }
                         Ok(health.leader.load(Ordering::Relaxed))
                     });
+                    let now = now_micros();
                     match renewed {
                         Ok(true) => {
-                            health.last_ok.store(now_micros(), Ordering::Relaxed);
-                            if broken {
+                            health.last_ok.store(now, Ordering::Relaxed);
+                            if failures > 0 {
                                 LOG.info("etcd and a controller are back");
                             }
-                            broken = false;
+                            (failures, cut) = (0, false);
                         }
-                        Ok(false) | Err(_) if broken => {}
                         failed => {
-                            broken = true;
-                            match failed {
-                                Err(error) => LOG.warn(format_args!("{error}")),
-                                _ => LOG.warn("no controller holds the leader key"),
+                            if failures == 0 {
+                                failing_since = now;
+                                match failed {
+                                    Err(error) => LOG.warn(format_args!("{error}")),
+                                    _ => LOG.warn("no controller holds the leader key"),
+                                }
                             }
-                            health.cut_watches();
+                            failures += 1;
+                            if !cut && now - failing_since >= CUT_WATCHES_AFTER {
+                                health.cut_watches();
+                                cut = true;
+                            }
                         }
                     }
                 }
@@ -499,5 +533,35 @@ impl EventSink for EtcdSink {
                 self.outbox.put(key, encode(&event));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_looks_are_retried_later_and_later_up_to_about_a_second() {
+        let bounds = |failures: u32| {
+            let waits: Vec<Duration> = (0..200).map(|_| retry_wait(failures)).collect();
+            (*waits.iter().min().unwrap(), *waits.iter().max().unwrap())
+        };
+        let ms = Duration::from_millis;
+        let (first_low, first_high) = bounds(1);
+        assert!(
+            first_low >= ms(75) && first_high < ms(125),
+            "{first_low:?}..{first_high:?}"
+        );
+        let (third_low, third_high) = bounds(3);
+        assert!(
+            third_low >= ms(300) && third_high < ms(500),
+            "{third_low:?}..{third_high:?}"
+        );
+        let (late_low, late_high) = bounds(40);
+        assert!(
+            late_low >= ms(750) && late_high < ms(1_250),
+            "{late_low:?}..{late_high:?}"
+        );
+        assert!(HEALTH_TIMEOUTS.windows(2).all(|pair| pair[0] < pair[1]));
     }
 }

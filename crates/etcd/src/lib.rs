@@ -420,7 +420,10 @@ impl Client {
             self.read_whole(index, response, 64 << 20)
                 .map_err(|e| EtcdError::Unavailable {
                     tried: endpoint.to_string(),
-                    last: format!("reading the answer to {path}: {e}"),
+                    last: format!(
+                        "reading the answer to {path}: {}",
+                        http::timed_out_as_such(e, self.timeout)
+                    ),
                 })?;
         let garbled = |why: String| EtcdError::Garbled {
             endpoint: endpoint.clone(),
