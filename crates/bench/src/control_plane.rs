@@ -12,7 +12,10 @@
 //! - etcd's own floor, before any agent starts: one put to a key N watchers follow.
 //!
 //! Two phases per size: steady (the machine full, nothing submitted or ending) and churn (a
-//! job submitted every `1/rate` s, each ending 5 s later).
+//! job submitted every `1/rate` s, each ending 5 s later). Then etcd is stopped for a few
+//! seconds (`--stall-etcd-s`, shorter than the agents' deadline) and let go: how many agents
+//! let their jobs loose, and how long until every one has the control plane again (at 1,000
+//! nodes one build's agents never did: each retried every 100 ms on a new connection).
 
 use crate::daemon::{Daemon, DaemonSpec};
 use crate::figures::{command_line, summary, Provenance};
@@ -31,6 +34,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -62,6 +66,10 @@ pub struct ControlPlaneArgs {
     /// cluster's should be; without it plain HTTP, as the recorded figures were measured
     #[arg(long)]
     etcd_tls: bool,
+    /// After the churn, etcd is stopped (SIGSTOP) this long, then let go: how long until
+    /// every agent has the control plane again (0: not measured)
+    #[arg(long, default_value_t = 3)]
+    stall_etcd_s: u64,
     /// Also write the figures as JSON here (the controller's log of each size goes to
     /// target/bench/control-plane-N.log)
     #[arg(long, default_value = "target/bench/control-plane.json")]
@@ -74,6 +82,8 @@ const DEADLINE_US: Micros = 5_000_000;
 const LEASE_TTL_S: i64 = 10;
 /// How long a churn job runs.
 const CHURN_JOB_S: u64 = 5;
+/// How long the agents have to come back after etcd's stall before the run is failed.
+const STALL_PATIENCE: Duration = Duration::from_secs(120);
 const CLUSTER: &str = "bench";
 
 pub fn run(args: ControlPlaneArgs) -> Result<()> {
@@ -128,6 +138,18 @@ struct Row {
     jobs_running: usize,
     steady: Phase,
     churn: Phase,
+    etcd_stall: Option<Stall>,
+}
+
+/// etcd stopped for a while, shorter than the agents' deadline, then let go.
+#[derive(Serialize)]
+struct Stall {
+    stopped_s: f64,
+    /// Agents that let their jobs loose (the control plane lost past their deadline), counted
+    /// once each.
+    agents_adrift: usize,
+    /// From etcd let go to no agent adrift; none if some still were after `STALL_PATIENCE`.
+    recovered_s: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -137,6 +159,10 @@ struct Phase {
     generations: usize,
     /// From the controller's stamp to the last node taking it (µs).
     fan_out_us: Summary,
+    /// From the stamp to the first node taking it (µs): the controller's own path (its
+    /// store write, then the generation's) plus etcd's commit; the rest of the fan-out is
+    /// etcd's delivery to every watcher and the agents' CPU.
+    first_node_us: Summary,
     /// From the stamp to each node taking it (µs).
     delivery_us: Summary,
     etcd: EtcdRates,
@@ -179,7 +205,7 @@ fn print_row(row: &Row) {
     for (name, phase) in [("steady", &row.steady), ("churn", &row.churn)] {
         println!(
             "{:>6} nodes {:<6} gens {:>4}  fan-out p50/p99/max {:>6.1}/{:>6.1}/{:>6.1} ms  \
-             etcd writes/s {:>7.1} ({:.3}/node)  bytes in/out/s {:>9.0}/{:>10.0}  \
+             first node p50/p99 {:>6.1}/{:>6.1} ms  etcd writes/s {:>7.1} ({:.3}/node)  bytes in/out/s {:>9.0}/{:>10.0}  \
              controller {:.3} CPU {:>5.1} MB  etcd {:.3} CPU  agents {:.3} CPU",
             row.nodes,
             name,
@@ -187,6 +213,8 @@ fn print_row(row: &Row) {
             phase.fan_out_us.p50 as f64 / 1e3,
             phase.fan_out_us.p99 as f64 / 1e3,
             phase.fan_out_us.max as f64 / 1e3,
+            phase.first_node_us.p50 as f64 / 1e3,
+            phase.first_node_us.p99 as f64 / 1e3,
             phase.etcd.writes_per_s,
             phase.etcd.writes_per_node_per_s,
             phase.etcd.received_bytes_per_s,
@@ -207,17 +235,22 @@ fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
     let watch_floor_us = watch_floor(&etcd, nodes)?;
     let urls: Vec<String> = etcd.url.split(',').map(String::from).collect();
     let keys = Keys::new(CLUSTER)?;
-    let state = PathBuf::from(format!("/dev/shm/cosched-cp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&state);
+    let state = RemovedAtEnd(PathBuf::from(format!(
+        "/dev/shm/cosched-cp-{}",
+        std::process::id()
+    )));
+    let _ = std::fs::remove_dir_all(&state.0);
     let arrivals = Arc::new(Arrivals::default());
+    let health = Arc::new(Health::default());
     let fleet = Fleet {
         urls,
         credentials,
         tls: etcd.tls().cloned(),
         keys,
         cpus: args.cpus_per_node,
-        state: state.clone(),
+        state: state.0.clone(),
         arrivals: Arc::clone(&arrivals),
+        health: Arc::clone(&health),
     };
     let joining = Instant::now();
     // One node first: the controller waits for one before it serves.
@@ -262,6 +295,11 @@ fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
         Ok(())
     })?;
 
+    let etcd_stall = match args.stall_etcd_s {
+        0 => None,
+        seconds => Some(stall(&etcd, &health, Duration::from_secs(seconds))?),
+    };
+
     // The controller's log, beside the figures: what it said of the nodes and jobs.
     let log = args
         .json
@@ -281,7 +319,6 @@ fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
     }
     daemon.stop()?;
     drop(etcd);
-    let _ = std::fs::remove_dir_all(&state);
     Ok(Row {
         nodes,
         watch_floor_us,
@@ -289,7 +326,67 @@ fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
         jobs_running,
         steady,
         churn,
+        etcd_stall,
     })
+}
+
+/// Stops etcd for `stopped`, lets it go, and waits until no agent is adrift.
+fn stall(etcd: &Etcd, health: &Health, stopped: Duration) -> Result<Stall> {
+    let pids = etcd.pids();
+    let signal = |signal| {
+        for &pid in &pids {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe { libc::kill(pid as i32, signal) };
+        }
+    };
+    let before = health.ever.load(Ordering::SeqCst);
+    signal(libc::SIGSTOP);
+    std::thread::sleep(stopped);
+    signal(libc::SIGCONT);
+    let let_go = Instant::now();
+    // An agent notices its deadline passed only when it looks: give it that look.
+    std::thread::sleep(Duration::from_millis(500));
+    let recovered_s = loop {
+        if health.adrift.load(Ordering::SeqCst) == 0 {
+            break Some(let_go.elapsed().as_secs_f64());
+        }
+        if let_go.elapsed() > STALL_PATIENCE {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stall = Stall {
+        stopped_s: stopped.as_secs_f64(),
+        agents_adrift: health.ever.load(Ordering::SeqCst) - before,
+        recovered_s,
+    };
+    eprintln!(
+        "  etcd stopped {:.0} s: {} agents adrift, {}",
+        stall.stopped_s,
+        stall.agents_adrift,
+        recovered_s.map_or_else(
+            || format!("some still adrift {} s on", STALL_PATIENCE.as_secs()),
+            |s| format!("all back {s:.1} s after")
+        )
+    );
+    Ok(stall)
+}
+
+/// How many agents are adrift now, and how many times one went adrift.
+#[derive(Default)]
+struct Health {
+    adrift: AtomicUsize,
+    ever: AtomicUsize,
+}
+
+/// A directory removed when the measure ends, however it ends (a failed run left the
+/// agents' state, tens of MB, in /dev/shm).
+struct RemovedAtEnd(PathBuf);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// How many puts the watch floor times.
@@ -429,12 +526,13 @@ fn phase(
     let end_us = now_micros();
     let rate = |name: &str| (after.etcd.get(name) - before.etcd.get(name)) / wall;
     let writes = rate("etcd_server_proposals_committed_total");
-    let (fan_out, delivery, generations) = arrivals.between(start_us, end_us, nodes);
+    let taken = arrivals.between(start_us, end_us, nodes);
     Ok(Phase {
         seconds: wall,
-        generations,
-        fan_out_us: summary(&fan_out),
-        delivery_us: summary(&delivery),
+        generations: taken.fan_out.len(),
+        fan_out_us: summary(&taken.fan_out),
+        first_node_us: summary(&taken.first_node),
+        delivery_us: summary(&taken.delivery),
         etcd: EtcdRates {
             writes_per_s: writes,
             writes_per_node_per_s: writes / nodes as f64,
@@ -470,6 +568,7 @@ struct Fleet {
     cpus: u32,
     state: PathBuf,
     arrivals: Arc<Arrivals>,
+    health: Arc<Health>,
 }
 
 /// One agent of the fleet, running.
@@ -534,6 +633,7 @@ impl Fleet {
             events,
             ends: BTreeSet::new(),
             arrivals: Arc::clone(&self.arrivals),
+            health: Arc::clone(&self.health),
         };
         let clock = std::thread::Builder::new()
             .name(format!("clock-{node}"))
@@ -556,12 +656,13 @@ impl FakeNode {
 
 /// The node's orders as the agent takes them, with what the fake actuator cannot do done
 /// here: a job's launch is dropped (no processes), and `sleep S` is reported ended S seconds
-/// after its start; each generation's arrival is noted.
+/// after its start; each generation's arrival is noted, and the agent going adrift or back.
 struct Simulated {
     orders: cosched_cluster::EtcdSource,
     events: Arc<EtcdSink>,
     ends: BTreeSet<(Micros, JobId)>,
     arrivals: Arc<Arrivals>,
+    health: Arc<Health>,
 }
 
 impl PlanSource for Simulated {
@@ -601,6 +702,15 @@ impl PlanSource for Simulated {
                     }
                     return Received::Order(order);
                 }
+                Received::Adrift => {
+                    self.health.adrift.fetch_add(1, Ordering::SeqCst);
+                    self.health.ever.fetch_add(1, Ordering::SeqCst);
+                    return Received::Adrift;
+                }
+                Received::Back => {
+                    self.health.adrift.fetch_sub(1, Ordering::SeqCst);
+                    return Received::Back;
+                }
                 other => return other,
             }
         }
@@ -625,22 +735,34 @@ impl Arrivals {
         seen.entry((number, published_us)).or_default().push(now);
     }
 
-    /// Of the generations stamped between `from` and `to` that all `nodes` took: each one's
-    /// fan-out, every delivery, and how many.
-    fn between(&self, from: Micros, to: Micros, nodes: usize) -> (Vec<u64>, Vec<u64>, usize) {
+    /// The generations stamped between `from` and `to` that all `nodes` took.
+    fn between(&self, from: Micros, to: Micros, nodes: usize) -> Taken {
         let seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut fan_out, mut delivery) = (Vec::new(), Vec::new());
+        let mut taken = Taken::default();
         for (&(_, stamp), arrived) in seen.range((0, 0)..) {
             if stamp < from || stamp > to || arrived.len() < nodes {
                 continue;
             }
-            let took = |at: &Micros| (at - stamp).max(0) as u64;
-            fan_out.push(arrived.iter().map(took).max().unwrap_or(0));
-            delivery.extend(arrived.iter().map(took));
+            let took: Vec<u64> = arrived
+                .iter()
+                .map(|at| (at - stamp).max(0) as u64)
+                .collect();
+            taken.fan_out.push(took.iter().copied().max().unwrap_or(0));
+            taken
+                .first_node
+                .push(took.iter().copied().min().unwrap_or(0));
+            taken.delivery.extend(took);
         }
-        let count = fan_out.len();
-        (fan_out, delivery, count)
+        taken
     }
+}
+
+/// Per generation, from its stamp: to the last node and to the first; and to every node.
+#[derive(Default)]
+struct Taken {
+    fan_out: Vec<u64>,
+    first_node: Vec<u64>,
+    delivery: Vec<u64>,
 }
 
 /// etcd's counters by name (labels summed), from its `/metrics`.

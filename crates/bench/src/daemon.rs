@@ -239,20 +239,31 @@ impl Daemon {
         // SAFETY: kill(2) has no memory-safety preconditions.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let start = Instant::now();
+        let mut late = false;
         while self.child.try_wait()?.is_none() {
             if start.elapsed() > Duration::from_secs(30) {
                 let _ = self.child.kill();
-                bail!("the daemon did not stop within 30 s of SIGTERM");
+                let _ = self.child.wait();
+                late = true;
+                break;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        self.remove_groups();
+        if late {
+            bail!("the daemon did not stop within 30 s of SIGTERM (killed)");
+        }
+        Ok(())
+    }
+
+    fn remove_groups(&self) {
         // The jobs were cancelled on stop, but a job of a thousand processes is still dying
         // when the daemon has gone, and its group with it: the next daemon of this benchmark
         // would find them. Wait for every job group to empty (30 s at most), then remove them
         // and the parent, in each hierarchy.
         let Ok(layout) = cosched_cgroups::Layout::detect() else {
-            return Ok(());
+            return;
         };
         let until = Instant::now() + Duration::from_secs(30);
         for (root, _) in layout.hierarchies() {
@@ -270,7 +281,6 @@ impl Daemon {
             }
             let _ = std::fs::remove_dir(&parent);
         }
-        Ok(())
     }
 }
 
