@@ -518,6 +518,15 @@ impl<A: Actuator> Applier<A> {
         self.holders(self.current.as_ref(), slot)
     }
 
+    /// Whether a job is held frozen until a boundary lets it run: a gang job outside its slot
+    /// (neither running nor let loose).
+    pub fn waits_for_slot(&self, job: JobId) -> bool {
+        self.mode_of(job) == Mode::Gang
+            && self.jobs.contains_key(&job)
+            && !self.running.contains(&job)
+            && !self.loose.contains(&job)
+    }
+
     /// Forgets a job (it ended): it is let loose first, so it is never left frozen.
     pub fn release(&mut self, job: JobId) -> Result<(), AgentError> {
         self.running.remove(&job);

@@ -20,7 +20,7 @@ use crate::skew::Baseline;
 use crate::stall::{Activity, StallTracker, Verdict};
 use crate::supervisor::{self, LaunchSpec};
 use crate::{job_group, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
-use cosched_cgroups::{procfs, Actuator, CgroupError, Cgroups, Usage};
+use cosched_cgroups::{affinity, procfs, Actuator, CgroupError, Cgroups, Usage};
 use cosched_core::{JobId, Micros, Partition, Rotation};
 use cosched_os::{fault, now_micros, unix};
 use cosched_proto::{
@@ -178,6 +178,12 @@ pub struct NodeAgent<A: Actuator> {
     /// start. The receiving end goes to the relay as the agent runs.
     errands: Sender<Errand>,
     errands_queued: Option<Receiver<Errand>>,
+    /// Supervisors to start once their gang job's slot lets it run: a start (the fork, the
+    /// supervisor's exec and setup: a millisecond or two of a processor here) is the job's
+    /// own slot's cost, on its own processors, not that of a gang thawed at the same moment.
+    launches: BTreeMap<JobId, Errand>,
+    /// Starts those at a boundary, off the clock (a thread made at the first).
+    starter: Option<Sender<Errand>>,
     /// Keeps idle processors polling while there are jobs to switch (a real-time clock's).
     awake: Awake,
     /// The CPUs of each job placed here (its processes added later go there too).
@@ -252,6 +258,8 @@ impl<A: Actuator> NodeAgent<A> {
             },
             errands,
             errands_queued: Some(errands_queued),
+            launches: BTreeMap::new(),
+            starter: None,
             awake: Awake::none(),
             placed: BTreeMap::new(),
             first_here: BTreeSet::new(),
@@ -358,6 +366,7 @@ impl<A: Actuator> NodeAgent<A> {
         if let Err(error) = self.applier.release_all() {
             LOG.error(format_args!("letting jobs loose: {error}"));
         }
+        self.start_due(false);
         self.report_status(now_micros());
     }
 
@@ -381,6 +390,7 @@ impl<A: Actuator> NodeAgent<A> {
 
     /// The controller let go: every job is let loose (unless a stop did it) and the agent ends.
     fn close(&mut self) {
+        self.drop_launches();
         if self.stopped.is_none() {
             let outcome = self.stop(false);
             self.stopped = Some(outcome);
@@ -421,6 +431,11 @@ impl<A: Actuator> NodeAgent<A> {
     }
 
     fn handle(&mut self, order: Order) {
+        self.carry_out(order);
+        self.start_due(true);
+    }
+
+    fn carry_out(&mut self, order: Order) {
         let Order { command, stdio } = order;
         match command {
             Command::Publish { generation } => {
@@ -496,6 +511,14 @@ impl<A: Actuator> NodeAgent<A> {
                 }
             }
             Command::Cancel { job } => {
+                if self.launches.remove(&job).is_some() {
+                    let ending = Ending {
+                        note: Some("cancelled before its first slot".into()),
+                        at_us: Some(now_micros()),
+                        ..Ending::default()
+                    };
+                    self.events.report(Event::Ended { job, ending });
+                }
                 self.forget(job);
                 if let Err(error) = self.let_loose(job) {
                     self.trouble(job, error);
@@ -509,6 +532,7 @@ impl<A: Actuator> NodeAgent<A> {
                 self.kill_at.insert(job, now_micros() + CANCEL_GRACE);
             }
             Command::Ended { job, stored } => {
+                self.launches.remove(&job);
                 self.forget(job);
                 self.kill_at.remove(&job);
                 self.sizes.remove(&job);
@@ -532,6 +556,7 @@ impl<A: Actuator> NodeAgent<A> {
                 }
             }
             Command::Stop { cancel } => {
+                self.drop_launches();
                 let outcome = self.stop(cancel);
                 self.stopped = Some(outcome);
             }
@@ -653,8 +678,12 @@ impl<A: Actuator> NodeAgent<A> {
         });
     }
 
-    /// Drops what the loop tracks of a job that changes hands (not its cgroup).
+    /// Drops what the loop tracks of a job that changes hands (not its cgroup). A supervisor
+    /// still waiting for the job's slot starts now, so what follows finds it started.
     fn forget(&mut self, job: JobId) {
+        if let Some(launch) = self.launches.remove(&job) {
+            self.errand(launch);
+        }
         self.watching.remove(&job);
         self.suspended.remove(&job);
         self.baselines.remove(&job);
@@ -972,10 +1001,11 @@ impl<A: Actuator> NodeAgent<A> {
         let exe = self.settings.supervisor_exe.clone();
         let watchers = self.watchers.clone();
         let exit_file = self.settings.exit_file(job);
+        let affinity = (self.applier.mode_of(job) != Mode::Local).then(|| affinity::mask_of(cpus));
         // A fork waits for the exec, and the new process for a processor (busy jobs may hold
-        // them all for milliseconds): off the clock, before the next order is taken.
-        self.errand(Box::new(move || {
-            match spawn_supervisor(&exe, &spec, stdio) {
+        // them all for milliseconds): off the clock, when the job may run (`start_due`).
+        let launch: Errand = Box::new(move || {
+            match spawn_supervisor(&exe, &spec, stdio, affinity) {
                 Ok((child, stream)) => {
                     fault::point("spawned", job);
                     watchers.watch(job, stream, Some(child), exit_file);
@@ -983,8 +1013,52 @@ impl<A: Actuator> NodeAgent<A> {
                 // The controller logs it as it records the job lost.
                 Err(why) => watchers.events.report(Event::Lost { job, why }),
             }
-        }));
+        });
+        self.launches.insert(job, launch);
         Ok(())
+    }
+
+    /// Starts the supervisors whose jobs may run now, or that nothing holds back any more
+    /// (the agent stopped switching): `after_order`, by the orders' thread once the order is
+    /// carried out (before it takes the next); else by the starter's, at once.
+    fn start_due(&mut self, after_order: bool) {
+        let held = |job: &JobId| self.switching() && self.applier.waits_for_slot(*job);
+        let due: Vec<JobId> = self
+            .launches
+            .keys()
+            .filter(|job| !held(job))
+            .copied()
+            .collect();
+        for job in due {
+            let launch = self.launches.remove(&job).expect("listed above");
+            match after_order {
+                true => self.errand(launch),
+                false => self.start_off_clock(launch),
+            }
+        }
+    }
+
+    fn start_off_clock(&mut self, launch: Errand) {
+        let starter = self.starter.get_or_insert_with(|| {
+            let (sender, launches) = mpsc::channel::<Errand>();
+            let spawned = std::thread::Builder::new()
+                .name("cosched-starts".into())
+                .spawn(move || launches.into_iter().for_each(|launch| launch()));
+            if let Err(error) = spawned {
+                LOG.error(format_args!("starting the starter's thread: {error}"));
+            }
+            sender
+        });
+        // No thread: started here.
+        if let Err(mpsc::SendError(launch)) = starter.send(launch) {
+            launch();
+        }
+    }
+
+    /// Supervisors not started when the agent stops or is let go: the job never ran, and the
+    /// next controller's adoption finds it not started (`Event::NotStarted`) and starts it.
+    fn drop_launches(&mut self) {
+        self.launches.clear();
     }
 
     /// Has the orders' thread do `errand` once the clock is done with this order (here, if
@@ -1179,6 +1253,7 @@ impl<A: Actuator> NodeAgent<A> {
         self.watch_blocked(slot, woke);
         self.watch_idle(woke);
         self.capture_baselines(slot + 1);
+        self.start_due(false);
         self.quiet_tick(woke);
     }
 
@@ -1246,6 +1321,7 @@ impl<A: Actuator> NodeAgent<A> {
         self.track_slots(&before, now);
         self.watch_blocked(slot, now);
         self.capture_baselines(slot + 1);
+        self.start_due(false);
     }
 
     /// From `now`, the jobs whose slot `slot` is are watched for a blocked gang (an
@@ -1604,7 +1680,7 @@ fn start_process(
     events: &Arc<dyn EventSink>,
 ) -> Result<(), String> {
     let job = spec.job;
-    let (child, stream) = spawn_supervisor(exe, &spec, stdio)?;
+    let (child, stream) = spawn_supervisor(exe, &spec, stdio, None)?;
     let reader = stream
         .try_clone()
         .map_err(|e| format!("watching the supervisor: {e}"))?;
@@ -1639,11 +1715,12 @@ fn spawn_supervisor(
     exe: &Path,
     spec: &LaunchSpec,
     stdio: [OwnedFd; 3],
+    affinity: Option<libc::cpu_set_t>,
 ) -> Result<(Child, UnixStream), String> {
     let _ = std::fs::remove_file(&spec.socket);
     let listener =
         UnixListener::bind(&spec.socket).map_err(|e| format!("{}: {e}", spec.socket.display()))?;
-    supervisor::spawn(exe, spec, listener, stdio)
+    supervisor::spawn(exe, spec, listener, stdio, affinity)
         .map_err(|e| format!("starting the supervisor {}: {e}", exe.display()))
 }
 

@@ -11,7 +11,8 @@
 //! clock's part of an order left to do ([`Errand`]: a job's supervisor to start, whose fork
 //! waits for the exec, and the new process for a processor that busy jobs may hold for
 //! milliseconds) the relay does then, before it takes the next order: what follows a start
-//! (a cancel, a finish) finds its supervisor started.
+//! (a cancel, a finish) finds its supervisor started, or, a gang job's that waits for its
+//! slot (`NodeAgent::start_due`), not started.
 
 use crate::clock::{self, ORDERS_PRIORITY};
 use crate::job_group;

@@ -83,6 +83,7 @@ pub fn spawn(
     spec: &LaunchSpec,
     listener: UnixListener,
     stdio: [OwnedFd; 3],
+    affinity: Option<libc::cpu_set_t>,
 ) -> io::Result<(Child, UnixStream)> {
     use std::os::unix::process::CommandExt;
     let (daemon_end, supervisor_end) = UnixStream::pair()?;
@@ -102,10 +103,16 @@ pub fn spawn(
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr));
-    // SAFETY: setsid, dup2 and close_range are async-signal-safe.
+    // SAFETY: setsid, sched_setaffinity, dup2 and close_range are async-signal-safe.
     unsafe {
         command.pre_exec(move || {
             libc::setsid();
+            // On its job's processors, the supervisor's own start (exec, setup: a millisecond
+            // or two here) takes no processor from another job. Refused (processors outside
+            // the daemon's cpuset), it runs where the daemon may.
+            if let Some(set) = &affinity {
+                libc::sched_setaffinity(0, std::mem::size_of_val(set), set);
+            }
             for (source, target) in raw.into_iter().zip([LISTENER_FD, DAEMON_FD, SPEC_FD]) {
                 if libc::dup2(source, target) < 0 {
                     return Err(io::Error::last_os_error());

@@ -297,3 +297,96 @@ fn a_shifted_clock_switches_that_much_earlier_and_logs_on_the_true_clock() {
     let slots: Vec<i64> = records.iter().map(|r| r.slot).collect();
     assert!(slots.windows(2).all(|w| w[0] < w[1]), "{slots:?}");
 }
+
+/// A gang job's supervisor starts once the job's slot lets it run, not when its start is
+/// ordered: its exec and setup take no processor from the gang thawed beside it. A job
+/// cancelled before its first slot never starts, and its end is reported.
+#[test]
+fn a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_never_starts() {
+    use std::os::unix::fs::PermissionsExt;
+    let state = StateDir::new("launch");
+    for sub in STATE_SUBDIRS {
+        std::fs::create_dir_all(state.0.join(sub)).unwrap();
+    }
+    // The supervisor: notes when it started (µs, the true clock) and exits.
+    let marks = state.0.join("started-at");
+    let exe = state.0.join("supervisor.sh");
+    let script = format!(
+        "#!/bin/sh\nPATH=/usr/bin:/bin date +%s%6N >> {}\n",
+        marks.display()
+    );
+    std::fs::write(&exe, script).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let settings = NodeSettings {
+        supervisor_exe: exe,
+        ..settings(&state, 0)
+    };
+    let rotation = Rotation::new(now_micros() / QUANTUM * QUANTUM, QUANTUM);
+    let (orders, source) = channel::<Order>();
+    let (sink, events) = channel::<Event>();
+    let agent = NodeAgent::new(settings, Fake::default(), Arc::new(sink));
+    let clock = std::thread::spawn(move || agent.run(source));
+    let launch = cosched_proto::Launch {
+        argv: vec!["true".into()],
+        env: Vec::new(),
+        cwd: state.0.display().to_string(),
+        uid: 0,
+        gid: 0,
+        groups: Vec::new(),
+        output: Some(state.0.join("out").display().to_string()),
+        error: None,
+        holder: false,
+        hosts: Vec::new(),
+    };
+    // Job 3 is in no slice: it waits, and is cancelled.
+    for (job, launch) in [(1, None), (2, Some(launch.clone())), (3, Some(launch))] {
+        let start = Command::Start {
+            job,
+            cpus: "0".parse().unwrap(),
+            memory: None,
+            launch,
+            mode: None,
+        };
+        orders.send(start.into()).unwrap();
+    }
+    orders.send(Command::Cancel { job: 3 }.into()).unwrap();
+    let first = rotation.next_boundary(now_micros()) + 2;
+    orders.send(two_slices(first, rotation).into()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(orders);
+    clock.join().unwrap().1.unwrap();
+
+    let started: Vec<i64> = std::fs::read_to_string(&marks)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.parse().unwrap())
+        .collect();
+    let events: Vec<Event> = events
+        .try_iter()
+        .filter(|e| !matches!(e, Event::Status { .. }))
+        .collect();
+    assert_eq!(
+        started.len(),
+        1,
+        "job 2's supervisor alone: {started:?} {events:?}"
+    );
+    let slot_of_2 = boundaries::read_log(&state.0)
+        .into_iter()
+        .flat_map(|record| record.started)
+        .find(|moment| moment.job == 2)
+        .expect("job 2 had a slot");
+    assert!(
+        started[0] >= slot_of_2.at_us,
+        "job 2's supervisor started at {}, {} µs before its slot",
+        started[0],
+        slot_of_2.at_us - started[0]
+    );
+    let cancelled = events.into_iter().find_map(|event| match event {
+        Event::Ended { job: 3, ending } => Some(ending),
+        _ => None,
+    });
+    assert_eq!(
+        cancelled.and_then(|ending| ending.note).as_deref(),
+        Some("cancelled before its first slot")
+    );
+}

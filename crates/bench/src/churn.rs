@@ -23,7 +23,9 @@ pub struct ChurnArgs {
     /// How long each case runs, in seconds
     #[arg(long, default_value_t = 30)]
     seconds: u64,
-    /// A short job is submitted this often in the churn case (ms)
+    /// A short job is submitted this often in the churn case, on average (ms; each gap is
+    /// drawn between half and one and a half times this, so that submissions fall at every
+    /// phase of the slot)
     #[arg(long, default_value_t = 500)]
     every_ms: u64,
     /// The cases to run, in order: steady, churn, crowd, implicit
@@ -39,6 +41,8 @@ pub struct ChurnArgs {
 
 /// The lateness bucket bound past which a boundary counts as "late" (µs).
 const LATE_US: u64 = 1_000;
+/// The churn's gaps between submissions are drawn from this seed (the same on every run).
+const CHURN_SEED: u64 = 0x00c0_5c4e_d000_0001;
 
 /// How long the crowd case waits for the crowd to fork before it measures.
 const CROWD_WARMUP: Duration = Duration::from_secs(5);
@@ -66,7 +70,7 @@ impl Case {
 pub fn run(args: ChurnArgs) -> Result<()> {
     workloads::build()?;
     println!(
-        "churn: two 2-process `burn` jobs gang-scheduled; churn adds `cosched run -n 1 -- sh -c 'exit 7'` every {} ms; crowd makes the second a 2-processor job of sleeping processes; implicit makes it `--mode implicit` (its budget of the gang's slots: a quarter of the slot, 5 ms at most, per processor); {} s a case",
+        "churn: two 2-process `burn` jobs gang-scheduled; churn adds `cosched run -n 1 -- sh -c 'exit 7'` every {} ms on average; crowd makes the second a 2-processor job of sleeping processes; implicit makes it `--mode implicit` (its budget of the gang's slots: a quarter of the slot, 5 ms at most, per processor); {} s a case",
         args.every_ms, args.seconds
     );
     println!(
@@ -199,11 +203,16 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
     let used_before = daemon.cpu_usage_us(first)?;
     let short: Vec<String> = ["sh", "-c", "exit 7"].map(String::from).into();
     let every = Duration::from_millis(args.every_ms.max(1));
+    // Gaps of half to one and a half times `every`, from a fixed seed: at a fixed period every
+    // submission fell at one phase of the slot (500 ms is a whole number of slots), the
+    // run's start decided which, and with it whether its clients' own start (1.5 ms of a
+    // processor here) met the gangs' thaws at every boundary or at none. Users' do not.
+    let mut gaps = cosched_sim::rng::Rng::new(CHURN_SEED);
     let began = Instant::now();
-    let (mut ticks, mut short_jobs) = (0, 0);
+    let (mut next, mut short_jobs) = (began, 0);
     while began.elapsed() < Duration::from_secs(args.seconds) {
-        ticks += 1;
-        std::thread::sleep((began + every * ticks).saturating_duration_since(Instant::now()));
+        next += every.mul_f64(gaps.between(0.5, 1.5));
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
         if case == Case::Churn {
             daemon.submit(1, &output, &short)?;
             short_jobs += 1;

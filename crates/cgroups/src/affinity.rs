@@ -47,6 +47,11 @@ pub fn spread_plan(threads: &[(Pid, usize)], cpus: &[usize]) -> Vec<(Pid, usize)
     plan
 }
 
+/// The affinity mask of a partition's processors (for `sched_setaffinity`).
+pub fn mask_of(cpus: &Partition) -> libc::cpu_set_t {
+    mask(cpus.processors().map(|cpu| cpu as usize))
+}
+
 /// The affinity mask of `cpus`.
 fn mask(cpus: impl IntoIterator<Item = usize>) -> libc::cpu_set_t {
     // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
