@@ -511,14 +511,7 @@ impl<A: Actuator> NodeAgent<A> {
                 }
             }
             Command::Cancel { job } => {
-                if self.launches.remove(&job).is_some() {
-                    let ending = Ending {
-                        note: Some("cancelled before its first slot".into()),
-                        at_us: Some(now_micros()),
-                        ..Ending::default()
-                    };
-                    self.events.report(Event::Ended { job, ending });
-                }
+                self.end_unstarted(job, "cancelled before its first slot");
                 self.forget(job);
                 if let Err(error) = self.let_loose(job) {
                     self.trouble(job, error);
@@ -597,6 +590,9 @@ impl<A: Actuator> NodeAgent<A> {
                 });
             }
             Command::Finish { job } => {
+                if self.end_unstarted(job, "ended before its first slot") {
+                    return;
+                }
                 // Out of the rotation and never watched for work: the job ends once its
                 // processes have left, and they are not killed (`discard` would).
                 self.forget(job);
@@ -1053,6 +1049,21 @@ impl<A: Actuator> NodeAgent<A> {
         if let Err(mpsc::SendError(launch)) = starter.send(launch) {
             launch();
         }
+    }
+
+    /// A job whose supervisor still waits for its slot ends here without starting, and says
+    /// so (the controller records it ended, as its cancel or end asked). False if it started.
+    fn end_unstarted(&mut self, job: JobId, why: &str) -> bool {
+        if self.launches.remove(&job).is_none() {
+            return false;
+        }
+        let ending = Ending {
+            note: Some(why.into()),
+            at_us: Some(now_micros()),
+            ..Ending::default()
+        };
+        self.events.report(Event::Ended { job, ending });
+        true
     }
 
     /// Supervisors not started when the agent stops or is let go: the job never ran, and the

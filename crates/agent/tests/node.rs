@@ -300,7 +300,8 @@ fn a_shifted_clock_switches_that_much_earlier_and_logs_on_the_true_clock() {
 
 /// A gang job's supervisor starts once the job's slot lets it run, not when its start is
 /// ordered: its exec and setup take no processor from the gang thawed beside it. A job
-/// cancelled before its first slot never starts, and its end is reported.
+/// cancelled (or, registered, ended) before its first slot never starts, and its end is
+/// reported.
 #[test]
 fn a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_never_starts() {
     use std::os::unix::fs::PermissionsExt;
@@ -338,8 +339,9 @@ fn a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_never_starts() 
         holder: false,
         hosts: Vec::new(),
     };
-    // Job 3 is in no slice: it waits, and is cancelled.
-    for (job, launch) in [(1, None), (2, Some(launch.clone())), (3, Some(launch))] {
+    // Jobs 3 and 4 are in no slice: they wait; 3 is cancelled, 4 ended.
+    let waiting = [(3, Some(launch.clone())), (4, Some(launch.clone()))];
+    for (job, launch) in [(1, None), (2, Some(launch))].into_iter().chain(waiting) {
         let start = Command::Start {
             job,
             cpus: "0".parse().unwrap(),
@@ -350,6 +352,7 @@ fn a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_never_starts() 
         orders.send(start.into()).unwrap();
     }
     orders.send(Command::Cancel { job: 3 }.into()).unwrap();
+    orders.send(Command::Finish { job: 4 }.into()).unwrap();
     let first = rotation.next_boundary(now_micros()) + 2;
     orders.send(two_slices(first, rotation).into()).unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -381,12 +384,12 @@ fn a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_never_starts() 
         started[0],
         slot_of_2.at_us - started[0]
     );
-    let cancelled = events.into_iter().find_map(|event| match event {
-        Event::Ended { job: 3, ending } => Some(ending),
-        _ => None,
-    });
-    assert_eq!(
-        cancelled.and_then(|ending| ending.note).as_deref(),
-        Some("cancelled before its first slot")
-    );
+    let note = |of: u64| {
+        events.iter().find_map(|event| match event {
+            Event::Ended { job, ending } if *job == of => ending.note.clone(),
+            _ => None,
+        })
+    };
+    assert_eq!(note(3).as_deref(), Some("cancelled before its first slot"));
+    assert_eq!(note(4).as_deref(), Some("ended before its first slot"));
 }

@@ -453,14 +453,15 @@ fn bad_requests_are_refused_with_clear_messages() {
     );
     refused(&d.cosched(&["wait", "999"]), "no job 999");
     // Anyone may wait for a job, but handing it descriptors (its output) is the owner's.
-    let handover = Command::new("python3")
-        .args(["-c", HAND_OVER_STDIO])
-        .arg(&socket)
-        .arg(root_job.to_string())
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .output()
-        .unwrap();
+    let handover = output_within(
+        Command::new("python3")
+            .args(["-c", HAND_OVER_STDIO])
+            .arg(&socket)
+            .arg(root_job.to_string())
+            .uid(NOBODY)
+            .gid(NOBODY),
+        Duration::from_secs(60),
+    );
     assert!(
         String::from_utf8_lossy(&handover.stdout)
             .contains("only its owner or root may hand descriptors to it"),
@@ -652,15 +653,15 @@ fn a_daemon_refuses_a_cgroup_parent_holding_jobs_its_store_does_not_know() {
     let other = std::env::temp_dir().join(format!("cosched-it-other-{}", std::process::id()));
     std::fs::create_dir_all(&other).unwrap();
     std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let out = Command::new(COSCHED)
+    let mut second = Command::new(COSCHED);
+    second
         .arg("daemon")
         .arg("--state-dir")
         .arg(other.join("state"))
         .arg("--socket")
         .arg(other.join("cosched.sock"))
-        .args(["--cgroup-parent", parent, "--quantum-ms", "100"])
-        .output()
-        .unwrap();
+        .args(["--cgroup-parent", parent, "--quantum-ms", "100"]);
+    let out = output_within(&mut second, Duration::from_secs(60));
     std::fs::remove_dir_all(&other).unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

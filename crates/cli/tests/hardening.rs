@@ -42,11 +42,10 @@ impl Drop for Scratch {
 
 /// Starts a daemon that is expected to refuse; returns its stderr.
 fn daemon_refuses(args: &[&str]) -> String {
-    let out = Command::new(COSCHED)
-        .arg("daemon")
-        .args(args)
-        .output()
-        .unwrap();
+    let out = output_within(
+        Command::new(COSCHED).arg("daemon").args(args),
+        Duration::from_secs(60),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(
         out.status.code(),

@@ -96,10 +96,10 @@ fn a_daemon_refuses_to_start_on_a_bad_policy_file() {
     cosched_os::require_root("the daemon's tests");
     let file = std::env::temp_dir().join(format!("cosched-bad-{}.toml", std::process::id()));
     write_policy(&file, "[classes.gold]\nmax_time = \"1:00:00\"\n");
-    let out = std::process::Command::new(COSCHED)
-        .args(["daemon", "--config", file.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = output_within(
+        std::process::Command::new(COSCHED).args(["daemon", "--config", file.to_str().unwrap()]),
+        Duration::from_secs(60),
+    );
     std::fs::remove_file(&file).unwrap();
     assert_eq!(out.status.code(), Some(1));
     let error = String::from_utf8_lossy(&out.stderr);
@@ -146,11 +146,12 @@ fn a_policy_file_another_user_could_replace_is_refused_by_config_check_and_the_d
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let daemon = std::process::Command::new(COSCHED)
-        .args(["daemon", "--socket", "/nonexistent/s.sock", "--config"])
-        .arg(&planted)
-        .output()
-        .unwrap();
+    let daemon = output_within(
+        std::process::Command::new(COSCHED)
+            .args(["daemon", "--socket", "/nonexistent/s.sock", "--config"])
+            .arg(&planted),
+        Duration::from_secs(60),
+    );
     refused(&daemon, "is not root's alone");
     let _ = std::fs::remove_dir_all(&dir);
 }

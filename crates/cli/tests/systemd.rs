@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{wait_until, Daemon, COSCHED, NOBODY};
+use common::{output_within, wait_until, Daemon, COSCHED, NOBODY};
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -489,12 +489,13 @@ fn unmarked_cgroups_keep_jobs_at_the_top_unless_told() {
         ("yes", "in the root cgroup"),
         ("perhaps", "'perhaps' is not auto, yes or no"),
     ] {
-        let out = Command::new(COSCHED)
-            .args(["daemon", "--procs", "2", "--cgroup-delegation", value])
-            .args(["--socket", "/nonexistent/cosched.sock", "--state-dir"])
-            .arg(unit.dir.join("root-state"))
-            .output()
-            .unwrap();
+        let out = output_within(
+            Command::new(COSCHED)
+                .args(["daemon", "--procs", "2", "--cgroup-delegation", value])
+                .args(["--socket", "/nonexistent/cosched.sock", "--state-dir"])
+                .arg(unit.dir.join("root-state")),
+            Duration::from_secs(60),
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             !out.status.success() && stderr.contains(says),

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -345,6 +345,31 @@ pub fn listening_under(dir: &Path) -> Vec<i32> {
 
 /// Looks every 50 ms, for at most `patience`, until `done`; whether it came true in time.
 /// Callers assert on it with their own message, built only when it fails.
+/// Runs `command` to its end and returns what `output()` would, but kills it and fails the
+/// test past `patience`: a command expected to refuse and exit (a second daemon, say) must not
+/// hang the suite if it runs on instead.
+pub fn output_within(command: &mut Command, patience: Duration) -> Output {
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let (ended, end) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let output = child.wait_with_output();
+        let _ = ended.send(());
+        output
+    });
+    if end.recv_timeout(patience).is_err() {
+        // SAFETY: kill(2) has no memory-safety preconditions; the child is not reaped yet.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let output = waiter.join().unwrap().unwrap();
+        panic!("{command:?} still ran after {patience:?} (killed): {output:?}");
+    }
+    waiter.join().unwrap().unwrap()
+}
+
 pub fn wait_until(patience: Duration, mut done: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     loop {
