@@ -599,14 +599,21 @@ impl<A: Actuator> NodeAgent<A> {
                 if let Err(error) = self.let_loose(job) {
                     self.trouble(job, error);
                 }
-                let told = self
-                    .watchers
-                    .connected()
-                    .get(&job)
-                    .map(|stream| (&*stream).write_all(&[supervisor::FINISH]));
-                if !matches!(told, Some(Ok(()))) {
-                    self.trouble(job, "cannot reach its supervisor to end it");
-                }
+                let watchers = self.watchers.clone();
+                // After the starts handed to the starter's thread: one at the boundary just
+                // before may not have its supervisor connected yet.
+                self.after_starts(Box::new(move || {
+                    let told = watchers
+                        .connected()
+                        .get(&job)
+                        .map(|stream| (&*stream).write_all(&[supervisor::FINISH]));
+                    if !matches!(told, Some(Ok(()))) {
+                        watchers.events.report(Event::Trouble {
+                            job,
+                            what: "cannot reach its supervisor to end it".into(),
+                        });
+                    }
+                }));
             }
         }
     }
@@ -1048,6 +1055,19 @@ impl<A: Actuator> NodeAgent<A> {
         // No thread: started here.
         if let Err(mpsc::SendError(launch)) = starter.send(launch) {
             launch();
+        }
+    }
+
+    /// Runs `errand` once the starts handed to the starter's thread are done (at once if it
+    /// was never given any).
+    fn after_starts(&self, errand: Errand) {
+        match &self.starter {
+            Some(starter) => {
+                if let Err(mpsc::SendError(errand)) = starter.send(errand) {
+                    errand();
+                }
+            }
+            None => errand(),
         }
     }
 
