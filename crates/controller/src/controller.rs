@@ -995,6 +995,13 @@ impl Controller {
         now: Micros,
     ) -> Result<String, ApiError> {
         let record = self.owned(job, who, "suspend")?;
+        if record.cancel_requested {
+            // Being killed: its memory was given back with its processors at the cancel, and
+            // a suspend would hold it again beside the jobs placed since.
+            return Err(ApiError::Invalid(format!(
+                "job {job} is being cancelled: it cannot be suspended"
+            )));
+        }
         match record.status.shown(record.launched) {
             JobState::Running | JobState::Idle | JobState::Waiting => {}
             state => {
