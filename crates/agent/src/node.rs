@@ -1042,7 +1042,7 @@ impl<A: Actuator> NodeAgent<A> {
     }
 
     fn start_off_clock(&mut self, launch: Errand) {
-        let starter = self.starter.get_or_insert_with(|| {
+        self.starter.get_or_insert_with(|| {
             let (sender, launches) = mpsc::channel::<Errand>();
             let spawned = std::thread::Builder::new()
                 .name("cosched-starts".into())
@@ -1052,14 +1052,11 @@ impl<A: Actuator> NodeAgent<A> {
             }
             sender
         });
-        // No thread: started here.
-        if let Err(mpsc::SendError(launch)) = starter.send(launch) {
-            launch();
-        }
+        self.after_starts(launch);
     }
 
-    /// Runs `errand` once the starts handed to the starter's thread are done (at once if it
-    /// was never given any).
+    /// Runs `errand` on the starter's thread once the starts handed to it are done; here, at
+    /// once, if it was never given any or could not be started.
     fn after_starts(&self, errand: Errand) {
         match &self.starter {
             Some(starter) => {

@@ -343,8 +343,6 @@ pub fn listening_under(dir: &Path) -> Vec<i32> {
         .collect()
 }
 
-/// Looks every 50 ms, for at most `patience`, until `done`; whether it came true in time.
-/// Callers assert on it with their own message, built only when it fails.
 /// Runs `command` to its end and returns what `output()` would, but kills it and fails the
 /// test past `patience`: a command expected to refuse and exit (a second daemon, say) must not
 /// hang the suite if it runs on instead.
@@ -370,6 +368,8 @@ pub fn output_within(command: &mut Command, patience: Duration) -> Output {
     waiter.join().unwrap().unwrap()
 }
 
+/// Looks every 50 ms, for at most `patience`, until `done`; whether it came true in time.
+/// Callers assert on it with their own message, built only when it fails.
 pub fn wait_until(patience: Duration, mut done: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     loop {
