@@ -1452,10 +1452,21 @@ impl Controller {
     /// The agent found no sign that a launched job ever started (the daemon stopped between
     /// storing the intent and the supervisor's start): it is launched when next placed.
     pub fn not_started(&mut self, job: JobId, now: Micros) {
-        if self
-            .latest(job)
-            .is_none_or(|r| r.status.ended() || !r.launched)
-        {
+        let Some(record) = self.latest(job).filter(|r| !r.status.ended() && r.launched) else {
+            return;
+        };
+        if record.cancel_requested || record.timed_out {
+            // Its cancel (or time limit) came while its start waited for its slot: it ends
+            // without ever running, as a cancel before launch does.
+            let (status, note) = match record.cancel_requested {
+                true => (JobState::Cancelled, "cancelled before it started"),
+                false => (JobState::Timeout, "its time limit passed before it started"),
+            };
+            let ending = Ending {
+                note: Some(note.into()),
+                ..Ending::default()
+            };
+            self.end(job, status, ending, now);
             return;
         }
         LOG.warn(format_args!(

@@ -122,6 +122,26 @@ fn a_job_the_agent_finds_never_started_is_launched_when_next_placed() {
 }
 
 #[test]
+fn a_job_cancelled_before_its_supervisor_started_ends_cancelled_when_the_agent_finds_it_never_started(
+) {
+    let mut h = Harness::machine(2);
+    let job = h.run(UID, 2).unwrap();
+    h.controller
+        .cancel(&Harness::user(UID), job, h.now)
+        .unwrap();
+    // The agent held its start for the job's slot and was stopped before: after the restart it
+    // knows nothing of it.
+    h.restart();
+    h.orders();
+    h.event(Event::NotStarted { job });
+    assert!(Harness::starts(&h.orders()).is_empty(), "started again");
+    assert_eq!(status(&h, job), JobState::Cancelled);
+    let record = h.stored(job).unwrap();
+    assert_eq!(record.note.as_deref(), Some("cancelled before it started"));
+    h.controller.audit().unwrap();
+}
+
+#[test]
 fn nothing_is_acknowledged_before_the_store_has_it() {
     let mut h = Harness::machine(4);
     h.refuse_writes(true);
