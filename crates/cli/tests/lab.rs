@@ -209,6 +209,56 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// Takes the lab down and checks that nothing of it is left: its processes (etcd, the
+    /// controller, the agents, every job's), cgroups in every hierarchy, namespaces and files.
+    fn down_leaving_nothing(&self) {
+        let pids: Vec<i32> = std::fs::read_to_string(self.dir.join("pids"))
+            .unwrap()
+            .lines()
+            .filter_map(|line| line.split_whitespace().next()?.parse().ok())
+            .collect();
+        let out = self.script(&["down"]);
+        assert!(out.status.success(), "cluster-lab down: {out:?}");
+        let prefix = format!("cosched-{}-", self.name);
+        let mut left = Vec::new();
+        for hierarchy in [
+            "", "unified", "cpuset", "cpu", "cpuacct", "freezer", "pids", "memory",
+        ] {
+            let root = Path::new("/sys/fs/cgroup").join(hierarchy);
+            for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+                if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                    left.push(entry.path().display().to_string());
+                }
+            }
+        }
+        for netns in std::fs::read_dir("/run/netns")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if netns
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&format!("cl-{}-", self.name))
+            {
+                left.push(netns.path().display().to_string());
+            }
+        }
+        // SAFETY: signal 0 only asks whether the process exists.
+        for pid in pids
+            .into_iter()
+            .filter(|&pid| unsafe { libc::kill(pid, 0) } == 0)
+        {
+            left.push(format!("process {pid}"));
+        }
+        if self.dir.exists() {
+            left.push(self.dir.display().to_string());
+        }
+        assert!(left.is_empty(), "left behind by the lab: {left:?}");
+    }
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -526,7 +576,9 @@ fn on_lab_nodes_losing_etcd_or_an_agent_never_leaves_an_mpi_job_frozen() {
         let note = lost["note"].as_str().unwrap_or_default();
         assert!(note.contains("node b left"), "{lost}");
     }
-    // Their processes live on (mpirun on node a): the lab's teardown kills them.
+    // Their processes live on (mpirun on node a, a killed agent's jobs on node b): the lab's
+    // teardown kills them and leaves nothing behind.
+    lab.down_leaving_nothing();
 }
 
 #[test]
