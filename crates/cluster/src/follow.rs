@@ -2,6 +2,7 @@
 //! resume from the revision after the last event seen (after a compaction, read again). A
 //! key's value is passed on once per write, however often a reconnection replays it.
 
+use crate::backoff::Backoff;
 use cosched_etcd::{Client, EtcdError, KeyValue, WatchEvent, WatchStopper};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,11 +42,7 @@ pub(crate) fn follow(
         on(change)
     };
     let mut from = None;
-    let mut backoff = Duration::from_millis(50);
-    let pause = |backoff: &mut Duration| {
-        std::thread::sleep(*backoff);
-        *backoff = (*backoff * 2).min(Duration::from_secs(1));
-    };
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     loop {
         if quitting() {
             return;
@@ -64,7 +61,7 @@ pub(crate) fn follow(
                     revision + 1
                 }
                 Err(_) => {
-                    pause(&mut backoff);
+                    backoff.pause_after_failure();
                     continue;
                 }
             },
@@ -73,11 +70,11 @@ pub(crate) fn follow(
             Ok(watch) => watch,
             Err(_) => {
                 from = Some(start);
-                pause(&mut backoff);
+                backoff.pause_after_failure();
                 continue;
             }
         };
-        backoff = Duration::from_millis(50);
+        backoff.succeeded();
         if let Some(slot) = stopper {
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = watch.stopper().ok();
         }

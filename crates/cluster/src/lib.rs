@@ -34,6 +34,7 @@
 //!
 //! [`NodeInfo`]: cosched_proto::NodeInfo
 
+mod backoff;
 mod controller;
 mod follow;
 mod node;

@@ -3,6 +3,7 @@
 //! control plane (etcd unreachable, or no controller holding the leader key) for longer than
 //! its deadline: then the agent lets its jobs run unscheduled until it is back.
 
+use crate::backoff::Backoff;
 use crate::follow::{follow, Change};
 use crate::{decode, encode, ClusterError, Keys, Outbox};
 use cosched_core::Micros;
@@ -143,21 +144,12 @@ const HEALTH_RETRY_MAX: Duration = Duration::from_secs(1);
 /// open 3,000 watches at once on an etcd already behind.
 const CUT_WATCHES_AFTER: Micros = 1_000_000;
 
-/// The wait before look number `failures + 1` of an outage.
-fn retry_wait(failures: u32) -> Duration {
-    let doubled = HEALTH_RETRY.saturating_mul(1 << failures.saturating_sub(1).min(10));
-    let base = doubled.min(HEALTH_RETRY_MAX);
-    // 75 % to 125 %, from the clock's microseconds: enough to spread agents apart.
-    let spread = 750 + (now_micros().rem_euclid(500)) as u32;
-    base * spread / 1_000
-}
-
 impl Membership {
     /// The thread that renews the lease and watches the link, and the one that watches the
     /// leader key. The lease's requests are bounded tighter than others, and a failed look is
     /// retried soon: through an etcd election a member without a leader holds a request until
     /// its timeout, and the agent's deadline counts from the last look that succeeded. Looks
-    /// that keep failing wait and are waited for longer ([`HEALTH_TIMEOUTS`], [`retry_wait`]),
+    /// that keep failing wait and are waited for longer ([`HEALTH_TIMEOUTS`], [`HEALTH_RETRY`]),
     /// so that a thousand agents do not keep an etcd that is only slow from catching up.
     ///
     /// The leader key is watched, not read at each renewal: at 1,000 nodes those reads were
@@ -180,16 +172,17 @@ impl Membership {
             .name("cosched-lease".into())
             .spawn(move || {
                 // Looks failed in a row, since when, and whether the watches were cut for it.
-                let (mut failures, mut failing_since, mut cut) = (0u32, 0, false);
+                let mut looks = Backoff::new(HEALTH_RETRY, HEALTH_RETRY_MAX);
+                let (mut failing_since, mut cut) = (0, false);
                 loop {
-                    std::thread::sleep(match failures {
+                    std::thread::sleep(match looks.failures() {
                         0 => check,
-                        n => retry_wait(n),
+                        _ => looks.wait(),
                     });
                     if health.left.load(Ordering::Relaxed) {
                         return;
                     }
-                    let client = &clients[(failures as usize).min(clients.len() - 1)];
+                    let client = &clients[(looks.failures() as usize).min(clients.len() - 1)];
                     let id = lease.load(Ordering::Relaxed);
                     let renewed = client.keep_alive(id).and_then(|renewed| {
                         if renewed.ttl == 0 {
@@ -206,20 +199,21 @@ impl Membership {
                     match renewed {
                         Ok(true) => {
                             health.last_ok.store(now, Ordering::Relaxed);
-                            if failures > 0 {
+                            if looks.failures() > 0 {
                                 LOG.info("etcd and a controller are back");
                             }
-                            (failures, cut) = (0, false);
+                            looks.succeeded();
+                            cut = false;
                         }
                         failed => {
-                            if failures == 0 {
+                            if looks.failures() == 0 {
                                 failing_since = now;
                                 match failed {
                                     Err(error) => LOG.warn(format_args!("{error}")),
                                     _ => LOG.warn("no controller holds the leader key"),
                                 }
                             }
-                            failures += 1;
+                            looks.failed();
                             if !cut && now - failing_since >= CUT_WATCHES_AFTER {
                                 health.cut_watches();
                                 cut = true;
@@ -542,27 +536,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn failed_looks_are_retried_later_and_later_up_to_about_a_second() {
-        let bounds = |failures: u32| {
-            let waits: Vec<Duration> = (0..200).map(|_| retry_wait(failures)).collect();
-            (*waits.iter().min().unwrap(), *waits.iter().max().unwrap())
-        };
-        let ms = Duration::from_millis;
-        let (first_low, first_high) = bounds(1);
-        assert!(
-            first_low >= ms(75) && first_high < ms(125),
-            "{first_low:?}..{first_high:?}"
-        );
-        let (third_low, third_high) = bounds(3);
-        assert!(
-            third_low >= ms(300) && third_high < ms(500),
-            "{third_low:?}..{third_high:?}"
-        );
-        let (late_low, late_high) = bounds(40);
-        assert!(
-            late_low >= ms(750) && late_high < ms(1_250),
-            "{late_low:?}..{late_high:?}"
-        );
+    fn looks_that_keep_failing_are_waited_for_longer() {
         assert!(HEALTH_TIMEOUTS.windows(2).all(|pair| pair[0] < pair[1]));
+        assert!(HEALTH_RETRY < HEALTH_RETRY_MAX);
     }
 }

@@ -8,6 +8,7 @@
 //! matters (a node's generation, its status), and without it 500 submissions in a burst
 //! queued 500 generations for each of 1,000 nodes, written for minutes after the last.
 
+use crate::backoff::Backoff;
 use cosched_etcd::{Client, Write, MAX_TXN_OPS};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -201,7 +202,7 @@ impl Pending {
 }
 
 fn write(client: &Client, batch: &[Op], who: &str) {
-    let mut backoff = Duration::from_millis(20);
+    let mut backoff = Backoff::new(Duration::from_millis(20), MAX_BACKOFF);
     let mut complained = false;
     loop {
         let outcome = match batch {
@@ -232,8 +233,7 @@ fn write(client: &Client, batch: &[Op], who: &str) {
                     );
                     complained = true;
                 }
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                backoff.pause_after_failure();
             }
         }
     }
