@@ -850,6 +850,10 @@ impl Actuator for Cgroups {
         Ok(())
     }
 
+    fn knows(&self, job: &JobGroup) -> bool {
+        self.known(job).is_ok()
+    }
+
     fn maker(&self) -> Option<GroupMaker> {
         Some(self.group_maker())
     }

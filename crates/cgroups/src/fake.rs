@@ -83,6 +83,10 @@ impl Actuator for Fake {
         Ok(())
     }
 
+    fn knows(&self, job: &JobGroup) -> bool {
+        self.jobs.contains_key(&**job)
+    }
+
     fn add(&mut self, job: &JobGroup, pid: Pid) -> Result<()> {
         self.job(job)?.pids.push(pid);
         self.calls.push(FakeCall::Add(job.to_string(), pid));

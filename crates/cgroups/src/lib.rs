@@ -113,6 +113,8 @@ pub trait Actuator {
     fn describe(&self) -> String;
     /// Makes the job's (empty) groups.
     fn create(&mut self, job: &JobGroup) -> Result<()>;
+    /// Whether the job's groups were made (or found) by this actuator and not removed since.
+    fn knows(&self, job: &JobGroup) -> bool;
     /// What makes a job's groups from another thread, ahead of `create` (which then finds
     /// them made), if making them can wait on others: a directory made in a cgroup tree takes
     /// the kernel's cgroup lock, which a process joining any cgroup holds through an RCU

@@ -118,7 +118,9 @@ fn suite<A: Actuator>(act: &mut A, job: &JobGroup, real: bool, flag: impl Fn(&A)
     // The fake touches no process: it gets a made-up pid.
     let mut child = real.then(spinner);
     let pid = child.as_ref().map_or(4242, |c| c.id() as Pid);
+    assert!(!act.knows(job));
     act.create(job).unwrap();
+    assert!(act.knows(job));
     act.add(job, pid).unwrap();
     if let Some(child) = child.as_mut() {
         child.stdin.take().unwrap().write_all(b"go\n").unwrap();
@@ -201,6 +203,7 @@ fn suite<A: Actuator>(act: &mut A, job: &JobGroup, real: bool, flag: impl Fn(&A)
         }
     }
     act.remove(job).unwrap();
+    assert!(!act.knows(job));
     assert!(matches!(act.pids(job), Err(CgroupError::UnknownJob(_))));
     assert!(matches!(act.freeze(job), Err(CgroupError::UnknownJob(_))));
     assert!(matches!(
