@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -135,6 +136,20 @@ static void cleanup(void) {
     if (parent[0]) remove_group(parent);
 }
 
+/* Interrupted (Ctrl-C), it stops at the next thaw and still cleans up (from main). */
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int signal) {
+    (void)signal;
+    interrupted = 1;
+}
+
+/* A child dies with this program, whatever kills it. */
+static void die_with_parent(void) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("prctl");
+    if (getppid() != main_pid) _exit(1);
+}
+
 static int by_value(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -177,12 +192,15 @@ int main(int argc, char **argv) {
         put(path, weight);
     }
     atexit(cleanup);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     int last = (int)sysconf(_SC_NPROCESSORS_ONLN) - 1;
     for (int i = 0; i < 2; i++) {
         make_group(group[i]);
         pid_t child = fork();
         if (child < 0) die("fork");
         if (child == 0) {
+            die_with_parent();
             pin(last);
             if (slice_us > 0) {
                 struct sched_attr_v1 attr = {.size = sizeof attr,
@@ -199,6 +217,7 @@ int main(int argc, char **argv) {
     outsider_loop = fork();
     if (outsider_loop < 0) die("fork");
     if (outsider_loop == 0) {
+        die_with_parent();
         pin(last);
         srand(7);
         for (;;) {
@@ -219,7 +238,8 @@ int main(int argc, char **argv) {
     int thaws = (int)(seconds / quantum), running = 0;
     double *waits = calloc(thaws, sizeof *waits), next = now() + quantum;
     for (int t = 0; t < thaws; t++) {
-        while (now() < next) usleep(200);
+        while (now() < next && !interrupted) usleep(200);
+        if (interrupted) return 130;
         next += quantum;
         int entering = 1 - running;
         unsigned long long wait0, switched0, wait1, switched1;
