@@ -207,9 +207,7 @@ impl Lab {
             })
             .collect()
     }
-}
 
-impl Lab {
     /// Takes the lab down and checks that nothing of it is left: its processes (etcd, the
     /// controller, the agents, every job's), cgroups in every hierarchy, namespaces and files.
     fn down_leaving_nothing(&self) {
