@@ -165,6 +165,12 @@ int main(int argc, char **argv) {
     int nested = !strcmp(argv[1], "nested");
     long slice_us = atol(argv[2]), weight_x = atol(argv[3]);
     double seconds = atof(argv[4]), quantum = atof(argv[5]) / 1e3, burst = atof(argv[6]) / 1e3;
+    if (slice_us < 0 || weight_x < 1 || seconds <= 0 || quantum <= 0 || burst <= 0 ||
+        seconds < quantum) {
+        fprintf(stderr, "thaw_wait: SLICE_US must be 0 or more, PARENT_WEIGHT_X 1 or more, "
+                        "SECONDS, QUANTUM_MS and BURST_MS positive, SECONDS at least a slot\n");
+        return 2;
+    }
     if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
         fprintf(stderr, "thaw_wait: needs two processors\n");
         return 2;
@@ -187,7 +193,7 @@ int main(int argc, char **argv) {
             put(path, "+cpu");
         }
         char weight[32];
-        snprintf(weight, sizeof weight, "%ld", (v2 ? 100 : 1024) * (weight_x > 0 ? weight_x : 1));
+        snprintf(weight, sizeof weight, "%ld", (v2 ? 100 : 1024) * weight_x);
         path_of(path, "cpu", parent, v2 ? "cpu.weight" : "cpu.shares");
         put(path, weight);
     }
@@ -237,6 +243,7 @@ int main(int argc, char **argv) {
     pin(0);
     int thaws = (int)(seconds / quantum), running = 0;
     double *waits = calloc(thaws, sizeof *waits), next = now() + quantum;
+    if (!waits) die("calloc");
     for (int t = 0; t < thaws; t++) {
         while (now() < next && !interrupted) usleep(200);
         if (interrupted) return 130;
