@@ -61,18 +61,33 @@ after(async () => {
   const exited = new Promise((done) => daemon.once("exit", done));
   daemon.kill("SIGTERM");
   await exited;
-  for (const root of ["/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/cpuset",
-                      "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/freezer", "/sys/fs/cgroup/pids",
-                      "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpuacct"]) {
-    const mine = path.join(root, parent);
-    if (!fs.existsSync(mine)) continue;
+  // A stop that cancels (--on-stop cancel) leaves no cgroup: the jobs' nor their parent.
+  const left = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/cpuset",
+                "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/freezer", "/sys/fs/cgroup/pids",
+                "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpuacct"]
+    .map((root) => path.join(root, parent))
+    .filter((mine) => fs.existsSync(mine));
+  for (const mine of left) {
     for (const entry of fs.readdirSync(mine, { withFileTypes: true })) {
-      if (entry.isDirectory()) fs.rmdirSync(path.join(mine, entry.name));
+      if (entry.isDirectory()) await removeBusy(path.join(mine, entry.name));
     }
-    fs.rmdirSync(mine);
+    await removeBusy(mine);
   }
   fs.rmSync(dir, { recursive: true, force: true });
+  assert.deepEqual(left, [], "cgroups left by the daemon's stop");
 });
+
+// A cgroup is busy until its last process has exited.
+async function removeBusy(group) {
+  for (let tries = 0; ; tries++) {
+    try {
+      return fs.rmdirSync(group);
+    } catch (error) {
+      if (error.code !== "EBUSY" || tries >= 100) throw error;
+      await sleep(20);
+    }
+  }
+}
 
 test("the console shows two jobs taking turns and suspends one with a click", async () => {
   const spin = path.join(repo, "crates/cli/tests/workloads/spin.py");

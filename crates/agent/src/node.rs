@@ -211,6 +211,9 @@ const LOG: cosched_os::Log = cosched_os::Log::new("agent");
 /// job's slot (a quarter of the slot at most): an I/O-bound job's wake-ups fit in it.
 const OUTSIDER_WINDOW: Micros = 5_000;
 
+/// How long a closing agent retries removing ended jobs' cgroups.
+const DISCARD_SETTLE: Micros = 3_000_000;
+
 impl<A: Actuator> NodeAgent<A> {
     pub fn new(settings: NodeSettings, actuator: A, events: Arc<dyn EventSink>) -> Self {
         // Any mode but local may switch some jobs (a job may have its own mode).
@@ -388,14 +391,32 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    /// The controller let go: every job is let loose (unless a stop did it) and the agent ends.
+    /// The controller let go: every job is let loose (unless a stop did it) and the agent ends,
+    /// leaving no cgroup of an ended job behind.
     fn close(&mut self) {
         self.drop_launches();
         if self.stopped.is_none() {
             let outcome = self.stop(false);
             self.stopped = Some(outcome);
         }
+        self.settle_discards();
         self.closed = true;
+    }
+
+    /// Retries the cgroup removals still due, for a bounded time: a job killed just before
+    /// the stop keeps its cgroup busy until its last process has exited, and nothing retries
+    /// once the agent has ended.
+    fn settle_discards(&mut self) {
+        let deadline = now_micros() + DISCARD_SETTLE;
+        while !self.discard_later.is_empty() && now_micros() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            self.retry_discards();
+        }
+        for job in &self.discard_later {
+            LOG.warn(format_args!(
+                "the cgroups of ended job {job} are left behind: still busy at the stop"
+            ));
+        }
     }
 
     /// Sends the node's figures to the controller.

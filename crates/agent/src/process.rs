@@ -5,7 +5,8 @@
 
 use crate::door::{self, Door};
 use crate::start::{
-    io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop, StartError,
+    close_cgroups, io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop,
+    StartError,
 };
 use crate::{NodeAgent, NodeSettings};
 use cosched_cgroups::{Actuator, Delegation, Freezer};
@@ -200,7 +201,10 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
     ));
     closer.close();
     let stopped = match clock.join() {
-        Ok((_actuator, stopped)) => stopped,
+        Ok((cgroups, stopped)) => {
+            close_cgroups(cgroups, true, LOG);
+            stopped
+        }
         Err(_) => Err("the clock thread panicked".into()),
     };
     membership.leave(Duration::from_secs(5));

@@ -96,6 +96,18 @@ pub fn open_cgroups(
     Ok(Cgroups::open(&layout, parent, freezer)?)
 }
 
+/// At a clean stop, removes the parent cgroups the agent made, which only jobs left running
+/// (`jobs_may_stay`: a stop that lets jobs loose) keep; says which stayed and why.
+pub fn close_cgroups(cgroups: Cgroups, jobs_may_stay: bool, log: cosched_os::Log) {
+    match cgroups.close() {
+        Ok(()) => {}
+        Err(error) if jobs_may_stay => log.info(format_args!(
+            "the jobs' cgroup parent stays for the jobs left running ({error})"
+        )),
+        Err(error) => log.warn(format_args!("the jobs' cgroup parent stays: {error}")),
+    }
+}
+
 /// Raises the soft open-file limit to the hard one (each queued job holds its client's three
 /// descriptors, each waiting client one); returns the limit in force.
 fn raise_open_file_limit() -> u64 {

@@ -780,6 +780,9 @@ fn a_stop_that_cancels_ends_every_job_as_cancelled_and_tells_its_client() {
     let queued = d.submit(&["-n", "2", "--", "true"]);
     d.signal(libc::SIGTERM);
     d.wait_exit();
+    // Nothing of the jobs is left, nor the parent they were under.
+    let left = cgroups_named(&d.parent);
+    assert!(left.is_empty(), "cgroups left by the stop: {left:?}");
     let out = client.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -7,7 +7,8 @@ use crate::etcd_store::EtcdStore;
 use crate::store::SqliteStore;
 use crate::waiters::Waiters;
 use cosched_agent::start::{
-    io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop, StartError,
+    close_cgroups, io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop,
+    StartError,
 };
 use cosched_agent::{NodeAgent, NodeSettings};
 use cosched_cgroups::{Actuator, Cgroups, Delegation, Freezer};
@@ -349,7 +350,10 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
     }
     let stopped = match described.local_thread.map(|t| t.join()) {
         None => Ok(()),
-        Some(Ok((_actuator, stopped))) => stopped,
+        Some(Ok((cgroups, stopped))) => {
+            close_cgroups(cgroups, config.on_stop == OnStop::Leave, LOG);
+            stopped
+        }
         Some(Err(_)) => Err("the agent thread panicked".into()),
     };
     stopped.map_err(|e| StartError::Config(format!("stopping: {e}")))

@@ -446,6 +446,16 @@ pub fn assert_gang(slots: &[(i64, i64)], alone: usize, what: &str) {
     );
 }
 
+/// The cgroups named `name` (a parent of jobs) in every hierarchy of this machine.
+pub fn cgroups_named(name: &str) -> Vec<PathBuf> {
+    let layout = cosched_cgroups::Layout::detect().unwrap();
+    layout
+        .hierarchies()
+        .map(|(root, _)| root.join(name))
+        .filter(|group| group.exists())
+        .collect()
+}
+
 /// Kills the jobs under cgroup `parent` (every hierarchy) and removes their cgroups and it.
 pub fn remove_cgroups(name: &str) {
     let layout = cosched_cgroups::Layout::detect().unwrap();
@@ -605,16 +615,7 @@ pub fn lone_agent(tag: &str, etcd: &[String]) -> Output {
         .arg(dir.join("door.sock"))
         .output()
         .unwrap();
-    let left: Vec<PathBuf> = [
-        v2_root(),
-        PathBuf::from("/sys/fs/cgroup/cpuset"),
-        PathBuf::from("/sys/fs/cgroup/cpu"),
-        PathBuf::from("/sys/fs/cgroup/freezer"),
-    ]
-    .iter()
-    .map(|root| root.join(&parent))
-    .filter(|p| p.exists())
-    .collect();
+    let left = cgroups_named(&parent);
     remove_cgroups(&parent);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(left.is_empty(), "cgroups left behind: {left:?}");
