@@ -178,11 +178,15 @@ pub struct NodeAgent<A: Actuator> {
     /// start. The receiving end goes to the relay as the agent runs.
     errands: Sender<Errand>,
     errands_queued: Option<Receiver<Errand>>,
-    /// Supervisors to start once their gang job's slot lets it run: a start (the fork, the
-    /// supervisor's exec and setup: a millisecond or two of a processor here) is the job's
-    /// own slot's cost, on its own processors, not that of a gang thawed at the same moment.
+    /// Supervisors of gang jobs outside their slot whose start order came outside the start
+    /// window (`start_window`): a start (the fork, the supervisor's exec, the cgroup joins:
+    /// a millisecond or two of a processor, spread over [`START_SPAN`]) would take a
+    /// processor from a rank thawed meanwhile. They start at the next window, or at their
+    /// job's slot if that comes first (always, when slots are too short for a window).
     launches: BTreeMap<JobId, Errand>,
-    /// Starts those at a boundary, off the clock (a thread made at the first).
+    /// How long after a boundary no such start begins ([`START_CLEAR`]).
+    start_clear: Micros,
+    /// Starts those off the clock (a thread made at the first).
     starter: Option<Sender<Errand>>,
     /// Keeps idle processors polling while there are jobs to switch (a real-time clock's).
     awake: Awake,
@@ -210,6 +214,17 @@ const LOG: cosched_os::Log = cosched_os::Log::new("agent");
 /// Without `give_away_after`, the window per processor an implicit job may use of a switched
 /// job's slot (a quarter of the slot at most): an I/O-bound job's wake-ups fit in it.
 const OUTSIDER_WINDOW: Micros = 5_000;
+
+/// How long after a boundary no supervisor of a job outside its slot starts: the thawed
+/// ranks' first moments, when one that waits for a processor is the gang's skew.
+const START_CLEAR: Micros = 3_000;
+
+/// How long a supervisor's start lasts, from the fork to its job's process stopped in the
+/// frozen group (the cgroup joins wait for RCU grace periods): a start out of its job's slot
+/// begins only this long before a boundary or earlier. About 17 ms on the 2-vCPU VMs (a short
+/// job's slot lasted 19-20 ms when its start was in it, 2-3 ms when it was not:
+/// `cosched-bench churn`'s `short` columns).
+const START_SPAN: Micros = 25_000;
 
 /// How long a closing agent retries removing ended jobs' cgroups.
 const DISCARD_SETTLE: Micros = 3_000_000;
@@ -262,6 +277,7 @@ impl<A: Actuator> NodeAgent<A> {
             errands,
             errands_queued: Some(errands_queued),
             launches: BTreeMap::new(),
+            start_clear: START_CLEAR,
             starter: None,
             awake: Awake::none(),
             placed: BTreeMap::new(),
@@ -282,6 +298,13 @@ impl<A: Actuator> NodeAgent<A> {
     pub fn with_stall_after(mut self, after: Option<Micros>) -> Self {
         let slotted = self.settings.mode != Mode::Local;
         self.stalls = after.filter(|_| slotted).map(StallTracker::new);
+        self
+    }
+
+    /// How long after a boundary a supervisor of a job outside its slot waits to start
+    /// (default [`START_CLEAR`]; tests widen it to make the wait certain).
+    pub fn with_start_clear(mut self, clear: Micros) -> Self {
+        self.start_clear = clear;
         self
     }
 
@@ -532,7 +555,7 @@ impl<A: Actuator> NodeAgent<A> {
                 }
             }
             Command::Cancel { job } => {
-                self.end_unstarted(job, "cancelled before its first slot");
+                self.end_unstarted(job, "cancelled before it started");
                 self.forget(job);
                 if let Err(error) = self.let_loose(job) {
                     self.trouble(job, error);
@@ -611,7 +634,7 @@ impl<A: Actuator> NodeAgent<A> {
                 });
             }
             Command::Finish { job } => {
-                if self.end_unstarted(job, "ended before its first slot") {
+                if self.end_unstarted(job, "ended before it started") {
                     return;
                 }
                 // Out of the rotation and never watched for work: the job ends once its
@@ -703,7 +726,7 @@ impl<A: Actuator> NodeAgent<A> {
     }
 
     /// Drops what the loop tracks of a job that changes hands (not its cgroup). A supervisor
-    /// still waiting for the job's slot starts now, so what follows finds it started.
+    /// still held back by a boundary starts now, so what follows finds it started.
     fn forget(&mut self, job: JobId) {
         if let Some(launch) = self.launches.remove(&job) {
             self.errand(launch);
@@ -1027,7 +1050,7 @@ impl<A: Actuator> NodeAgent<A> {
         let exit_file = self.settings.exit_file(job);
         let affinity = (self.applier.mode_of(job) != Mode::Local).then(|| affinity::mask_of(cpus));
         // A fork waits for the exec, and the new process for a processor (busy jobs may hold
-        // them all for milliseconds): off the clock, when the job may run (`start_due`).
+        // them all for milliseconds): off the clock, clear of the boundaries (`start_due`).
         let launch: Errand = Box::new(move || {
             match spawn_supervisor(&exe, &spec, stdio, affinity) {
                 Ok((child, stream)) => {
@@ -1042,11 +1065,15 @@ impl<A: Actuator> NodeAgent<A> {
         Ok(())
     }
 
-    /// Starts the supervisors whose jobs may run now, or that nothing holds back any more
-    /// (the agent stopped switching): `after_order`, by the orders' thread once the order is
-    /// carried out (before it takes the next); else by the starter's, at once.
+    /// Starts the supervisors that may start now: in the start window, or whose jobs may
+    /// run (their slot, or the agent stopped switching). `after_order`, by the orders' thread
+    /// once the order is carried out (before it takes the next); else by the starter's, at
+    /// once. A job outside its slot starts there too, its processes frozen as they join: its
+    /// slot is not spent on its start, nor another's thaw.
     fn start_due(&mut self, after_order: bool) {
-        let held = |job: &JobId| self.switching() && self.applier.waits_for_slot(*job);
+        let now = now_micros();
+        let clear = self.start_window(now) <= now;
+        let held = |job: &JobId| !clear && self.switching() && self.applier.waits_for_slot(*job);
         let due: Vec<JobId> = self
             .launches
             .keys()
@@ -1059,6 +1086,36 @@ impl<A: Actuator> NodeAgent<A> {
                 true => self.errand(launch),
                 false => self.start_off_clock(launch),
             }
+        }
+    }
+
+    /// The first moment from `now` at which a start out of its job's slot meets no thaw:
+    /// `start_clear` after a boundary, and [`START_SPAN`] before the next (`Micros::MAX`:
+    /// slots too short for that, a start waits for its job's slot). `now` before the first
+    /// generation (no boundary yet).
+    fn start_window(&self, now: Micros) -> Micros {
+        let Some(rotation) = self.rotation else {
+            return now;
+        };
+        if self.start_clear + START_SPAN > rotation.quantum {
+            return Micros::MAX;
+        }
+        let began = rotation.slot_start(rotation.slot_at(now));
+        if now < began + self.start_clear {
+            began + self.start_clear
+        } else if now > began + rotation.quantum - START_SPAN {
+            began + rotation.quantum + self.start_clear
+        } else {
+            now
+        }
+    }
+
+    /// When the clock thread must next start supervisors held back by a boundary
+    /// (`Micros::MAX`: none are).
+    fn next_start(&self) -> Micros {
+        match self.launches.is_empty() {
+            true => Micros::MAX,
+            false => self.start_window(now_micros()),
         }
     }
 
@@ -1089,7 +1146,7 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    /// A job whose supervisor still waits for its slot ends here without starting, and says
+    /// A job whose supervisor is still held back ends here without starting, and says
     /// so (the controller records it ended, as its cancel or end asked). False if it started.
     fn end_unstarted(&mut self, job: JobId, why: &str) -> bool {
         if self.launches.remove(&job).is_none() {
@@ -1868,7 +1925,10 @@ impl<A: Actuator> SlotWork for OnClock<'_, A> {
                 return true;
             }
             self.agent.give_away_blocked(now, until);
-            let wake = until.min(self.agent.next_look());
+            self.agent.start_due(false);
+            let wake = until
+                .min(self.agent.next_look())
+                .min(self.agent.next_start());
             match self.source.next_order(wake) {
                 Received::Order(order) => {
                     let began = now_micros();

@@ -298,23 +298,18 @@ fn a_shifted_clock_switches_that_much_earlier_and_logs_on_the_true_clock() {
     assert!(slots.windows(2).all(|w| w[0] < w[1]), "{slots:?}");
 }
 
-/// A gang job's supervisor starts once the job's slot lets it run, not when its start is
-/// ordered: its exec and setup take no processor from the gang thawed beside it. A job
-/// cancelled (or, registered, ended) before its first slot never starts, and its end is
-/// reported.
-#[test]
-fn a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_never_starts() {
+/// A state directory named for `test`, settings whose supervisor only notes when it started
+/// (µs, the true clock, a line each in `started-at`) and exits, and a job's launch.
+fn marking_supervisor(test: &str) -> (StateDir, NodeSettings, cosched_proto::Launch) {
     use std::os::unix::fs::PermissionsExt;
-    let state = StateDir::new("launch");
+    let state = StateDir::new(test);
     for sub in STATE_SUBDIRS {
         std::fs::create_dir_all(state.0.join(sub)).unwrap();
     }
-    // The supervisor: notes when it started (µs, the true clock) and exits.
-    let marks = state.0.join("started-at");
     let exe = state.0.join("supervisor.sh");
     let script = format!(
         "#!/bin/sh\nPATH=/usr/bin:/bin date +%s%6N >> {}\n",
-        marks.display()
+        state.0.join("started-at").display()
     );
     std::fs::write(&exe, script).unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -322,11 +317,6 @@ fn a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_never_starts() 
         supervisor_exe: exe,
         ..settings(&state, 0)
     };
-    let rotation = Rotation::new(now_micros() / QUANTUM * QUANTUM, QUANTUM);
-    let (orders, source) = channel::<Order>();
-    let (sink, events) = channel::<Event>();
-    let agent = NodeAgent::new(settings, Fake::default(), Arc::new(sink));
-    let clock = std::thread::spawn(move || agent.run(source));
     let launch = cosched_proto::Launch {
         argv: vec!["true".into()],
         env: Vec::new(),
@@ -339,7 +329,63 @@ fn a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_never_starts() 
         holder: false,
         hosts: Vec::new(),
     };
-    // Jobs 3 and 4 are in no slice: they wait; 3 is cancelled, 4 ended.
+    (state, settings, launch)
+}
+
+/// Lets the agent go and waits for its end; returns when the supervisors of
+/// `marking_supervisor` started (in order) and what the agent reported but its status.
+fn let_go(
+    orders: Sender<Order>,
+    clock: JoinHandle<(Fake, Result<(), String>)>,
+    events: &Receiver<Event>,
+    state: &StateDir,
+) -> (Vec<i64>, Vec<Event>) {
+    drop(orders);
+    clock.join().unwrap().1.unwrap();
+    let mut started: Vec<i64> = std::fs::read_to_string(state.0.join("started-at"))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.parse().unwrap())
+        .collect();
+    started.sort_unstable();
+    let events = events
+        .try_iter()
+        .filter(|e| !matches!(e, Event::Status { .. }))
+        .collect();
+    (started, events)
+}
+
+/// Checks that `events` report job `cancelled`'s and job `ended`'s ends, neither started.
+fn ended_unstarted(events: &[Event], cancelled: u64, ended: u64) {
+    let note = |of: u64| {
+        events.iter().find_map(|event| match event {
+            Event::Ended { job, ending } if *job == of => ending.note.clone(),
+            _ => None,
+        })
+    };
+    assert_eq!(
+        note(cancelled).as_deref(),
+        Some("cancelled before it started")
+    );
+    assert_eq!(note(ended).as_deref(), Some("ended before it started"));
+}
+
+/// In slots too short for a start between two thaws (20 ms here), a gang job's supervisor
+/// starts once the job's slot lets it run, not when its start is ordered: its exec and setup
+/// take no processor from a gang thawed beside it. A job cancelled (or, registered, ended)
+/// before its first slot never starts, and its end is reported.
+#[test]
+fn in_short_slots_a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_never_starts() {
+    let (state, settings, launch) = marking_supervisor("launch-short");
+    let rotation = Rotation::new(now_micros() / QUANTUM * QUANTUM, QUANTUM);
+    let (orders, source) = channel::<Order>();
+    let (sink, events) = channel::<Event>();
+    let agent = NodeAgent::new(settings, Fake::default(), Arc::new(sink));
+    let clock = std::thread::spawn(move || agent.run(source));
+    // The slot clock first (before it, a supervisor starts at once: no thaw to meet). Jobs
+    // 3 and 4 are in no slice: they wait; 3 is cancelled, 4 ended.
+    let first = rotation.next_boundary(now_micros()) + 2;
+    orders.send(two_slices(first, rotation).into()).unwrap();
     let waiting = [(3, Some(launch.clone())), (4, Some(launch.clone()))];
     for (job, launch) in [(1, None), (2, Some(launch))].into_iter().chain(waiting) {
         let start = Command::Start {
@@ -353,21 +399,8 @@ fn a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_never_starts() 
     }
     orders.send(Command::Cancel { job: 3 }.into()).unwrap();
     orders.send(Command::Finish { job: 4 }.into()).unwrap();
-    let first = rotation.next_boundary(now_micros()) + 2;
-    orders.send(two_slices(first, rotation).into()).unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    drop(orders);
-    clock.join().unwrap().1.unwrap();
-
-    let started: Vec<i64> = std::fs::read_to_string(&marks)
-        .unwrap_or_default()
-        .lines()
-        .map(|line| line.parse().unwrap())
-        .collect();
-    let events: Vec<Event> = events
-        .try_iter()
-        .filter(|e| !matches!(e, Event::Status { .. }))
-        .collect();
+    let (started, events) = let_go(orders, clock, &events, &state);
     assert_eq!(
         started.len(),
         1,
@@ -384,12 +417,73 @@ fn a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_never_starts() 
         started[0],
         slot_of_2.at_us - started[0]
     );
-    let note = |of: u64| {
-        events.iter().find_map(|event| match event {
-            Event::Ended { job, ending } if *job == of => ending.note.clone(),
-            _ => None,
-        })
+    ended_unstarted(&events, 3, 4);
+}
+
+/// A gang job's supervisor starts as its order comes, though the job has no slot yet (its
+/// processes wait frozen: its slot is not spent on the start); one ordered just after a
+/// boundary waits until the start window opens (the thawed ranks' first moments are not
+/// shared with a start). A job cancelled (or, registered, ended) while its
+/// start waited never starts, and its end is reported.
+#[test]
+fn a_supervisor_starts_as_ordered_but_never_beside_a_thaw_and_one_cancelled_first_never_starts() {
+    // Slots long enough that the test's orders land where it means them to.
+    const SLOT: i64 = 400_000;
+    const CLEAR: i64 = SLOT / 4;
+    let (state, settings, launch) = marking_supervisor("launch");
+    let rotation = Rotation::new(now_micros() / SLOT * SLOT, SLOT);
+    let (orders, source) = channel::<Order>();
+    let (sink, events) = channel::<Event>();
+    let agent = NodeAgent::new(settings, Fake::default(), Arc::new(sink)).with_start_clear(CLEAR);
+    let clock = std::thread::spawn(move || agent.run(source));
+    let start = |job, launch| -> Order {
+        Command::Start {
+            job,
+            cpus: "0".parse().unwrap(),
+            memory: None,
+            launch,
+            mode: None,
+        }
+        .into()
     };
-    assert_eq!(note(3).as_deref(), Some("cancelled before its first slot"));
-    assert_eq!(note(4).as_deref(), Some("ended before its first slot"));
+    let sleep_until = |at: i64| {
+        let wait = at - now_micros();
+        if wait > 0 {
+            std::thread::sleep(Duration::from_micros(wait as u64));
+        }
+    };
+    // Jobs 1 and 2 (no supervisor) take the slots; jobs 3 to 6 are in no slice.
+    orders.send(start(1, None)).unwrap();
+    orders.send(start(2, None)).unwrap();
+    let first = rotation.next_boundary(now_micros()) + 1;
+    orders.send(two_slices(first, rotation).into()).unwrap();
+    // Mid-slot: job 3's supervisor starts at once.
+    let middle = rotation.slot_start(first) + SLOT / 2;
+    sleep_until(middle);
+    orders.send(start(3, Some(launch.clone()))).unwrap();
+    // Just after the next boundary: job 4's waits for the window, 5 is cancelled and 6 ended
+    // meanwhile.
+    let boundary = rotation.slot_start(first + 1);
+    sleep_until(boundary + 1_000);
+    orders.send(start(4, Some(launch.clone()))).unwrap();
+    orders.send(start(5, Some(launch.clone()))).unwrap();
+    orders.send(Command::Cancel { job: 5 }.into()).unwrap();
+    orders.send(start(6, Some(launch))).unwrap();
+    orders.send(Command::Finish { job: 6 }.into()).unwrap();
+    sleep_until(boundary + CLEAR + 300_000);
+    let (started, events) = let_go(orders, clock, &events, &state);
+    assert_eq!(
+        started.len(),
+        2,
+        "jobs 3 and 4's supervisors alone: {started:?} {events:?}"
+    );
+    assert!(
+        started[0] >= middle && started[1] >= boundary + CLEAR,
+        "job 3's supervisor started at {} µs into its slot (ordered at {}), job 4's {} µs after \
+         the boundary (its window ends at {CLEAR})",
+        started[0] - rotation.slot_start(first),
+        SLOT / 2,
+        started[1] - boundary
+    );
+    ended_unstarted(&events, 5, 6);
 }

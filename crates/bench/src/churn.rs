@@ -41,6 +41,8 @@ pub struct ChurnArgs {
 
 /// The lateness bucket bound past which a boundary counts as "late" (µs).
 const LATE_US: u64 = 1_000;
+/// The skew bucket bound nearest the target (200 µs) from above (µs).
+const SKEW_US: u64 = 250;
 /// The churn's gaps between submissions are drawn from this seed (the same on every run).
 const CHURN_SEED: u64 = 0x00c0_5c4e_d000_0001;
 
@@ -74,12 +76,14 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         args.every_ms, args.seconds
     );
     println!(
-        "{:<6} {:>4} {:>5} {:>7} {:>6} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>6}",
+        "{:<6} {:>4} {:>5} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>6}",
         "case",
         "ms",
         "round",
         "added",
         "share",
+        "short p50",
+        "short max",
         "late p50",
         "late p99",
         "late max",
@@ -92,6 +96,8 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         "swtch p99",
         "skew p50",
         "skew p99",
+        ">250µs",
+        ">1ms",
         "missed"
     );
     let mut rows = Vec::new();
@@ -101,16 +107,18 @@ pub fn run(args: ChurnArgs) -> Result<()> {
                 let row = measure(&args, quantum_ms, case)?;
                 let stats = &row.stats;
                 println!(
-                    "{:<6} {:>4} {:>5} {:>7} {:>6.3} {:>7}µs {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>7} {:>7} {:>7}µs {:>7}µs {:>6}µs {:>6}µs {:>6}",
+                    "{:<6} {:>4} {:>5} {:>7} {:>6.3} {:>7.1}ms {:>7.1}ms {:>7}µs {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>7} {:>7} {:>7}µs {:>7}µs {:>6}µs {:>6}µs {:>9} {:>9} {:>6}",
                     case.name(),
                     quantum_ms,
                     round,
                     row.crowd.unwrap_or(row.short_jobs as u64),
                     row.share,
+                    row.short_slot_p50 as f64 / 1000.0,
+                    row.short_slot_max as f64 / 1000.0,
                     stats.lateness_us.p50,
                     stats.lateness_us.p99,
                     stats.lateness_us.max,
-                    row.late_boundaries,
+                    row.tallies.late_boundaries,
                     row.start_p99,
                     row.start_max,
                     row.late_starts,
@@ -119,6 +127,8 @@ pub fn run(args: ChurnArgs) -> Result<()> {
                     stats.switch_us.p99,
                     stats.skew_us.p50,
                     stats.skew_us.p99,
+                    format!("{}/{}", row.tallies.skew_over_target, row.tallies.skew_samples),
+                    row.tallies.skew_over_1ms,
                     stats.missed_slots,
                 );
                 rows.push(serde_json::json!({
@@ -131,22 +141,27 @@ pub fn run(args: ChurnArgs) -> Result<()> {
                     "crowd": row.crowd,
                     "first_job_share": row.share,
                     "boundaries": stats.lateness_us.count,
-                    "late_over_1ms": row.late_boundaries,
+                    "late_over_1ms": row.tallies.late_boundaries,
                     "starts": row.starts,
                     "start_delay_p99_us": row.start_p99,
                     "start_delay_max_us": row.start_max,
                     "starts_over_1ms": row.late_starts,
                     "first_job_starts_over_1ms": row.first_late_starts,
+                    "short_slot_p50_us": row.short_slot_p50,
+                    "short_slot_max_us": row.short_slot_max,
+                    "skew_samples": row.tallies.skew_samples,
+                    "skew_over_250us": row.tallies.skew_over_target,
+                    "skew_over_1ms": row.tallies.skew_over_1ms,
                     "stats": stats,
                     "lateness_p99_under_100us": stats.lateness_us.p99 < 100,
-                    "no_boundary_over_1ms": row.late_boundaries == 0 && row.late_starts == 0,
+                    "no_boundary_over_1ms": row.tallies.late_boundaries == 0 && row.late_starts == 0,
                     "skew_p99_under_200us": stats.skew_us.p99 < 200,
                 }));
             }
         }
     }
     println!(
-        "added: short jobs submitted (churn) or sleeping processes forked (crowd); share: the first compute job's CPU time over its 2 processors' wall time (ideal 0.5; in the implicit case 0.5 less the implicit job's budget, 0.25 if it shared the gang's slots); late: the clock's wakeup after each boundary; start: each job's thaw after its boundary (boundary log); 1st: the first compute job's starts alone"
+        "added: short jobs submitted (churn) or sleeping processes forked (crowd); share: the first compute job's CPU time over its 2 processors' wall time (ideal 0.5; in the implicit case 0.5 less the implicit job's budget, 0.25 if it shared the gang's slots); short: how long each short job held the processors, from its thaw to the next thaw of a compute job (both wait meanwhile); late: the clock's wakeup after each boundary; start: each job's thaw after its boundary (boundary log); 1st: the first compute job's starts alone; skew >250µs: starts whose skew passed 250 µs (the histogram bucket above the target) of those measured since the daemon started, and >1ms those past 1 ms (add them up across runs: a short run's p99 is its second-worst start or so)"
     );
     println!(
         "targets: lateness p99 < 100 µs and no boundary (wakeup or start) later than 1 ms under churn; skew p99 < 200 µs"
@@ -166,13 +181,16 @@ struct Row {
     /// The crowd's size (its `crowd of N` line), in the crowd case.
     crowd: Option<u64>,
     share: f64,
-    late_boundaries: u64,
+    tallies: Tallies,
     /// Jobs started on boundaries, and how late after them (µs).
     starts: usize,
     start_p99: u64,
     start_max: u64,
     late_starts: usize,
     first_late_starts: usize,
+    /// How long short jobs held the processors (µs; 0 without short jobs).
+    short_slot_p50: u64,
+    short_slot_max: u64,
 }
 
 fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
@@ -184,21 +202,22 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
     })?;
     let output = daemon.dir().join("jobs.out");
     let first = workloads::submit_endless_gang(&daemon, &output)?;
-    if case == Case::Crowd {
+    let second = if case == Case::Crowd {
         let program = workloads::dir().join("crowd.py");
         let crowd = vec![
             "python3".into(),
             program.display().to_string(),
             "4000".into(),
         ];
-        daemon.submit(2, &daemon.dir().join("crowd.out"), &crowd)?;
+        let crowd = daemon.submit(2, &daemon.dir().join("crowd.out"), &crowd)?;
         std::thread::sleep(CROWD_WARMUP);
+        crowd
     } else if case == Case::Implicit {
         let argv = workloads::endless_burn();
-        daemon.submit_with(2, &output, &argv, &["--mode", "implicit"], &[])?;
+        daemon.submit_with(2, &output, &argv, &["--mode", "implicit"], &[])?
     } else {
-        workloads::submit_endless_gang(&daemon, &output)?;
-    }
+        workloads::submit_endless_gang(&daemon, &output)?
+    };
     let since = cosched_os::now_micros();
     let used_before = daemon.cpu_usage_us(first)?;
     let short: Vec<String> = ["sh", "-c", "exit 7"].map(String::from).into();
@@ -221,10 +240,11 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
     let used = daemon.cpu_usage_us(first)? - used_before;
     let share = used as f64 / (began.elapsed().as_micros() as f64 * 2.0);
     let stats = daemon.stats()?;
-    let late_boundaries = late_boundaries(&daemon)?;
+    let tallies = tallies(&daemon)?;
     let mut records = read_log(&daemon.dir().join("state"));
     records.retain(|r| r.woke_us >= since);
     let delays = start_delays(&records);
+    let short_slots = summary(&short_slots(&records, [first, second]));
     let first_late_starts = start_delays(&records_of(&records, first))
         .into_iter()
         .filter(|&d| d > LATE_US)
@@ -240,13 +260,35 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
         short_jobs,
         crowd,
         share,
-        late_boundaries,
+        tallies,
         starts: delays.len(),
         start_p99: starts.p99,
         start_max: starts.max,
         late_starts: delays.iter().filter(|&&d| d > LATE_US).count(),
         first_late_starts,
+        short_slot_p50: short_slots.p50,
+        short_slot_max: short_slots.max,
     })
+}
+
+/// How long each short job held the processors (µs): from its thaw to the next thaw of one
+/// of the long jobs `long`. Both long jobs wait meanwhile, so it is what a short job costs
+/// them (its own run, and whatever of its start fell in its slot).
+fn short_slots(records: &[BoundaryRecord], long: [u64; 2]) -> Vec<u64> {
+    let starts: Vec<(i64, bool)> = records
+        .iter()
+        .flat_map(|r| r.started.iter())
+        .map(|moment| (moment.at_us, long.contains(&moment.job)))
+        .collect();
+    starts
+        .iter()
+        .enumerate()
+        .filter(|(_, &(_, is_long))| !is_long)
+        .filter_map(|(i, &(at, _))| {
+            let next = starts[i + 1..].iter().find(|(_, is_long)| *is_long)?;
+            u64::try_from(next.0 - at).ok()
+        })
+        .collect()
 }
 
 /// The records with only `job`'s starts in them.
@@ -273,23 +315,38 @@ fn crowd_size(output: &std::path::Path) -> Result<u64> {
     }
 }
 
-/// Boundaries later than [`LATE_US`], from the node's lateness histogram (every boundary since
-/// the agent started, not only the samples kept).
-fn late_boundaries(daemon: &Daemon) -> Result<u64> {
+/// From the node's histograms (every boundary and start since the agent started, not only the
+/// samples kept): boundaries later than [`LATE_US`], and starts measured for skew with those
+/// over [`SKEW_US`] and over [`LATE_US`]. Counts pool across runs, where a short run's p99
+/// is its second-worst start or so.
+fn tallies(daemon: &Daemon) -> Result<Tallies> {
     let out = crate::daemon::succeeded(
         &mut daemon.command(&["nodes", "--json"]),
         &["nodes", "--json"],
     )?;
     let nodes: Vec<NodeView> =
         serde_json::from_slice(&out.stdout).context("cosched nodes --json")?;
-    let within = HISTOGRAM_BOUNDS_US
-        .iter()
-        .position(|&bound| bound == LATE_US)
-        .context("1 ms is a bucket bound")?;
-    Ok(nodes
-        .iter()
-        .map(|n| over(&n.status.histograms.lateness, within))
-        .sum())
+    let bucket = |bound: u64| {
+        HISTOGRAM_BOUNDS_US
+            .iter()
+            .position(|&b| b == bound)
+            .with_context(|| format!("{bound} µs is a bucket bound"))
+    };
+    let (late, skewed) = (bucket(LATE_US)?, bucket(SKEW_US)?);
+    let sum = |count: &dyn Fn(&NodeView) -> u64| nodes.iter().map(count).sum();
+    Ok(Tallies {
+        late_boundaries: sum(&|n| over(&n.status.histograms.lateness, late)),
+        skew_samples: sum(&|n| n.status.histograms.skew.buckets.iter().sum()),
+        skew_over_target: sum(&|n| over(&n.status.histograms.skew, skewed)),
+        skew_over_1ms: sum(&|n| over(&n.status.histograms.skew, late)),
+    })
+}
+
+struct Tallies {
+    late_boundaries: u64,
+    skew_samples: u64,
+    skew_over_target: u64,
+    skew_over_1ms: u64,
 }
 
 /// Samples in the buckets after bucket `within` (bounds are upper bounds).
