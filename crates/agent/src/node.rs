@@ -566,6 +566,9 @@ impl<A: Actuator> NodeAgent<A> {
                         unsafe { libc::kill(pid, libc::SIGTERM) };
                     }
                 }
+                // A command not exec'd yet may not have joined the group listed: its
+                // supervisor kills it before it runs (no supervisor here: nothing to say).
+                self.tell_supervisor(job, supervisor::CANCEL, false);
                 self.kill_at.insert(job, now_micros() + CANCEL_GRACE);
             }
             Command::Ended { job, stored } => {
@@ -643,23 +646,28 @@ impl<A: Actuator> NodeAgent<A> {
                 if let Err(error) = self.let_loose(job) {
                     self.trouble(job, error);
                 }
-                let watchers = self.watchers.clone();
-                // After the starts handed to the starter's thread: one at the boundary just
-                // before may not have its supervisor connected yet.
-                self.after_starts(Box::new(move || {
-                    let told = watchers
-                        .connected()
-                        .get(&job)
-                        .map(|stream| (&*stream).write_all(&[supervisor::FINISH]));
-                    if !matches!(told, Some(Ok(()))) {
-                        watchers.events.report(Event::Trouble {
-                            job,
-                            what: "cannot reach its supervisor to end it".into(),
-                        });
-                    }
-                }));
+                self.tell_supervisor(job, supervisor::FINISH, true);
             }
         }
+    }
+
+    /// Writes `word` to the supervisor of `job`, after the starts handed to the starter's
+    /// thread (one released there just before may not be connected yet); reports it as the
+    /// job's trouble if `needed` and no supervisor here took it.
+    fn tell_supervisor(&self, job: JobId, word: u8, needed: bool) {
+        let watchers = self.watchers.clone();
+        self.after_starts(Box::new(move || {
+            let told = watchers
+                .connected()
+                .get(&job)
+                .map(|stream| (&*stream).write_all(&[word]));
+            if needed && !matches!(told, Some(Ok(()))) {
+                watchers.events.report(Event::Trouble {
+                    job,
+                    what: "cannot reach its supervisor to end it".into(),
+                });
+            }
+        }));
     }
 
     /// Moves process `pid` (started elsewhere) into a registered job's cgroup, at `asker`'s

@@ -454,6 +454,8 @@ pub fn supervise() -> Result<(), SupervisorError> {
         child,
         daemon: Some(daemon),
         released: false,
+        ran: false,
+        killed_unran: false,
     };
     let mut report = Some(report);
     let mut failed_step = None;
@@ -479,6 +481,8 @@ pub fn supervise() -> Result<(), SupervisorError> {
             if n == 5 {
                 let errno = i32::from_ne_bytes(message[1..].try_into().expect("4 bytes"));
                 failed_step = Some((message[0], io::Error::from_raw_os_error(errno)));
+            } else if n == 0 {
+                state.ran = true;
             }
         }
         if fds[1].revents != 0 {
@@ -493,6 +497,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
         }
         if fds[0].revents != 0 {
             let exit = reap(child).map_err(os_error(job, "waitpid"))?;
+            let unran = state.killed_unran.then(|| UNRAN_NOTE.to_string());
             let note = failed_step.map(|(step, error)| {
                 let what = STEPS.get(usize::from(step)).copied().unwrap_or("failed");
                 let subject = match (step, &spec.output_file, &spec.error_file) {
@@ -504,6 +509,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
                 let subject: String = subject.chars().take(200).collect();
                 format!("{what} ({subject}): {error}")
             });
+            let note = note.or(unran);
             if let Some(note) = &note {
                 eprintln!("cosched: job {job}: {note}");
             }
@@ -531,15 +537,28 @@ struct Watch<'a> {
     child: libc::pid_t,
     daemon: Option<UnixStream>,
     released: bool,
+    /// The child exec'd the job's command (its report pipe closed without a failure).
+    ran: bool,
+    /// The child was killed on [`CANCEL`] before it ran the command.
+    killed_unran: bool,
 }
 
 /// What the daemon writes to end a registered job: its holder (the supervisor's child) gets
 /// SIGTERM, which it keeps blocked from its fork on, and exits once the job's processes have.
-/// Before the end, the daemon writes nothing else.
+/// Before the end, the daemon writes nothing else but [`CANCEL`].
 pub const FINISH: u8 = b'F';
 
+/// What the daemon writes when the job is cancelled: a child that has not exec'd the job's
+/// command yet (still joining the job's groups, so perhaps in none, where the cancel's
+/// SIGTERM to the job's cgroup missed it) is killed before it runs anything; one that has is
+/// the daemon's to signal, through the job's cgroup, where it joined before its exec.
+pub const CANCEL: u8 = b'C';
+
+/// The end's note of a job whose command a cancel kept from running.
+pub const UNRAN_NOTE: &str = "cancelled before its command ran";
+
 impl Watch<'_> {
-    /// The daemon closed (it is gone), or asked for the job's end ([`FINISH`]).
+    /// The daemon closed (it is gone), or asked for the job's end ([`FINISH`], [`CANCEL`]).
     fn daemon_spoke(&mut self) {
         let mut byte = [0u8; 1];
         let read = match self.daemon.as_ref() {
@@ -550,6 +569,11 @@ impl Watch<'_> {
             Ok(1) if byte[0] == FINISH => {
                 // SAFETY: kill(2) on our own child, not reaped yet (its pidfd is not ready).
                 unsafe { libc::kill(self.child, libc::SIGTERM) };
+            }
+            Ok(1) if byte[0] == CANCEL && !self.ran => {
+                self.killed_unran = true;
+                // SAFETY: as above.
+                unsafe { libc::kill(self.child, libc::SIGKILL) };
             }
             Ok(n) if n > 0 => {}
             _ => {

@@ -804,6 +804,39 @@ fn a_stop_that_cancels_ends_every_job_as_cancelled_and_tells_its_client() {
     }
 }
 
+/// A job cancelled while it starts: its command, forked but not yet in the job's cgroups
+/// (its joins wait for RCU grace periods), missed the SIGTERM sent to the cgroup and ran
+/// until the SIGKILL after the grace (seen as `nobody`). Now its supervisor kills it before it
+/// runs; a command already running gets the SIGTERM. Either way no job's end is the grace's
+/// SIGKILL.
+#[test]
+fn a_job_cancelled_as_it_starts_is_stopped_before_its_command_runs_or_by_sigterm() {
+    let d = Daemon::start(&["--quantum-ms", "100"]);
+    let mut ends = Vec::new();
+    for _ in 0..10 {
+        let job = d.submit(&["-n", "1", "--", "sleep", "60"]);
+        assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
+        let end = d.wait_end(job, Duration::from_secs(30));
+        assert_eq!(end["state"], "cancelled", "job {job}: {end}");
+        ends.push(end);
+    }
+    for end in &ends {
+        let by_sigterm = end["exit"]["signal"] == libc::SIGTERM;
+        // Killed by its supervisor, or its start was still held back (its supervisor never
+        // started).
+        let unran = [
+            "cancelled before its command ran",
+            "cancelled before it started",
+        ]
+        .iter()
+        .any(|note| end["note"] == *note);
+        assert!(
+            by_sigterm || unran,
+            "a cancel's SIGTERM missed the command: {end}"
+        );
+    }
+}
+
 #[test]
 fn ended_jobs_leave_memory_but_stay_answerable() {
     let d = Daemon::start(&["--quantum-ms", "100", "--keep-ended", "2"]);
