@@ -1352,17 +1352,7 @@ impl<A: Actuator> NodeAgent<A> {
                 return;
             }
         };
-        let mut skews = Vec::new();
-        // A task that sleeps (a launcher waiting for its ranks) never shows: give up soon.
-        let quantum = self.rotation.map_or(0, |r| r.quantum);
-        let patience = Duration::from_micros((quantum / 10).min(5_000) as u64);
-        // Only gang jobs have baselines (`capture_baselines`).
-        for moment in &record.started {
-            let baseline = self.baselines.remove(&moment.job);
-            if let Some(skew) = baseline.and_then(|b| b.measure(patience)) {
-                skews.push(skew);
-            }
-        }
+        self.measure_skews(&record);
         self.baselines.clear();
         {
             let stats = &mut self.stats;
@@ -1370,9 +1360,6 @@ impl<A: Actuator> NodeAgent<A> {
             stats.lateness.record(tick.lateness());
             if record.switched() {
                 stats.switch.record(record.duration);
-            }
-            for skew in skews {
-                stats.skew.record(skew);
             }
         }
         let lateness_us = tick.lateness().as_micros() as Micros;
@@ -1383,6 +1370,20 @@ impl<A: Actuator> NodeAgent<A> {
         self.capture_baselines(slot + 1);
         self.start_due(false);
         self.quiet_tick(woke);
+    }
+
+    /// Records how far apart the tasks of each gang job `record` started began to run (the
+    /// jobs with a baseline, `capture_baselines`), and drops their baselines.
+    fn measure_skews(&mut self, record: &SwitchRecord) {
+        // A task that sleeps (a launcher waiting for its ranks) never shows: give up soon.
+        let quantum = self.rotation.map_or(0, |r| r.quantum);
+        let patience = Duration::from_micros((quantum / 10).min(5_000) as u64);
+        for moment in &record.started {
+            let baseline = self.baselines.remove(&moment.job);
+            if let Some(skew) = baseline.and_then(|b| b.measure(patience)) {
+                self.stats.skew.record(skew);
+            }
+        }
     }
 
     /// Keeps a boundary that stopped or started something in the node's boundary log.
@@ -1437,8 +1438,12 @@ impl<A: Actuator> NodeAgent<A> {
             return;
         }
         let before: Vec<JobId> = self.applier.running().collect();
+        // Entrants the boundary's plan did not have get their baselines now (a job frozen since
+        // it was taken keeps its own: a second one would show no task that worked).
+        self.capture_baselines(slot);
         match self.applier.enter_slot(slot, now) {
             Ok(record) => {
+                self.measure_skews(&record);
                 if record.switched() {
                     self.stats.switch.record(record.duration);
                 }
@@ -1728,7 +1733,8 @@ impl<A: Actuator> NodeAgent<A> {
         }
     }
 
-    /// Run times of the next slot's entrants while they are still frozen.
+    /// Run times of the entrants of `next_slot` (the next, or this one for a generation applied
+    /// within it) while they are still frozen.
     fn capture_baselines(&mut self, next_slot: i64) {
         let entrants = self.applier.entrants(next_slot);
         for job in entrants
