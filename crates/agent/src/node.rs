@@ -1079,6 +1079,10 @@ impl<A: Actuator> NodeAgent<A> {
     /// once. A job outside its slot starts there too, its processes frozen as they join: its
     /// slot is not spent on its start, nor another's thaw.
     fn start_due(&mut self, after_order: bool) {
+        // Called after every order and wake of the clock thread: most find nothing held.
+        if self.launches.is_empty() {
+            return;
+        }
         let now = now_micros();
         let clear = self.start_window(now) <= now;
         let held = |job: &JobId| !clear && self.switching() && self.applier.waits_for_slot(*job);

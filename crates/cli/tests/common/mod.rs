@@ -458,9 +458,7 @@ pub fn cgroups_named(name: &str) -> Vec<PathBuf> {
 
 /// Kills the jobs under cgroup `parent` (every hierarchy) and removes their cgroups and it.
 pub fn remove_cgroups(name: &str) {
-    let layout = cosched_cgroups::Layout::detect().unwrap();
-    for (root, _) in layout.hierarchies() {
-        let parent = root.join(name);
+    for parent in cgroups_named(name) {
         if let Ok(entries) = std::fs::read_dir(&parent) {
             // Job cgroups only: retrying the parent's files would wait a second each.
             for entry in entries.flatten().filter(|e| e.path().is_dir()) {
