@@ -82,6 +82,9 @@ pub struct NodeSettings {
     /// Each job may have this many tasks (processes and threads) per processor it has here
     /// (`--tasks-per-cpu`); none: no cap.
     pub tasks_per_cpu: Option<u64>,
+    /// The time slice of the processes of the jobs it starts (µs, `--time-slice-us`); none:
+    /// the kernel's own.
+    pub time_slice_us: Option<u32>,
     /// How often it reports its figures when nothing else made it report (µs): every second
     /// on one machine, once per lease in a cluster (`NodeInfo::status_period_us`).
     pub status_every: Micros,
@@ -1014,6 +1017,7 @@ impl<A: Actuator> NodeAgent<A> {
                 .actuator()
                 .usage_files(&job_group(job))
                 .map_err(|e| e.to_string())?,
+            time_slice_us: self.settings.time_slice_us,
         })
     }
 

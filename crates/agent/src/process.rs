@@ -42,6 +42,8 @@ pub struct NodeConfig {
     pub stall_after: Option<Micros>,
     /// A job's tasks per processor on this node (none: uncapped).
     pub tasks_per_cpu: Option<u64>,
+    /// See `NodeSettings::time_slice_us`.
+    pub time_slice_us: Option<u32>,
     /// How long the control plane may be out of reach before the jobs are let loose.
     pub deadline: Micros,
     /// Seconds the node's key outlives an agent that stopped renewing its lease.
@@ -167,6 +169,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
             supervisor_exe: config.supervisor_exe.clone(),
             clock_shift_us: config.clock_shift_us,
             tasks_per_cpu: config.tasks_per_cpu,
+            time_slice_us: config.time_slice_us,
             status_every,
             realtime: true,
         },

@@ -49,6 +49,10 @@ pub struct LaunchSpec {
     /// for its [`Ending`] (and so kept with the exit status across a daemon's restart).
     #[serde(default)]
     pub usage: UsageFiles,
+    /// The job's processes' time slice (µs; `cosched_os::slice`), set before the command
+    /// runs; `None`: the kernel's own.
+    #[serde(default)]
+    pub time_slice_us: Option<u32>,
 }
 
 /// The listening socket (`run/job-N.sock`) for a restarted daemon.
@@ -200,6 +204,7 @@ struct Prepared {
     error: Option<CString>,
     /// The job's signal mask: SIGTERM for a holder (see `Launch::holder`), else none.
     mask: libc::sigset_t,
+    time_slice_us: Option<u32>,
 }
 
 /// In the forked child, as the job's user: opens `file` for appending onto the descriptors
@@ -264,6 +269,11 @@ unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
             fail(1);
         }
         libc::close(fd);
+    }
+    // Inherited by all it forks. A kernel that refuses it leaves the job its own slice: it
+    // runs as well, only holds its processor longer against what wakes there.
+    if let Some(micros) = p.time_slice_us {
+        let _ = cosched_os::slice::set_time_slice(micros);
     }
     // A job must not inherit what the supervisor ignores or blocks (Rust ignores SIGPIPE).
     for signal in 1..libc::SIGRTMAX() {
@@ -421,6 +431,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
         } else {
             &[]
         }),
+        time_slice_us: spec.time_slice_us,
     };
     mark_started(job, &spec.started_file)?;
     let mut pipe = [0; 2];

@@ -46,6 +46,7 @@ fn settings(state: &StateDir, clock_shift_us: i64) -> NodeSettings {
         supervisor_exe: "/nonexistent".into(),
         clock_shift_us,
         tasks_per_cpu: Some(64),
+        time_slice_us: None,
         status_every: cosched_proto::STATUS_PERIOD_US,
         realtime: true,
     }

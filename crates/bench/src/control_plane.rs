@@ -623,6 +623,7 @@ impl Fleet {
                 supervisor_exe: "/nonexistent".into(),
                 clock_shift_us: 0,
                 tasks_per_cpu: None,
+                time_slice_us: None,
                 status_every,
                 realtime: false,
             },

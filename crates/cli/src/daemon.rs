@@ -85,11 +85,8 @@ pub struct DaemonArgs {
     /// policy's, 0]
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(0..=600_000))]
     give_away_after_ms: Option<u32>,
-    /// Each job may have this many tasks (processes and threads) per processor it has, through
-    /// the pids controller: a job of thousands of tasks makes its every freeze and thaw long,
-    /// and one beyond it cannot fork (0: no cap)
-    #[arg(long, default_value_t = 512, value_name = "N")]
-    tasks_per_cpu: u64,
+    #[command(flatten)]
+    processes: JobProcessArgs,
     /// An interactive job runs in every slot, ahead of batch jobs on its processors, for its
     /// first SECONDS (a quick answer), then time-shares in a slice of its own (0: at once)
     /// [default: the policy's, 10]
@@ -320,7 +317,8 @@ pub fn run(args: DaemonArgs) -> Result<()> {
         },
         policy,
         procs: args.procs,
-        tasks_per_cpu: (args.tasks_per_cpu > 0).then_some(args.tasks_per_cpu),
+        tasks_per_cpu: args.processes.tasks_per_cpu(),
+        time_slice_us: args.processes.time_slice_us(),
         on_stop: if args.on_stop == "cancel" {
             OnStop::Cancel
         } else {
@@ -406,11 +404,8 @@ pub struct AgentArgs {
     /// slots as stalled (0: never); the controller's policy (`[stall]`) says what is done
     #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
     stall_after: f64,
-    /// Each job may have this many tasks (processes and threads) per processor it has, through
-    /// the pids controller: a job of thousands of tasks makes its every freeze and thaw long,
-    /// and one beyond it cannot fork (0: no cap)
-    #[arg(long, default_value_t = 512, value_name = "N")]
-    tasks_per_cpu: u64,
+    #[command(flatten)]
+    processes: JobProcessArgs,
     /// Let every job loose after losing etcd or the controller for this long. Longer than an
     /// etcd leader election (writes were back 2.1 s after a three-member etcd lost its leader
     /// here; 3 s was not always enough under load), so that one does not let jobs loose
@@ -445,6 +440,44 @@ fn seconds_or_never(flag: &str, seconds: f64) -> Result<Option<i64>> {
         bail!("{flag} must be a number of seconds, 0 or more (got {seconds})");
     }
     Ok((seconds > 0.0).then_some((seconds * 1e6) as i64))
+}
+
+/// How the jobs' processes are held on a node (the daemon's and the agent's flags).
+#[derive(clap::Args)]
+pub struct JobProcessArgs {
+    /// Each job may have this many tasks (processes and threads) per processor it has, through
+    /// the pids controller: a job of thousands of tasks makes its every freeze and thaw long,
+    /// and one beyond it cannot fork (0: no cap)
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    tasks_per_cpu: u64,
+    /// Each job process's time slice under the kernel's fair scheduler, in µs, from 100 to
+    /// 100000 (Linux 6.12 on; 0: the kernel's own, 0.7 ms x (1 + log2 CPUs)): how long it keeps
+    /// its processor against a task waking there, such as the kernel threads completing a
+    /// job's disk writes, which otherwise wait behind a gang's process for milliseconds
+    #[arg(long, default_value_t = 100, value_name = "US", value_parser = time_slice)]
+    time_slice_us: u32,
+}
+
+impl JobProcessArgs {
+    fn tasks_per_cpu(&self) -> Option<u64> {
+        (self.tasks_per_cpu > 0).then_some(self.tasks_per_cpu)
+    }
+
+    fn time_slice_us(&self) -> Option<u32> {
+        (self.time_slice_us > 0).then_some(self.time_slice_us)
+    }
+}
+
+/// `--time-slice-us`: 0, or within the kernel's bounds (it would clamp a value outside them
+/// without a word).
+fn time_slice(text: &str) -> Result<u32, String> {
+    use cosched_os::slice::{LONGEST_US, SHORTEST_US};
+    match text.parse::<u32>() {
+        Ok(us) if us == 0 || (SHORTEST_US..=LONGEST_US).contains(&us) => Ok(us),
+        _ => Err(format!(
+            "must be 0 (the kernel's own) or from {SHORTEST_US} to {LONGEST_US} µs (the kernel's bounds)"
+        )),
+    }
 }
 
 /// Where the jobs' cgroups go under systemd (the daemon's and the agent's flag).
@@ -493,7 +526,8 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         idle_after,
         stall_after,
         give_away_after: cosched_agent::give_away_after(args.give_away_after_ms),
-        tasks_per_cpu: (args.tasks_per_cpu > 0).then_some(args.tasks_per_cpu),
+        tasks_per_cpu: args.processes.tasks_per_cpu(),
+        time_slice_us: args.processes.time_slice_us(),
         deadline: args.deadline_ms as i64 * 1_000,
         lease_ttl: args.lease_ttl,
         address: args.address,

@@ -676,3 +676,51 @@ fn a_daemon_refuses_a_cgroup_parent_holding_jobs_its_store_does_not_know() {
     assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
     d.wait_end(job, Duration::from_secs(30));
 }
+
+/// The slice (ns) in a `/proc/PID/sched` text; `None` where the kernel shows none.
+fn slice_shown(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("se.slice")?.split(':').nth(1))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+#[test]
+fn a_jobs_processes_get_the_daemons_time_slice_whoever_submits_it() {
+    let own = slice_shown(&std::fs::read_to_string("/proc/thread-self/sched").unwrap_or_default());
+    if cosched_os::slice::honoured(cosched_os::slice::SHORTEST_US).is_err() || own.is_none() {
+        eprintln!("skipped: this kernel keeps no time slice per task, or does not show it");
+        return;
+    }
+    // A child of the job's first process reads its own: inherited (`; true`: forked, not
+    // executed in the shell's place).
+    let print = ["run", "-n", "1", "--", "sh", "-c", "cat /proc/self/sched; true"];
+    let d = Daemon::start(&[]);
+    for uid in [0, NOBODY] {
+        let out = d.cosched_as(uid, &print);
+        assert!(out.status.success(), "{out:?}");
+        let shown = slice_shown(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(shown, Some(100_000), "uid {uid}: {out:?}");
+    }
+    drop(d);
+    // 0: the kernel's own, as this test's thread has.
+    let d = Daemon::start(&["--time-slice-us", "0"]);
+    let out = d.cosched(&print);
+    assert_eq!(slice_shown(&String::from_utf8_lossy(&out.stdout)), own, "{out:?}");
+}
+
+#[test]
+fn a_time_slice_outside_the_kernels_bounds_is_refused_by_name() {
+    for bad in ["50", "100001", "fast"] {
+        let out = Command::new(COSCHED)
+            .args(["daemon", "--check", "--time-slice-us", bad])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
+        assert!(
+            stderr.contains("--time-slice-us")
+                && stderr.contains("must be 0 (the kernel's own) or from 100 to 100000 µs"),
+            "{bad}: {stderr}"
+        );
+    }
+}

@@ -44,6 +44,7 @@ fn a_job_over_its_memory_ends_with_the_oom_kill_its_cgroup_counted() {
         supervisor_exe: COSCHED.into(),
         clock_shift_us: 0,
         tasks_per_cpu: None,
+        time_slice_us: None,
         status_every: cosched_proto::STATUS_PERIOD_US,
         realtime: false,
     };

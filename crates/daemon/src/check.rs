@@ -73,6 +73,28 @@ fn idle_feature() -> Feature {
     }
 }
 
+/// Whether jobs' processes get the time slice `--time-slice-us` asks (the kernel's shortest
+/// is probed: any in its bounds is taken alike).
+fn slice_feature() -> Feature {
+    use cosched_os::slice::{honoured, SHORTEST_US};
+    match honoured(SHORTEST_US) {
+        Ok(()) => feature(
+            "time slices",
+            true,
+            "jobs' processes take the slice --time-slice-us gives (sched_attr.sched_runtime)",
+        ),
+        Err(kept) => feature(
+            "time slices",
+            false,
+            format!(
+                "the kernel keeps its own ({kept} µs reported; Linux 6.12 on takes one per \
+                 task): a task waking beside a job's process, such as a kernel thread \
+                 completing its disk writes, may wait milliseconds for the processor"
+            ),
+        ),
+    }
+}
+
 fn realtime_thread() -> Result<(), String> {
     std::thread::spawn(|| cosched_agent::clock::make_realtime(cosched_agent::clock::CLOCK_PRIORITY))
         .join()
@@ -335,6 +357,7 @@ pub fn check() -> Report {
         ),
     });
     features.push(idle_feature());
+    features.push(slice_feature());
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
     features.push(preemption_feature(preemption(
         std::fs::read_to_string("/sys/kernel/debug/sched/preempt")

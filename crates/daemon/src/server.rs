@@ -52,6 +52,8 @@ pub struct DaemonConfig {
     pub procs: Option<u32>,
     /// A job's tasks (processes and threads) per processor it has (none: uncapped).
     pub tasks_per_cpu: Option<u64>,
+    /// The time slice of the jobs' processes (µs; none: the kernel's own).
+    pub time_slice_us: Option<u32>,
     pub on_stop: OnStop,
     /// The cosched parent cgroup's name (one per daemon on a machine).
     pub cgroup_parent: String,
@@ -528,6 +530,7 @@ fn local_agent(
             supervisor_exe: config.supervisor_exe.clone(),
             clock_shift_us: 0,
             tasks_per_cpu: config.tasks_per_cpu,
+            time_slice_us: config.time_slice_us,
             status_every: cosched_proto::STATUS_PERIOD_US,
             realtime: true,
         },

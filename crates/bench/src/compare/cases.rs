@@ -50,11 +50,13 @@ const SEEDS: [&str; 4] = [
 /// A fine-grain, a coarse and an I/O-bound job under each mode, each job in its own mode, and
 /// `auto` (issue 30).
 const MODES: &str = "modes";
+/// The I/O-bound job beside a computing gang, the jobs' time slice short and the kernel's.
+const IO_BESIDE_GANG: &str = "io-beside-gang";
 
 pub fn names() -> Vec<&'static str> {
     MIXES
         .iter()
-        .chain([MODES].iter())
+        .chain([MODES, IO_BESIDE_GANG].iter())
         .chain(SEEDS.iter())
         .copied()
         .collect()
@@ -122,6 +124,7 @@ pub fn run(name: &str, ctx: &Context, results: &mut Results) -> Result<()> {
         "seed002-local-compile" => seed002(ctx, results),
         "seed001-two-of-three" => seed001(ctx, results),
         MODES => modes(ctx, results),
+        IO_BESIDE_GANG => io_beside_gang(ctx, results),
         workload if MIXES.contains(&workload) => {
             let mut jobs = vec![long_job(ctx, workload, "a"), long_job(ctx, workload, "b")];
             // Throughput is the two long jobs' alone: an interactive job would idle a CPU under
@@ -522,46 +525,21 @@ fn modes(ctx: &Context, results: &mut Results) -> Result<()> {
     };
     let schedulers = ctx.pick(modes_schedulers(ctx.slurm.is_some()));
     let (runs, solos) = compare(&mix, &schedulers, ctx.repeat, ctx, results)?;
-    // The ideal by CPU time: the I/O-bound job is mostly off the CPU, and time alone counted
-    // whole would give an ideal that plain Linux beats.
-    let cpus = f64::from(cosched_os::usable_cpus());
-    let longest = solos.iter().map(|s| s.1).fold(0.0, f64::max);
-    let cpu_alone: Option<f64> = solos.iter().map(|s| s.2).sum();
-    let ideal = cpu_alone.map_or(f64::NAN, |cpu| (cpu / cpus).max(longest));
-    let slowdown = |rounds: &[Vec<JobOutcome>], job: &str| {
-        let alone = solos.iter().find(|s| s.0 == job).map_or(f64::NAN, |s| s.1);
-        median_turnaround(rounds, job) / alone
-    };
+    let (ideal, cpus) = (cpu_ideal(&solos), cosched_os::usable_cpus());
+    let slowdown = |rounds: &[Vec<JobOutcome>], job: &str| job_slowdown(&solos, rounds, job);
     let jobs = ["fine", "coarse", "io"];
-    let mut table = Table::new(
+    let table = slowdown_table(
         &format!(
             "Each job its mode: a 2-rank ping-pong (fine), a 2-rank coarse job and an I/O-bound \
              job together; ideal {ideal:.2} s (CPU time alone over {cpus} CPUs, at least the \
              longest job alone); slowdown: turnaround over time alone"
         ),
-        &[
-            "scheduler",
-            "makespan (s)",
-            "/ ideal",
-            "fine slowdown",
-            "coarse slowdown",
-            "io slowdown",
-        ],
+        &jobs,
+        &schedulers,
+        &runs,
+        results,
+        &solos,
     );
-    // compare added a row per scheduler, in their order: their median makespans.
-    let rows = &results.rows[results.rows.len() - schedulers.len()..];
-    for ((scheduler, rounds), row) in schedulers.iter().zip(&runs).zip(rows) {
-        let mut cells = vec![
-            scheduler.label(),
-            format!("{:.2}", row.makespan_s),
-            format!("{:.2}", row.makespan_s / ideal),
-        ];
-        cells.extend(
-            jobs.iter()
-                .map(|job| format!("{:.2}", slowdown(rounds, job))),
-        );
-        table.row(cells);
-    }
     results.tables.push(table);
 
     let of = |found: Option<usize>, job: &str| found.map(|i| slowdown(&runs[i], job));
@@ -601,6 +579,88 @@ fn modes(ctx: &Context, results: &mut Results) -> Result<()> {
         of(local, "io").map(|v| (Scheduler::Local.label(), v)),
     ));
     results.tables.push(targets);
+    Ok(())
+}
+
+/// The ideal by CPU time: the jobs' CPU time alone over the CPUs, at least the longest job
+/// alone (an I/O-bound job is mostly off the CPU, and time alone counted whole would give an
+/// ideal that plain Linux beats).
+fn cpu_ideal(solos: &Solos) -> f64 {
+    let cpus = f64::from(cosched_os::usable_cpus());
+    let longest = solos.iter().map(|s| s.1).fold(0.0, f64::max);
+    let cpu_alone: Option<f64> = solos.iter().map(|s| s.2).sum();
+    cpu_alone.map_or(f64::NAN, |cpu| (cpu / cpus).max(longest))
+}
+
+/// `job`'s median turnaround over its time alone.
+fn job_slowdown(solos: &Solos, rounds: &[Vec<JobOutcome>], job: &str) -> f64 {
+    let alone = solos.iter().find(|s| s.0 == job).map_or(f64::NAN, |s| s.1);
+    median_turnaround(rounds, job) / alone
+}
+
+/// A row per scheduler: its median makespan, that over the ideal by CPU time, and each of
+/// `jobs`' slowdown. The last rows of `results` are `compare`'s for `schedulers`.
+fn slowdown_table(
+    title: &str,
+    jobs: &[&str],
+    schedulers: &[Scheduler],
+    runs: &[Vec<Vec<JobOutcome>>],
+    results: &Results,
+    solos: &Solos,
+) -> Table {
+    let ideal = cpu_ideal(solos);
+    let mut headers = vec![
+        "scheduler".to_string(),
+        "makespan (s)".into(),
+        "/ ideal".into(),
+    ];
+    headers.extend(jobs.iter().map(|job| format!("{job} slowdown")));
+    let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut table = Table::new(title, &headers);
+    let rows = &results.rows[results.rows.len() - schedulers.len()..];
+    for ((scheduler, rounds), row) in schedulers.iter().zip(runs).zip(rows) {
+        let mut cells = vec![
+            scheduler.label(),
+            format!("{:.2}", row.makespan_s),
+            format!("{:.2}", row.makespan_s / ideal),
+        ];
+        cells.extend(
+            jobs.iter()
+                .map(|job| format!("{:.2}", job_slowdown(solos, rounds, job))),
+        );
+        table.row(cells);
+    }
+    table
+}
+
+/// Plain Linux, and gang with give-away at 20 ms with the jobs' time slice the daemon's and the
+/// kernel's.
+pub fn io_beside_gang_schedulers() -> Vec<Scheduler> {
+    let gang = Scheduler::cosched("gang", 20).give_away(GIVE_AWAY_MS);
+    vec![Scheduler::Local, gang.clone(), gang.time_slice(0)]
+}
+
+/// The I/O-bound job beside a computing gang (2 processes of `burn`, longer than it), under
+/// gang with give-away with the jobs' time slice the daemon's (100 µs) and the kernel's own,
+/// and plain Linux: the kernel threads completing the I/O job's writes run on a processor the
+/// gang holds, and wait behind its process there (docs/performance.md, "A job's time slice").
+fn io_beside_gang(ctx: &Context, results: &mut Results) -> Result<()> {
+    let mix = Mix {
+        workload: IO_BESIDE_GANG.into(),
+        jobs: vec![long_job(ctx, "throughput", "burn"), io_job(ctx)],
+    };
+    let schedulers = ctx.pick(io_beside_gang_schedulers());
+    let (runs, solos) = compare(&mix, &schedulers, ctx.repeat, ctx, results)?;
+    let table = slowdown_table(
+        "An I/O-bound job beside a computing gang (2 processes of burn), the jobs' time slice \
+         the daemon's and the kernel's; slowdown: turnaround over time alone",
+        &["io", "burn"],
+        &schedulers,
+        &runs,
+        results,
+        &solos,
+    );
+    results.tables.push(table);
     Ok(())
 }
 
@@ -744,6 +804,32 @@ mod tests {
         assert_eq!(
             short_names(&context(&["gang-20", "per-job"]).pick(all)),
             ["gang-20", "per-job"]
+        );
+    }
+
+    #[test]
+    fn io_beside_gang_sets_the_kernels_slice_on_one_row_only() {
+        let all = io_beside_gang_schedulers();
+        assert_eq!(
+            short_names(&all),
+            ["local", "gang-20+giveaway", "gang-20+giveaway+kernel-slice"]
+        );
+        assert_eq!(
+            all[2].label(),
+            "gang 20 ms + give-away 5 ms, the kernel's time slice"
+        );
+        assert_eq!(
+            all[2].daemon().unwrap().extra,
+            ["--give-away-after-ms", "5", "--time-slice-us", "0"]
+        );
+        assert_eq!(
+            all[1].daemon().unwrap().extra,
+            ["--give-away-after-ms", "5"]
+        );
+        // `--scheduler gang-20+giveaway` takes the daemon's slice alone.
+        assert_eq!(
+            short_names(&context(&["gang-20+giveaway"]).pick(all)),
+            ["gang-20+giveaway"]
         );
     }
 

@@ -21,15 +21,17 @@ pub struct CompareArgs {
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     repeat: Option<u16>,
     /// Only these cases: mixes (fine, barrier, coarse, compute, spinbarrier, throughput), modes
-    /// (a fine, a coarse and an I/O-bound job under each mode, per-job modes and auto) or seed
-    /// experiments (seed004-spinbarrier, seed000-elongation, seed002-local-compile,
-    /// seed001-two-of-three)
+    /// (a fine, a coarse and an I/O-bound job under each mode, per-job modes and auto),
+    /// io-beside-gang (the I/O-bound job beside a computing gang, the jobs' time slice the
+    /// daemon's and the kernel's) or seed experiments (seed004-spinbarrier, seed000-elongation,
+    /// seed002-local-compile, seed001-two-of-three)
     #[arg(long, value_delimiter = ',')]
     case: Vec<String>,
     /// Only these schedulers: local, gang, moderate, implicit, slurm (gang and moderate at
     /// every quantum), or one quantum as gang-50, moderate-20; the modes case's own:
-    /// gang-20+giveaway, per-job, auto (default: all; the mixes, modes and seed 002 follow it,
-    /// the other seed cases use their own)
+    /// gang-20+giveaway, per-job, auto; io-beside-gang's: gang-20+giveaway+kernel-slice
+    /// (default: all; the mixes, modes, io-beside-gang and seed 002 follow it, the other seed
+    /// cases use their own)
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     scheduler: Vec<String>,
     /// Leave Slurm out (it is installed and started otherwise)
@@ -77,6 +79,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
     for s in schedulers
         .iter()
         .chain(&cases::modes_schedulers(!args.no_slurm))
+        .chain(&cases::io_beside_gang_schedulers())
     {
         for name in [s.name().to_string(), s.short_name()] {
             if !known.contains(&name) {

@@ -19,6 +19,9 @@ pub struct Row {
     /// `--give-away-after-ms` (the modes case's rows that have it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub give_away_ms: Option<u32>,
+    /// `--time-slice-us` where the row sets it (0: the kernel's own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_slice_us: Option<u32>,
     pub workload: String,
     /// Median over the rounds.
     pub makespan_s: f64,
@@ -81,6 +84,7 @@ impl Row {
             label: scheduler.label(),
             quantum_ms: scheduler.quantum_ms(),
             give_away_ms: scheduler.give_away_ms(),
+            time_slice_us: scheduler.time_slice_us(),
             workload: workload.to_string(),
             makespan_s: median(&makespans).unwrap_or(f64::NAN),
             makespan_runs_s: makespans,

@@ -22,6 +22,8 @@ pub enum Scheduler {
         quantum_ms: u64,
         /// `--give-away-after-ms`: a blocked gang lends its slot (`None`: never).
         give_away_ms: Option<u32>,
+        /// `--time-slice-us` (`None`: the daemon's default).
+        time_slice_us: Option<u32>,
         /// Jobs submitted with a mode of their own (`cosched run --mode`), by job name; the
         /// others take the daemon's. Not empty: the scheduler is called `per-job`, unless
         /// `alias` names it.
@@ -42,6 +44,7 @@ impl Scheduler {
             mode: mode.to_string(),
             quantum_ms,
             give_away_ms: None,
+            time_slice_us: None,
             job_modes: Vec::new(),
             alias: None,
         }
@@ -59,6 +62,14 @@ impl Scheduler {
     pub fn give_away(mut self, ms: u32) -> Scheduler {
         if let Scheduler::Cosched { give_away_ms, .. } = &mut self {
             *give_away_ms = Some(ms);
+        }
+        self
+    }
+
+    /// The same daemon with `--time-slice-us us`.
+    pub fn time_slice(mut self, us: u32) -> Scheduler {
+        if let Scheduler::Cosched { time_slice_us, .. } = &mut self {
+            *time_slice_us = Some(us);
         }
         self
     }
@@ -102,6 +113,13 @@ impl Scheduler {
         }
     }
 
+    pub fn time_slice_us(&self) -> Option<u32> {
+        match self {
+            Scheduler::Cosched { time_slice_us, .. } => *time_slice_us,
+            _ => None,
+        }
+    }
+
     /// As the tables name it: `gang 20 ms`, `per-job (gang 20 ms) + give-away 5 ms`.
     pub fn label(&self) -> String {
         let base = match self {
@@ -116,14 +134,19 @@ impl Scheduler {
             Scheduler::Cosched { quantum_ms, .. } => format!("{} {quantum_ms} ms", self.name()),
             _ => self.name().to_string(),
         };
-        match self.give_away_ms() {
+        let base = match self.give_away_ms() {
             Some(ms) => format!("{base} + give-away {ms} ms"),
+            None => base,
+        };
+        match self.time_slice_us() {
+            Some(0) => format!("{base}, the kernel's time slice"),
+            Some(us) => format!("{base}, time slice {us} µs"),
             None => base,
         }
     }
 
     /// The label as one word, as `--scheduler` takes it: `gang-50`, `gang-20+giveaway`,
-    /// `per-job`, `local`.
+    /// `gang-20+giveaway+kernel-slice`, `per-job`, `local`.
     pub fn short_name(&self) -> String {
         let base = match self {
             Scheduler::Cosched { job_modes, .. } if !job_modes.is_empty() => self.name().into(),
@@ -132,13 +155,18 @@ impl Scheduler {
             } => format!("{mode}-{quantum_ms}"),
             _ => self.name().to_string(),
         };
-        match self {
+        let base = match self {
             Scheduler::Cosched {
                 give_away_ms: Some(_),
                 job_modes,
                 ..
             } if job_modes.is_empty() => format!("{base}+giveaway"),
             _ => base,
+        };
+        match self.time_slice_us() {
+            Some(0) => format!("{base}+kernel-slice"),
+            Some(us) => format!("{base}+slice-{us}"),
+            None => base,
         }
     }
 
@@ -185,9 +213,14 @@ impl Scheduler {
             mode: mode.to_string(),
             quantum_ms,
             freezer: None,
-            extra: self.give_away_ms().map_or(Vec::new(), |ms| {
-                vec!["--give-away-after-ms".into(), ms.to_string()]
-            }),
+            extra: [
+                ("--give-away-after-ms", self.give_away_ms()),
+                ("--time-slice-us", self.time_slice_us()),
+            ]
+            .into_iter()
+            .filter_map(|(flag, value)| Some([flag.to_string(), value?.to_string()]))
+            .flatten()
+            .collect(),
         })
     }
 }
