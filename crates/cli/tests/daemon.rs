@@ -693,7 +693,15 @@ fn a_jobs_processes_get_the_daemons_time_slice_whoever_submits_it() {
     }
     // A child of the job's first process reads its own: inherited (`; true`: forked, not
     // executed in the shell's place).
-    let print = ["run", "-n", "1", "--", "sh", "-c", "cat /proc/self/sched; true"];
+    let print = [
+        "run",
+        "-n",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "cat /proc/self/sched; true",
+    ];
     let d = Daemon::start(&[]);
     for uid in [0, NOBODY] {
         let out = d.cosched_as(uid, &print);
@@ -705,7 +713,11 @@ fn a_jobs_processes_get_the_daemons_time_slice_whoever_submits_it() {
     // 0: the kernel's own, as this test's thread has.
     let d = Daemon::start(&["--time-slice-us", "0"]);
     let out = d.cosched(&print);
-    assert_eq!(slice_shown(&String::from_utf8_lossy(&out.stdout)), own, "{out:?}");
+    assert_eq!(
+        slice_shown(&String::from_utf8_lossy(&out.stdout)),
+        own,
+        "{out:?}"
+    );
 }
 
 #[test]
