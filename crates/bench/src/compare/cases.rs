@@ -539,6 +539,7 @@ fn modes(ctx: &Context, results: &mut Results) -> Result<()> {
         &runs,
         results,
         &solos,
+        ideal,
     );
     results.tables.push(table);
 
@@ -598,8 +599,8 @@ fn job_slowdown(solos: &Solos, rounds: &[Vec<JobOutcome>], job: &str) -> f64 {
     median_turnaround(rounds, job) / alone
 }
 
-/// A row per scheduler: its median makespan, that over the ideal by CPU time, and each of
-/// `jobs`' slowdown. The last rows of `results` are `compare`'s for `schedulers`.
+/// A row per scheduler: its median makespan, that over `ideal`, and each of `jobs`'
+/// slowdown. The last rows of `results` are `compare`'s for `schedulers`.
 fn slowdown_table(
     title: &str,
     jobs: &[&str],
@@ -607,8 +608,8 @@ fn slowdown_table(
     runs: &[Vec<Vec<JobOutcome>>],
     results: &Results,
     solos: &Solos,
+    ideal: f64,
 ) -> Table {
-    let ideal = cpu_ideal(solos);
     let mut headers = vec![
         "scheduler".to_string(),
         "makespan (s)".into(),
@@ -659,6 +660,7 @@ fn io_beside_gang(ctx: &Context, results: &mut Results) -> Result<()> {
         &runs,
         results,
         &solos,
+        cpu_ideal(&solos),
     );
     results.tables.push(table);
     Ok(())
