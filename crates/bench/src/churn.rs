@@ -1,13 +1,16 @@
 //! `cosched-bench churn`: the slot clock while jobs start and end. Two 2-process compute jobs
 //! take turns (gang mode); in the churn case a short 1-process job (`sh -c 'exit 7'`, as a
-//! user's quick command) is submitted every `--every-ms` beside them; in the crowd case the
+//! user's quick command) is submitted every `--every-ms` beside them; in the clients case a
+//! `cosched ps` is run as often instead (a client's own start and request, no job); in the crowd case the
 //! second job is a crowd of sleeping processes instead (as many as its task cap lets it fork,
 //! as an audit's `nobody` did with 3,000), slow to freeze. The steady case, the two compute
 //! jobs alone, runs in the same invocation: the figures are compared side by side, with the
 //! first compute job's share of its processors (half of them, ideally).
 
+use crate::bystander::{Bystanders, Stalls};
 use crate::daemon::{Daemon, DaemonSpec};
 use crate::figures::{command_line, summary, Provenance};
+use crate::steal::{Steal, StealSampler};
 use crate::workloads;
 use anyhow::{bail, Context, Result};
 use cosched_agent::boundaries::{read_log, start_delays};
@@ -28,15 +31,29 @@ pub struct ChurnArgs {
     /// phase of the slot)
     #[arg(long, default_value_t = 500)]
     every_ms: u64,
-    /// The cases to run, in order: steady, churn, crowd, implicit
+    /// The cases to run, in order: steady, churn, clients, crowd, implicit
     #[arg(long, value_delimiter = ',', default_value = "steady,churn,crowd")]
     cases: Vec<Case>,
     /// Rounds of each case (the figures of every round are printed; compare medians)
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// The jobs' time slices to measure, in microseconds (the daemon's `--time-slice-us`; 0:
+    /// the kernel's own). Each round runs every case at each, side by side
+    #[arg(long, value_delimiter = ',', default_value = "100")]
+    time_slice_us: Vec<u64>,
     /// Also write the figures as JSON here
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Run a bystander beside cosched on each processor (a real-time thread waking every 2 ms)
+    /// and say which of the clock's late wakeups one of them was late over too: the
+    /// machine's. Off by default: their wakeups are preemption points too, which may let a
+    /// thawed rank take its processor back sooner (compare runs with and without)
+    #[arg(long)]
+    bystanders: bool,
+    /// Keep each run's boundary log, job list (`ps --all --json`) and daemon log in a folder
+    /// of its own under this one (CASE-MSms-SLICEus-rROUND), to find what a late boundary met
+    #[arg(long)]
+    keep_logs: Option<std::path::PathBuf>,
 }
 
 /// The lateness bucket bound past which a boundary counts as "late" (µs).
@@ -46,6 +63,11 @@ const SKEW_US: u64 = 250;
 /// The churn's gaps between submissions are drawn from this seed (the same on every run).
 const CHURN_SEED: u64 = 0x00c0_5c4e_d000_0001;
 
+/// How long a case waits after its long jobs are submitted before it measures.
+const SETTLE: Duration = Duration::from_secs(2);
+/// A little more than the agent's period between status reports on one machine (1 s).
+const STATUS_PERIOD: Duration = Duration::from_millis(1_200);
+
 /// How long the crowd case waits for the crowd to fork before it measures.
 const CROWD_WARMUP: Duration = Duration::from_secs(5);
 
@@ -53,6 +75,8 @@ const CROWD_WARMUP: Duration = Duration::from_secs(5);
 enum Case {
     Steady,
     Churn,
+    /// A `cosched ps` instead of each short job: what a client alone costs the clock.
+    Clients,
     Crowd,
     /// The second job computes as `implicit`: held past its budget of the gang's slots.
     Implicit,
@@ -63,6 +87,7 @@ impl Case {
         match self {
             Case::Steady => "steady",
             Case::Churn => "churn",
+            Case::Clients => "clients",
             Case::Crowd => "crowd",
             Case::Implicit => "implicit",
         }
@@ -72,16 +97,19 @@ impl Case {
 pub fn run(args: ChurnArgs) -> Result<()> {
     workloads::build()?;
     println!(
-        "churn: two 2-process `burn` jobs gang-scheduled; churn adds `cosched run -n 1 -- sh -c 'exit 7'` every {} ms on average; crowd makes the second a 2-processor job of sleeping processes; implicit makes it `--mode implicit` (its budget of the gang's slots: a quarter of the slot, 5 ms at most, per processor); {} s a case",
+        "churn: two 2-process `burn` jobs gang-scheduled; churn adds `cosched run -n 1 -- sh -c 'exit 7'` every {} ms on average, clients a `cosched ps` as often; crowd makes the second a 2-processor job of sleeping processes; implicit makes it `--mode implicit` (its budget of the gang's slots: a quarter of the slot, 5 ms at most, per processor); {} s a case",
         args.every_ms, args.seconds
     );
     println!(
-        "{:<6} {:>4} {:>5} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>6}",
+        "{:<6} {:>4} {:>6} {:>5} {:>7} {:>6} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>6}",
         "case",
         "ms",
+        "slice",
         "round",
         "added",
         "share",
+        "steal",
+        "late@bys",
         "short p50",
         "short max",
         "late p50",
@@ -101,18 +129,30 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         "missed"
     );
     let mut rows = Vec::new();
+    let mut pools: Vec<Pool> = Vec::new();
     for round in 1..=args.rounds {
         for &quantum_ms in &args.quantum_ms {
-            for &case in &args.cases {
-                let row = measure(&args, quantum_ms, case)?;
+            for (&case, &slice_us) in args
+                .cases
+                .iter()
+                .flat_map(|case| args.time_slice_us.iter().map(move |slice| (case, slice)))
+            {
+                let run = format!("{}-{quantum_ms}ms-{slice_us}us-r{round}", case.name());
+                let row = measure(&args, quantum_ms, slice_us, case, &run)?;
                 let stats = &row.stats;
                 println!(
-                    "{:<6} {:>4} {:>5} {:>7} {:>6.3} {:>7.1}ms {:>7.1}ms {:>7}µs {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>7} {:>7} {:>7}µs {:>7}µs {:>6}µs {:>6}µs {:>9} {:>9} {:>6}",
+                    "{:<6} {:>4} {:>4}µs {:>5} {:>7} {:>6.3} {:>5}ms {:>10} {:>7.1}ms {:>7.1}ms {:>7}µs {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>7} {:>7} {:>7}µs {:>7}µs {:>6}µs {:>6}µs {:>9} {:>9} {:>6}",
                     case.name(),
                     quantum_ms,
+                    slice_us,
                     round,
                     row.crowd.unwrap_or(row.short_jobs as u64),
                     row.share,
+                    row.machine.steal_us / 1000,
+                    format!(
+                        "{}/{}",
+                        row.machine.late_with_bystander, row.machine.late_wakeups
+                    ),
                     row.short_slot_p50 as f64 / 1000.0,
                     row.short_slot_max as f64 / 1000.0,
                     stats.lateness_us.p50,
@@ -131,9 +171,11 @@ pub fn run(args: ChurnArgs) -> Result<()> {
                     row.tallies.skew_over_1ms,
                     stats.missed_slots,
                 );
+                pool_into(&mut pools, (case, quantum_ms, slice_us), &row);
                 rows.push(serde_json::json!({
                     "case": case.name(),
                     "quantum_ms": quantum_ms,
+                    "time_slice_us": slice_us,
                     "round": round,
                     "seconds": args.seconds,
                     "every_ms": args.every_ms,
@@ -147,6 +189,13 @@ pub fn run(args: ChurnArgs) -> Result<()> {
                     "start_delay_max_us": row.start_max,
                     "starts_over_1ms": row.late_starts,
                     "first_job_starts_over_1ms": row.first_late_starts,
+                    "host_steal_us": row.machine.steal_us,
+                    "late_wakeups_logged": row.machine.late_wakeups,
+                    "late_wakeups_with_a_bystander_stalled": row.machine.late_with_bystander,
+                    "bystanders": args.bystanders,
+                    "bystander_wakeups": row.machine.bystander_wakeups,
+                    "bystander_stalls": row.machine.bystander_stalls,
+                    "bystanders_stalled_share": row.machine.stalled_share(),
                     "short_slot_p50_us": row.short_slot_p50,
                     "short_slot_max_us": row.short_slot_max,
                     "skew_samples": row.tallies.skew_samples,
@@ -161,8 +210,11 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         }
     }
     println!(
-        "added: short jobs submitted (churn) or sleeping processes forked (crowd); share: the first compute job's CPU time over its 2 processors' wall time (ideal 0.5; in the implicit case 0.5 less the implicit job's budget, 0.25 if it shared the gang's slots); short: how long each short job held the processors, from its thaw to the next thaw of a compute job (both wait meanwhile); late: the clock's wakeup after each boundary; start: each job's thaw after its boundary (boundary log); 1st: the first compute job's starts alone; skew >250µs: starts whose skew passed 250 µs (the histogram bucket above the target) of those measured since the daemon started, and >1ms those past 1 ms (add them up across runs: a short run's p99 is its second-worst start or so)"
+        "added: short jobs submitted (churn) or sleeping processes forked (crowd); share: the first compute job's CPU time over its 2 processors' wall time (ideal 0.5; in the implicit case 0.5 less the implicit job's budget, 0.25 if it shared the gang's slots); short: how long each short job held the processors, from its thaw to the next thaw of a compute job (both wait meanwhile); late: the clock's wakeup after each boundary; start: each job's thaw after its boundary (boundary log); 1st: the first compute job's starts alone; slice: the jobs' time slice (the daemon's --time-slice-us, 0 the kernel's own); steal: the host's steal while measured (/proc/stat, 10 ms ticks); late@bys: the clock's wakeups past 1 ms (boundary log) over which a bystander (a real-time thread per processor outside cosched, waking every 2 ms) was late by 500 µs or more too, of all such (the machine's, then; bys stalls: the bystanders' wakeups that late, of all theirs; stalled: the share of the run some bystander was, how often a moment meets a stall by chance); skew >250µs: starts whose skew passed 250 µs (the histogram bucket above the target) of those measured while the case ran (from the agent's status reported 2 s after the long jobs' submission to one reported after the last short job; >1ms in the late columns likewise), and >1ms those past 1 ms (add them up across runs: a short run's p99 is its second-worst start or so)"
     );
+    if args.rounds > 1 {
+        print_pools(&pools);
+    }
     println!(
         "targets: lateness p99 < 100 µs and no boundary (wakeup or start) later than 1 ms under churn; skew p99 < 200 µs"
     );
@@ -191,14 +243,15 @@ struct Row {
     /// How long short jobs held the processors (µs; 0 without short jobs).
     short_slot_p50: u64,
     short_slot_max: u64,
+    machine: Machine,
 }
 
-fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
+fn measure(args: &ChurnArgs, quantum_ms: u64, slice_us: u64, case: Case, run: &str) -> Result<Row> {
     let daemon = Daemon::start(&DaemonSpec {
         mode: "gang".into(),
         quantum_ms,
         freezer: None,
-        extra: Vec::new(),
+        extra: vec!["--time-slice-us".into(), slice_us.to_string()],
     })?;
     let output = daemon.dir().join("jobs.out");
     let first = workloads::submit_endless_gang(&daemon, &output)?;
@@ -218,7 +271,14 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
     } else {
         workloads::submit_endless_gang(&daemon, &output)?
     };
+    // The jobs' own start (their first thaws meet their processes' exec) is not what a case
+    // measures: the tallies count from a status reported after it.
+    std::thread::sleep(SETTLE);
+    let tallied_before = tallies(&daemon)?;
     let since = cosched_os::now_micros();
+    let steal = StealSampler::start();
+    let cpus: Vec<usize> = (0..std::thread::available_parallelism()?.get()).collect();
+    let bystanders = args.bystanders.then(|| Bystanders::start(&cpus));
     let used_before = daemon.cpu_usage_us(first)?;
     let short: Vec<String> = ["sh", "-c", "exit 7"].map(String::from).into();
     let every = Duration::from_millis(args.every_ms.max(1));
@@ -232,18 +292,30 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
     while began.elapsed() < Duration::from_secs(args.seconds) {
         next += every.mul_f64(gaps.between(0.5, 1.5));
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        if case == Case::Churn {
-            daemon.submit(1, &output, &short)?;
-            short_jobs += 1;
+        match case {
+            Case::Churn => {
+                daemon.submit(1, &output, &short)?;
+                short_jobs += 1;
+            }
+            Case::Clients => {
+                daemon.jobs()?;
+            }
+            _ => {}
         }
     }
+    let steal = steal.finish()?;
+    let stalls = bystanders.map(Bystanders::finish).transpose()?;
     let used = daemon.cpu_usage_us(first)? - used_before;
     let share = used as f64 / (began.elapsed().as_micros() as f64 * 2.0);
     let stats = daemon.stats()?;
-    let tallies = tallies(&daemon)?;
+    // The agent reports its histograms once a second: the last one reported takes in the
+    // last short job's end.
+    std::thread::sleep(STATUS_PERIOD);
+    let tallies = tallies(&daemon)?.since(&tallied_before);
     let mut records = read_log(&daemon.dir().join("state"));
     records.retain(|r| r.woke_us >= since);
     let delays = start_delays(&records);
+    let machine = Machine::of(&records, &steal, stalls.as_ref());
     let short_slots = summary(&short_slots(&records, [first, second]));
     let first_late_starts = start_delays(&records_of(&records, first))
         .into_iter()
@@ -253,6 +325,9 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
         Case::Crowd => Some(crowd_size(&daemon.dir().join("crowd.out"))?),
         _ => None,
     };
+    if let Some(keep) = &args.keep_logs {
+        keep_logs(&daemon, &keep.join(run), &records)?;
+    }
     daemon.stop()?;
     let starts = summary(&delays);
     Ok(Row {
@@ -268,7 +343,83 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, case: Case) -> Result<Row> {
         first_late_starts,
         short_slot_p50: short_slots.p50,
         short_slot_max: short_slots.max,
+        machine,
     })
+}
+
+/// What the machine did beside cosched: the host's steal, the bystanders' stalls, and which
+/// of the clock's late wakeups a bystander was stalled over too.
+#[derive(Clone, Copy, Default)]
+struct Machine {
+    steal_us: u64,
+    /// Boundaries logged whose wakeup was later than [`LATE_US`].
+    late_wakeups: usize,
+    late_with_bystander: usize,
+    bystander_wakeups: u64,
+    bystander_stalls: usize,
+    /// Time some bystander was stalled, and how long they watched (µs).
+    stalled_us: i64,
+    watched_us: i64,
+}
+
+impl Machine {
+    fn of(records: &[BoundaryRecord], steal: &Steal, stalls: Option<&Stalls>) -> Machine {
+        let late: Vec<(i64, i64)> = records
+            .iter()
+            .filter_map(|r| Some((r.woke_us - r.lateness_us?, r.woke_us)))
+            .filter(|(due, woke)| woke - due > LATE_US as i64)
+            .collect();
+        let mut machine = Machine {
+            steal_us: steal.total_us(),
+            late_wakeups: late.len(),
+            ..Machine::default()
+        };
+        if let Some(stalls) = stalls {
+            machine.late_with_bystander = late
+                .iter()
+                .filter(|&&(due, woke)| stalls.overlap(due, woke))
+                .count();
+            machine.bystander_wakeups = stalls.wakeups;
+            machine.bystander_stalls = stalls.stalls.len();
+            machine.stalled_us = (stalls.stalled_share() * stalls.span_us as f64) as i64;
+            machine.watched_us = stalls.span_us;
+        }
+        machine
+    }
+
+    fn add(&mut self, other: &Machine) {
+        self.steal_us += other.steal_us;
+        self.late_wakeups += other.late_wakeups;
+        self.late_with_bystander += other.late_with_bystander;
+        self.bystander_wakeups += other.bystander_wakeups;
+        self.bystander_stalls += other.bystander_stalls;
+        self.stalled_us += other.stalled_us;
+        self.watched_us += other.watched_us;
+    }
+
+    /// The share of the time some bystander was stalled: how often a late wakeup would meet
+    /// one by chance.
+    fn stalled_share(&self) -> f64 {
+        self.stalled_us as f64 / self.watched_us.max(1) as f64
+    }
+}
+
+/// Writes the run's boundary records (those measured), its jobs and the daemon's log into `to`.
+fn keep_logs(daemon: &Daemon, to: &std::path::Path, records: &[BoundaryRecord]) -> Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    let mut lines = String::new();
+    for record in records {
+        lines += &serde_json::to_string(record)?;
+        lines.push('\n');
+    }
+    std::fs::write(to.join("boundaries.jsonl"), lines)?;
+    std::fs::write(
+        to.join("jobs.json"),
+        serde_json::to_string_pretty(&daemon.jobs()?)? + "\n",
+    )?;
+    std::fs::copy(daemon.dir().join("daemon.log"), to.join("daemon.log"))
+        .with_context(|| format!("copying the daemon's log into {}", to.display()))?;
+    Ok(())
 }
 
 /// How long each short job held the processors (µs): from its thaw to the next thaw of one
@@ -342,11 +493,118 @@ fn tallies(daemon: &Daemon) -> Result<Tallies> {
     })
 }
 
+#[derive(Default)]
 struct Tallies {
     late_boundaries: u64,
     skew_samples: u64,
     skew_over_target: u64,
     skew_over_1ms: u64,
+}
+
+impl Tallies {
+    /// What was counted after `before` was.
+    fn since(&self, before: &Tallies) -> Tallies {
+        Tallies {
+            late_boundaries: self.late_boundaries - before.late_boundaries,
+            skew_samples: self.skew_samples - before.skew_samples,
+            skew_over_target: self.skew_over_target - before.skew_over_target,
+            skew_over_1ms: self.skew_over_1ms - before.skew_over_1ms,
+        }
+    }
+}
+
+/// One case's figures added up over the rounds (at one slot length and one time slice).
+struct Pool {
+    key: (Case, u64, u64),
+    runs: usize,
+    tallies: Tallies,
+    late_starts: u64,
+    /// Runs with a boundary's wakeup or a start later than [`LATE_US`].
+    runs_late: usize,
+    skew_p99s: Vec<u64>,
+    machine: Machine,
+}
+
+fn pool_into(pools: &mut Vec<Pool>, key: (Case, u64, u64), row: &Row) {
+    let index = match pools.iter().position(|p| p.key == key) {
+        Some(index) => index,
+        None => {
+            pools.push(Pool {
+                key,
+                runs: 0,
+                tallies: Tallies::default(),
+                late_starts: 0,
+                runs_late: 0,
+                skew_p99s: Vec::new(),
+                machine: Machine::default(),
+            });
+            pools.len() - 1
+        }
+    };
+    let pool = &mut pools[index];
+    pool.runs += 1;
+    pool.tallies.late_boundaries += row.tallies.late_boundaries;
+    pool.tallies.skew_samples += row.tallies.skew_samples;
+    pool.tallies.skew_over_target += row.tallies.skew_over_target;
+    pool.tallies.skew_over_1ms += row.tallies.skew_over_1ms;
+    pool.late_starts += row.late_starts as u64;
+    if row.tallies.late_boundaries > 0 || row.late_starts > 0 {
+        pool.runs_late += 1;
+    }
+    pool.skew_p99s.push(row.stats.skew_us.p99);
+    pool.machine.add(&row.machine);
+}
+
+fn print_pools(pools: &[Pool]) {
+    println!(
+        "added up over the rounds (wake: the clock's wakeups; start: jobs' starts; runs late: runs with either past 1 ms):"
+    );
+    println!(
+        "{:<6} {:>4} {:>6} {:>5} {:>12} {:>7} {:>9} {:>10} {:>10} {:>9} {:>14} {:>8} {:>10} {:>10} {:>11}",
+        "case",
+        "ms",
+        "slice",
+        "runs",
+        "skew >250µs",
+        "%",
+        "skew >1ms",
+        "wake >1ms",
+        "start >1ms",
+        "runs late",
+        "skew p99 p50",
+        "steal",
+        "late@bys",
+        "bys stalls",
+        "stalled"
+    );
+    for pool in pools {
+        let (case, quantum_ms, slice_us) = pool.key;
+        let t = &pool.tallies;
+        println!(
+            "{:<6} {:>4} {:>4}µs {:>5} {:>12} {:>6.2}% {:>9} {:>10} {:>10} {:>9} {:>12}µs {:>6}ms {:>10} {:>10} {:>10.3}%",
+            case.name(),
+            quantum_ms,
+            slice_us,
+            pool.runs,
+            format!("{}/{}", t.skew_over_target, t.skew_samples),
+            100.0 * t.skew_over_target as f64 / t.skew_samples.max(1) as f64,
+            t.skew_over_1ms,
+            t.late_boundaries,
+            pool.late_starts,
+            format!("{}/{}", pool.runs_late, pool.runs),
+            summary(&pool.skew_p99s).p50,
+            pool.machine.steal_us / 1000,
+            format!(
+                "{}/{}",
+                pool.machine.late_with_bystander, pool.machine.late_wakeups
+            ),
+            format!(
+                "{}/{}",
+                pool.machine.bystander_stalls, pool.machine.bystander_wakeups
+            ),
+            100.0 * pool.machine.stalled_share(),
+        );
+    }
 }
 
 /// Samples in the buckets after bucket `within` (bounds are upper bounds).

@@ -2,6 +2,7 @@
 //! print figures and ratios (never pass/fail on speed). Needs root, as the daemon does.
 //! Thin scripts in `bench/` build and call it.
 
+mod bystander;
 mod churn;
 mod cluster;
 mod compare;
@@ -10,6 +11,7 @@ mod daemon;
 mod figures;
 mod overhead;
 mod skew;
+mod steal;
 mod workloads;
 
 use clap::{Parser, Subcommand};
