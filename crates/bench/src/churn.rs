@@ -303,8 +303,6 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, slice_us: u64, case: Case, run: &s
             _ => {}
         }
     }
-    let steal = steal.finish()?;
-    let stalls = bystanders.map(Bystanders::finish).transpose()?;
     let used = daemon.cpu_usage_us(first)? - used_before;
     let share = used as f64 / (began.elapsed().as_micros() as f64 * 2.0);
     let stats = daemon.stats()?;
@@ -313,6 +311,9 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, slice_us: u64, case: Case, run: &s
     std::thread::sleep(STATUS_PERIOD);
     let tallies = tallies(&daemon)?.since(&tallied_before);
     let mut records = read_log(&daemon.dir().join("state"));
+    // Watched until every boundary the records hold.
+    let steal = steal.finish()?;
+    let stalls = bystanders.map(Bystanders::finish).transpose()?;
     records.retain(|r| r.woke_us >= since);
     let delays = start_delays(&records);
     let machine = Machine::of(&records, &steal, stalls.as_ref());
