@@ -9,7 +9,8 @@
 
 use anyhow::{bail, Context, Result};
 use cosched_agent::clock::{make_realtime, sleep_until};
-use cosched_core::Micros;
+use cosched_cgroups::affinity::mask_of;
+use cosched_core::{Micros, Partition};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -103,14 +104,10 @@ fn watch(cpu: usize, stop: &AtomicBool) -> Result<Watched> {
 }
 
 fn pin_to(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and sched_setaffinity take
-    // pointers to it that outlive the calls; 0 means the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+    let set = mask_of(&Partition::from_processors([cpu as u32]));
+    // SAFETY: `set` outlives the call; 0 means the calling thread.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
@@ -121,11 +118,10 @@ impl Stalls {
         self.stalls.iter().any(|s| s.due < to && s.woke > from)
     }
 
-    /// The share of the span some bystander was stalled (an upper bound: stalls on two
-    /// processors at once are counted twice): how often a moment falls in one by chance.
-    pub fn stalled_share(&self) -> f64 {
-        let stalled: Micros = self.stalls.iter().map(|s| s.woke - s.due).sum();
-        stalled as f64 / self.span_us.max(1) as f64
+    /// How long some bystander was stalled (µs; an upper bound: stalls on two processors at
+    /// once are counted twice).
+    pub fn stalled_us(&self) -> Micros {
+        self.stalls.iter().map(|s| s.woke - s.due).sum()
     }
 }
 
@@ -148,6 +144,6 @@ mod tests {
         assert!(seen.overlap(13_500, 20_000));
         assert!(!seen.overlap(14_000, 15_000));
         assert!(!seen.overlap(5_000, 10_000));
-        assert_eq!(seen.stalled_share(), 0.002);
+        assert_eq!(seen.stalled_us(), 4_000);
     }
 }

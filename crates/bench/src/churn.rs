@@ -10,7 +10,7 @@
 use crate::bystander::{Bystanders, Stalls};
 use crate::daemon::{Daemon, DaemonSpec};
 use crate::figures::{command_line, summary, Provenance};
-use crate::steal::{Steal, StealSampler};
+use crate::steal::StealSince;
 use crate::workloads;
 use anyhow::{bail, Context, Result};
 use cosched_agent::boundaries::{read_log, start_delays};
@@ -276,8 +276,8 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, slice_us: u64, case: Case, run: &s
     std::thread::sleep(SETTLE);
     let tallied_before = tallies(&daemon)?;
     let since = cosched_os::now_micros();
-    let steal = StealSampler::start();
-    let cpus: Vec<usize> = (0..std::thread::available_parallelism()?.get()).collect();
+    let steal = StealSince::now()?;
+    let cpus: Vec<usize> = (0..cosched_os::usable_cpus() as usize).collect();
     let bystanders = args.bystanders.then(|| Bystanders::start(&cpus));
     let used_before = daemon.cpu_usage_us(first)?;
     let short: Vec<String> = ["sh", "-c", "exit 7"].map(String::from).into();
@@ -312,11 +312,11 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, slice_us: u64, case: Case, run: &s
     let tallies = tallies(&daemon)?.since(&tallied_before);
     let mut records = read_log(&daemon.dir().join("state"));
     // Watched until every boundary the records hold.
-    let steal = steal.finish()?;
+    let steal_us = steal.elapsed_us()?;
     let stalls = bystanders.map(Bystanders::finish).transpose()?;
     records.retain(|r| r.woke_us >= since);
     let delays = start_delays(&records);
-    let machine = Machine::of(&records, &steal, stalls.as_ref());
+    let machine = Machine::of(&records, steal_us, stalls.as_ref());
     let short_slots = summary(&short_slots(&records, [first, second]));
     let first_late_starts = start_delays(&records_of(&records, first))
         .into_iter()
@@ -364,14 +364,14 @@ struct Machine {
 }
 
 impl Machine {
-    fn of(records: &[BoundaryRecord], steal: &Steal, stalls: Option<&Stalls>) -> Machine {
+    fn of(records: &[BoundaryRecord], steal_us: u64, stalls: Option<&Stalls>) -> Machine {
         let late: Vec<(i64, i64)> = records
             .iter()
             .filter_map(|r| Some((r.woke_us - r.lateness_us?, r.woke_us)))
             .filter(|(due, woke)| woke - due > LATE_US as i64)
             .collect();
         let mut machine = Machine {
-            steal_us: steal.total_us(),
+            steal_us,
             late_wakeups: late.len(),
             ..Machine::default()
         };
@@ -382,7 +382,7 @@ impl Machine {
                 .count();
             machine.bystander_wakeups = stalls.wakeups;
             machine.bystander_stalls = stalls.stalls.len();
-            machine.stalled_us = (stalls.stalled_share() * stalls.span_us as f64) as i64;
+            machine.stalled_us = stalls.stalled_us();
             machine.watched_us = stalls.span_us;
         }
         machine
@@ -512,6 +512,13 @@ impl Tallies {
             skew_over_1ms: self.skew_over_1ms - before.skew_over_1ms,
         }
     }
+
+    fn add(&mut self, other: &Tallies) {
+        self.late_boundaries += other.late_boundaries;
+        self.skew_samples += other.skew_samples;
+        self.skew_over_target += other.skew_over_target;
+        self.skew_over_1ms += other.skew_over_1ms;
+    }
 }
 
 /// One case's figures added up over the rounds (at one slot length and one time slice).
@@ -544,10 +551,7 @@ fn pool_into(pools: &mut Vec<Pool>, key: (Case, u64, u64), row: &Row) {
     };
     let pool = &mut pools[index];
     pool.runs += 1;
-    pool.tallies.late_boundaries += row.tallies.late_boundaries;
-    pool.tallies.skew_samples += row.tallies.skew_samples;
-    pool.tallies.skew_over_target += row.tallies.skew_over_target;
-    pool.tallies.skew_over_1ms += row.tallies.skew_over_1ms;
+    pool.tallies.add(&row.tallies);
     pool.late_starts += row.late_starts as u64;
     if row.tallies.late_boundaries > 0 || row.late_starts > 0 {
         pool.runs_late += 1;

@@ -3,66 +3,28 @@
 //! 10 ms here: too coarse to place a stall of a few milliseconds, which the bystanders do).
 
 use anyhow::{bail, Context, Result};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
-/// How often the counter is read: a tenth of a second costs nothing measurable, and a tick
-/// (10 ms) of steal is as fine as `/proc/stat` tells it anyway.
-const EVERY: Duration = Duration::from_millis(100);
-
-/// Reads the steal counter in a thread of its own until [`StealSampler::finish`].
-pub struct StealSampler {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<Vec<Sample>>>,
+/// The steal counter when a measure began.
+pub struct StealSince {
+    ticks: u64,
 }
 
-/// (when, µs since the Unix epoch; steal so far, in clock ticks)
-type Sample = (i64, u64);
-
-/// What the host took while the sampler ran.
-pub struct Steal {
-    samples: Vec<Sample>,
-    tick_us: u64,
-}
-
-impl StealSampler {
-    pub fn start() -> StealSampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut samples = vec![(cosched_os::now_micros(), steal_ticks()?)];
-            while !stopped.load(Ordering::Relaxed) {
-                std::thread::sleep(EVERY);
-                samples.push((cosched_os::now_micros(), steal_ticks()?));
-            }
-            Ok(samples)
-        });
-        StealSampler { stop, thread }
-    }
-
-    pub fn finish(self) -> Result<Steal> {
-        self.stop.store(true, Ordering::Relaxed);
-        let samples = match self.thread.join() {
-            Ok(samples) => samples?,
-            Err(_) => bail!("the steal sampler's thread panicked"),
-        };
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        Ok(Steal {
-            samples,
-            tick_us: 1_000_000 / ticks_per_second,
+impl StealSince {
+    pub fn now() -> Result<StealSince> {
+        Ok(StealSince {
+            ticks: steal_ticks()?,
         })
     }
-}
 
-impl Steal {
-    /// All the steal while sampled (µs; a clock tick's precision).
-    pub fn total_us(&self) -> u64 {
-        let first = self.samples.first().map_or(0, |s| s.1);
-        let last = self.samples.last().map_or(0, |s| s.1);
-        (last - first) * self.tick_us
+    /// The steal since then (µs; a clock tick's precision).
+    pub fn elapsed_us(&self) -> Result<u64> {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        Ok(self.us_until(steal_ticks()?, 1_000_000 / ticks_per_second))
+    }
+
+    fn us_until(&self, ticks: u64, tick_us: u64) -> u64 {
+        ticks.saturating_sub(self.ticks) * tick_us
     }
 }
 
@@ -97,10 +59,7 @@ mod tests {
 
     #[test]
     fn steal_is_the_counters_rise_in_microseconds() {
-        let steal = Steal {
-            samples: vec![(0, 5), (100_000, 5), (200_000, 7)],
-            tick_us: 10_000,
-        };
-        assert_eq!(steal.total_us(), 20_000);
+        let since = StealSince { ticks: 5 };
+        assert_eq!(since.us_until(7, 10_000), 20_000);
     }
 }
