@@ -9,7 +9,10 @@
 //! - etcd: writes (raft proposals committed), puts, deletes, transactions, reads and client
 //!   bytes per second, from etcd's own `/metrics`; its CPU and memory.
 //! - The controller: CPU (a share of one CPU) and resident memory, from `/proc`.
-//! - etcd's own floor, before any agent starts: one put to a key N watchers follow.
+//! - etcd's own floor, before any agent starts: one put to a key N watchers follow; and the
+//!   leader's push alone: one header pushed to N connections.
+//! - `--push on,off`: the controller with `--push-listen` (its writes also pushed to the
+//!   agents as etcd commits them) and without, each size measured both ways.
 //!
 //! Two phases per size: steady (the machine full, nothing submitted or ending) and churn (a
 //! job submitted every `1/rate` s, each ending 5 s later). Then etcd is stopped for a few
@@ -70,10 +73,26 @@ pub struct ControlPlaneArgs {
     /// every agent has the control plane again (0: not measured)
     #[arg(long, default_value_t = 3)]
     stall_etcd_s: u64,
+    /// How the controller reaches the agents besides etcd, each measured in turn per size:
+    /// `on` (`cosched daemon --push-listen`: its writes pushed to the agents over TCP as etcd
+    /// commits them), `off` (the agents follow etcd alone); `on,off` compares them
+    #[arg(long, value_delimiter = ',', default_value = "on")]
+    push: Vec<Push>,
+    /// Only etcd's delivery of one put to N watchers beside the push of one header to N
+    /// connections, each alone, at every size: no controller, no agents
+    #[arg(long)]
+    floors_only: bool,
     /// Also write the figures as JSON here (the controller's log of each size goes to
     /// target/bench/control-plane-N.log)
     #[arg(long, default_value = "target/bench/control-plane.json")]
     json: PathBuf,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Push {
+    On,
+    Off,
 }
 
 /// How long the agents may lose the control plane before letting jobs loose, and their
@@ -92,6 +111,9 @@ pub fn run(args: ControlPlaneArgs) -> Result<()> {
         bail!("the control-plane benchmark needs root (the controller's state, etcd's auth file)");
     }
     raise_descriptor_limit()?;
+    if args.floors_only {
+        return floors(&args);
+    }
     let mut rows = Vec::new();
     println!(
         "control plane: N agents on the fake actuator in this process, the real controller and \
@@ -105,13 +127,64 @@ pub fn run(args: ControlPlaneArgs) -> Result<()> {
         args.churn_rate
     );
     for &nodes in &args.nodes {
-        let row = measure(&args, nodes).with_context(|| format!("{nodes} nodes"))?;
-        print_row(&row);
-        rows.push(row);
+        for &push in &args.push {
+            let row = measure(&args, nodes, push).with_context(|| format!("{nodes} nodes"))?;
+            print_row(&row);
+            rows.push(row);
+        }
     }
     let report = Report {
         provenance: Provenance::now(command_line("bench/control-plane")),
         rows,
+    };
+    if let Some(dir) = args.json.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.json, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", args.json.display()))?;
+    println!("figures in {}", args.json.display());
+    Ok(())
+}
+
+/// etcd's delivery and the push, each alone, at each size.
+fn floors(args: &ControlPlaneArgs) -> Result<()> {
+    #[derive(Serialize)]
+    struct Floor {
+        nodes: usize,
+        watch_floor_us: Summary,
+        push_floor_us: Summary,
+    }
+    #[derive(Serialize)]
+    struct Floors {
+        provenance: Provenance,
+        floors: Vec<Floor>,
+    }
+    let mut floors = Vec::new();
+    for &nodes in &args.nodes {
+        let mut etcd = Etcd::start_with("control-plane", 1, 300, args.etcd_tls);
+        etcd.enable_auth();
+        let floor = Floor {
+            nodes,
+            watch_floor_us: watch_floor(&etcd, nodes)?,
+            push_floor_us: push_floor(nodes)?,
+        };
+        drop(etcd);
+        for (what, figures) in [
+            ("etcd: one put to N watchers", &floor.watch_floor_us),
+            ("push: one header to N agents", &floor.push_floor_us),
+        ] {
+            println!(
+                "{nodes:>6} nodes {what:<30} p50/p99/max {:.1}/{:.1}/{:.1} ms",
+                figures.p50 as f64 / 1e3,
+                figures.p99 as f64 / 1e3,
+                figures.max as f64 / 1e3
+            );
+        }
+        floors.push(floor);
+    }
+    let report = Floors {
+        provenance: Provenance::now(command_line("bench/control-plane")),
+        floors,
     };
     if let Some(dir) = args.json.parent() {
         std::fs::create_dir_all(dir)?;
@@ -131,12 +204,21 @@ struct Report {
 #[derive(Serialize)]
 struct Row {
     nodes: usize,
+    /// Whether the controller pushed its writes to the agents (else they followed etcd alone).
+    push: Push,
     /// etcd alone, before any agent: one put to a key `nodes` watchers follow (threads of this
     /// process, nothing else running), from the put to the last watcher having it (µs).
     watch_floor_us: Summary,
+    /// The leader's push alone, before any agent starts: one header pushed to `nodes`
+    /// connections (threads of this process, nothing else running), from the push to the
+    /// last having it (µs).
+    push_floor_us: Summary,
     /// Seconds from the first agent's start to the controller seeing them all.
     join_s: f64,
     jobs_running: usize,
+    /// Submissions the controller refused because etcd did not take the job's record within
+    /// its timeout (each tried again a second later).
+    submissions_refused: u32,
     steady: Phase,
     churn: Phase,
     etcd_stall: Option<Stall>,
@@ -203,9 +285,21 @@ fn print_row(row: &Row) {
         row.watch_floor_us.p99 as f64 / 1e3,
         row.watch_floor_us.max as f64 / 1e3,
     );
+    println!(
+        "{:>6} nodes push alone: one header to {} agents, fan-out p50/p99/max {:.1}/{:.1}/{:.1} ms",
+        row.nodes,
+        row.nodes,
+        row.push_floor_us.p50 as f64 / 1e3,
+        row.push_floor_us.p99 as f64 / 1e3,
+        row.push_floor_us.max as f64 / 1e3,
+    );
+    let push = match row.push {
+        Push::On => "pushed",
+        Push::Off => "etcd",
+    };
     for (name, phase) in [("steady", &row.steady), ("churn", &row.churn)] {
         println!(
-            "{:>6} nodes {:<6} gens {:>4}  fan-out p50/p99/max {:>6.1}/{:>6.1}/{:>6.1} ms  \
+            "{:>6} nodes {push:<6} {:<6} gens {:>4}  fan-out p50/p99/max {:>6.1}/{:>6.1}/{:>6.1} ms  \
              first node p50/p99 {:>6.1}/{:>6.1} ms  etcd writes/s {:>7.1} ({:.3}/node)  bytes in/out/s {:>9.0}/{:>10.0}  \
              controller {:.3} CPU {:>5.1} MB  etcd {:.3} CPU  agents {:.3} CPU",
             row.nodes,
@@ -228,12 +322,13 @@ fn print_row(row: &Row) {
     }
 }
 
-fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
+fn measure(args: &ControlPlaneArgs, nodes: usize, push: Push) -> Result<Row> {
     // etcd's own token lifetime: a second's (the tests') would make re-authentication, a
     // write, most of what is measured.
     let mut etcd = Etcd::start_with("control-plane", 1, 300, args.etcd_tls);
     let credentials = etcd.enable_auth();
     let watch_floor_us = watch_floor(&etcd, nodes)?;
+    let push_floor_us = push_floor(nodes)?;
     let urls: Vec<String> = etcd.url.split(',').map(String::from).collect();
     let keys = Keys::new(CLUSTER)?;
     let state = RemovedAtEnd(PathBuf::from(format!(
@@ -258,6 +353,9 @@ fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
     let mut agents = vec![fleet.start(0)?];
     let mut extra = etcd.flags();
     extra.extend(["--cluster", CLUSTER, "--wait-nodes", "1", "--mpl", "4"].map(String::from));
+    if push == Push::On {
+        extra.extend(["--push-listen", "127.0.0.1:0"].map(String::from));
+    }
     let daemon = Daemon::start(&DaemonSpec {
         mode: "gang".into(),
         quantum_ms: args.quantum_ms,
@@ -265,7 +363,7 @@ fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
         extra,
     })?;
     for i in 1..nodes {
-        agents.push(fleet.start(i)?);
+        agents.push(fleet.start_patiently(i)?);
         if (i + 1) % 250 == 0 {
             eprintln!("  {} agents joined", i + 1);
         }
@@ -278,8 +376,10 @@ fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
     let fill = (2 * nodes as u32 * args.cpus_per_node).div_ceil(width);
     let output = daemon.dir().join("jobs.out");
     let long = ["sleep".to_string(), "1000000".to_string()];
+    let refused = std::cell::Cell::new(0);
+    let submit = |argv: &[String]| submit_patiently(&daemon, width, &output, argv, &refused);
     for _ in 0..fill {
-        daemon.submit(width, &output, &long)?;
+        submit(&long)?;
     }
     let jobs_running = settle(&daemon, fill as usize)?;
     eprintln!("  {jobs_running} of {fill} jobs running; measuring");
@@ -290,7 +390,7 @@ fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
     let mut next = Instant::now();
     let churn = phase(&etcd, &daemon, nodes, &arrivals, args.churn_s, || {
         if Instant::now() >= next {
-            daemon.submit(width, &output, &short)?;
+            submit(&short)?;
             next += every;
         }
         Ok(())
@@ -322,9 +422,12 @@ fn measure(args: &ControlPlaneArgs, nodes: usize) -> Result<Row> {
     drop(etcd);
     Ok(Row {
         nodes,
+        push,
         watch_floor_us,
+        push_floor_us,
         join_s,
         jobs_running,
+        submissions_refused: refused.get(),
         steady,
         churn,
         etcd_stall,
@@ -396,6 +499,67 @@ const FLOOR_PUTS: usize = 20;
 /// etcd's fan-out alone: `watchers` threads each follow one key on a watch of its own (one
 /// client, so one authentication), and 20 puts 200 ms apart carry their own time; for each
 /// put, how long until the last watcher had it.
+/// The leader's push alone: `agents` threads each keep a push connection (as an agent does);
+/// [`FLOOR_PUTS`] headers are pushed, each stamped with its moment.
+fn push_floor(agents: usize) -> Result<Summary> {
+    let pusher = cosched_cluster::Pusher::start("127.0.0.1:0".parse()?)?;
+    let arrivals: Arc<Mutex<BTreeMap<Micros, Micros>>> = Arc::default();
+    let threads: Vec<JoinHandle<()>> = (0..agents)
+        .map(|i| {
+            let (offer, arrivals) = (pusher.offer(), Arc::clone(&arrivals));
+            std::thread::spawn(move || {
+                let Ok(mut link) = cosched_cluster::PushLink::connect(&offer, &format!("n{i}"))
+                else {
+                    return;
+                };
+                for _ in 0..FLOOR_PUTS {
+                    let Ok(cosched_cluster::Pushed::Header { generation, .. }) = link.receive()
+                    else {
+                        return;
+                    };
+                    let now = now_micros();
+                    let mut last = arrivals.lock().unwrap_or_else(|p| p.into_inner());
+                    let latest = last.entry(generation.published_us).or_insert(now);
+                    *latest = (*latest).max(now);
+                }
+            })
+        })
+        .collect();
+    let joined = Instant::now();
+    while pusher.connected() < agents {
+        if joined.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "{} of {agents} push connections after 60 s",
+                pusher.connected()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for number in 1..=FLOOR_PUTS as u64 {
+        std::thread::sleep(Duration::from_millis(200));
+        let header = cosched_proto::Generation {
+            protocol: cosched_proto::PROTOCOL_VERSION,
+            number,
+            published_us: now_micros(),
+            epoch_us: 0,
+            quantum_us: 100_000,
+            first_slot: 0,
+            first_slice: 0,
+            slices: vec![Default::default(); 2],
+        };
+        pusher.header(header, number as i64);
+    }
+    for thread in threads {
+        let _ = thread.join();
+    }
+    let last = arrivals.lock().unwrap_or_else(|p| p.into_inner());
+    let fan_out: Vec<u64> = last
+        .iter()
+        .map(|(stamp, latest)| (latest - stamp).max(0) as u64)
+        .collect();
+    Ok(summary(&fan_out))
+}
+
 fn watch_floor(etcd: &Etcd, watchers: usize) -> Result<Summary> {
     const KEY: &str = "/floor/key";
     let client = Arc::new(etcd.client());
@@ -579,7 +743,52 @@ struct FakeNode {
     clock: JoinHandle<(Fake, Result<(), String>)>,
 }
 
+/// Tries at a submission: the controller refuses one whose record etcd did not take within
+/// its timeout (1 s), which the bench's etcd, beside 1,000 agents on 2 CPUs, sometimes does.
+const SUBMIT_TRIES: u32 = 10;
+
+fn submit_patiently(
+    daemon: &Daemon,
+    width: u32,
+    output: &std::path::Path,
+    argv: &[String],
+    refused: &std::cell::Cell<u32>,
+) -> Result<u64> {
+    let mut tries = 1;
+    loop {
+        match daemon.submit(width, output, argv) {
+            Err(error) if tries < SUBMIT_TRIES => {
+                if refused.get() == 0 {
+                    eprintln!("  a submission was refused ({error:#}): trying again in a second");
+                }
+                refused.set(refused.get() + 1);
+                std::thread::sleep(Duration::from_secs(1));
+                tries += 1;
+            }
+            submitted => return submitted,
+        }
+    }
+}
+
+/// Tries at joining an agent: the bench's etcd, beside hundreds of agents on 2 CPUs, may not
+/// answer one within its timeout (a real node's agent is restarted by its service manager).
+const JOIN_TRIES: u32 = 3;
+
 impl Fleet {
+    fn start_patiently(&self, i: usize) -> Result<FakeNode> {
+        let mut tries = 1;
+        loop {
+            match self.start(i) {
+                Err(error) if tries < JOIN_TRIES => {
+                    eprintln!("  agent {i} did not join ({error:#}): trying again in a second");
+                    std::thread::sleep(Duration::from_secs(1));
+                    tries += 1;
+                }
+                joined => return joined,
+            }
+        }
+    }
+
     fn start(&self, i: usize) -> Result<FakeNode> {
         let node = format!("n{i:04}");
         let client = Arc::new(etcd_client(

@@ -15,14 +15,18 @@ use std::process::{Child, Command};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// Every controller's options besides etcd and the cluster's name.
-const CONTROLLER: [&str; 6] = [
+/// Every controller's options besides etcd and the cluster's name: its writes pushed to the
+/// agents as a site's should be (the agents still follow etcd; crates/cluster's generations
+/// test runs an agent without the push, and with it out of reach).
+const CONTROLLER: [&str; 8] = [
     "--wait-nodes",
     "2",
     "--quantum-ms",
     "100",
     "--leader-ttl",
     "3",
+    "--push-listen",
+    "127.0.0.1:0",
 ];
 
 /// Let jobs loose this long after losing the control plane.

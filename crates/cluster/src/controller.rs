@@ -2,7 +2,7 @@
 //! agents' events, statuses and comings and goings.
 
 use crate::follow::{follow, Change};
-use crate::{decode, encode, whoami, ClusterError, Keys, LeaderInfo, Outbox};
+use crate::{decode, encode, whoami, ClusterError, Keys, LeaderInfo, Outbox, PushOffer, Pusher};
 use cosched_etcd::{Client, Compare};
 use cosched_os::now_micros;
 use cosched_proto::{
@@ -25,7 +25,8 @@ pub struct Leadership {
     pub session: String,
 }
 
-/// Waits until this controller holds the leader key. If the lease lapses (etcd was out of
+/// Waits until this controller holds the leader key (naming `push`, where it pushes its
+/// writes to the agents from, if it does). If the lease lapses (etcd was out of
 /// reach longer than `ttl`), the key is taken again when no other controller took it
 /// meanwhile; otherwise `lost` is called (from the renewing thread): another controller leads,
 /// so the caller must stop acting at once.
@@ -37,11 +38,13 @@ pub fn become_leader(
     client: Arc<Client>,
     keys: &Keys,
     ttl: i64,
+    push: Option<PushOffer>,
     lost: impl FnOnce(String) + Send + 'static,
 ) -> Result<Leadership, ClusterError> {
     let me = LeaderInfo {
         controller: whoami(),
         since_us: now_micros(),
+        push,
     };
     let session = format!("{:x}", me.since_us);
     let mut told = false;
@@ -200,10 +203,12 @@ impl Leadership {
     }
 }
 
-/// Orders into each node's queue in etcd. Descriptors cannot cross machines: a job started
-/// here writes to a file on its node.
+/// Orders into each node's queue in etcd, and pushed to the node's agent once etcd has them
+/// (with a [`Pusher`]). Descriptors cannot cross machines: a job started here writes to a
+/// file on its node.
 pub struct EtcdOrders {
     outbox: Arc<Outbox>,
+    pusher: Option<Arc<Pusher>>,
     keys: Keys,
     session: String,
     sequence: AtomicU64,
@@ -212,9 +217,15 @@ pub struct EtcdOrders {
 }
 
 impl EtcdOrders {
-    pub fn new(outbox: Arc<Outbox>, keys: Keys, leadership: &Leadership) -> EtcdOrders {
+    pub fn new(
+        outbox: Arc<Outbox>,
+        keys: Keys,
+        leadership: &Leadership,
+        pusher: Option<Arc<Pusher>>,
+    ) -> EtcdOrders {
         EtcdOrders {
             outbox,
+            pusher,
             keys,
             session: leadership.session.clone(),
             sequence: AtomicU64::new(0),
@@ -227,7 +238,7 @@ impl OrderSink for EtcdOrders {
     fn deliver(&self, node: &str, order: Order) {
         let n = self.sequence.fetch_add(1, Ordering::Relaxed);
         let key = format!("{}{}-{n:012}", self.keys.orders(node), self.session);
-        self.outbox.put(key, encode(&order.command));
+        self.queue(node, key, order.command);
     }
 
     /// The parts that changed (all of them `again`), then the header: an agent that sees the
@@ -246,11 +257,19 @@ impl OrderSink for EtcdOrders {
             if again || written.get(&node) != Some(&entries) {
                 written.insert(node.clone(), entries);
                 let order = Command::Publish { generation: part };
-                self.outbox.put(self.keys.generation(&node), encode(&order));
+                self.queue(&node, self.keys.generation(&node), order);
             }
         }
-        self.outbox
-            .put(self.keys.generation_header(), encode(&header));
+        let value = encode(&header);
+        match &self.pusher {
+            Some(pusher) => {
+                let pusher = Arc::clone(pusher);
+                let then = Box::new(move |revision| pusher.header(header, revision));
+                self.outbox
+                    .put_then(self.keys.generation_header(), value, then);
+            }
+            None => self.outbox.put(self.keys.generation_header(), value),
+        }
     }
 
     fn carries_stdio(&self) -> bool {
@@ -263,6 +282,24 @@ impl OrderSink for EtcdOrders {
             .unwrap_or_else(|p| p.into_inner())
             .remove(node);
         self.outbox.delete_prefix(self.keys.orders(node));
+    }
+}
+
+impl EtcdOrders {
+    /// A write to `node`'s order queue, pushed to its agent once etcd has it.
+    fn queue(&self, node: &str, key: String, command: Command) {
+        let value = encode(&command);
+        match &self.pusher {
+            Some(pusher) => {
+                let (pusher, node, pushed_key) =
+                    (Arc::clone(pusher), node.to_string(), key.clone());
+                let then = Box::new(move |revision| {
+                    pusher.order(&node, pushed_key, command, revision);
+                });
+                self.outbox.put_then(key, value, then);
+            }
+            None => self.outbox.put(key, value),
+        }
     }
 }
 
@@ -287,20 +324,26 @@ impl EventFeed {
     /// Hands each queued job event to `handle`, in the order written, and deletes it once
     /// handled; returns only if `handle` returns false.
     pub fn job_events(&self, mut handle: impl FnMut(Event) -> bool) {
-        follow(&self.client, &self.keys.events(), None, None, |change| {
-            let Change::Put(kv) = change else {
-                return true;
-            };
-            let keep_on = match decode::<Event>(&kv.key, &kv.value) {
-                Ok(event) => handle(event),
-                Err(error) => {
-                    LOG.warn(format_args!("{error}: event dropped"));
-                    true
-                }
-            };
-            self.outbox.delete(kv.key);
-            keep_on
-        });
+        follow(
+            &self.client,
+            &self.keys.events(),
+            None,
+            &|| false,
+            |change| {
+                let Change::Put(kv) = change else {
+                    return true;
+                };
+                let keep_on = match decode::<Event>(&kv.key, &kv.value) {
+                    Ok(event) => handle(event),
+                    Err(error) => {
+                        LOG.warn(format_args!("{error}: event dropped"));
+                        true
+                    }
+                };
+                self.outbox.delete(kv.key);
+                keep_on
+            },
+        );
     }
 
     /// Hands each node status written to `handle`.
@@ -309,7 +352,7 @@ impl EventFeed {
             &self.client,
             &self.keys.statuses(),
             None,
-            None,
+            &|| false,
             |change| match change {
                 Change::Put(kv) => match decode::<NodeStatus>(&kv.key, &kv.value) {
                     Ok(status) => handle(status),
@@ -339,18 +382,24 @@ impl EventFeed {
     /// Hands each node joining or leaving to `handle` (the nodes present first).
     pub fn nodes(&self, mut handle: impl FnMut(NodeChange) -> bool) {
         let prefix = self.keys.nodes();
-        follow(&self.client, &prefix, None, None, |change| match change {
-            Change::Put(kv) => match decode::<NodeInfo>(&kv.key, &kv.value) {
-                Ok(info) => handle(NodeChange::Joined(info)),
-                Err(error) => {
-                    LOG.warn(error);
-                    true
-                }
+        follow(
+            &self.client,
+            &prefix,
+            None,
+            &|| false,
+            |change| match change {
+                Change::Put(kv) => match decode::<NodeInfo>(&kv.key, &kv.value) {
+                    Ok(info) => handle(NodeChange::Joined(info)),
+                    Err(error) => {
+                        LOG.warn(error);
+                        true
+                    }
+                },
+                Change::Delete(key) => match key.strip_prefix(&prefix) {
+                    Some(node) => handle(NodeChange::Left(node.to_string())),
+                    None => true,
+                },
             },
-            Change::Delete(key) => match key.strip_prefix(&prefix) {
-                Some(node) => handle(NodeChange::Left(node.to_string())),
-                None => true,
-            },
-        });
+        );
     }
 }

@@ -5,7 +5,6 @@
 use crate::backoff::Backoff;
 use cosched_etcd::{Client, EtcdError, KeyValue, WatchEvent, WatchStopper};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -14,17 +13,17 @@ pub(crate) enum Change {
     Delete(String),
 }
 
-/// Calls `on` for each change under `prefix` until it returns false, or `quit` is set when
-/// the watch breaks. The watch's stopper is left in `stopper` so that another thread can cut
-/// a watch a silent network cut left hanging (or end the following, with `quit`).
+/// Calls `on` for each change under `prefix` until it returns false, or `quitting` says so
+/// when the watch breaks. The watch's stopper is left in `stopper` so that another thread can
+/// cut a watch a silent network cut left hanging (or end the following: make `quitting` true,
+/// then cut).
 pub(crate) fn follow(
     client: &Client,
     prefix: &str,
     stopper: Option<&Mutex<Option<WatchStopper>>>,
-    quit: Option<&AtomicBool>,
+    quitting: &dyn Fn() -> bool,
     mut on: impl FnMut(Change) -> bool,
 ) {
-    let quitting = || quit.is_some_and(|q| q.load(Ordering::Relaxed));
     // The last write passed on, per key: a replayed write is not passed on again.
     let mut seen: BTreeMap<String, i64> = BTreeMap::new();
     let mut pass = |change: Change| -> bool {
@@ -77,6 +76,10 @@ pub(crate) fn follow(
         backoff.succeeded();
         if let Some(slot) = stopper {
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = watch.stopper().ok();
+            // Asked to quit before the stopper was in place: nobody could cut this watch.
+            if quitting() {
+                return;
+            }
         }
         loop {
             match watch.next_batch() {

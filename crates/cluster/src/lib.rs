@@ -39,10 +39,12 @@ mod controller;
 mod follow;
 mod node;
 mod outbox;
+mod push;
 
 pub use controller::{become_leader, EtcdOrders, EventFeed, LeaderGuard, Leadership};
 pub use node::{join, Closer, EtcdSink, EtcdSource, Membership};
 pub use outbox::Outbox;
+pub use push::{PushError, PushLink, PushOffer, Pushed, Pusher};
 
 use cosched_core::Micros;
 use serde::{Deserialize, Serialize};
@@ -154,6 +156,10 @@ impl Keys {
 pub struct LeaderInfo {
     pub controller: String,
     pub since_us: Micros,
+    /// Where this leader pushes its writes to the agents from, and their key (none: the
+    /// agents follow etcd alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushOffer>,
 }
 
 /// A client of the cluster's etcd, authenticating when credentials are given, over TLS when

@@ -5,14 +5,17 @@
 
 use crate::backoff::Backoff;
 use crate::follow::{follow, Change};
-use crate::{decode, encode, ClusterError, Keys, Outbox};
+use crate::push::{PushLink, Pushed};
+use crate::{decode, encode, ClusterError, Keys, LeaderInfo, Outbox, PushOffer};
 use cosched_core::Micros;
 use cosched_etcd::{Client, EtcdError, WatchStopper};
 use cosched_os::now_micros;
 use cosched_proto::{Command, Event, EventSink, Generation, NodeInfo, Order, PlanSource, Received};
+use std::collections::HashMap;
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 const LOG: cosched_os::Log = cosched_os::Log::new("agent");
@@ -31,16 +34,60 @@ struct Health {
     leader_stopper: Mutex<Option<WatchStopper>>,
     /// The node left: its threads end rather than join again.
     left: AtomicBool,
+    /// The leader's push, as its key offers it, and the connection to it while there is one.
+    push: Mutex<Push>,
+    /// Told when `push` changes or the node leaves.
+    push_changed: Condvar,
+}
+
+#[derive(Default)]
+struct Push {
+    offer: Option<PushOffer>,
+    /// Ends the connection from another thread; `Some` while connected: the generation
+    /// header's watch in etcd rests meanwhile.
+    live: Option<TcpStream>,
 }
 
 impl Health {
-    /// Cuts the watches: a watch on a silently cut connection never ends by itself.
+    /// Cuts the watches and the push: a connection silently cut never ends by itself.
     fn cut_watches(&self) {
         for slot in [&self.stopper, &self.leader_stopper, &self.header_stopper] {
             if let Some(stopper) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
                 stopper.stop();
             }
         }
+        self.cut_push();
+    }
+
+    fn push(&self) -> std::sync::MutexGuard<'_, Push> {
+        self.push.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn cut_push(&self) {
+        if let Some(live) = &self.push().live {
+            let _ = live.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// A new offer (none: no leader, or one that does not push): the connection to the former
+    /// one ends.
+    fn offered(&self, offer: Option<PushOffer>) {
+        let mut push = self.push();
+        if push.offer != offer {
+            if let Some(live) = &push.live {
+                let _ = live.shutdown(std::net::Shutdown::Both);
+            }
+            push.offer = offer;
+            self.push_changed.notify_all();
+        }
+    }
+
+    fn pushed(&self) -> bool {
+        self.push().live.is_some()
+    }
+
+    fn leaving(&self) -> bool {
+        self.left.load(Ordering::Relaxed)
     }
 }
 
@@ -75,6 +122,8 @@ pub fn join(
         leader: AtomicBool::new(false),
         leader_stopper: Mutex::new(None),
         left: AtomicBool::new(false),
+        push: Mutex::new(Push::default()),
+        push_changed: Condvar::new(),
     });
     let outbox = Arc::new(
         Outbox::start(Arc::clone(&client), "agent")
@@ -234,20 +283,34 @@ impl Membership {
         let (client, prefix) = (Arc::clone(&self.client), self.keys.orders(&self.info.node));
         let generation_key = self.keys.generation(&self.info.node);
         let (health, outbox) = (Arc::clone(&self.health), Arc::clone(&self.outbox));
-        let headers = incoming.clone();
-        std::thread::Builder::new()
-            .name("cosched-orders".into())
-            .spawn(move || follow_orders(&client, &prefix, &incoming, &health, &outbox))
-            .map_err(|e| ClusterError::Invalid(format!("starting the order thread: {e}")))?;
+        let handed = Arc::new(Mutex::new(Handed::default()));
+        let (headers, pushes, pushed_handed) =
+            (incoming.clone(), incoming.clone(), Arc::clone(&handed));
+        let spawn = |name: &str, run: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(run)
+                .map(drop)
+                .map_err(|e| ClusterError::Invalid(format!("starting the {name} thread: {e}")))
+        };
+        spawn(
+            "cosched-orders",
+            Box::new(move || follow_orders(&client, &prefix, &incoming, &health, &outbox, &handed)),
+        )?;
         let (client, key, health) = (
             Arc::clone(&self.client),
             self.keys.generation_header(),
             Arc::clone(&self.health),
         );
-        std::thread::Builder::new()
-            .name("cosched-generation".into())
-            .spawn(move || follow_headers(&client, &key, &headers, &health))
-            .map_err(|e| ClusterError::Invalid(format!("starting the generation thread: {e}")))?;
+        spawn(
+            "cosched-generation",
+            Box::new(move || follow_headers(&client, &key, &headers, &health)),
+        )?;
+        let (node, health) = (self.info.node.clone(), Arc::clone(&self.health));
+        spawn(
+            "cosched-pushed",
+            Box::new(move || take_pushes(&node, &pushes, &health, &pushed_handed)),
+        )?;
         Ok((
             EtcdSource {
                 incoming: receive,
@@ -281,6 +344,7 @@ impl Membership {
     pub fn leave(&self, within: Duration) {
         self.health.left.store(true, Ordering::Relaxed);
         self.health.cut_watches();
+        self.health.push_changed.notify_all();
         if !self.outbox.finish(within) {
             LOG.warn("etcd did not take every event before the stop");
         }
@@ -290,7 +354,8 @@ impl Membership {
 
 /// Keeps `health.leader` true while a controller holds the leader key: read, then only its
 /// deletion watched (the leader rewrites it at every renewal, which no agent needs to hear);
-/// read again after a deletion or a break, every `check` while nobody holds it.
+/// read again after a deletion or a break, every `check` while nobody holds it. The key says
+/// where the leader pushes from.
 fn watch_leader(client: &Client, key: &str, health: &Health, check: Duration) {
     while !health.left.load(Ordering::Relaxed) {
         // The store's revision, not the key's: a key a stuck leader stopped rewriting may be
@@ -299,6 +364,11 @@ fn watch_leader(client: &Client, key: &str, health: &Health, check: Duration) {
         match client.get_prefix(key) {
             Ok((held, revision)) if held.iter().any(|kv| kv.key == key) => {
                 health.leader.store(true, Ordering::Relaxed);
+                let info = held.iter().find(|kv| kv.key == key);
+                let offer = info
+                    .and_then(|kv| decode::<LeaderInfo>(key, &kv.value).ok())
+                    .and_then(|leader| leader.push);
+                health.offered(offer);
                 let Ok(mut watch) = client.watch_deletes(key, revision + 1) else {
                     std::thread::sleep(check);
                     continue;
@@ -309,10 +379,12 @@ fn watch_leader(client: &Client, key: &str, health: &Health, check: Duration) {
                     .unwrap_or_else(|p| p.into_inner()) = watch.stopper().ok();
                 if watch.next_batch().is_ok() {
                     health.leader.store(false, Ordering::Relaxed);
+                    health.offered(None);
                 }
             }
             Ok(_) => {
                 health.leader.store(false, Ordering::Relaxed);
+                health.offered(None);
                 std::thread::sleep(check);
             }
             Err(_) => std::thread::sleep(check),
@@ -342,6 +414,58 @@ impl Closer {
     }
 }
 
+/// The writes to the node's queue handed out, by key: each once, whichever way it came (etcd's
+/// watch, or the leader's push), and never again once deleted (a push may come after the
+/// order was carried out and its deletion seen).
+#[derive(Default)]
+struct Handed {
+    keys: HashMap<String, (i64, Option<Micros>)>,
+    pruned_at: Micros,
+}
+
+/// How long a deleted order's key is remembered: far longer than any push can lag its write.
+const FORGET_DELETED_AFTER: Micros = 600_000_000;
+
+impl Handed {
+    /// Hands the write of `key` at `revision` on unless it was already; false when the
+    /// source is gone. Noted and sent under one lock, so that writes keep their order
+    /// whichever thread brings them first.
+    fn hand(
+        &mut self,
+        incoming: &Sender<Incoming>,
+        key: String,
+        command: Command,
+        revision: i64,
+    ) -> bool {
+        if self
+            .keys
+            .get(&key)
+            .is_some_and(|&(seen, _)| seen >= revision)
+        {
+            return true;
+        }
+        self.keys.insert(key.clone(), (revision, None));
+        incoming
+            .send(Incoming::Order {
+                key,
+                command,
+                revision,
+            })
+            .is_ok()
+    }
+
+    fn deleted(&mut self, key: &str, now: Micros) {
+        if let Some((_, deleted)) = self.keys.get_mut(key) {
+            *deleted = Some(now);
+        }
+        if now - self.pruned_at >= FORGET_DELETED_AFTER / 10 {
+            self.keys
+                .retain(|_, (_, deleted)| deleted.is_none_or(|at| now - at < FORGET_DELETED_AFTER));
+            self.pruned_at = now;
+        }
+    }
+}
+
 /// Hands each order queued for the node out once, in the order written.
 fn follow_orders(
     client: &Client,
@@ -349,24 +473,24 @@ fn follow_orders(
     incoming: &Sender<Incoming>,
     health: &Health,
     outbox: &Outbox,
+    handed: &Mutex<Handed>,
 ) {
+    let handed = || handed.lock().unwrap_or_else(|p| p.into_inner());
     follow(
         client,
         prefix,
         Some(&health.stopper),
-        Some(&health.left),
+        &|| health.leaving(),
         |change| {
-            let Change::Put(kv) = change else {
-                return true;
+            let kv = match change {
+                Change::Put(kv) => kv,
+                Change::Delete(key) => {
+                    handed().deleted(&key, now_micros());
+                    return true;
+                }
             };
             match decode::<Command>(&kv.key, &kv.value) {
-                Ok(command) => incoming
-                    .send(Incoming::Order {
-                        key: kv.key,
-                        command,
-                        revision: kv.mod_revision,
-                    })
-                    .is_ok(),
+                Ok(command) => handed().hand(incoming, kv.key, command, kv.mod_revision),
                 Err(error) => {
                     LOG.warn(format_args!("{error}: order dropped"));
                     outbox.delete(kv.key);
@@ -377,28 +501,160 @@ fn follow_orders(
     );
 }
 
-/// Hands each generation header written on to the source.
+/// Hands each generation header written on to the source, from etcd while the leader's push
+/// is not connected (with it, the header comes pushed and etcd's watch rests: at 1,000
+/// nodes, etcd's delivery of each header to 1,000 watchers was most of the fan-out).
 fn follow_headers(client: &Client, key: &str, incoming: &Sender<Incoming>, health: &Health) {
-    follow(
-        client,
-        key,
-        Some(&health.header_stopper),
-        Some(&health.left),
-        |change| {
-            let Change::Put(kv) = change else {
-                return true;
-            };
-            match decode::<Generation>(&kv.key, &kv.value) {
-                Ok(header) => incoming
-                    .send(Incoming::Header(header, kv.mod_revision))
-                    .is_ok(),
-                Err(error) => {
-                    LOG.warn(format_args!("{error}: generation header dropped"));
-                    true
-                }
+    loop {
+        {
+            let mut push = health.push();
+            while push.live.is_some() && !health.leaving() {
+                push = health
+                    .push_changed
+                    .wait(push)
+                    .unwrap_or_else(|p| p.into_inner());
             }
-        },
-    );
+        }
+        if health.leaving() {
+            return;
+        }
+        let mut open = true;
+        follow(
+            client,
+            key,
+            Some(&health.header_stopper),
+            &|| health.leaving() || health.pushed(),
+            |change| {
+                let Change::Put(kv) = change else {
+                    return true;
+                };
+                match decode::<Generation>(&kv.key, &kv.value) {
+                    Ok(header) => {
+                        open = incoming
+                            .send(Incoming::Header(header, kv.mod_revision))
+                            .is_ok();
+                        open
+                    }
+                    Err(error) => {
+                        LOG.warn(format_args!("{error}: generation header dropped"));
+                        true
+                    }
+                }
+            },
+        );
+        if !open {
+            return;
+        }
+    }
+}
+
+/// How soon a push connection that failed or ended is tried again: doubled up to the most.
+const PUSH_RETRY: Duration = Duration::from_secs(1);
+const PUSH_RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// Logs why the push is not connected, unless that was the last thing said: 1,000 agents
+/// retrying every few seconds would fill their logs.
+fn say_once(told: &mut Option<String>, error: &crate::PushError) {
+    let error = error.to_string();
+    if told.as_ref() != Some(&error) {
+        LOG.warn(format_args!("{error}: following etcd alone meanwhile"));
+        *told = Some(error);
+    }
+}
+
+/// Keeps a connection to the leader's push while its key offers one, and hands what comes on
+/// to the source: orders once (with `handed`), headers as they come.
+fn take_pushes(node: &str, incoming: &Sender<Incoming>, health: &Health, handed: &Mutex<Handed>) {
+    let mut retry = Backoff::new(PUSH_RETRY, PUSH_RETRY_MAX);
+    let mut told: Option<String> = None;
+    loop {
+        let offer = {
+            let mut push = health.push();
+            loop {
+                if health.leaving() {
+                    return;
+                }
+                if let Some(offer) = &push.offer {
+                    break offer.clone();
+                }
+                push = health
+                    .push_changed
+                    .wait(push)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        let linked = PushLink::connect(&offer, node).and_then(|link| {
+            let handle = link.handle().map_err(|source| crate::PushError::Io {
+                address: offer.address,
+                source,
+            })?;
+            Ok((link, handle))
+        });
+        let (mut link, handle) = match linked {
+            Ok(linked) => linked,
+            Err(error) => {
+                say_once(&mut told, &error);
+                retry.pause_after_failure();
+                continue;
+            }
+        };
+        {
+            let mut push = health.push();
+            if push.offer.as_ref() != Some(&offer) {
+                continue;
+            }
+            push.live = Some(handle);
+        }
+        // The header's watch rests while pushed.
+        if let Some(stopper) = health
+            .header_stopper
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            stopper.stop();
+        }
+        let mut frames = 0u64;
+        let ended = loop {
+            let sent = match link.receive() {
+                Ok(Pushed::Order {
+                    key,
+                    command,
+                    revision,
+                }) => handed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .hand(incoming, key, command, revision),
+                Ok(Pushed::Header {
+                    generation,
+                    revision,
+                }) => incoming
+                    .send(Incoming::Header(generation, revision))
+                    .is_ok(),
+                Err(error) => break Some(error),
+            };
+            if !sent {
+                break None;
+            }
+            frames += 1;
+        };
+        health.push().live = None;
+        health.push_changed.notify_all();
+        let Some(error) = ended else {
+            return;
+        };
+        if health.leaving() {
+            return;
+        }
+        // A link that carried frames worked: its end (a new leader, a restart) is no failure.
+        if frames > 0 {
+            retry.succeeded();
+            told = None;
+        } else {
+            say_once(&mut told, &error);
+        }
+        retry.pause_after_failure();
+    }
 }
 
 /// The node's orders from etcd, as a [`PlanSource`]. An order handed out is deleted from the
@@ -486,6 +742,14 @@ impl PlanSource for EtcdSource {
                     return Received::Order(Box::new(Order::from(command)));
                 }
                 Ok(Incoming::Header(header, revision)) => {
+                    // Pushed, then seen again in etcd's watch (or the other way round).
+                    if self
+                        .header
+                        .as_ref()
+                        .is_some_and(|(_, held)| *held >= revision)
+                    {
+                        continue;
+                    }
                     let header = self.header.insert((header, revision));
                     // Written after the part: it changes what the node runs.
                     if let Some(part) = self.part.as_ref().filter(|(_, p)| revision > *p) {

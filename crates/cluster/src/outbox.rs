@@ -16,12 +16,17 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// What to do once etcd has committed a write, given its revision.
+pub type Committed = Box<dyn FnOnce(i64) + Send>;
+
 enum Op {
     Put {
         key: String,
         value: Vec<u8>,
         /// The lease to attach, read when written (a node's lease changes when it joins again).
         lease: Option<Arc<AtomicI64>>,
+        /// Called with the write's revision once etcd has it (the leader's push).
+        then: Option<Committed>,
     },
     Delete {
         key: String,
@@ -61,7 +66,15 @@ impl Outbox {
                     }
                     let batch = pending.take_batch();
                     if !batch.is_empty() {
-                        write(&client, &batch, who);
+                        let revision = write(&client, &batch, who);
+                        for op in batch {
+                            if let Op::Put {
+                                then: Some(then), ..
+                            } = op
+                            {
+                                then(revision);
+                            }
+                        }
                     }
                 }
                 let _ = finished.send(());
@@ -83,6 +96,18 @@ impl Outbox {
             key,
             value,
             lease: None,
+            then: None,
+        });
+    }
+
+    /// A put, and `then` called with its revision on the writer thread once etcd has it (not
+    /// at all if a later put of the key replaces it before it is written).
+    pub fn put_then(&self, key: String, value: Vec<u8>, then: Committed) {
+        self.send(Op::Put {
+            key,
+            value,
+            lease: None,
+            then: Some(then),
         });
     }
 
@@ -92,6 +117,7 @@ impl Outbox {
             key,
             value,
             lease: Some(Arc::clone(lease)),
+            then: None,
         });
     }
 
@@ -122,6 +148,7 @@ impl Op {
                 key,
                 value,
                 lease: None,
+                ..
             } => Some(Write::Put(key, value)),
             Op::Delete { key } => Some(Write::Delete(key)),
             Op::Put { .. } | Op::DeletePrefix { .. } => None,
@@ -201,28 +228,32 @@ impl Pending {
     }
 }
 
-fn write(client: &Client, batch: &[Op], who: &str) {
+/// Writes `batch`, retrying until etcd takes it; returns the revision of the write.
+fn write(client: &Client, batch: &[Op], who: &str) -> i64 {
     let mut backoff = Backoff::new(Duration::from_millis(20), MAX_BACKOFF);
     let mut complained = false;
     loop {
         let outcome = match batch {
-            [Op::Put { key, value, lease }] => {
+            [Op::Put {
+                key, value, lease, ..
+            }] => {
                 let lease = lease.as_ref().map(|l| l.load(Ordering::Relaxed));
-                client.put(key, value, lease.filter(|&l| l != 0)).map(drop)
+                client.put(key, value, lease.filter(|&l| l != 0))
             }
-            [Op::Delete { key }] => client.delete(key).map(drop),
-            [Op::DeletePrefix { prefix }] => client.delete_prefix(prefix).map(drop),
+            // Nothing waits on a deletion's revision.
+            [Op::Delete { key }] => client.delete(key).map(|_| 0),
+            [Op::DeletePrefix { prefix }] => client.delete_prefix(prefix).map(|_| 0),
             ops => {
                 let writes: Vec<Write> = ops.iter().filter_map(Op::batched).collect();
                 client.write_all(&writes)
             }
         };
         match outcome {
-            Ok(()) => {
+            Ok(revision) => {
                 if complained {
                     cosched_os::log_line(who, cosched_os::Level::Info, "etcd takes writes again");
                 }
-                return;
+                return revision;
             }
             Err(error) => {
                 if !complained {
@@ -248,6 +279,7 @@ mod tests {
             key: key.into(),
             value: value.into(),
             lease: None,
+            then: None,
         }
     }
 
@@ -296,6 +328,7 @@ mod tests {
             key: "s".into(),
             value: b"up".to_vec(),
             lease: Some(Arc::new(AtomicI64::new(7))),
+            then: None,
         });
         pending.push(put("m", "1"));
         assert_eq!(keys(&pending.take_batch()), ["-k"]);

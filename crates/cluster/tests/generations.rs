@@ -1,7 +1,7 @@
 //! A generation through etcd, as the controller writes it and an agent takes it: the header for
 //! every node, and a node's part only when its entries change (real etcd, scripts/deps).
 
-use cosched_cluster::{become_leader, join, EtcdOrders, Keys, Outbox};
+use cosched_cluster::{become_leader, join, EtcdOrders, Keys, Outbox, PushOffer, Pusher};
 use cosched_core::{Partition, Plan, PlanEntry, PlanSlice, Role, Rotation};
 use cosched_etcd::testing::Etcd;
 use cosched_os::now_micros;
@@ -81,14 +81,61 @@ fn settled(source: &mut impl PlanSource, wanted: impl Fn(&Generation) -> bool) -
     panic!("no generation as wanted after three");
 }
 
+/// How the leader reaches the agent besides etcd.
+#[derive(Clone, Copy, Debug)]
+enum Push {
+    /// Not at all: the agent follows etcd alone.
+    Off,
+    /// Pushed as etcd commits: the agent's header watch rests while connected.
+    On,
+    /// Offered at an address where nothing listens: the agent follows etcd meanwhile.
+    Dead,
+}
+
 #[test]
 fn a_node_runs_its_latest_part_under_the_newest_header() {
-    let etcd = Etcd::start("generations");
+    runs_its_latest_part_under_the_newest_header(Push::Off);
+}
+
+#[test]
+fn pushed_a_node_runs_its_latest_part_under_the_newest_header() {
+    runs_its_latest_part_under_the_newest_header(Push::On);
+}
+
+#[test]
+fn with_the_push_out_of_reach_a_node_follows_etcd() {
+    runs_its_latest_part_under_the_newest_header(Push::Dead);
+}
+
+fn runs_its_latest_part_under_the_newest_header(push: Push) {
+    let etcd = Etcd::start(&format!("generations-{push:?}"));
     let client = Arc::new(etcd.client());
-    let keys = Keys::new(&format!("gen-{}", std::process::id())).unwrap();
-    let leadership = become_leader(Arc::clone(&client), &keys, 5, |_| {}).unwrap();
+    let keys = Keys::new(&format!("gen-{push:?}-{}", std::process::id())).unwrap();
+    let pusher = match push {
+        Push::Off => None,
+        Push::On | Push::Dead => Some(Arc::new(
+            Pusher::start("127.0.0.1:0".parse().unwrap()).unwrap(),
+        )),
+    };
+    let offer = pusher.as_ref().map(|p| match push {
+        // A port that was free a moment ago: nothing answers there.
+        Push::Dead => PushOffer {
+            address: std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap(),
+            ..p.offer()
+        },
+        _ => p.offer(),
+    });
+    let leadership = become_leader(Arc::clone(&client), &keys, 5, offer, |_| {}).unwrap();
     let outbox = Arc::new(Outbox::start(Arc::clone(&client), "test").unwrap());
-    let orders = EtcdOrders::new(Arc::clone(&outbox), keys.clone(), &leadership);
+    let orders = EtcdOrders::new(
+        Arc::clone(&outbox),
+        keys.clone(),
+        &leadership,
+        pusher.clone(),
+    );
     let member = |node: &str| NodeInfo {
         protocol: cosched_proto::PROTOCOL_VERSION,
         node: node.into(),
@@ -109,6 +156,17 @@ fn a_node_runs_its_latest_part_under_the_newest_header() {
     )
     .unwrap();
     let (mut source, _closer) = b.orders(5_000_000).unwrap();
+    if let (Push::On, Some(pusher)) = (push, &pusher) {
+        // Connected before the first generation, so that it comes pushed.
+        let since = std::time::Instant::now();
+        while pusher.connected() == 0 {
+            assert!(
+                since.elapsed() < Duration::from_secs(10),
+                "b never connected"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 
     // Job 1 on both nodes.
     let first = generation(None, &[(1, 0, 2)]);
@@ -146,7 +204,7 @@ fn a_node_runs_its_latest_part_under_the_newest_header() {
 
     // A new leader numbers its generations from 1 again, and writes every part (it has
     // nothing to compare with): the node runs what was written last, whatever its number.
-    let successor = EtcdOrders::new(Arc::clone(&outbox), keys.clone(), &leadership);
+    let successor = EtcdOrders::new(Arc::clone(&outbox), keys.clone(), &leadership, pusher);
     let fresh = generation(None, &[(4, 0, 2)]);
     assert!(fresh.number < third.number);
     publish(&successor, &fresh);

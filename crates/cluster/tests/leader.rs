@@ -18,7 +18,7 @@ fn a_leader_leads_on_through_an_etcd_election() {
     // may fail for longer than the lease, yet the new leader extends every lease when it takes
     // over, so the key is still this controller's. (Once taken for "another controller leads
     // now": the key existed, under its own lease.)
-    let leadership = become_leader(Arc::clone(&client), &keys, 1, move |why| {
+    let leadership = become_leader(Arc::clone(&client), &keys, 1, None, move |why| {
         eprintln!("{why}");
         told.store(true, Ordering::Relaxed);
     })

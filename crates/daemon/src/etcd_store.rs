@@ -260,7 +260,7 @@ mod tests {
         fn new(etcd: &Etcd) -> Leader {
             let client = Arc::new(etcd.client());
             let keys = Keys::new("store").unwrap();
-            let leadership = become_leader(Arc::clone(&client), &keys, 10, |_| {}).unwrap();
+            let leadership = become_leader(Arc::clone(&client), &keys, 10, None, |_| {}).unwrap();
             Leader {
                 client,
                 keys,

@@ -14,6 +14,7 @@ use cosched_agent::{NodeAgent, NodeSettings};
 use cosched_cgroups::{Actuator, Cgroups, Delegation, Freezer};
 use cosched_cluster::{
     become_leader, etcd_client, ClusterError, EtcdOrders, EventFeed, Keys, Leadership, Outbox,
+    Pusher,
 };
 use cosched_controller::clients::ClientId;
 use cosched_controller::store::{JobRecord, Store};
@@ -124,6 +125,8 @@ pub struct ClusterConfig {
     pub wait_nodes: usize,
     /// Seconds the leader key outlives a controller that stopped renewing it.
     pub leader_ttl: i64,
+    /// Where the leader pushes its writes to the agents from (none: agents follow etcd alone).
+    pub push: Option<std::net::SocketAddr>,
 }
 
 /// Where the controller's agents' events come from.
@@ -185,7 +188,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
             let store = SqliteStore::open(&path).map_err(|e| StartError::Store(Box::new(e)))?;
             (Box::new(store), path.display().to_string())
         }
-        Some((client, keys, leadership)) => {
+        Some((client, keys, leadership, _)) => {
             let store = EtcdStore::open(Arc::clone(client), keys.clone(), leadership.guard())
                 .map_err(|e| StartError::Store(Box::new(e)))?;
             (Box::new(store), format!("etcd ({})", keys.jobs()))
@@ -208,7 +211,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
             let memory = cosched_os::memory_total();
             (nodes, memory, rotation, Box::new(orders), agents)
         }
-        Some((client, keys, leadership)) => {
+        Some((client, keys, leadership, pusher)) => {
             let wanted = config.cluster.as_ref().map_or(1, |c| c.wait_nodes);
             let (nodes, memory) = wait_for_nodes(&client, &keys, wanted, mode)?;
             let rotation = cluster_rotation(&client, &keys, quantum)?;
@@ -216,7 +219,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
                 Outbox::start(Arc::clone(&client), "daemon")
                     .map_err(io_error(Path::new("outbox thread")))?,
             );
-            let orders = EtcdOrders::new(Arc::clone(&outbox), keys.clone(), &leadership);
+            let orders = EtcdOrders::new(Arc::clone(&outbox), keys.clone(), &leadership, pusher);
             let agents = Agents::Cluster {
                 client,
                 keys,
@@ -552,25 +555,53 @@ fn local_agent(
     ))
 }
 
-/// Waits for the leader key of the cluster (standing by while another controller holds it).
-fn lead_cluster(
-    cluster: &ClusterConfig,
-) -> Result<(Arc<cosched_etcd::Client>, Keys, Leadership), StartError> {
+/// A cluster's controller once it leads: its etcd client, the cluster's keys, its leadership
+/// and its push to the agents (if asked for).
+type Led = (
+    Arc<cosched_etcd::Client>,
+    Keys,
+    Leadership,
+    Option<Arc<Pusher>>,
+);
+
+/// Waits for the leader key of the cluster (standing by while another controller holds it),
+/// with the push to the agents listening first when asked for (its address goes in the key).
+fn lead_cluster(cluster: &ClusterConfig) -> Result<Led, StartError> {
     let client = Arc::new(etcd_client(
         &cluster.etcd,
         &cluster.etcd_credentials,
         cluster.etcd_tls.as_ref(),
     )?);
     let keys = Keys::new(&cluster.cluster)?;
-    let leadership = become_leader(Arc::clone(&client), &keys, cluster.leader_ttl, |why| {
-        // Another controller may lead already: acting on would mean two of them ordering.
-        LOG.warn(format_args!(
-            "{why}: stopping at once (a standby takes over)"
-        ));
-        std::process::exit(3);
-    })?;
-    LOG.info(format_args!("leading cluster '{}'", keys.cluster()));
-    Ok((client, keys, leadership))
+    let pusher = match cluster.push {
+        Some(address) => Some(Arc::new(
+            Pusher::start(address).map_err(io_error(Path::new("--push-listen")))?,
+        )),
+        None => None,
+    };
+    let offer = pusher.as_ref().map(|p| p.offer());
+    let leadership = become_leader(
+        Arc::clone(&client),
+        &keys,
+        cluster.leader_ttl,
+        offer,
+        |why| {
+            // Another controller may lead already: acting on would mean two of them ordering.
+            LOG.warn(format_args!(
+                "{why}: stopping at once (a standby takes over)"
+            ));
+            std::process::exit(3);
+        },
+    )?;
+    match &pusher {
+        Some(pusher) => LOG.info(format_args!(
+            "leading cluster '{}', pushing to the agents from {}",
+            keys.cluster(),
+            pusher.offer().address
+        )),
+        None => LOG.info(format_args!("leading cluster '{}'", keys.cluster())),
+    }
+    Ok((client, keys, leadership, pusher))
 }
 
 /// Waits until `wanted` nodes have joined; the machine is the nodes present then, by name.

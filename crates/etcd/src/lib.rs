@@ -591,8 +591,8 @@ impl Client {
 
     /// Makes every write of `writes` at once, as one revision (one raft proposal instead of
     /// one per key): a controller fanning a generation out to every node's key. etcd refuses
-    /// a batch of more than [`MAX_TXN_OPS`] or one naming a key twice.
-    pub fn write_all(&self, writes: &[Write<'_>]) -> Result<(), EtcdError> {
+    /// a batch of more than [`MAX_TXN_OPS`] or one naming a key twice. Returns the revision.
+    pub fn write_all(&self, writes: &[Write<'_>]) -> Result<i64, EtcdError> {
         let success: Vec<Value> = writes
             .iter()
             .map(|write| match write {
@@ -602,8 +602,8 @@ impl Client {
                 Write::Delete(key) => json!({"request_delete_range": {"key": b64(key.as_bytes())}}),
             })
             .collect();
-        self.call("/v3/kv/txn", json!({"success": success}))?;
-        Ok(())
+        let answer = self.call("/v3/kv/txn", json!({"success": success}))?;
+        Ok(int(&answer["header"]["revision"]))
     }
 
     /// A lease of `ttl` seconds: keys attached to it go when it is not kept alive.
