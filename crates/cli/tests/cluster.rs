@@ -1198,3 +1198,47 @@ fn a_job_across_two_nodes_is_stalled_only_once_both_nodes_say_so() {
         d.wait_end(job, Duration::from_secs(60));
     }
 }
+
+#[test]
+fn nobody_without_the_leaders_key_gets_nothing_from_its_push_and_the_agents_keep_theirs() {
+    let (_serial, _etcd, d, _a, _b) = cluster("push-audit");
+    let log = d.log();
+    let address = log
+        .split("pushing to the agents from ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the controller does not push:\n{log}"));
+    let (host, port) = address.rsplit_once(':').unwrap();
+    // As nobody: fifty connections that say nothing (each holds a greeter half a second),
+    // then a greeting under a guessed key: the nonce comes, then the connection closes.
+    const PROBE: &str = r#"
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+idle = [socket.create_connection((host, port)) for _ in range(50)]
+s = socket.create_connection((host, port))
+s.settimeout(60)
+nonce = b""
+while len(nonce) < 32:
+    got = s.recv(32 - len(nonce))
+    if not got:
+        break
+    nonce += got
+s.sendall((1).to_bytes(4, "big") + b"a" + bytes(32))
+print(len(nonce), s.recv(1))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", PROBE, host, port])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "32 b''",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The agents were not put off: a job across both nodes runs and ends.
+    let job = d.submit(&["-N", "2", "-n", "2", "--", "true"]);
+    assert_eq!(d.wait_end(job, Duration::from_secs(30))["exit"]["code"], 0);
+}

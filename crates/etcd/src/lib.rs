@@ -749,6 +749,15 @@ pub struct Watch {
 /// Cuts a watch from another thread (its `next_batch` then returns an error).
 pub struct WatchStopper(TcpStream);
 
+/// A watch dropped is cut: a stopper taken from it holds a duplicate of its descriptor, so
+/// closing the watch's own left the connection open and etcd serving the watch (seen in
+/// etcd's watcher count: 7 of 10 agents' resting watches of the generation header stayed).
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
 impl WatchStopper {
     pub fn stop(&self) {
         let _ = self.0.shutdown(Shutdown::Both);

@@ -308,3 +308,46 @@ fn a_deletes_only_watch_hears_no_writes() {
         "{events:?}"
     );
 }
+
+/// etcd's count of watchers it serves, from its `/metrics`.
+fn watchers(metrics_url: &str) -> Option<u64> {
+    let address = metrics_url
+        .strip_prefix("http://")?
+        .strip_suffix("/metrics")?;
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "GET /metrics HTTP/1.0\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|count| count.trim().parse::<f64>().ok())
+        .map(|count| count as u64)
+}
+
+#[test]
+fn a_dropped_watch_is_no_longer_served() {
+    let etcd = Etcd::start("dropped-watch");
+    let client = etcd.client();
+    let served = || watchers(&etcd.metrics_url).expect("etcd's watcher count");
+    let before = served();
+    let watch = client.watch("/dropped/", 1).unwrap();
+    let counted = |wanted: u64| {
+        (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            served() == wanted
+        })
+    };
+    assert!(counted(before + 1), "the watch was never served");
+    // Dropped while its stopper lives on (left where another thread could cut the watch,
+    // by a follower that quit first): the stopper's descriptor kept the connection open, and
+    // etcd served the watch on.
+    let stopper = watch.stopper().unwrap();
+    drop(watch);
+    assert!(counted(before), "etcd still serves the dropped watch");
+    drop(stopper);
+}
