@@ -134,7 +134,9 @@ pub struct DaemonArgs {
     /// With --etcd: push each write for the agents (orders, generations) to them over TCP
     /// from HOST:PORT (an address of this host every node reaches; port 0: any) the moment
     /// etcd has it; agents still follow etcd, which stays the record. At 1,000 nodes etcd's
-    /// own delivery of a generation to every agent took hundreds of milliseconds
+    /// own delivery of a generation to every agent took hundreds of milliseconds. Frames are
+    /// authenticated, not encrypted (a job's command line and environment cross in the
+    /// clear): only on a network no untrusted party can read
     #[arg(long, value_name = "HOST:PORT", requires = "etcd")]
     push_listen: Option<std::net::SocketAddr>,
 }
