@@ -512,11 +512,14 @@ fn push_floor(agents: usize) -> Result<Summary> {
                 else {
                     return;
                 };
-                for _ in 0..FLOOR_PUTS {
-                    let Ok(cosched_cluster::Pushed::Header { generation, .. }) = link.receive()
-                    else {
-                        return;
+                let mut seen = 0;
+                while seen < FLOOR_PUTS {
+                    let generation = match link.receive() {
+                        Ok(cosched_cluster::Pushed::Header { generation, .. }) => generation,
+                        Ok(_) => continue,
+                        Err(_) => return,
                     };
+                    seen += 1;
                     let now = now_micros();
                     let mut last = arrivals.lock().unwrap_or_else(|p| p.into_inner());
                     let latest = last.entry(generation.published_us).or_insert(now);

@@ -307,9 +307,17 @@ impl Membership {
             Box::new(move || follow_headers(&client, &key, &headers, &health)),
         )?;
         let (node, health) = (self.info.node.clone(), Arc::clone(&self.health));
+        let (client, keys) = (Arc::clone(&self.client), self.keys.clone());
         spawn(
             "cosched-pushed",
-            Box::new(move || take_pushes(&node, &pushes, &health, &pushed_handed)),
+            Box::new(move || {
+                let etcd = Etcd {
+                    client: &client,
+                    keys: &keys,
+                    node: &node,
+                };
+                take_pushes(&etcd, &pushes, &health, &pushed_handed)
+            }),
         )?;
         Ok((
             EtcdSource {
@@ -342,9 +350,14 @@ impl Membership {
     /// A clean leave: what is queued is written (for `within` at most), then the lease goes
     /// and the node's keys with it.
     pub fn leave(&self, within: Duration) {
-        self.health.left.store(true, Ordering::Relaxed);
+        {
+            // Under the push's lock: a thread between its look at `left` and its wait would
+            // miss the wakeup.
+            let _push = self.health.push();
+            self.health.left.store(true, Ordering::Relaxed);
+            self.health.push_changed.notify_all();
+        }
         self.health.cut_watches();
-        self.health.push_changed.notify_all();
         if !self.outbox.finish(within) {
             LOG.warn("etcd did not take every event before the stop");
         }
@@ -562,9 +575,56 @@ fn say_once(told: &mut Option<String>, error: &crate::PushError) {
     }
 }
 
+/// Where an agent's writes are in etcd, for the push to catch up from.
+struct Etcd<'a> {
+    client: &'a Client,
+    keys: &'a Keys,
+    node: &'a str,
+}
+
+impl Etcd<'_> {
+    /// Hands on what the node's queue and the header hold now (each write once, in the order
+    /// written): what was committed before the push joined is not pushed.
+    fn catch_up(&self, incoming: &Sender<Incoming>, handed: &Mutex<Handed>) -> bool {
+        let prefix = self.keys.orders(self.node);
+        let Ok((mut queued, _)) = self.client.get_prefix(&prefix) else {
+            return false;
+        };
+        queued.sort_by_key(|kv| kv.mod_revision);
+        for kv in queued {
+            if let Ok(command) = decode::<Command>(&kv.key, &kv.value) {
+                let mut handed = handed.lock().unwrap_or_else(|p| p.into_inner());
+                if !handed.hand(incoming, kv.key, command, kv.mod_revision) {
+                    return false;
+                }
+            }
+        }
+        let key = self.keys.generation_header();
+        match self.client.get(&key) {
+            Ok(Some(kv)) => match decode::<Generation>(&key, &kv.value) {
+                Ok(header) => incoming
+                    .send(Incoming::Header(header, kv.mod_revision))
+                    .is_ok(),
+                Err(_) => true,
+            },
+            Ok(None) => true,
+            Err(_) => false,
+        }
+    }
+}
+
 /// Keeps a connection to the leader's push while its key offers one, and hands what comes on
-/// to the source: orders once (with `handed`), headers as they come.
-fn take_pushes(node: &str, incoming: &Sender<Incoming>, health: &Health, handed: &Mutex<Handed>) {
+/// to the source: orders once (with `handed`), headers as they come. Once the leader says the
+/// connection joined, what etcd holds is handed on first: the push carries only what was
+/// committed after that, and an order pushed ahead of an earlier one the agent never had (a
+/// start, then its cancel) would be carried out in the wrong order.
+fn take_pushes(
+    etcd: &Etcd<'_>,
+    incoming: &Sender<Incoming>,
+    health: &Health,
+    handed: &Mutex<Handed>,
+) {
+    let node = etcd.node;
     let mut retry = Backoff::new(PUSH_RETRY, PUSH_RETRY_MAX);
     let mut told: Option<String> = None;
     loop {
@@ -598,10 +658,17 @@ fn take_pushes(node: &str, incoming: &Sender<Incoming>, health: &Health, handed:
                 continue;
             }
         };
+        if !etcd.catch_up(incoming, handed) {
+            retry.pause_after_failure();
+            continue;
+        }
         {
             let mut push = health.push();
             if push.offer.as_ref() != Some(&offer) {
                 continue;
+            }
+            if health.leaving() {
+                return;
             }
             push.live = Some(handle);
         }
@@ -631,6 +698,7 @@ fn take_pushes(node: &str, incoming: &Sender<Incoming>, health: &Health, handed:
                 }) => incoming
                     .send(Incoming::Header(generation, revision))
                     .is_ok(),
+                Ok(Pushed::Joined) => true,
                 Err(error) => break Some(error),
             };
             if !sent {

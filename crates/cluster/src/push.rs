@@ -27,7 +27,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const LOG: cosched_os::Log = cosched_os::Log::new("push");
 
@@ -44,6 +44,10 @@ pub struct PushOffer {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pushed {
+    /// The first frame: from here on, every write for this node is pushed; what was
+    /// committed before, the agent reads from etcd (so that a push never hands a write ahead
+    /// of an earlier one the agent has not had).
+    Joined,
     /// A write to the node's order queue (an order, or its part of a generation).
     Order {
         key: String,
@@ -73,6 +77,8 @@ const NONCE: usize = 32;
 const TAG: usize = 32;
 /// The most a frame may hold: a part of a generation for a node is a few KB.
 const MOST_FRAME: usize = 1 << 20;
+/// The most a greeting may hold: a node's name.
+const MOST_HELLO: usize = 256;
 /// How long a connection may take to say who it is: past this it is closed.
 const HELLO_WITHIN: Duration = Duration::from_millis(500);
 /// Connections saying who they are at once; more wait in a queue of [`WAITING`] (past that,
@@ -111,21 +117,49 @@ fn frame(payload: &[u8], tag: hmac::Tag) -> Vec<u8> {
     bytes
 }
 
-/// A frame's payload and tag, its length bounded.
-fn read_frame(stream: &mut TcpStream) -> std::io::Result<(Vec<u8>, [u8; TAG])> {
+/// A frame's payload (at most `most` bytes) and tag, read whole by `deadline` if there is one
+/// (a timeout per read alone would let a client trickle a byte at a time and hold a greeter).
+fn read_frame(
+    stream: &mut TcpStream,
+    most: usize,
+    deadline: Option<Instant>,
+) -> std::io::Result<(Vec<u8>, [u8; TAG])> {
     let mut length = [0; 4];
-    stream.read_exact(&mut length)?;
+    read_by(stream, &mut length, deadline)?;
     let length = u32::from_be_bytes(length) as usize;
-    if length > MOST_FRAME {
+    if length > most {
         return Err(std::io::Error::other(format!(
-            "a frame of {length} bytes (at most {MOST_FRAME})"
+            "a frame of {length} bytes (at most {most})"
         )));
     }
     let mut payload = vec![0; length];
-    stream.read_exact(&mut payload)?;
+    read_by(stream, &mut payload, deadline)?;
     let mut tag = [0; TAG];
-    stream.read_exact(&mut tag)?;
+    read_by(stream, &mut tag, deadline)?;
     Ok((payload, tag))
+}
+
+fn read_by(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+) -> std::io::Result<()> {
+    let Some(deadline) = deadline else {
+        return stream.read_exact(buf);
+    };
+    let mut filled = 0;
+    while filled < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf[filled..])? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => filled += n,
+        }
+    }
+    Ok(())
 }
 
 /// A connection that dies silently (a cable, a node frozen) is found in seconds by the
@@ -306,10 +340,10 @@ fn greet(shared: &Shared, queue: &Mutex<Receiver<TcpStream>>) {
         };
         let nonce: [u8; NONCE] = random();
         let node = (|| -> std::io::Result<Option<String>> {
-            stream.set_read_timeout(Some(HELLO_WITHIN))?;
+            let deadline = Instant::now() + HELLO_WITHIN;
             stream.set_write_timeout(Some(HELLO_WITHIN))?;
             stream.write_all(&nonce)?;
-            let (payload, tag) = read_frame(&mut stream)?;
+            let (payload, tag) = read_frame(&mut stream, MOST_HELLO, Some(deadline))?;
             if !verify(&shared.key, &[HELLO, &nonce, &payload], &tag) {
                 return Ok(None);
             }
@@ -330,6 +364,10 @@ fn greet(shared: &Shared, queue: &Mutex<Receiver<TcpStream>>) {
             sequence: 0,
         };
         let mut peers = shared.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let joined = crate::encode(&Pushed::Joined);
+        if !peer.send(&shared.key, &joined) {
+            continue;
+        }
         if let Some(header) = peers.header.clone() {
             if !peer.send(&shared.key, &header) {
                 continue;
@@ -367,15 +405,27 @@ impl PushLink {
         stream
             .write_all(&frame(node.as_bytes(), hello))
             .map_err(io)?;
-        stream.set_read_timeout(None).map_err(io)?;
-        keep_probing(&stream);
-        Ok(PushLink {
+        let mut link = PushLink {
             stream,
             address,
             key,
             nonce,
             sequence: 0,
-        })
+        };
+        // Within the same bound: a server that holds the connection without answering (one
+        // that took the leader's port) must not hold the agent's thread.
+        match link.receive()? {
+            Pushed::Joined => {}
+            _ => {
+                return Err(PushError::Refused {
+                    address,
+                    why: "the first frame is not the greeting's answer".into(),
+                })
+            }
+        }
+        link.stream.set_read_timeout(None).map_err(io)?;
+        keep_probing(&link.stream);
+        Ok(link)
     }
 
     /// A handle that ends the link from another thread (`shutdown`).
@@ -386,8 +436,8 @@ impl PushLink {
     /// The next write pushed; an error ends the link.
     pub fn receive(&mut self) -> Result<Pushed, PushError> {
         let address = self.address;
-        let (payload, tag) =
-            read_frame(&mut self.stream).map_err(|source| PushError::Io { address, source })?;
+        let (payload, tag) = read_frame(&mut self.stream, MOST_FRAME, None)
+            .map_err(|source| PushError::Io { address, source })?;
         let sequence = self.sequence.to_be_bytes();
         if !verify(&self.key, &[FRAME, &self.nonce, &sequence, &payload], &tag) {
             return Err(PushError::Refused {
@@ -489,8 +539,7 @@ mod tests {
             key: "00".repeat(32),
             ..pusher.offer()
         };
-        let mut link = PushLink::connect(&stranger, "a").unwrap();
-        assert!(link.receive().is_err());
+        assert!(PushLink::connect(&stranger, "a").is_err());
         assert_eq!(pusher.connected(), 0);
 
         // A server without the key (one that took the leader's port) feeds an agent nothing.
@@ -503,7 +552,7 @@ mod tests {
             let (mut stream, _) = impostor.accept().unwrap();
             let nonce = [7; NONCE];
             stream.write_all(&nonce).unwrap();
-            read_frame(&mut stream).unwrap();
+            read_frame(&mut stream, MOST_HELLO, None).unwrap();
             let payload = crate::encode(&Pushed::Header {
                 generation: header(9),
                 revision: 99,
@@ -513,8 +562,10 @@ mod tests {
             stream.write_all(&frame(&payload, forged)).unwrap();
             stream
         });
-        let mut link = PushLink::connect(&fooled, "a").unwrap();
-        assert!(matches!(link.receive(), Err(PushError::Refused { .. })));
+        assert!(matches!(
+            PushLink::connect(&fooled, "a"),
+            Err(PushError::Refused { .. })
+        ));
         drop(server.join());
     }
 
@@ -548,6 +599,42 @@ mod tests {
             &[FRAME, &second.nonce, &1u64.to_be_bytes(), &payload],
             old_tag.as_ref()
         ));
+    }
+
+    #[test]
+    fn a_greeting_trickled_a_byte_at_a_time_is_cut_off() {
+        let pusher = Pusher::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut stream = TcpStream::connect(pusher.offer().address).unwrap();
+        let mut nonce = [0; NONCE];
+        stream.read_exact(&mut nonce).unwrap();
+        // A long greeting announced, then a byte every 100 ms: each read is quick, the
+        // whole is not.
+        stream.write_all(&200u32.to_be_bytes()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let started = Instant::now();
+        let cut = loop {
+            if started.elapsed() > Duration::from_secs(10) {
+                break false;
+            }
+            let mut byte = [0; 1];
+            match stream.read(&mut byte) {
+                Ok(0) => break true,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => break true,
+            }
+            if stream.write_all(b"x").is_err() {
+                break true;
+            }
+        };
+        assert!(
+            cut,
+            "a trickled greeting held its greeter for 10 s (200 bytes take 20 s)"
+        );
+        assert_eq!(pusher.connected(), 0);
     }
 
     #[test]
