@@ -137,13 +137,27 @@ pub fn run(args: ControlPlaneArgs) -> Result<()> {
         provenance: Provenance::now(command_line("bench/control-plane")),
         rows,
     };
-    if let Some(dir) = args.json.parent() {
+    write_report(&args.json, &report)
+}
+
+fn write_report(path: &std::path::Path, report: &impl Serialize) -> Result<()> {
+    if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&args.json, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", args.json.display()))?;
-    println!("figures in {}", args.json.display());
+    std::fs::write(path, serde_json::to_string_pretty(report)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("figures in {}", path.display());
     Ok(())
+}
+
+/// One line of a floor: a write alone to `nodes` readers, `how`.
+fn print_floor(nodes: usize, how: &str, figures: &Summary) {
+    println!(
+        "{nodes:>6} nodes {how:<40} p50/p99/max {:.1}/{:.1}/{:.1} ms",
+        figures.p50 as f64 / 1e3,
+        figures.p99 as f64 / 1e3,
+        figures.max as f64 / 1e3
+    );
 }
 
 /// etcd's delivery and the push, each alone, at each size.
@@ -169,30 +183,23 @@ fn floors(args: &ControlPlaneArgs) -> Result<()> {
             push_floor_us: push_floor(nodes)?,
         };
         drop(etcd);
-        for (what, figures) in [
-            ("etcd: one put to N watchers", &floor.watch_floor_us),
-            ("push: one header to N agents", &floor.push_floor_us),
-        ] {
-            println!(
-                "{nodes:>6} nodes {what:<30} p50/p99/max {:.1}/{:.1}/{:.1} ms",
-                figures.p50 as f64 / 1e3,
-                figures.p99 as f64 / 1e3,
-                figures.max as f64 / 1e3
-            );
-        }
+        print_floor(
+            nodes,
+            "etcd alone: one put to N watchers",
+            &floor.watch_floor_us,
+        );
+        print_floor(
+            nodes,
+            "push alone: one header to N agents",
+            &floor.push_floor_us,
+        );
         floors.push(floor);
     }
     let report = Floors {
         provenance: Provenance::now(command_line("bench/control-plane")),
         floors,
     };
-    if let Some(dir) = args.json.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&args.json, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", args.json.display()))?;
-    println!("figures in {}", args.json.display());
-    Ok(())
+    write_report(&args.json, &report)
 }
 
 #[derive(Serialize)]
@@ -277,21 +284,15 @@ struct ProcessLoad {
 }
 
 fn print_row(row: &Row) {
-    println!(
-        "{:>6} nodes etcd alone: one put to {} watchers, fan-out p50/p99/max {:.1}/{:.1}/{:.1} ms",
+    print_floor(
         row.nodes,
-        row.nodes,
-        row.watch_floor_us.p50 as f64 / 1e3,
-        row.watch_floor_us.p99 as f64 / 1e3,
-        row.watch_floor_us.max as f64 / 1e3,
+        "etcd alone: one put to N watchers",
+        &row.watch_floor_us,
     );
-    println!(
-        "{:>6} nodes push alone: one header to {} agents, fan-out p50/p99/max {:.1}/{:.1}/{:.1} ms",
+    print_floor(
         row.nodes,
-        row.nodes,
-        row.push_floor_us.p50 as f64 / 1e3,
-        row.push_floor_us.p99 as f64 / 1e3,
-        row.push_floor_us.max as f64 / 1e3,
+        "push alone: one header to N agents",
+        &row.push_floor_us,
     );
     let push = match row.push {
         Push::On => "pushed",
@@ -499,11 +500,33 @@ const FLOOR_PUTS: usize = 20;
 /// etcd's fan-out alone: `watchers` threads each follow one key on a watch of its own (one
 /// client, so one authentication), and 20 puts 200 ms apart carry their own time; for each
 /// put, how long until the last watcher had it.
+/// For each write of a floor measurement, by its stamp: when the last reader had it.
+#[derive(Default)]
+struct LastArrivals(Mutex<BTreeMap<Micros, Micros>>);
+
+impl LastArrivals {
+    fn note(&self, stamp: Micros, now: Micros) {
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let latest = last.entry(stamp).or_insert(now);
+        *latest = (*latest).max(now);
+    }
+
+    /// From each stamp to its last reader (µs).
+    fn fan_out(&self) -> Summary {
+        let last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let fan_out: Vec<u64> = last
+            .iter()
+            .map(|(stamp, latest)| (latest - stamp).max(0) as u64)
+            .collect();
+        summary(&fan_out)
+    }
+}
+
 /// The leader's push alone: `agents` threads each keep a push connection (as an agent does);
 /// [`FLOOR_PUTS`] headers are pushed, each stamped with its moment.
 fn push_floor(agents: usize) -> Result<Summary> {
     let pusher = cosched_cluster::Pusher::start("127.0.0.1:0".parse()?)?;
-    let arrivals: Arc<Mutex<BTreeMap<Micros, Micros>>> = Arc::default();
+    let arrivals = Arc::new(LastArrivals::default());
     let threads: Vec<JoinHandle<()>> = (0..agents)
         .map(|i| {
             let (offer, arrivals) = (pusher.offer(), Arc::clone(&arrivals));
@@ -520,10 +543,7 @@ fn push_floor(agents: usize) -> Result<Summary> {
                         Err(_) => return,
                     };
                     seen += 1;
-                    let now = now_micros();
-                    let mut last = arrivals.lock().unwrap_or_else(|p| p.into_inner());
-                    let latest = last.entry(generation.published_us).or_insert(now);
-                    *latest = (*latest).max(now);
+                    arrivals.note(generation.published_us, now_micros());
                 }
             })
         })
@@ -555,19 +575,14 @@ fn push_floor(agents: usize) -> Result<Summary> {
     for thread in threads {
         let _ = thread.join();
     }
-    let last = arrivals.lock().unwrap_or_else(|p| p.into_inner());
-    let fan_out: Vec<u64> = last
-        .iter()
-        .map(|(stamp, latest)| (latest - stamp).max(0) as u64)
-        .collect();
-    Ok(summary(&fan_out))
+    Ok(arrivals.fan_out())
 }
 
 fn watch_floor(etcd: &Etcd, watchers: usize) -> Result<Summary> {
     const KEY: &str = "/floor/key";
     let client = Arc::new(etcd.client());
     let from = client.put(KEY, b"0", None)? + 1;
-    let arrivals: Arc<Mutex<BTreeMap<Micros, Micros>>> = Arc::default();
+    let arrivals = Arc::new(LastArrivals::default());
     let ready = Arc::new(std::sync::Barrier::new(watchers + 1));
     let threads: Vec<JoinHandle<()>> = (0..watchers)
         .map(|_| {
@@ -590,9 +605,7 @@ fn watch_floor(etcd: &Etcd, watchers: usize) -> Result<Summary> {
                         if let cosched_etcd::WatchEvent::Put(kv) = event {
                             let stamp: Micros =
                                 String::from_utf8_lossy(&kv.value).parse().unwrap_or(0);
-                            let mut last = arrivals.lock().unwrap_or_else(|p| p.into_inner());
-                            let latest = last.entry(stamp).or_insert(now);
-                            *latest = (*latest).max(now);
+                            arrivals.note(stamp, now);
                             seen += 1;
                         }
                     }
@@ -608,12 +621,7 @@ fn watch_floor(etcd: &Etcd, watchers: usize) -> Result<Summary> {
     for thread in threads {
         let _ = thread.join();
     }
-    let last = arrivals.lock().unwrap_or_else(|p| p.into_inner());
-    let fan_out: Vec<u64> = last
-        .iter()
-        .map(|(stamp, latest)| (latest - stamp).max(0) as u64)
-        .collect();
-    Ok(summary(&fan_out))
+    Ok(arrivals.fan_out())
 }
 
 /// Waits (a minute at most) until the controller lists `wanted` nodes, none of them gone.

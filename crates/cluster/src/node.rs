@@ -82,6 +82,15 @@ impl Health {
         }
     }
 
+    /// Waits until `ready` holds of the push, or the node leaves (`None`).
+    fn wait_push(&self, ready: impl Fn(&Push) -> bool) -> Option<std::sync::MutexGuard<'_, Push>> {
+        let push = self
+            .push_changed
+            .wait_while(self.push(), |push| !ready(push) && !self.leaving())
+            .unwrap_or_else(|p| p.into_inner());
+        (!self.leaving()).then_some(push)
+    }
+
     fn pushed(&self) -> bool {
         self.push().live.is_some()
     }
@@ -519,16 +528,7 @@ fn follow_orders(
 /// nodes, etcd's delivery of each header to 1,000 watchers was most of the fan-out).
 fn follow_headers(client: &Client, key: &str, incoming: &Sender<Incoming>, health: &Health) {
     loop {
-        {
-            let mut push = health.push();
-            while push.live.is_some() && !health.leaving() {
-                push = health
-                    .push_changed
-                    .wait(push)
-                    .unwrap_or_else(|p| p.into_inner());
-            }
-        }
-        if health.leaving() {
+        if health.wait_push(|push| push.live.is_none()).is_none() {
             return;
         }
         let mut open = true;
@@ -628,20 +628,11 @@ fn take_pushes(
     let mut retry = Backoff::new(PUSH_RETRY, PUSH_RETRY_MAX);
     let mut told: Option<String> = None;
     loop {
-        let offer = {
-            let mut push = health.push();
-            loop {
-                if health.leaving() {
-                    return;
-                }
-                if let Some(offer) = &push.offer {
-                    break offer.clone();
-                }
-                push = health
-                    .push_changed
-                    .wait(push)
-                    .unwrap_or_else(|p| p.into_inner());
-            }
+        let Some(offer) = health
+            .wait_push(|push| push.offer.is_some())
+            .and_then(|push| push.offer.clone())
+        else {
+            return;
         };
         let linked = PushLink::connect(&offer, node).and_then(|link| {
             let handle = link.handle().map_err(|source| crate::PushError::Io {
