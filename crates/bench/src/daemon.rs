@@ -65,7 +65,7 @@ impl Daemon {
         // Whatever the umask: the daemon refuses a state directory under one others may write.
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
         let log = std::fs::File::create(dir.join("daemon.log"))?;
-        let parent = format!("cosched-bench-{}", std::process::id());
+        let parent = group_parent();
         let mut command = Command::new(&cosched);
         command
             .arg("daemon")
@@ -250,37 +250,11 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-        self.remove_groups();
+        remove_groups(&self.parent);
         if late {
             bail!("the daemon did not stop within 30 s of SIGTERM (killed)");
         }
         Ok(())
-    }
-
-    fn remove_groups(&self) {
-        // The jobs were cancelled on stop, but a job of a thousand processes is still dying
-        // when the daemon has gone, and its group with it: the next daemon of this benchmark
-        // would find them. Wait for every job group to empty (30 s at most), then remove them
-        // and the parent, in each hierarchy.
-        let Ok(layout) = cosched_cgroups::Layout::detect() else {
-            return;
-        };
-        let until = Instant::now() + Duration::from_secs(30);
-        for (root, _) in layout.hierarchies() {
-            let parent = root.join(&self.parent);
-            let groups = std::fs::read_dir(&parent)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|entry| entry.path())
-                .filter(|path| path.is_dir());
-            for group in groups {
-                while std::fs::remove_dir(&group).is_err() && Instant::now() < until {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-            let _ = std::fs::remove_dir(&parent);
-        }
     }
 }
 
@@ -289,5 +263,36 @@ impl Drop for Daemon {
         if self.child.try_wait().ok().flatten().is_none() {
             let _ = self.shut_down();
         }
+    }
+}
+
+/// The cgroup parent of this process's daemons, in each hierarchy.
+pub fn group_parent() -> String {
+    format!("cosched-bench-{}", std::process::id())
+}
+
+/// Removes the job groups under `parent` and `parent` itself, in each hierarchy. The jobs
+/// were cancelled on stop, but a job of a thousand processes is still dying when the daemon
+/// has gone, and its group with it: the next daemon of this benchmark would find them. Waits
+/// for every job group to empty (30 s at most).
+pub fn remove_groups(parent: &str) {
+    let Ok(layout) = cosched_cgroups::Layout::detect() else {
+        return;
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    for (root, _) in layout.hierarchies() {
+        let parent = root.join(parent);
+        let groups = std::fs::read_dir(&parent)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| path.is_dir());
+        for group in groups {
+            while std::fs::remove_dir(&group).is_err() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = std::fs::remove_dir(&parent);
     }
 }

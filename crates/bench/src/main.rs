@@ -12,6 +12,7 @@ mod figures;
 mod overhead;
 mod skew;
 mod steal;
+mod stop;
 mod workloads;
 
 use clap::{Parser, Subcommand};
@@ -45,6 +46,10 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Err(error) = stop::clean_up_on_stop() {
+        eprintln!("cosched-bench: starting the thread that cleans up on a stop signal: {error}");
+        return std::process::ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Churn(args) => churn::run(args),
         Command::Skew(args) => skew::run(args),
@@ -53,6 +58,7 @@ fn main() -> std::process::ExitCode {
         Command::Cluster(args) => cluster::run(args),
         Command::ControlPlane(args) => control_plane::run(args),
     };
+    stop::unless_stopping();
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

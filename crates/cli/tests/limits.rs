@@ -125,22 +125,46 @@ fn bad_limits_and_memory_sizes_are_refused_with_what_was_wrong() {
     assert!(answer.contains("time limit 0 s is not between"), "{answer}");
 }
 
-/// A policy file as root keeps one (root's, writable by no one else), in the daemon's
-/// directory-to-be; returns its path.
-fn policy(text: &str) -> String {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("cosched-limits-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join(format!("policy-{}.toml", text.len()));
-    std::fs::write(&file, text).unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    file.to_str().unwrap().to_string()
+/// A policy file as root keeps one (root's, writable by no one else); removed when dropped
+/// (with its directory once no other test's file is in it).
+struct Policy(std::path::PathBuf);
+
+impl Policy {
+    fn write(text: &str) -> Policy {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("cosched-limits-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(format!("policy-{}.toml", text.len()));
+        std::fs::write(&file, text).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        Policy(file)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for Policy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }
 
 #[test]
 fn a_user_at_a_limit_waits_with_the_reason_and_past_the_queued_limit_is_refused() {
-    let file = policy("[limits]\nrunning_jobs = 1\nqueued_jobs = 1\n");
-    let d = Daemon::start(&["--config", &file, "--procs", "2", "--quantum-ms", "50"]);
+    let file = Policy::write("[limits]\nrunning_jobs = 1\nqueued_jobs = 1\n");
+    let d = Daemon::start(&[
+        "--config",
+        file.path(),
+        "--procs",
+        "2",
+        "--quantum-ms",
+        "50",
+    ]);
     let as_nobody = |args: &[&str]| d.cosched_as(65534, args);
     let submit = |args: &[&str]| {
         let mut all = vec!["run", "--detach", "--output", "/dev/null", "-n", "1", "--"];
@@ -230,10 +254,10 @@ fn the_daemon_refuses_more_processors_than_it_may_use() {
 
 #[test]
 fn two_jobs_whose_memory_does_not_fit_together_never_share_the_processors() {
-    let file = policy("[memory]\nfit = true\nnode_memory = \"1G\"\n");
+    let file = Policy::write("[memory]\nfit = true\nnode_memory = \"1G\"\n");
     let d = Daemon::start(&[
         "--config",
-        &file,
+        file.path(),
         "--procs",
         "2",
         "--mpl",
