@@ -277,6 +277,17 @@ fn jobs_across_two_nodes_take_turns_and_run_loose_while_etcd_is_gone() {
         mean < 0.05,
         "two nodes on one clock start within ms: {mean} s\n{scrape}"
     );
+    // The leader's push: both agents connected again since etcd came back, and the headers
+    // it wrote to them.
+    let pushed = wait_until(Duration::from_secs(15), || {
+        scrape = http_get(port, "/metrics").1;
+        sample(&scrape, "cosched_push_agents") == Some(2.0)
+    });
+    assert!(pushed, "{scrape}");
+    assert!(
+        sample(&scrape, "cosched_push_header_write_seconds_count") > Some(0.0),
+        "{scrape}"
+    );
     // The leader compacts etcd's history (it kept every order and event, and filled up):
     // the first revisions are gone, the state is not.
     let compacted = wait_until(Duration::from_secs(30), || {

@@ -44,7 +44,7 @@ mod push;
 pub use controller::{become_leader, EtcdOrders, EventFeed, LeaderGuard, Leadership};
 pub use node::{join, Closer, EtcdSink, EtcdSource, Membership};
 pub use outbox::Outbox;
-pub use push::{PushError, PushLink, PushOffer, Pushed, Pusher};
+pub use push::{PushError, PushLink, PushOffer, PushStats, Pushed, Pusher};
 
 use cosched_core::Micros;
 use serde::{Deserialize, Serialize};

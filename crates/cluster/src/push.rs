@@ -17,7 +17,7 @@
 //! that binds the leader's port cannot feed an agent anything (no key either); a frame
 //! replayed from another connection or out of order fails its tag.
 
-use cosched_proto::{Command, Generation};
+use cosched_proto::{Command, Generation, Histogram};
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
@@ -202,6 +202,17 @@ struct Shared {
 struct Peers {
     by_node: HashMap<String, Peer>,
     header: Option<Vec<u8>>,
+    /// How long each header took to write to every agent connected.
+    header_writes: Histogram,
+}
+
+/// What the push has done, for the metrics.
+#[derive(Clone, Debug, Default)]
+pub struct PushStats {
+    /// Agents connected now.
+    pub agents: usize,
+    /// Per header: from the first agent's write to the last's (µs).
+    pub header_writes: Histogram,
 }
 
 struct Peer {
@@ -285,6 +296,7 @@ impl Pusher {
             revision,
         });
         let mut peers = self.shared.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let began = Instant::now();
         let key = &self.shared.key;
         let stuck: Vec<String> = peers
             .by_node
@@ -295,12 +307,21 @@ impl Pusher {
             drop_peer(&mut peers, &node);
         }
         peers.header = Some(payload);
+        let took = began.elapsed().as_micros() as u64;
+        peers.header_writes.record(took);
     }
 
     /// How many agents are connected.
     pub fn connected(&self) -> usize {
+        self.stats().agents
+    }
+
+    pub fn stats(&self) -> PushStats {
         let peers = self.shared.peers.lock().unwrap_or_else(|p| p.into_inner());
-        peers.by_node.len()
+        PushStats {
+            agents: peers.by_node.len(),
+            header_writes: peers.header_writes.clone(),
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! boundary log's one reader and the console's tokens.
 
 use crate::clients::SocketClients;
+use cosched_cluster::{PushStats, Pusher};
 use cosched_controller::{ApiError, Controller, LOG};
 use cosched_core::Micros;
 use cosched_os::now_micros;
@@ -31,6 +32,8 @@ pub struct Shared {
     boundary_reads: Mutex<()>,
     /// Who the web console's tokens speak for.
     tokens: crate::console::Tokens,
+    /// The leader's push to its agents (`--push-listen`), for the metrics.
+    pusher: Option<Arc<Pusher>>,
 }
 
 /// Most boundary records one answer carries (some 16 MB of JSON): the latest are kept.
@@ -41,6 +44,7 @@ impl Shared {
         inner: Controller,
         clients: SocketClients,
         boundary_log: Option<PathBuf>,
+        pusher: Option<Arc<Pusher>>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             inner: Mutex::new(inner),
@@ -48,7 +52,13 @@ impl Shared {
             boundary_log,
             boundary_reads: Mutex::new(()),
             tokens: Default::default(),
+            pusher,
         })
+    }
+
+    /// What the leader's push has done, if it pushes.
+    pub fn push_stats(&self) -> Option<PushStats> {
+        self.pusher.as_ref().map(|pusher| pusher.stats())
     }
 
     pub fn tokens(&self) -> &crate::console::Tokens {

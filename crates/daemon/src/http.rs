@@ -363,7 +363,7 @@ fn answer(head: &str, shared: &Shared, site: Site) -> Answer {
             ("GET", "/metrics") => {
                 let format = crate::metrics::Format::negotiate(header(head, "Accept"));
                 let scrape = shared.with(|inner, now| inner.scrape(now));
-                let body = crate::metrics::encode(scrape, format);
+                let body = crate::metrics::encode(scrape, shared.push_stats(), format);
                 // Caches must keep each format apart.
                 Page::new(200, format.content_type(), body).with("Vary: Accept\r\n")
             }

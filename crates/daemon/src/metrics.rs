@@ -4,6 +4,7 @@
 //! `Accept` asks for it (Prometheus does), else the Prometheus text format 0.0.4 (what `curl`
 //! gets, and the one format `promtool check metrics` and older scrapers read).
 
+use cosched_cluster::PushStats;
 use cosched_controller::counts::{Scrape, WAIT_BOUNDS_S};
 use cosched_proto::api::NodeView;
 use cosched_proto::{Histogram, JobState, Mode, Pending, HISTOGRAM_BOUNDS_US};
@@ -61,9 +62,12 @@ impl Format {
 }
 
 /// The scrape as the text a Prometheus server reads, in `format`.
-pub fn encode(scrape: Scrape, format: Format) -> String {
+pub fn encode(scrape: Scrape, push: Option<PushStats>, format: Format) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Metrics(scrape)));
+    if let Some(push) = push {
+        registry.register_collector(Box::new(PushMetrics(push)));
+    }
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)
         .expect("writing to a String cannot fail");
@@ -160,6 +164,17 @@ fn single(
     )
 }
 
+/// A latency histogram of µs samples, in seconds.
+fn latency(sample: MetricEncoder, samples: &Histogram) -> std::fmt::Result {
+    histogram(
+        sample,
+        HISTOGRAM_BOUNDS_US.iter().map(|&us| us as f64 / 1e6),
+        &samples.buckets,
+        samples.sum_us as f64 / 1e6,
+        samples.count,
+    )
+}
+
 /// A node's latency histogram, in seconds.
 fn node_histograms<'a>(
     encoder: &mut DescriptorEncoder,
@@ -170,15 +185,36 @@ fn node_histograms<'a>(
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
     for (node, samples) in histograms {
         let labels = [("node", node)];
-        histogram(
-            metric.encode_family(&labels)?,
-            HISTOGRAM_BOUNDS_US.iter().map(|&us| us as f64 / 1e6),
-            &samples.buckets,
-            samples.sum_us as f64 / 1e6,
-            samples.count,
-        )?;
+        latency(metric.encode_family(&labels)?, samples)?;
     }
     Ok(())
+}
+
+/// The leader's push (`--push-listen`), when it pushes.
+#[derive(Debug)]
+struct PushMetrics(PushStats);
+
+impl Collector for PushMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let PushMetrics(push) = self;
+        single(
+            &mut encoder,
+            "cosched_push_agents",
+            "Agents connected to the leader's push",
+            MetricType::Gauge,
+            push.agents as u64,
+        )?;
+        latency(
+            encoder.encode_descriptor(
+                "cosched_push_header_write_seconds",
+                "The leader writing one generation header to every agent connected, first \
+                 to last write (on one machine, the agents it wakes run in between)",
+                None,
+                MetricType::Histogram,
+            )?,
+            &push.header_writes,
+        )
+    }
 }
 
 /// A scrape as `prometheus-client` collects it.
@@ -275,8 +311,7 @@ impl Collector for Metrics {
             wait.sum,
             wait.count,
         )?;
-        let spread = &scrape.counts.start_spread;
-        histogram(
+        latency(
             encoder.encode_descriptor(
                 "cosched_cross_node_start_spread_seconds",
                 "Across nodes: from the first to the last node starting a job at one slot \
@@ -284,10 +319,7 @@ impl Collector for Metrics {
                 None,
                 MetricType::Histogram,
             )?,
-            HISTOGRAM_BOUNDS_US.iter().map(|&us| us as f64 / 1e6),
-            &spread.buckets,
-            spread.sum_us as f64 / 1e6,
-            spread.count,
+            &scrape.counts.start_spread,
         )?;
         let live: Vec<&NodeView> = scrape.nodes.iter().filter(|n| !n.left).collect();
         node_histograms(

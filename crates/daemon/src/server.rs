@@ -199,6 +199,9 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         .map_err(|e| StartError::Store(e.into()))?;
 
     let now = now_micros();
+    let pusher = cluster
+        .as_ref()
+        .and_then(|(_, _, _, pusher)| pusher.clone());
     let (nodes, memory, rotation, orders, agents): (_, _, _, Box<dyn OrderSink>, _) = match cluster
     {
         None => {
@@ -266,7 +269,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         orders,
         Box::new(clients.clone()),
     );
-    let shared = Shared::new(controller, clients, boundary_log);
+    let shared = Shared::new(controller, clients, boundary_log, pusher);
     if let Some(http) = http {
         if let Ok(address) = http.local_addr() {
             LOG.info(format_args!(
