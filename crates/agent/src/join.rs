@@ -6,6 +6,7 @@
 //! with ptrace for the move ([`move_held`]): a traced process that exits stays a zombie that
 //! only its tracer sees, so nobody can reap it and its pid names it until it is let go.
 
+use cosched_cgroups::procfs;
 use cosched_os::unix;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -15,11 +16,9 @@ use std::sync::Arc;
 /// The process's start time (clock ticks since boot, `/proc/PID/stat` field 22): with the pid,
 /// it names one process for good.
 pub fn start_time(pid: libc::pid_t) -> Result<u64, String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
-    // The command name (field 2) may hold spaces and parentheses: count after its last ')'.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(19)?.parse().ok())
-        .ok_or_else(|| format!("/proc/{pid}/stat: no start time"))
+    procfs::stat(pid)
+        .map(|stat| stat.started)
+        .map_err(|e| e.to_string())
 }
 
 /// Whether process `pid` is a whole process (not a thread) whose every uid (real,

@@ -1025,20 +1025,8 @@ fn etcd_metrics(url: &str) -> Result<Metrics> {
 
 /// User plus system CPU time of process `pid`, in seconds.
 fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command name (which may hold spaces), from field 3 on.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks: f64 = fields
-        .get(11..13)
-        .context("short /proc stat")?
-        .iter()
-        .map(|f| f.parse::<f64>().unwrap_or(0.0))
-        .sum();
-    // SAFETY: sysconf has no memory-safety preconditions.
-    Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+    let stat = cosched_cgroups::procfs::stat(pid as i32)?;
+    Ok(cosched_cgroups::procfs::ticks_to_duration(stat.cpu_ticks).as_secs_f64())
 }
 
 fn rss_mb(pid: u32) -> f64 {

@@ -5,6 +5,7 @@
 //! own, which stops this process's children, removes the cgroups and the paths named after
 //! its pid, and exits.
 
+use cosched_cgroups::procfs;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -92,19 +93,10 @@ fn children_of(parent: u32) -> Vec<(i32, u64)> {
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
         .filter_map(|pid| {
-            let (its_parent, started) = parent_and_start(pid)?;
-            (its_parent == parent).then_some((pid, started))
+            let stat = procfs::stat(pid).ok()?;
+            (stat.parent as u32 == parent).then_some((pid, stat.started))
         })
         .collect()
-}
-
-/// The parent and the start time in /proc/PID/stat: its 4th and 22nd fields, counted after
-/// the command's closing parenthesis (a command may hold spaces and parentheses).
-fn parent_and_start(pid: i32) -> Option<(u32, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, after) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
 }
 
 /// The files and directories of [`SCRATCH`] whose name begins with `cosched` and holds this
@@ -158,21 +150,16 @@ mod tests {
     }
 
     #[test]
-    fn a_child_is_found_by_its_parent_even_with_parentheses_in_its_command() {
-        // The command in /proc/PID/stat is the executable's name: a link named so.
-        let dir = std::env::temp_dir().join(format!("stop-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let odd = dir.join("x) 7 (y");
-        let _ = std::fs::remove_file(&odd);
-        std::os::unix::fs::symlink("/bin/sleep", &odd).unwrap();
-        let mut child = std::process::Command::new(&odd).arg("5").spawn().unwrap();
+    fn a_child_is_found_with_when_it_started() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         let pid = child.id() as i32;
-        let (parent, started) = parent_and_start(pid).unwrap();
-        assert_eq!(parent, std::process::id());
+        let started = procfs::stat(pid).unwrap().started;
         assert!(started > 0);
         assert!(children_of(std::process::id()).contains(&(pid, started)));
         child.kill().unwrap();
         child.wait().unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -136,6 +136,8 @@ mod tests {
             state,
             cpu_ticks,
             processor,
+            parent: 1,
+            started: 0,
         };
         // A launcher (2 ticks) and a progress thread (0) beside two ranks, one asleep now.
         let threads = [

@@ -1,15 +1,19 @@
 //! What `/proc/PID/stat` says of a process or thread: its state letter, the CPU time it has
-//! used and the processor it last ran on.
+//! used, the processor it last ran on, its parent and when it started.
 
 use crate::{CgroupError, Pid, Result};
 use std::path::PathBuf;
 
-/// State letter, user + system CPU time in clock ticks, and the processor last run on.
+/// State letter, user + system CPU time in clock ticks, the processor last run on, the
+/// parent, and the start time (clock ticks since boot: with the pid, it names one process
+/// for good).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stat {
     pub state: char,
     pub cpu_ticks: u64,
     pub processor: usize,
+    pub parent: Pid,
+    pub started: u64,
 }
 
 /// Reads `/proc/PID/stat`: the whole process (CPU time of all its threads). The command
@@ -105,15 +109,20 @@ pub fn tasks(pid: Pid) -> Vec<Pid> {
 fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state is field 3 of the line, utime 14, stime 15, processor 39.
+    // After the name: state is field 3 of the line, parent 4, utime 14, stime 15, start
+    // time 22, processor 39.
     let state = fields.first()?.chars().next()?;
+    let parent = fields.get(1)?.parse().ok()?;
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
+    let started = fields.get(19)?.parse().ok()?;
     let processor = fields.get(36)?.parse().ok()?;
     Some(Stat {
         state,
         cpu_ticks: utime + stime,
         processor,
+        parent,
+        started,
     })
 }
 
@@ -131,6 +140,8 @@ mod tests {
                 state: 'R',
                 cpu_ticks: 60,
                 processor: 1,
+                parent: 1,
+                started: 1000,
             })
         );
         assert_eq!(parse_stat("garbage"), None);
