@@ -13,7 +13,8 @@ use std::process::{Child, Command};
 fn measure(quantum_ms: i64, slots: usize, realtime: bool) -> String {
     let handle = std::thread::spawn(move || {
         if realtime {
-            clock::make_realtime(clock::CLOCK_PRIORITY).expect("SCHED_FIFO (run as root)");
+            cosched_os::realtime::make_realtime(cosched_os::realtime::CLOCK_PRIORITY)
+                .expect("SCHED_FIFO (run as root)");
         }
         let quantum = quantum_ms * 1000;
         let rotation = Rotation::new(now_micros() / quantum * quantum, quantum);

@@ -28,31 +28,6 @@ pub fn sleep_until(deadline: Micros) {
     }
 }
 
-/// The slot clock's real-time priority.
-pub const CLOCK_PRIORITY: i32 = 50;
-/// The orders' thread's, below the clock's: the two share locks (a channel's), and one of
-/// them held by a thread that busy jobs preempt kept the clock waiting for milliseconds.
-pub const ORDERS_PRIORITY: i32 = 40;
-
-/// Puts the calling thread at SCHED_FIFO `priority`. Without it a thaw can return 30 ms to a
-/// second late with the CPUs busy (notes): the caller should say so when this fails.
-/// With SCHED_RESET_ON_FORK: a process started from this thread must not inherit real-time
-/// priority (a spinning job would own a CPU, and the v1 cpu controller refuses real-time
-/// tasks into a group with no real-time budget: EINVAL on `cgroup.procs`).
-pub fn make_realtime(priority: i32) -> std::io::Result<()> {
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: `param` is valid; 0 means the calling thread.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) }
-        == 0
-    {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 /// One tick of the clock: which slot begins, when it was due, and when the thread woke.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tick {

@@ -321,7 +321,8 @@ impl<A: Actuator> NodeAgent<A> {
     /// close itself). Returns the actuator and what the stop gave.
     pub fn run(mut self, source: impl PlanSource + Send + 'static) -> (A, Result<(), String>) {
         if self.settings.realtime {
-            let realtime = clock::make_realtime(clock::CLOCK_PRIORITY);
+            let realtime =
+                cosched_os::realtime::make_realtime(cosched_os::realtime::CLOCK_PRIORITY);
             if let Err(error) = &realtime {
                 LOG.warn(format_args!(
                     "no real-time priority for the clock thread ({error}): switches may be late by milliseconds"

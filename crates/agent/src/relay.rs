@@ -14,10 +14,10 @@
 //! (a cancel, a finish) finds its supervisor started, or, a gang job's that waits for its
 //! slot (`NodeAgent::start_due`), not started.
 
-use crate::clock::{self, ORDERS_PRIORITY};
 use crate::job_group;
 use cosched_cgroups::GroupMaker;
 use cosched_core::Micros;
+use cosched_os::realtime::{make_realtime, ORDERS_PRIORITY};
 use cosched_os::{now_micros, Log};
 use cosched_proto::{receive_by, Command, PlanSource, Received};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
@@ -75,7 +75,7 @@ pub fn relay(
         .spawn(move || {
             // Processes and threads started here do not inherit it (SCHED_RESET_ON_FORK).
             if realtime {
-                if let Err(error) = clock::make_realtime(ORDERS_PRIORITY) {
+                if let Err(error) = make_realtime(ORDERS_PRIORITY) {
                     Log::new("agent").warn(format_args!(
                         "no real-time priority for the orders' thread ({error})"
                     ));

@@ -600,7 +600,8 @@ fn two_gangs_never_run_at_the_same_moment_and_both_finish() {
             outcome: Ok(()),
         };
         std::thread::spawn(move || {
-            let realtime = clock::make_realtime(clock::CLOCK_PRIORITY);
+            let realtime =
+                cosched_os::realtime::make_realtime(cosched_os::realtime::CLOCK_PRIORITY);
             clock::drive(rotation, 1_000, &mut gangs);
             (
                 realtime,

@@ -8,9 +8,10 @@
 //! few microseconds every 2 ms.
 
 use anyhow::{bail, Context, Result};
-use cosched_agent::clock::{make_realtime, sleep_until};
+use cosched_agent::clock::sleep_until;
 use cosched_cgroups::affinity::mask_of;
 use cosched_core::{Micros, Partition};
+use cosched_os::realtime::make_realtime;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;

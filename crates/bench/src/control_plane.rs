@@ -5,7 +5,8 @@
 //! `sleep S`: the agent of a job's first node reports it ended S seconds after its start.
 //!
 //! - Fan-out: for each generation, from the controller's stamp (`published_us`) to the last
-//!   node taking it (every node is sent its part of every generation).
+//!   node taking it or a later one (every node is sent every generation's header; an agent
+//!   behind takes the newest of those queued).
 //! - etcd: writes (raft proposals committed), puts, deletes, transactions, reads and client
 //!   bytes per second, from etcd's own `/metrics`; its CPU and memory.
 //! - The controller: CPU (a share of one CPU) and resident memory, from `/proc`.
@@ -34,7 +35,7 @@ use cosched_proto::{
     Command, Ending, Event, EventSink, ExitInfo, Mode, NodeInfo, PlanSource, Received, Summary,
 };
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -255,6 +256,8 @@ struct Phase {
     first_node_us: Summary,
     /// From the stamp to each node taking it (µs).
     delivery_us: Summary,
+    /// Each generation, in the order stamped: where the tail comes from.
+    each: Vec<Spread>,
     etcd: EtcdRates,
     controller: ProcessLoad,
     etcd_process: ProcessLoad,
@@ -709,6 +712,7 @@ fn phase(
         fan_out_us: summary(&taken.fan_out),
         first_node_us: summary(&taken.first_node),
         delivery_us: summary(&taken.delivery),
+        each: taken.each,
         etcd: EtcdRates {
             writes_per_s: writes,
             writes_per_node_per_s: writes / nodes as f64,
@@ -855,6 +859,7 @@ impl Fleet {
             events,
             ends: BTreeSet::new(),
             arrivals: Arc::clone(&self.arrivals),
+            node: i,
             health: Arc::clone(&self.health),
         };
         let clock = std::thread::Builder::new()
@@ -884,6 +889,8 @@ struct Simulated {
     events: Arc<EtcdSink>,
     ends: BTreeSet<(Micros, JobId)>,
     arrivals: Arc<Arrivals>,
+    /// This node's number, for `arrivals`.
+    node: usize,
     health: Arc<Health>,
 }
 
@@ -910,6 +917,7 @@ impl PlanSource for Simulated {
                 Received::Order(mut order) => {
                     match &mut order.command {
                         Command::Publish { generation } => self.arrivals.note(
+                            self.node,
                             generation.number,
                             generation.published_us,
                             now_micros(),
@@ -947,32 +955,54 @@ fn sleep_seconds(argv: &[String]) -> Option<i64> {
     }
 }
 
-/// When each node took each generation: (number, stamp) to the moments it arrived.
+/// A generation a node took: its number, its stamp, and the moment.
+type Took = (u64, Micros, Micros);
+
+/// Which generation each node took when: node by node, in the order taken.
 #[derive(Default)]
-struct Arrivals(Mutex<BTreeMap<(u64, Micros), Vec<Micros>>>);
+struct Arrivals(Mutex<HashMap<usize, Vec<Took>>>);
 
 impl Arrivals {
-    fn note(&self, number: u64, published_us: Micros, now: Micros) {
-        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        seen.entry((number, published_us)).or_default().push(now);
+    fn note(&self, node: usize, number: u64, published_us: Micros, now: Micros) {
+        let mut taken = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        taken
+            .entry(node)
+            .or_default()
+            .push((number, published_us, now));
     }
 
-    /// The generations stamped between `from` and `to` that all `nodes` took.
+    /// The generations stamped between `from` and `to` that all `nodes` took, each node's
+    /// moment the one it took that generation or a later one: an agent behind takes the
+    /// newest of the headers queued, not those before it.
     fn between(&self, from: Micros, to: Micros, nodes: usize) -> Taken {
-        let seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let taken_by = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let stamped: BTreeSet<(u64, Micros)> = taken_by
+            .values()
+            .flatten()
+            .filter(|(_, stamp, _)| (from..=to).contains(stamp))
+            .map(|&(number, stamp, _)| (number, stamp))
+            .collect();
         let mut taken = Taken::default();
-        for (&(_, stamp), arrived) in seen.range((0, 0)..) {
-            if stamp < from || stamp > to || arrived.len() < nodes {
+        for (number, stamp) in stamped {
+            let mut took: Vec<u64> = taken_by
+                .values()
+                .filter_map(|history| history.iter().find(|&&(n, _, _)| n >= number))
+                .map(|&(_, _, at)| (at - stamp).max(0) as u64)
+                .collect();
+            if took.len() < nodes {
                 continue;
             }
-            let took: Vec<u64> = arrived
-                .iter()
-                .map(|at| (at - stamp).max(0) as u64)
-                .collect();
-            taken.fan_out.push(took.iter().copied().max().unwrap_or(0));
-            taken
-                .first_node
-                .push(took.iter().copied().min().unwrap_or(0));
+            took.sort_unstable();
+            let (first, last) = (took[0], took[took.len() - 1]);
+            taken.fan_out.push(last);
+            taken.first_node.push(first);
+            taken.each.push(Spread {
+                number,
+                at_s: (stamp - from) as f64 / 1e6,
+                first_ms: first as f64 / 1e3,
+                median_ms: took[took.len() / 2] as f64 / 1e3,
+                last_ms: last as f64 / 1e3,
+            });
             taken.delivery.extend(took);
         }
         taken
@@ -985,6 +1015,18 @@ struct Taken {
     fan_out: Vec<u64>,
     first_node: Vec<u64>,
     delivery: Vec<u64>,
+    each: Vec<Spread>,
+}
+
+/// One generation's delivery: stamped `at_s` into the phase, then taken by the first node,
+/// half of them and the last so many ms later.
+#[derive(Serialize)]
+struct Spread {
+    number: u64,
+    at_s: f64,
+    first_ms: f64,
+    median_ms: f64,
+    last_ms: f64,
 }
 
 /// etcd's counters by name (labels summed), from its `/metrics`.

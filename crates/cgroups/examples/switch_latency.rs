@@ -114,11 +114,7 @@ fn main() {
     } else {
         vec![1, 4, 16, 64, 256]
     };
-    let param = libc::sched_param { sched_priority: 50 };
-    // SAFETY: valid param; 0 is this thread.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) }
-        != 0
-    {
+    if cosched_os::realtime::make_realtime(cosched_os::realtime::CLOCK_PRIORITY).is_err() {
         eprintln!("switch_latency: cannot get SCHED_FIFO (run as root)");
         std::process::exit(1);
     }

@@ -192,3 +192,18 @@ fn decode<T: serde::de::DeserializeOwned>(key: &str, value: &[u8]) -> Result<T, 
 fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).expect("wire types serialize")
 }
+
+/// A generation numbered `number` with `slices` empty slices, for the tests.
+#[cfg(test)]
+fn test_generation(number: u64, slices: usize) -> cosched_proto::Generation {
+    cosched_proto::Generation {
+        protocol: cosched_proto::PROTOCOL_VERSION,
+        number,
+        published_us: 0,
+        epoch_us: 0,
+        quantum_us: 100_000,
+        first_slot: 0,
+        first_slice: 0,
+        slices: vec![Default::default(); slices],
+    }
+}

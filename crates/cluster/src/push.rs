@@ -17,6 +17,7 @@
 //! that binds the leader's port cannot feed an agent anything (no key either); a frame
 //! replayed from another connection or out of order fails its tag.
 
+use cosched_os::realtime::{make_realtime, PUSH_PRIORITY};
 use cosched_proto::{Command, Generation, Histogram};
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
@@ -25,7 +26,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -187,10 +188,24 @@ fn keep_probing(stream: &TcpStream) {
 }
 
 /// The leader's side: a listener, the agents connected (one connection per node), and the
-/// last header, sent to each agent as it connects.
+/// last header, sent to each agent as it connects. Frames are written by a thread of their
+/// own at real-time priority when it can have it ([`PUSH_PRIORITY`]): at ordinary priority
+/// each write woke an agent's thread that took the processor from the writer, so on a busy
+/// node (jobs, or the bench's 1,000 agents on 2 CPUs) the last agent got its header only
+/// after every other had run.
 pub struct Pusher {
     offer: PushOffer,
     shared: Arc<Shared>,
+    /// To the writer, in the order etcd committed them.
+    outgoing: Mutex<Sender<Outgoing>>,
+}
+
+/// A frame's payload for the writer.
+enum Outgoing {
+    /// For one node's agent.
+    Order { node: String, payload: Vec<u8> },
+    /// For every agent, and each that connects later.
+    Header(Vec<u8>),
 }
 
 struct Shared {
@@ -260,7 +275,13 @@ impl Pusher {
         std::thread::Builder::new()
             .name("cosched-push".into())
             .spawn(move || accept(&listener, &waiting))?;
+        let (outgoing, writes) = channel();
+        let writer = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("cosched-push-out".into())
+            .spawn(move || write(&writer, &writes))?;
         Ok(Pusher {
+            outgoing: Mutex::new(outgoing),
             offer: PushOffer {
                 address,
                 key: secret.iter().map(|b| format!("{b:02x}")).collect(),
@@ -280,35 +301,28 @@ impl Pusher {
             command,
             revision,
         });
-        let mut peers = self.shared.peers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(peer) = peers.by_node.get_mut(node) {
-            if !peer.send(&self.shared.key, &payload) {
-                drop_peer(&mut peers, node);
-            }
-        }
+        self.hand(Outgoing::Order {
+            node: node.to_string(),
+            payload,
+        });
     }
 
     /// The header of a generation, committed at `revision`: to every agent connected, and to
     /// each that connects later.
     pub fn header(&self, generation: Generation, revision: i64) {
-        let payload = crate::encode(&Pushed::Header {
+        self.hand(Outgoing::Header(crate::encode(&Pushed::Header {
             generation,
             revision,
-        });
-        let mut peers = self.shared.peers.lock().unwrap_or_else(|p| p.into_inner());
-        let began = Instant::now();
-        let key = &self.shared.key;
-        let stuck: Vec<String> = peers
-            .by_node
-            .iter_mut()
-            .filter_map(|(node, peer)| (!peer.send(key, &payload)).then(|| node.clone()))
-            .collect();
-        for node in stuck {
-            drop_peer(&mut peers, &node);
-        }
-        peers.header = Some(payload);
-        let took = began.elapsed().as_micros() as u64;
-        peers.header_writes.record(took);
+        })));
+    }
+
+    fn hand(&self, frame: Outgoing) {
+        // The writer ends only with the process.
+        let _ = self
+            .outgoing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(frame);
     }
 
     /// How many agents are connected.
@@ -321,6 +335,46 @@ impl Pusher {
         PushStats {
             agents: peers.by_node.len(),
             header_writes: peers.header_writes.clone(),
+        }
+    }
+}
+
+/// The writer: each frame to its agents, in the order handed; those handed together under
+/// one hold of the peers' lock.
+fn write(shared: &Shared, writes: &Receiver<Outgoing>) {
+    if let Err(error) = make_realtime(PUSH_PRIORITY) {
+        LOG.warn(format_args!(
+            "no real-time priority for the push writer ({error}): on a busy node the last agent may get a header milliseconds after the first"
+        ));
+    }
+    while let Ok(first) = writes.recv() {
+        let mut peers = shared.peers.lock().unwrap_or_else(|p| p.into_inner());
+        for frame in std::iter::once(first).chain(writes.try_iter()) {
+            match frame {
+                Outgoing::Order { node, payload } => {
+                    if let Some(peer) = peers.by_node.get_mut(&node) {
+                        if !peer.send(&shared.key, &payload) {
+                            drop_peer(&mut peers, &node);
+                        }
+                    }
+                }
+                Outgoing::Header(payload) => {
+                    let began = Instant::now();
+                    let stuck: Vec<String> = peers
+                        .by_node
+                        .iter_mut()
+                        .filter_map(|(node, peer)| {
+                            (!peer.send(&shared.key, &payload)).then(|| node.clone())
+                        })
+                        .collect();
+                    for node in stuck {
+                        drop_peer(&mut peers, &node);
+                    }
+                    peers.header = Some(payload);
+                    let took = began.elapsed().as_micros() as u64;
+                    peers.header_writes.record(took);
+                }
+            }
         }
     }
 }
@@ -489,16 +543,7 @@ mod tests {
     use super::*;
 
     fn header(number: u64) -> Generation {
-        Generation {
-            protocol: cosched_proto::PROTOCOL_VERSION,
-            number,
-            published_us: 0,
-            epoch_us: 0,
-            quantum_us: 100_000,
-            first_slot: 0,
-            first_slice: 0,
-            slices: Vec::new(),
-        }
+        crate::test_generation(number, 0)
     }
 
     fn connected(pusher: &Pusher, node: &str) -> PushLink {

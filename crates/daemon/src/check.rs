@@ -96,7 +96,7 @@ fn slice_feature() -> Feature {
 }
 
 fn realtime_thread() -> Result<(), String> {
-    std::thread::spawn(|| cosched_agent::clock::make_realtime(cosched_agent::clock::CLOCK_PRIORITY))
+    std::thread::spawn(|| cosched_os::realtime::make_realtime(cosched_os::realtime::CLOCK_PRIORITY))
         .join()
         .map_err(|_| "the probe thread panicked".to_string())?
         .map_err(|e| e.to_string())
