@@ -927,17 +927,19 @@ mod tests {
         line.trim().parse().unwrap()
     }
 
-    /// A source whose etcd last answered at `last_ok`, its node's generation key `/g`, and
-    /// its channel.
+    /// A source whose etcd last answered at `last_ok`, its node's generation key `/g`, woken
+    /// by the lease thread's looks as `Membership::orders` has it, and its channel.
     fn source(last_ok: Micros, deadline: Micros) -> (EtcdSource, Sender<Incoming>) {
         // Never reached: the source writes to etcd only to delete an order carried out.
         let client = Client::new(&["http://127.0.0.1:9".into()], Duration::from_secs(1), None);
         let outbox = Outbox::start(Arc::new(client.unwrap()), "test").unwrap();
         let (incoming, receive) = channel();
+        let health = Health::answered_at(last_ok);
+        *health.looked.lock().unwrap() = Some((incoming.clone(), deadline));
         let source = EtcdSource {
             incoming: receive,
             outbox: Arc::new(outbox),
-            health: Arc::new(Health::answered_at(last_ok)),
+            health: Arc::new(health),
             deadline,
             adrift: false,
             carried_out: None,
@@ -1000,9 +1002,8 @@ mod tests {
     #[test]
     fn a_source_in_touch_is_not_woken_by_each_look() {
         let deadline = 60_000_000;
-        let (mut source, incoming) = source(now_micros(), deadline);
+        let (mut source, _incoming) = source(now_micros(), deadline);
         let health = Arc::clone(&source.health);
-        *health.looked.lock().unwrap() = Some((incoming, deadline));
         let looking = std::thread::spawn(move || {
             for _ in 0..50 {
                 std::thread::sleep(Duration::from_millis(10));
@@ -1024,9 +1025,8 @@ mod tests {
     #[test]
     fn a_source_adrift_sleeps_until_etcd_answers_again() {
         let deadline = 1_000_000;
-        let (mut source, incoming) = source(now_micros() - 2 * deadline, deadline);
+        let (mut source, _incoming) = source(now_micros() - 2 * deadline, deadline);
         let health = Arc::clone(&source.health);
-        *health.looked.lock().unwrap() = Some((incoming, deadline));
         assert!(matches!(
             source.next_order(now_micros() + deadline),
             Received::Adrift

@@ -197,7 +197,7 @@ pub struct Pusher {
     offer: PushOffer,
     shared: Arc<Shared>,
     /// To the writer, in the order etcd committed them.
-    outgoing: Mutex<Sender<Outgoing>>,
+    outgoing: Sender<Outgoing>,
 }
 
 /// A frame's payload for the writer.
@@ -281,7 +281,7 @@ impl Pusher {
             .name("cosched-push-out".into())
             .spawn(move || write(&writer, &writes))?;
         Ok(Pusher {
-            outgoing: Mutex::new(outgoing),
+            outgoing,
             offer: PushOffer {
                 address,
                 key: secret.iter().map(|b| format!("{b:02x}")).collect(),
@@ -317,12 +317,8 @@ impl Pusher {
     }
 
     fn hand(&self, frame: Outgoing) {
-        // The writer ends only with the process.
-        let _ = self
-            .outgoing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(frame);
+        // The writer ends only once this pusher is dropped.
+        let _ = self.outgoing.send(frame);
     }
 
     /// How many agents are connected.
