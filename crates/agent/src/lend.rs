@@ -466,11 +466,18 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = sleeper.id() as Pid;
-        // It is runnable until it reaches its sleep.
+        // Off the CPU once is not enough: a page fault while `sleep` loads shows as `D` for a
+        // moment, and it runs again after. Inside its sleep call, it stays off.
+        let in_its_sleep = || {
+            let call = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+            let number = call.split(' ').next().and_then(|n| n.parse::<i64>().ok());
+            number.is_some_and(|n| n == libc::SYS_clock_nanosleep || n == libc::SYS_nanosleep)
+        };
         let start = Instant::now();
-        while !asleep_by(&[pid], forever) && start.elapsed() < Duration::from_secs(10) {
+        while !in_its_sleep() && start.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(5));
         }
+        assert!(in_its_sleep(), "the sleeper reached its sleep");
         assert!(asleep_by(&[pid], forever));
         assert!(
             !asleep_by(&[pid], now_micros()),
