@@ -9,12 +9,13 @@ use crate::push::{PushLink, Pushed};
 use crate::{decode, encode, ClusterError, Keys, LeaderInfo, Outbox, PushOffer};
 use cosched_core::Micros;
 use cosched_etcd::{Client, EtcdError, WatchStopper};
+use cosched_os::doorbell::Doorbell;
 use cosched_os::now_micros;
 use cosched_proto::{Command, Event, EventSink, Generation, NodeInfo, Order, PlanSource, Received};
 use std::collections::HashMap;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -43,7 +44,7 @@ struct Health {
     /// without polling (1,000 adrift agents polling every 20 ms took the bench's CPU from the
     /// etcd they waited for). A source not adrift is left asleep: waking each at every look
     /// was 400 wakeups a second on the bench at 1,000 nodes, for nothing.
-    looked: Mutex<Option<(Sender<Incoming>, Micros)>>,
+    looked: Mutex<Option<(Inbox, Micros)>>,
 }
 
 #[derive(Default)]
@@ -125,7 +126,7 @@ impl Health {
         let before = self.last_ok.swap(now, Ordering::Relaxed);
         if let Some((source, deadline)) = &*self.looked.lock().unwrap_or_else(|p| p.into_inner()) {
             if now - before > *deadline {
-                let _ = source.send(Incoming::Looked);
+                source.send(Incoming::Looked);
             }
         }
     }
@@ -309,7 +310,13 @@ impl Membership {
     /// The orders for this node, followed from etcd. `deadline`: how long the control plane
     /// may be lost before the agent lets its jobs loose. Also returns what ends the source.
     pub fn orders(&self, deadline: Micros) -> Result<(EtcdSource, Closer), ClusterError> {
-        let (incoming, receive) = channel();
+        let (sender, receive) = channel();
+        let doorbell = Doorbell::new()
+            .map_err(|e| ClusterError::Invalid(format!("making the orders' doorbell: {e}")))?;
+        let incoming = Inbox {
+            sender,
+            doorbell: Some(Arc::new(doorbell)),
+        };
         let closer = Closer(incoming.clone());
         *self.health.looked.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((incoming.clone(), deadline));
@@ -317,8 +324,10 @@ impl Membership {
         let generation_key = self.keys.generation(&self.info.node);
         let (health, outbox) = (Arc::clone(&self.health), Arc::clone(&self.outbox));
         let handed = Arc::new(Mutex::new(Handed::default()));
-        let (headers, pushes, pushed_handed) =
-            (incoming.clone(), incoming.clone(), Arc::clone(&handed));
+        let (headers, pushes) = (incoming.clone(), incoming.clone());
+        let (source_handed, pushed_handed) = (Arc::clone(&handed), Arc::clone(&handed));
+        let own = incoming.quiet();
+        let doorbell = incoming.doorbell.clone().expect("made above");
         let spawn = |name: &str, run: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name.into())
@@ -355,6 +364,10 @@ impl Membership {
         Ok((
             EtcdSource {
                 incoming: receive,
+                own,
+                doorbell,
+                handed: source_handed,
+                linked: None,
                 outbox: Arc::clone(&self.outbox),
                 health: Arc::clone(&self.health),
                 deadline,
@@ -455,16 +468,62 @@ enum Incoming {
     Header(Generation, i64),
     /// etcd answered a look: the source sees whether it is back.
     Looked,
+    /// The leader's push, connected and caught up: the source reads it from now on.
+    Link(Box<Linked>),
     Close,
+}
+
+/// The source's inputs from the other threads: a channel, and the source's doorbell rung
+/// after each send, since the source waits on the push's connection and the channel at once.
+#[derive(Clone)]
+struct Inbox {
+    sender: Sender<Incoming>,
+    /// None for the source's own sends: it looks at the channel again before it waits.
+    doorbell: Option<Arc<Doorbell>>,
+}
+
+impl Inbox {
+    /// False when the source is gone.
+    fn send(&self, incoming: Incoming) -> bool {
+        let sent = self.sender.send(incoming).is_ok();
+        if let (true, Some(doorbell)) = (sent, &self.doorbell) {
+            doorbell.ring();
+        }
+        sent
+    }
+
+    /// The same channel, without the ring.
+    fn quiet(&self) -> Inbox {
+        Inbox {
+            sender: self.sender.clone(),
+            doorbell: None,
+        }
+    }
+}
+
+/// The push's connection, held by the source: it reads the frames itself when they come, on
+/// the thread that asks it for orders. A reader thread of its own was one more wakeup per
+/// frame, which at 1,000 agents on the bench's 2 CPUs was a third of their work per header.
+struct Linked {
+    link: PushLink,
+    frames: u64,
+    /// The push thread waits on this to connect again (it hears of a source gone too).
+    ended: Sender<LinkEnded>,
+}
+
+/// How a link ended: it carried `frames` before `error`.
+struct LinkEnded {
+    frames: u64,
+    error: crate::PushError,
 }
 
 /// Ends an [`EtcdSource`] from another thread (a stop signal).
 #[derive(Clone)]
-pub struct Closer(Sender<Incoming>);
+pub struct Closer(Inbox);
 
 impl Closer {
     pub fn close(&self) {
-        let _ = self.0.send(Incoming::Close);
+        self.0.send(Incoming::Close);
     }
 }
 
@@ -484,13 +543,7 @@ impl Handed {
     /// Hands the write of `key` at `revision` on unless it was already; false when the
     /// source is gone. Noted and sent under one lock, so that writes keep their order
     /// whichever thread brings them first.
-    fn hand(
-        &mut self,
-        incoming: &Sender<Incoming>,
-        key: String,
-        command: Command,
-        revision: i64,
-    ) -> bool {
+    fn hand(&mut self, incoming: &Inbox, key: String, command: Command, revision: i64) -> bool {
         if self
             .keys
             .get(&key)
@@ -499,13 +552,11 @@ impl Handed {
             return true;
         }
         self.keys.insert(key.clone(), (revision, None));
-        incoming
-            .send(Incoming::Order {
-                key,
-                command,
-                revision,
-            })
-            .is_ok()
+        incoming.send(Incoming::Order {
+            key,
+            command,
+            revision,
+        })
     }
 
     fn deleted(&mut self, key: &str, now: Micros) {
@@ -524,7 +575,7 @@ impl Handed {
 fn follow_orders(
     client: &Client,
     prefix: &str,
-    incoming: &Sender<Incoming>,
+    incoming: &Inbox,
     health: &Health,
     outbox: &Outbox,
     handed: &Mutex<Handed>,
@@ -558,7 +609,7 @@ fn follow_orders(
 /// Hands each generation header written on to the source, from etcd while the leader's push
 /// is not connected (with it, the header comes pushed and etcd's watch rests: at 1,000
 /// nodes, etcd's delivery of each header to 1,000 watchers was most of the fan-out).
-fn follow_headers(client: &Client, key: &str, incoming: &Sender<Incoming>, health: &Health) {
+fn follow_headers(client: &Client, key: &str, incoming: &Inbox, health: &Health) {
     loop {
         if health.wait_push(|push| push.live.is_none()).is_none() {
             return;
@@ -575,9 +626,7 @@ fn follow_headers(client: &Client, key: &str, incoming: &Sender<Incoming>, healt
                 };
                 match decode::<Generation>(&kv.key, &kv.value) {
                     Ok(header) => {
-                        open = incoming
-                            .send(Incoming::Header(header, kv.mod_revision))
-                            .is_ok();
+                        open = incoming.send(Incoming::Header(header, kv.mod_revision));
                         open
                     }
                     Err(error) => {
@@ -617,7 +666,7 @@ struct Etcd<'a> {
 impl Etcd<'_> {
     /// Hands on what the node's queue and the header hold now (each write once, in the order
     /// written): what was committed before the push joined is not pushed.
-    fn catch_up(&self, incoming: &Sender<Incoming>, handed: &Mutex<Handed>) -> bool {
+    fn catch_up(&self, incoming: &Inbox, handed: &Mutex<Handed>) -> bool {
         let prefix = self.keys.orders(self.node);
         let Ok((mut queued, _)) = self.client.get_prefix(&prefix) else {
             return false;
@@ -634,9 +683,7 @@ impl Etcd<'_> {
         let key = self.keys.generation_header();
         match self.client.get(&key) {
             Ok(Some(kv)) => match decode::<Generation>(&key, &kv.value) {
-                Ok(header) => incoming
-                    .send(Incoming::Header(header, kv.mod_revision))
-                    .is_ok(),
+                Ok(header) => incoming.send(Incoming::Header(header, kv.mod_revision)),
                 Err(_) => true,
             },
             Ok(None) => true,
@@ -645,17 +692,12 @@ impl Etcd<'_> {
     }
 }
 
-/// Keeps a connection to the leader's push while its key offers one, and hands what comes on
-/// to the source: orders once (with `handed`), headers as they come. Once the leader says the
-/// connection joined, what etcd holds is handed on first: the push carries only what was
+/// Keeps a connection to the leader's push while its key offers one, and hands it to the
+/// source, which reads it (orders once, with `handed`; headers as they come) until it ends.
+/// Once the leader says the connection joined, what etcd holds is handed on first: the push carries only what was
 /// committed after that, and an order pushed ahead of an earlier one the agent never had (a
 /// start, then its cancel) would be carried out in the wrong order.
-fn take_pushes(
-    etcd: &Etcd<'_>,
-    incoming: &Sender<Incoming>,
-    health: &Health,
-    handed: &Mutex<Handed>,
-) {
+fn take_pushes(etcd: &Etcd<'_>, incoming: &Inbox, health: &Health, handed: &Mutex<Handed>) {
     let node = etcd.node;
     let mut retry = Backoff::new(PUSH_RETRY, PUSH_RETRY_MAX);
     let mut told: Option<String> = None;
@@ -673,7 +715,7 @@ fn take_pushes(
             })?;
             Ok((link, handle))
         });
-        let (mut link, handle) = match linked {
+        let (link, handle) = match linked {
             Ok(linked) => linked,
             Err(error) => {
                 say_once(&mut told, &error);
@@ -704,34 +746,20 @@ fn take_pushes(
         {
             stopper.stop();
         }
-        let mut frames = 0u64;
-        let ended = loop {
-            let sent = match link.receive() {
-                Ok(Pushed::Order {
-                    key,
-                    command,
-                    revision,
-                }) => handed
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .hand(incoming, key, command, revision),
-                Ok(Pushed::Header {
-                    generation,
-                    revision,
-                }) => incoming
-                    .send(Incoming::Header(generation, revision))
-                    .is_ok(),
-                Ok(Pushed::Joined) => true,
-                Err(error) => break Some(error),
-            };
-            if !sent {
-                break None;
-            }
-            frames += 1;
+        let (ended, link_ended) = channel();
+        let linked = Linked {
+            link,
+            frames: 0,
+            ended,
+        };
+        // Until the link ends, or the source is gone.
+        let outcome = match incoming.send(Incoming::Link(Box::new(linked))) {
+            true => link_ended.recv().ok(),
+            false => None,
         };
         health.push().live = None;
         health.push_changed.notify_all();
-        let Some(error) = ended else {
+        let Some(LinkEnded { frames, error }) = outcome else {
             return;
         };
         if health.leaving() {
@@ -753,6 +781,13 @@ fn take_pushes(
 /// generation key stays.
 pub struct EtcdSource {
     incoming: Receiver<Incoming>,
+    /// The same channel, for the writes the source reads from the push itself.
+    own: Inbox,
+    /// Rung by the other threads after each send.
+    doorbell: Arc<Doorbell>,
+    handed: Arc<Mutex<Handed>>,
+    /// The push's connection, while there is one.
+    linked: Option<Linked>,
     outbox: Arc<Outbox>,
     health: Arc<Health>,
     deadline: Micros,
@@ -813,9 +848,7 @@ impl PlanSource for EtcdSource {
             };
             let next = match self.ahead.take() {
                 Some(incoming) => Ok(incoming),
-                None => self
-                    .incoming
-                    .recv_timeout(Duration::from_micros(wait as u64)),
+                None => self.receive(wait),
             };
             match next {
                 Ok(Incoming::Order {
@@ -852,6 +885,7 @@ impl PlanSource for EtcdSource {
                 Ok(Incoming::Close) | Err(RecvTimeoutError::Disconnected) => {
                     return Received::Closed
                 }
+                Ok(Incoming::Link(linked)) => self.linked = Some(*linked),
                 Ok(Incoming::Looked) => {}
                 Err(RecvTimeoutError::Timeout) => {}
             }
@@ -860,6 +894,72 @@ impl PlanSource for EtcdSource {
 }
 
 impl EtcdSource {
+    /// The next input within `wait` µs: from the channel, or from the push's connection when
+    /// frames come (passed through the channel, behind what other threads brought first).
+    fn receive(&mut self, wait: Micros) -> Result<Incoming, RecvTimeoutError> {
+        let until = now_micros() + wait;
+        loop {
+            match self.incoming.try_recv() {
+                Ok(incoming) => return Ok(incoming),
+                Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                Err(TryRecvError::Empty) => {}
+            }
+            let left = until - now_micros();
+            if left <= 0 {
+                return Err(RecvTimeoutError::Timeout);
+            }
+            let left = Duration::from_micros(left as u64);
+            let link = self.linked.as_ref().map(|linked| linked.link.descriptor());
+            match self.doorbell.wait(link, left) {
+                Ok(ready) if ready.other => self.read_push(),
+                Ok(_) => {}
+                // Not seen (ppoll fails only on bad arguments or no memory): the channel alone
+                // for this wait, rather than a loop.
+                Err(error) => {
+                    LOG.warn(format_args!("waiting for orders: {error}"));
+                    return self.incoming.recv_timeout(left);
+                }
+            }
+        }
+    }
+
+    /// Passes on what the push's connection brought; a link that ends goes back to the push's
+    /// thread, which connects again.
+    fn read_push(&mut self) {
+        let Some(linked) = self.linked.as_mut() else {
+            return;
+        };
+        let error = match linked.link.receive_ready() {
+            Ok(writes) => {
+                for pushed in writes {
+                    linked.frames += 1;
+                    match pushed {
+                        Pushed::Order {
+                            key,
+                            command,
+                            revision,
+                        } => {
+                            let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+                            handed.hand(&self.own, key, command, revision);
+                        }
+                        Pushed::Header {
+                            generation,
+                            revision,
+                        } => {
+                            self.own.send(Incoming::Header(generation, revision));
+                        }
+                        Pushed::Joined => {}
+                    }
+                }
+                return;
+            }
+            Err(error) => error,
+        };
+        if let Some(Linked { frames, ended, .. }) = self.linked.take() {
+            let _ = ended.send(LinkEnded { frames, error });
+        }
+    }
+
     /// The newest of the headers queued one behind the other from `header` on: an agent
     /// behind (a burst of generations, or on the bench 1,000 agents sharing 2 CPUs, where
     /// two generations a few milliseconds apart each went through every agent in turn) takes
@@ -929,15 +1029,24 @@ mod tests {
 
     /// A source whose etcd last answered at `last_ok`, its node's generation key `/g`, woken
     /// by the lease thread's looks as `Membership::orders` has it, and its channel.
-    fn source(last_ok: Micros, deadline: Micros) -> (EtcdSource, Sender<Incoming>) {
+    fn source(last_ok: Micros, deadline: Micros) -> (EtcdSource, Inbox) {
         // Never reached: the source writes to etcd only to delete an order carried out.
         let client = Client::new(&["http://127.0.0.1:9".into()], Duration::from_secs(1), None);
         let outbox = Outbox::start(Arc::new(client.unwrap()), "test").unwrap();
-        let (incoming, receive) = channel();
+        let (sender, receive) = channel();
+        let doorbell = Arc::new(Doorbell::new().unwrap());
+        let incoming = Inbox {
+            sender,
+            doorbell: Some(Arc::clone(&doorbell)),
+        };
         let health = Health::answered_at(last_ok);
         *health.looked.lock().unwrap() = Some((incoming.clone(), deadline));
         let source = EtcdSource {
             incoming: receive,
+            own: incoming.quiet(),
+            doorbell,
+            handed: Arc::default(),
+            linked: None,
             outbox: Arc::new(outbox),
             health: Arc::new(health),
             deadline,
@@ -976,7 +1085,7 @@ mod tests {
         let part = Command::Publish {
             generation: generation(1),
         };
-        let send = |item| incoming.send(item).unwrap();
+        let send = |item| assert!(incoming.send(item));
         send(Incoming::Order {
             key: "/g".into(),
             command: part,
@@ -996,6 +1105,56 @@ mod tests {
             handed,
             ["generation 1", "generation 3", "cancel 7", "generation 5"]
         );
+    }
+
+    /// The source reads the push's connection itself, on the thread that asks it for orders
+    /// (no other thread reads it here): writes come in the order pushed, an order etcd's watch
+    /// brought first is not handed twice, and the link's end goes back to the push's thread
+    /// with what it carried.
+    #[test]
+    fn the_source_reads_the_push_itself_and_gives_the_link_back_when_it_ends() {
+        let (mut source, incoming) = source(now_micros(), 60_000_000);
+        let pusher = crate::Pusher::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let link = PushLink::connect(&pusher.offer(), "a").unwrap();
+        let began = Instant::now();
+        while pusher.connected() == 0 && began.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let cut = link.handle().unwrap();
+        let (ended, link_ended) = channel();
+        let frames = 0;
+        assert!(incoming.send(Incoming::Link(Box::new(Linked {
+            link,
+            frames,
+            ended
+        }))));
+        let cancel = |job| Command::Cancel { job };
+        let watched = source
+            .handed
+            .lock()
+            .unwrap()
+            .hand(&incoming, "/o/1".into(), cancel(1), 20);
+        assert!(watched);
+        pusher.order("a", "/o/1".into(), cancel(1), 20);
+        pusher.order("a", "/o/2".into(), cancel(2), 21);
+        let part = Command::Publish {
+            generation: generation(1),
+        };
+        pusher.order("a", "/g".into(), part, 22);
+        pusher.header(generation(2), 23);
+        let handed: Vec<String> = (0..4).map(|_| next(&mut source)).collect();
+        assert_eq!(
+            handed,
+            ["cancel 1", "cancel 2", "generation 1", "generation 2"]
+        );
+        cut.shutdown(std::net::Shutdown::Both).unwrap();
+        assert!(matches!(
+            source.next_order(now_micros() + 200_000),
+            Received::Timeout
+        ));
+        let end = link_ended.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(end.frames, 4, "three orders and a header");
+        assert!(source.linked.is_none());
     }
 
     /// A source in touch sleeps through the lease thread's looks at etcd.

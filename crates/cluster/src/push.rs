@@ -457,7 +457,13 @@ pub struct PushLink {
     key: hmac::Key,
     nonce: [u8; NONCE],
     sequence: u64,
+    /// What was read and is not yet a whole frame: one read takes what came (a frame is
+    /// one write of the leader's), not its length, payload and tag one by one.
+    pending: Vec<u8>,
 }
+
+/// What one read of the connection takes at most.
+const READ_CHUNK: usize = 16 * 1024;
 
 /// How long connecting and the greeting may take.
 const CONNECT_WITHIN: Duration = Duration::from_secs(1);
@@ -482,6 +488,7 @@ impl PushLink {
             key,
             nonce,
             sequence: 0,
+            pending: Vec::new(),
         };
         // Within the same bound: a server that holds the connection without answering (one
         // that took the leader's port) must not hold the agent's thread.
@@ -504,23 +511,82 @@ impl PushLink {
         self.stream.try_clone()
     }
 
-    /// The next write pushed; an error ends the link.
+    /// The descriptor to wait on for [`PushLink::receive_ready`].
+    pub fn descriptor(&self) -> std::os::fd::RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    /// The next write pushed, waited for; an error ends the link.
     pub fn receive(&mut self) -> Result<Pushed, PushError> {
+        loop {
+            if let Some(pushed) = self.take_frame()? {
+                return Ok(pushed);
+            }
+            self.read_more()?;
+        }
+    }
+
+    /// The writes one read brings, whole (none if the read ended inside a frame): for a
+    /// caller that waited for the descriptor to be readable, so the read does not wait. An
+    /// error ends the link.
+    pub fn receive_ready(&mut self) -> Result<Vec<Pushed>, PushError> {
+        self.read_more()?;
+        let mut pushed = Vec::new();
+        while let Some(one) = self.take_frame()? {
+            pushed.push(one);
+        }
+        Ok(pushed)
+    }
+
+    fn read_more(&mut self) -> Result<(), PushError> {
         let address = self.address;
-        let (payload, tag) = read_frame(&mut self.stream, MOST_FRAME, None)
-            .map_err(|source| PushError::Io { address, source })?;
+        let mut chunk = [0; READ_CHUNK];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => Err(PushError::Io {
+                address,
+                source: std::io::ErrorKind::UnexpectedEof.into(),
+            }),
+            Ok(read) => {
+                self.pending.extend_from_slice(&chunk[..read]);
+                Ok(())
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => Ok(()),
+            Err(source) => Err(PushError::Io { address, source }),
+        }
+    }
+
+    /// The first whole frame of what was read, its tag checked, parsed.
+    fn take_frame(&mut self) -> Result<Option<Pushed>, PushError> {
+        let address = self.address;
+        let Some(length) = self.pending.first_chunk::<4>() else {
+            return Ok(None);
+        };
+        let length = u32::from_be_bytes(*length) as usize;
+        if length > MOST_FRAME {
+            return Err(PushError::Refused {
+                address,
+                why: format!("a frame of {length} bytes (at most {MOST_FRAME})"),
+            });
+        }
+        let end = 4 + length + TAG;
+        if self.pending.len() < end {
+            return Ok(None);
+        }
+        let (payload, tag) = self.pending[4..end].split_at(length);
         let sequence = self.sequence.to_be_bytes();
-        if !verify(&self.key, &[FRAME, &self.nonce, &sequence, &payload], &tag) {
+        if !verify(&self.key, &[FRAME, &self.nonce, &sequence, payload], tag) {
             return Err(PushError::Refused {
                 address,
                 why: format!("frame {} fails its tag", self.sequence),
             });
         }
-        self.sequence += 1;
-        serde_json::from_slice(&payload).map_err(|e| PushError::Refused {
+        let parsed = serde_json::from_slice(payload).map_err(|e| PushError::Refused {
             address,
-            why: format!("frame {}: {e}", self.sequence - 1),
-        })
+            why: format!("frame {}: {e}", self.sequence),
+        });
+        self.sequence += 1;
+        self.pending.drain(..end);
+        parsed.map(Some)
     }
 }
 

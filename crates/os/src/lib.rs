@@ -1,9 +1,11 @@
 //! cosched-os: what every cosched process needs from the operating system and the standard
 //! library lacks: Unix-socket plumbing ([`unix`]), the crash tests' fault points ([`fault`]),
 //! log lines with levels, systemd's readiness notification, a thread's time slice ([`slice`])
-//! and real-time priority ([`realtime`]), and the clock reading. Below the controller, the agent and the clients alike,
+//! and real-time priority ([`realtime`]), a thread's wait on a socket and a channel at once
+//! ([`doorbell`]), and the clock reading. Below the controller, the agent and the clients alike,
 //! so none of them links another for these.
 
+pub mod doorbell;
 pub mod fault;
 mod logline;
 pub mod notify;

@@ -431,14 +431,14 @@ pub fn per_slot_cpu_of(
 }
 
 /// Gang scheduling as `per_slot_cpu` saw it: never both jobs in one slot, and each alone in
-/// `alone` slots at least.
+/// `alone` slots at least. Ran means over 3 ms of the slot's middle: how much more is the
+/// machine's to say, not the scheduler's (the lab's MPI jobs, whose ranks yield as they
+/// wait, got 9-18 ms of 70 in their slots while a build ran beside the tests).
 pub fn assert_gang(slots: &[(i64, i64)], alone: usize, what: &str) {
-    let both = slots
-        .iter()
-        .filter(|(x, y)| *x > 3_000 && *y > 3_000)
-        .count();
-    let a_only = slots.iter().filter(|(x, y)| *x > 20_000 && *y == 0).count();
-    let b_only = slots.iter().filter(|(x, y)| *y > 20_000 && *x == 0).count();
+    const RAN: i64 = 3_000;
+    let both = slots.iter().filter(|(x, y)| *x > RAN && *y > RAN).count();
+    let a_only = slots.iter().filter(|(x, y)| *x > RAN && *y == 0).count();
+    let b_only = slots.iter().filter(|(x, y)| *y > RAN && *x == 0).count();
     assert_eq!(both, 0, "{what}: both jobs ran within one slot: {slots:?}");
     assert!(
         a_only >= alone && b_only >= alone,
