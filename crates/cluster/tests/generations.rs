@@ -201,6 +201,31 @@ fn runs_its_latest_part_under_the_newest_header(push: Push) {
     assert_eq!(got.number, third.number);
     assert_eq!(got.slices.len(), 3);
     assert_eq!(got.slices[2].entries[0].job, 3);
+    let revision = |key: &str| client.get(key).unwrap().unwrap().mod_revision;
+    let (part_b, header) = (keys.generation("b"), keys.generation_header());
+    // Queued together, the two may go in one transaction (one revision), in queue order.
+    assert!(
+        revision(&part_b) <= revision(&header),
+        "a part of its own goes first"
+    );
+
+    // Job 3 also an alternate in job 2's slice, where b is free: b's part only gains it, and
+    // goes after the header (b may run its last part under it meanwhile: a subset).
+    let mut fourth_plan = third.plan.clone();
+    fourth_plan.slices[1].entries.push(PlanEntry {
+        job: 3,
+        partition: Partition::block(1, 1),
+        role: Role::Alternate,
+    });
+    let fourth = cosched_core::Generation::follow(Some(&third), fourth_plan, 10);
+    publish(&orders, &fourth);
+    let got = settled(&mut source, |g| g.slices[1].entries.len() == 1);
+    assert_eq!(got.number, fourth.number);
+    assert_eq!(got.slices[1].entries[0].job, 3);
+    assert!(
+        revision(&part_b) >= revision(&header),
+        "alternates alone go after"
+    );
 
     // A new leader numbers its generations from 1 again, and writes every part (it has
     // nothing to compare with): the node runs what was written last, whatever its number.
