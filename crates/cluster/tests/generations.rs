@@ -203,6 +203,22 @@ fn runs_its_latest_part_under_the_newest_header(push: Push) {
     assert_eq!(got.slices[2].entries[0].job, 3);
     let revision = |key: &str| client.get(key).unwrap().unwrap().mod_revision;
     let (part_b, header) = (keys.generation("b"), keys.generation_header());
+    // The part alone brings the generation: wait for the header behind it.
+    let header_is = |number: u64| {
+        let since = std::time::Instant::now();
+        loop {
+            let value = client.get(&header).unwrap().unwrap().value;
+            if serde_json::from_slice::<Generation>(&value).unwrap().number == number {
+                return;
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(10),
+                "no header {number}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    header_is(third.number);
     // Queued together, the two may go in one transaction (one revision), in queue order.
     assert!(
         revision(&part_b) <= revision(&header),
@@ -222,6 +238,7 @@ fn runs_its_latest_part_under_the_newest_header(push: Push) {
     let got = settled(&mut source, |g| g.slices[1].entries.len() == 1);
     assert_eq!(got.number, fourth.number);
     assert_eq!(got.slices[1].entries[0].job, 3);
+    header_is(fourth.number);
     assert!(
         revision(&part_b) >= revision(&header),
         "alternates alone go after"
