@@ -260,10 +260,11 @@ impl OrderSink for EtcdOrders {
             let entries = without_trailing_empties(&part.slices);
             let before = written.get(&node);
             if again || before != Some(&entries) {
-                let alternates_only = before.is_some_and(|old| only_adds_alternates(old, &entries));
+                let alternates_only =
+                    !again && before.is_some_and(|old| only_adds_alternates(old, &entries));
                 written.insert(node.clone(), entries);
                 let order = Command::Publish { generation: part };
-                match alternates_only && !again {
+                match alternates_only {
                     true => after_header.push((node, order)),
                     false => self.queue(&node, self.keys.generation(&node), order),
                 }
@@ -274,6 +275,7 @@ impl OrderSink for EtcdOrders {
             self.queue(&node, self.keys.generation(&node), order);
         }
     }
+
     fn carries_stdio(&self) -> bool {
         false
     }
@@ -319,8 +321,6 @@ impl EtcdOrders {
     }
 }
 
-/// A node's entries slice by slice, without the empty slices at the end: a part that only
-/// gained or lost empty slices is told by the header alone.
 /// Whether `new` is `old` with alternates added and nothing else: the old part under the new
 /// header then runs a subset of the new plan (no processor taken twice), its alternates
 /// missing until the new part comes.
@@ -337,6 +337,8 @@ fn only_adds_alternates(old: &[Slice], new: &[Slice]) -> bool {
         })
 }
 
+/// A node's entries slice by slice, without the empty slices at the end: a part that only
+/// gained or lost empty slices is told by the header alone.
 fn without_trailing_empties(slices: &[Slice]) -> Vec<Slice> {
     let used = slices
         .iter()

@@ -310,13 +310,8 @@ impl Membership {
     /// The orders for this node, followed from etcd. `deadline`: how long the control plane
     /// may be lost before the agent lets its jobs loose. Also returns what ends the source.
     pub fn orders(&self, deadline: Micros) -> Result<(EtcdSource, Closer), ClusterError> {
-        let (sender, receive) = channel();
-        let doorbell = Doorbell::new()
+        let (incoming, receive, doorbell) = Inbox::new()
             .map_err(|e| ClusterError::Invalid(format!("making the orders' doorbell: {e}")))?;
-        let incoming = Inbox {
-            sender,
-            doorbell: Some(Arc::new(doorbell)),
-        };
         let closer = Closer(incoming.clone());
         *self.health.looked.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((incoming.clone(), deadline));
@@ -327,7 +322,6 @@ impl Membership {
         let (headers, pushes) = (incoming.clone(), incoming.clone());
         let (source_handed, pushed_handed) = (Arc::clone(&handed), Arc::clone(&handed));
         let own = incoming.quiet();
-        let doorbell = incoming.doorbell.clone().expect("made above");
         let spawn = |name: &str, run: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name.into())
@@ -483,6 +477,17 @@ struct Inbox {
 }
 
 impl Inbox {
+    /// A channel with its doorbell: the senders' side, and the source's.
+    fn new() -> std::io::Result<(Inbox, Receiver<Incoming>, Arc<Doorbell>)> {
+        let (sender, receive) = channel();
+        let doorbell = Arc::new(Doorbell::new()?);
+        let inbox = Inbox {
+            sender,
+            doorbell: Some(Arc::clone(&doorbell)),
+        };
+        Ok((inbox, receive, doorbell))
+    }
+
     /// False when the source is gone.
     fn send(&self, incoming: Incoming) -> bool {
         let sent = self.sender.send(incoming).is_ok();
@@ -1017,6 +1022,17 @@ mod tests {
     use super::*;
     use std::time::Instant;
 
+    /// How many times the calling thread was woken while `source` had nothing for half a
+    /// second.
+    fn woken_while_idle(source: &mut EtcdSource) -> u64 {
+        let before = wakeups();
+        assert!(matches!(
+            source.next_order(now_micros() + 500_000),
+            Received::Timeout
+        ));
+        wakeups() - before
+    }
+
     /// How many times the calling thread has slept and been woken.
     fn wakeups() -> u64 {
         let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
@@ -1033,12 +1049,7 @@ mod tests {
         // Never reached: the source writes to etcd only to delete an order carried out.
         let client = Client::new(&["http://127.0.0.1:9".into()], Duration::from_secs(1), None);
         let outbox = Outbox::start(Arc::new(client.unwrap()), "test").unwrap();
-        let (sender, receive) = channel();
-        let doorbell = Arc::new(Doorbell::new().unwrap());
-        let incoming = Inbox {
-            sender,
-            doorbell: Some(Arc::clone(&doorbell)),
-        };
+        let (incoming, receive, doorbell) = Inbox::new().unwrap();
         let health = Health::answered_at(last_ok);
         *health.looked.lock().unwrap() = Some((incoming.clone(), deadline));
         let source = EtcdSource {
@@ -1122,12 +1133,12 @@ mod tests {
         }
         let cut = link.handle().unwrap();
         let (ended, link_ended) = channel();
-        let frames = 0;
-        assert!(incoming.send(Incoming::Link(Box::new(Linked {
+        let linked = Linked {
             link,
-            frames,
-            ended
-        }))));
+            frames: 0,
+            ended,
+        };
+        assert!(incoming.send(Incoming::Link(Box::new(linked))));
         let cancel = |job| Command::Cancel { job };
         let watched = source
             .handed
@@ -1169,12 +1180,7 @@ mod tests {
                 health.answered(now_micros());
             }
         });
-        let before = wakeups();
-        assert!(matches!(
-            source.next_order(now_micros() + 500_000),
-            Received::Timeout
-        ));
-        let woken = wakeups() - before;
+        let woken = woken_while_idle(&mut source);
         assert!(woken <= 3, "woken {woken} times by 50 looks");
         looking.join().unwrap();
     }
@@ -1190,12 +1196,7 @@ mod tests {
             source.next_order(now_micros() + deadline),
             Received::Adrift
         ));
-        let before = wakeups();
-        assert!(matches!(
-            source.next_order(now_micros() + 500_000),
-            Received::Timeout
-        ));
-        let woken = wakeups() - before;
+        let woken = woken_while_idle(&mut source);
         assert!(woken <= 3, "woken {woken} times in half a second adrift");
         let answering = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));

@@ -118,21 +118,25 @@ fn frame(payload: &[u8], tag: hmac::Tag) -> Vec<u8> {
     bytes
 }
 
-/// A frame's payload (at most `most` bytes) and tag, read whole by `deadline` if there is one
-/// (a timeout per read alone would let a client trickle a byte at a time and hold a greeter).
+/// A frame's payload length from its first four bytes, if at most `most`.
+fn frame_length(prefix: [u8; 4], most: usize) -> Result<usize, String> {
+    let length = u32::from_be_bytes(prefix) as usize;
+    match length <= most {
+        true => Ok(length),
+        false => Err(format!("a frame of {length} bytes (at most {most})")),
+    }
+}
+
+/// A frame's payload (at most `most` bytes) and tag, read whole by `deadline` (a timeout per
+/// read alone would let a client trickle a byte at a time and hold a greeter).
 fn read_frame(
     stream: &mut TcpStream,
     most: usize,
-    deadline: Option<Instant>,
+    deadline: Instant,
 ) -> std::io::Result<(Vec<u8>, [u8; TAG])> {
     let mut length = [0; 4];
     read_by(stream, &mut length, deadline)?;
-    let length = u32::from_be_bytes(length) as usize;
-    if length > most {
-        return Err(std::io::Error::other(format!(
-            "a frame of {length} bytes (at most {most})"
-        )));
-    }
+    let length = frame_length(length, most).map_err(std::io::Error::other)?;
     let mut payload = vec![0; length];
     read_by(stream, &mut payload, deadline)?;
     let mut tag = [0; TAG];
@@ -140,14 +144,7 @@ fn read_frame(
     Ok((payload, tag))
 }
 
-fn read_by(
-    stream: &mut TcpStream,
-    buf: &mut [u8],
-    deadline: Option<Instant>,
-) -> std::io::Result<()> {
-    let Some(deadline) = deadline else {
-        return stream.read_exact(buf);
-    };
+fn read_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
     let mut filled = 0;
     while filled < buf.len() {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -414,7 +411,7 @@ fn greet(shared: &Shared, queue: &Mutex<Receiver<TcpStream>>) {
             let deadline = Instant::now() + HELLO_WITHIN;
             stream.set_write_timeout(Some(HELLO_WITHIN))?;
             stream.write_all(&nonce)?;
-            let (payload, tag) = read_frame(&mut stream, MOST_HELLO, Some(deadline))?;
+            let (payload, tag) = read_frame(&mut stream, MOST_HELLO, deadline)?;
             if !verify(&shared.key, &[HELLO, &nonce, &payload], &tag) {
                 return Ok(None);
             }
@@ -558,16 +555,11 @@ impl PushLink {
     /// The first whole frame of what was read, its tag checked, parsed.
     fn take_frame(&mut self) -> Result<Option<Pushed>, PushError> {
         let address = self.address;
-        let Some(length) = self.pending.first_chunk::<4>() else {
+        let Some(&prefix) = self.pending.first_chunk::<4>() else {
             return Ok(None);
         };
-        let length = u32::from_be_bytes(*length) as usize;
-        if length > MOST_FRAME {
-            return Err(PushError::Refused {
-                address,
-                why: format!("a frame of {length} bytes (at most {MOST_FRAME})"),
-            });
-        }
+        let length =
+            frame_length(prefix, MOST_FRAME).map_err(|why| PushError::Refused { address, why })?;
         let end = 4 + length + TAG;
         if self.pending.len() < end {
             return Ok(None);
@@ -680,7 +672,7 @@ mod tests {
             let (mut stream, _) = impostor.accept().unwrap();
             let nonce = [7; NONCE];
             stream.write_all(&nonce).unwrap();
-            read_frame(&mut stream, MOST_HELLO, None).unwrap();
+            read_frame(&mut stream, MOST_HELLO, Instant::now() + HELLO_WITHIN).unwrap();
             let payload = crate::encode(&Pushed::Header {
                 generation: header(9),
                 revision: 99,

@@ -37,7 +37,7 @@ impl Doorbell {
     }
 
     /// Unrings it: rings from now on wake the next wait.
-    pub fn answer(&self) {
+    fn answer(&self) {
         let mut count = [0u8; 8];
         // SAFETY: eight writable bytes; not rung, the read fails at once (non-blocking).
         unsafe { libc::read(self.0.as_raw_fd(), count.as_mut_ptr().cast(), count.len()) };
