@@ -24,9 +24,9 @@ use cosched_cgroups::{affinity, procfs, Actuator, CgroupError, Cgroups, Usage};
 use cosched_core::{JobId, Micros, Partition, Rotation};
 use cosched_os::{fault, now_micros, unix};
 use cosched_proto::{
-    BoundaryRecord, Command, Ending, Event, EventSink, Launch, NodeHistograms, NodeStatus, Order,
-    PlanSource, ProcessRef, Received, SlotStart, CANCEL_GRACE, MAX_REPORTED_STARTS,
-    SPREAD_SAMPLE_US,
+    BoundaryRecord, Command, Ending, Event, EventSink, Generation, Launch, NodeHistograms,
+    NodeStatus, Order, PlanSource, ProcessRef, Received, SlotStart, CANCEL_GRACE,
+    MAX_REPORTED_STARTS, SPREAD_SAMPLE_US,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
@@ -343,6 +343,7 @@ impl<A: Actuator> NodeAgent<A> {
             self.applier.actuator().maker(),
             errands,
             self.stats.realtime,
+            self.settings.clock_shift_us,
         );
         while !self.closed {
             match self.rotation {
@@ -372,7 +373,7 @@ impl<A: Actuator> NodeAgent<A> {
         while self.rotation.is_none() && !self.closed {
             match source.next_order(now_micros() + self.settings.status_every) {
                 Received::Order(order) => {
-                    self.handle(*order);
+                    self.handle(*order, source.arrived());
                     source.carried_out();
                 }
                 Received::Timeout => self.report_status(now_micros()),
@@ -478,12 +479,16 @@ impl<A: Actuator> NodeAgent<A> {
         });
     }
 
-    fn handle(&mut self, order: Order) {
-        self.carry_out(order);
-        self.start_due(true);
+    /// Carries `order`, which came to the relay at `arrived`, out; the supervisors it lets
+    /// start are the relay's errands, or, after a generation, which the relay does not wait
+    /// for, the starter's.
+    fn handle(&mut self, order: Order, arrived: Micros) {
+        let awaited = relay::awaited(&order);
+        self.carry_out(order, arrived);
+        self.start_due(awaited);
     }
 
-    fn carry_out(&mut self, order: Order) {
+    fn carry_out(&mut self, order: Order, arrived: Micros) {
         let Order { command, stdio } = order;
         match command {
             Command::Publish { generation } => {
@@ -492,16 +497,12 @@ impl<A: Actuator> NodeAgent<A> {
                     return;
                 }
                 if generation.published_us > 0 {
-                    let took = (now_micros() - generation.published_us).max(0);
+                    let took = (arrived - generation.published_us).max(0);
                     self.stats
                         .publish
                         .record(Duration::from_micros(took as u64));
                 }
-                // Slot k begins at epoch + k * quantum on this agent's clock: on the true
-                // clock, a shifted clock is a shifted epoch.
-                let shared = generation.rotation();
-                let rotation =
-                    Rotation::new(shared.epoch - self.settings.clock_shift_us, shared.quantum);
+                let rotation = slot_clock(&generation, self.settings.clock_shift_us);
                 if self.rotation.is_some_and(|r| r != rotation) {
                     LOG.info(format_args!(
                         "generation {}: a new slot clock (quantum {} µs from {})",
@@ -1918,12 +1919,50 @@ impl Watchers {
     }
 }
 
+/// The slot clock `generation` sets on an agent whose clock is `clock_shift_us` ahead: slot
+/// k begins at epoch + k * quantum on the agent's clock, and on the true clock a shifted
+/// clock is a shifted epoch.
+pub(crate) fn slot_clock(generation: &Generation, clock_shift_us: Micros) -> Rotation {
+    let shared = generation.rotation();
+    Rotation::new(shared.epoch - clock_shift_us, shared.quantum)
+}
+
 /// The agent on its clock, with its source of orders.
 struct OnClock<'a, A: Actuator> {
     agent: &'a mut NodeAgent<A>,
     source: &'a mut Relayed,
     /// The clock this loop keeps: a generation with another one ends the loop.
     rotation: Rotation,
+}
+
+impl<A: Actuator> OnClock<'_, A> {
+    /// Carries out what the source gave; false when this clock's loop must end (closed, or
+    /// a generation with another slot clock).
+    fn take(&mut self, received: Received) -> bool {
+        match received {
+            Received::Order(order) => {
+                let began = now_micros();
+                self.agent.handle(*order, self.source.arrived());
+                self.source.carried_out();
+                self.agent.order_times.record(now_micros() - began);
+                if self.agent.rotation != Some(self.rotation) {
+                    return false;
+                }
+                if self.agent.switching() {
+                    self.agent.apply_early();
+                }
+            }
+            // Woken to look for a blocked gang, or at `until`: the loop's top sees which.
+            Received::Timeout => {}
+            Received::Closed => {
+                self.agent.close();
+                return false;
+            }
+            Received::Adrift => self.agent.go_adrift(),
+            Received::Back => self.agent.come_back(),
+        }
+        true
+    }
 }
 
 impl<A: Actuator> SlotWork for OnClock<'_, A> {
@@ -1942,6 +1981,13 @@ impl<A: Actuator> SlotWork for OnClock<'_, A> {
         loop {
             let now = now_micros();
             if now >= until {
+                // The generations for a later slot, which did not wake the clock (the next
+                // may be one of them): before the lead, which frees their processors.
+                while let Some(generation) = self.source.queued_generation() {
+                    if !self.take(generation) {
+                        return false;
+                    }
+                }
                 // Before the lead is asked: a lender kept loose does not leave.
                 let scan_by = now + self.rotation.quantum / 50;
                 self.agent.keep_blocked_loose(scan_by);
@@ -1952,27 +1998,9 @@ impl<A: Actuator> SlotWork for OnClock<'_, A> {
             let wake = until
                 .min(self.agent.next_look())
                 .min(self.agent.next_start());
-            match self.source.next_order(wake) {
-                Received::Order(order) => {
-                    let began = now_micros();
-                    self.agent.handle(*order);
-                    self.source.carried_out();
-                    self.agent.order_times.record(now_micros() - began);
-                    if self.agent.rotation != Some(self.rotation) {
-                        return false;
-                    }
-                    if self.agent.switching() {
-                        self.agent.apply_early();
-                    }
-                }
-                // Woken to look for a blocked gang, or at `until`: the loop's top sees which.
-                Received::Timeout => {}
-                Received::Closed => {
-                    self.agent.close();
-                    return false;
-                }
-                Received::Adrift => self.agent.go_adrift(),
-                Received::Back => self.agent.come_back(),
+            let received = self.source.next_order(wake);
+            if !self.take(received) {
+                return false;
             }
         }
     }
