@@ -117,7 +117,7 @@ impl Relayed {
 
 /// Starts the relay from `source`; `maker` makes a starting job's groups (none: the clock's
 /// actuator makes them, as for a fake one); `errands` come from the clock; `clock_shift_us`
-/// is the clock's (see [`due_now`]). With a real-time clock the relay is real-time too,
+/// is the clock's (see `Relay::due_now`). With a real-time clock the relay is real-time too,
 /// below it ([`ORDERS_PRIORITY`]): the two share the queue's lock, and a relay preempted by
 /// busy jobs while it held one kept the clock waiting for it past a boundary. If no thread
 /// can be started, the clock is told the source closed: it lets every job loose and ends.
