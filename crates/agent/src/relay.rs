@@ -195,10 +195,11 @@ impl Relay {
                         // reports it as the job's start.
                         let _ = maker.make(&job_group(*job));
                     }
-                    match &order.command {
-                        Command::Publish { generation } => (false, self.due_now(generation)),
-                        _ => (true, true),
-                    }
+                    let nudge = match &order.command {
+                        Command::Publish { generation } => self.due_now(generation),
+                        _ => true,
+                    };
+                    (awaited(order), nudge)
                 }
                 Received::Closed | Received::Adrift | Received::Back => (false, true),
             };
