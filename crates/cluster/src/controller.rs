@@ -258,11 +258,11 @@ impl OrderSink for EtcdOrders {
         let mut after_header = Vec::new();
         for (node, part) in parts {
             let entries = without_trailing_empties(&part.slices);
-            let before = written.get(&node);
-            if again || before != Some(&entries) {
+            let before = written.get(&node).map(Vec::as_slice);
+            if again || before != Some(entries) {
                 let alternates_only =
-                    !again && before.is_some_and(|old| only_adds_alternates(old, &entries));
-                written.insert(node.clone(), entries);
+                    !again && before.is_some_and(|old| only_adds_alternates(old, entries));
+                written.insert(node.clone(), entries.to_vec());
                 let order = Command::Publish { generation: part };
                 match alternates_only {
                     true => after_header.push((node, order)),
@@ -339,12 +339,12 @@ fn only_adds_alternates(old: &[Slice], new: &[Slice]) -> bool {
 
 /// A node's entries slice by slice, without the empty slices at the end: a part that only
 /// gained or lost empty slices is told by the header alone.
-fn without_trailing_empties(slices: &[Slice]) -> Vec<Slice> {
+fn without_trailing_empties(slices: &[Slice]) -> &[Slice] {
     let used = slices
         .iter()
         .rposition(|s| !s.entries.is_empty())
         .map_or(0, |last| last + 1);
-    slices[..used].to_vec()
+    &slices[..used]
 }
 
 /// What the agents say, for the controller to handle.

@@ -37,6 +37,12 @@ proptest! {
         let placed = nodes.place(&partition);
         let total: u32 = placed.iter().map(|p| p.cpus.size()).sum();
         prop_assert_eq!(total, partition.size());
+        // Each node once, in the machine's order.
+        let order: Vec<usize> = placed
+            .iter()
+            .map(|p| nodes.nodes().iter().position(|n| n.name == p.node).unwrap())
+            .collect();
+        prop_assert!(order.windows(2).all(|w| w[0] < w[1]));
         for share in &placed {
             let node = nodes.nodes().iter().position(|n| n.name == share.node).unwrap();
             let wanted = processors.iter().filter(|&&p| machine.node_of(p) as usize == node).count();
