@@ -407,15 +407,28 @@ impl<A: Actuator> NodeAgent<A> {
         self.report_status(now_micros());
     }
 
-    /// What every boundary does, switching or not: cancels, cgroup removals, the status.
+    /// What every boundary does, switching or not: cancels, cgroup removals. (The status
+    /// waits for this node's moment of the slot: `next_status`.)
     fn quiet_tick(&mut self, now: Micros) {
         let switching_jobs = self.switching() && self.applier.jobs().next().is_some();
         self.awake.hold(switching_jobs);
         self.probe_auto_jobs(now);
         self.enforce_cancels(now);
         self.retry_discards();
-        if now - self.last_status >= self.settings.status_every {
-            self.report_status(now);
+    }
+
+    /// When the periodic status is due: a period after the last one, at this node's moment
+    /// of the slot when slots are at most half the period (so a report comes at most one and
+    /// a half periods after the last: a controller gives up on a node after three).
+    fn next_status(&self) -> Micros {
+        let due = self.last_status + self.settings.status_every;
+        match self.rotation {
+            Some(rotation) if rotation.quantum <= self.settings.status_every / 2 => at_offset(
+                due,
+                status_offset(&self.settings.node, rotation.quantum),
+                rotation,
+            ),
+            _ => due,
         }
     }
 
@@ -1927,6 +1940,29 @@ pub(crate) fn slot_clock(generation: &Generation, clock_shift_us: Micros) -> Rot
     Rotation::new(shared.epoch - clock_shift_us, shared.quantum)
 }
 
+/// How far into a slot node `node` sends its periodic status: from an eighth to half of the
+/// slot, by its name. Every node's boundaries are the same moment: reports sent at them
+/// reached etcd together (at 1,000 nodes, 64 % of the agents' writes came in a slot's first
+/// 50 ms), just as the controller wrote the records and generations those boundaries brought.
+fn status_offset(node: &str, quantum: Micros) -> Micros {
+    // FNV-1a: the same for a name in every build and process.
+    let hash = node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let window = (quantum * 3 / 8).max(1);
+    quantum / 8 + (hash % window as u64) as Micros
+}
+
+/// The first moment at or after `due` that is `offset` into a slot of `rotation`.
+fn at_offset(due: Micros, offset: Micros, rotation: Rotation) -> Micros {
+    let moment = rotation.slot_start(rotation.slot_at(due)) + offset;
+    if moment < due {
+        moment + rotation.quantum
+    } else {
+        moment
+    }
+}
+
 /// The agent on its clock, with its source of orders.
 struct OnClock<'a, A: Actuator> {
     agent: &'a mut NodeAgent<A>,
@@ -1995,9 +2031,13 @@ impl<A: Actuator> SlotWork for OnClock<'_, A> {
             }
             self.agent.give_away_blocked(now, until);
             self.agent.start_due(false);
+            if now >= self.agent.next_status() {
+                self.agent.report_status(now);
+            }
             let wake = until
                 .min(self.agent.next_look())
-                .min(self.agent.next_start());
+                .min(self.agent.next_start())
+                .min(self.agent.next_status());
             let received = self.source.next_order(wake);
             if !self.take(received) {
                 return false;
@@ -2029,5 +2069,34 @@ impl<A: Actuator> SlotWork for OnClock<'_, A> {
         if let Err(error) = self.agent.applier.leave_slot(slot, boundary) {
             LOG.warn(format_args!("ahead of slot {slot}: {error}"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_reports_spread_over_a_slot_away_from_its_boundary() {
+        let rotation = Rotation::new(0, 1_000_000);
+        let due = 7_250_000;
+        let moments: Vec<Micros> = (0..1_000)
+            .map(|i| {
+                let offset = status_offset(&format!("node-{i:04}"), rotation.quantum);
+                at_offset(due, offset, rotation)
+            })
+            .collect();
+        let mut per_50ms = [0; 20];
+        for &moment in &moments {
+            assert!((due..due + rotation.quantum).contains(&moment), "{moment}");
+            let into = moment - rotation.slot_start(rotation.slot_at(moment));
+            assert!(
+                (125_000..500_000).contains(&into),
+                "{into} µs into the slot"
+            );
+            per_50ms[(into / 50_000) as usize] += 1;
+        }
+        // 1,000 reports over 375 ms: no 50 ms holds twice its share.
+        assert!(per_50ms.iter().all(|&n| n <= 266), "{per_50ms:?}");
     }
 }

@@ -488,3 +488,40 @@ fn a_supervisor_starts_as_ordered_but_never_beside_a_thaw_and_one_cancelled_firs
     );
     ended_unstarted(&events, 5, 6);
 }
+
+#[test]
+fn periodic_status_reports_come_between_boundaries_not_at_them() {
+    let state = StateDir::new("status-moment");
+    let quantum = 100_000;
+    let settings = NodeSettings {
+        status_every: 250_000,
+        ..settings(&state, 0)
+    };
+    let rotation = Rotation::new(now_micros() / quantum * quantum, quantum);
+    let (orders, source) = channel::<Order>();
+    let (sink, events) = channel::<Event>();
+    let agent = NodeAgent::new(settings, Fake::default(), Arc::new(sink));
+    let clock = std::thread::spawn(move || agent.run(source));
+    let first = two_slices(rotation.next_boundary(now_micros()), rotation);
+    orders.send(first.into()).unwrap();
+    std::thread::sleep(Duration::from_millis(1_300));
+    drop(orders);
+    clock.join().unwrap().1.unwrap();
+    let sent: Vec<i64> = events
+        .try_iter()
+        .filter_map(|e| match e {
+            Event::Status { status } => Some(status.sent_us),
+            _ => None,
+        })
+        .collect();
+    // The first report comes before the slot clock, the last at the stop.
+    let periodic = &sent[1..sent.len().saturating_sub(1).max(1)];
+    assert!(periodic.len() >= 2, "{sent:?}");
+    for at in periodic {
+        let into = at - rotation.slot_start(rotation.slot_at(*at));
+        assert!(
+            into >= quantum / 8,
+            "a report {into} µs after a boundary: {sent:?}"
+        );
+    }
+}
