@@ -275,6 +275,22 @@ mod tests {
         errands_seen: Arc<AtomicUsize>,
     }
 
+    impl Counting {
+        /// Counting `orders`, with its counts: taken, errands done, errands seen done at the
+        /// last take.
+        fn new(orders: Receiver<Order>) -> (Counting, [Arc<AtomicUsize>; 3]) {
+            let counts = [(); 3].map(|()| Arc::new(AtomicUsize::new(0)));
+            let [taken, errands_done, errands_seen] = counts.each_ref().map(Arc::clone);
+            let counting = Counting {
+                orders,
+                taken,
+                errands_done,
+                errands_seen,
+            };
+            (counting, counts)
+        }
+    }
+
     impl PlanSource for Counting {
         fn next_order(&mut self, until: Micros) -> Received {
             let received = self.orders.next_order(until);
@@ -291,13 +307,7 @@ mod tests {
     fn the_next_order_is_taken_once_the_clock_is_done_with_the_last_and_its_errands_ran() {
         let (orders, source) = mpsc::channel::<Order>();
         let (errands, errands_queued) = mpsc::channel::<Errand>();
-        let [taken, errands_done, errands_seen] = [(); 3].map(|()| Arc::new(AtomicUsize::new(0)));
-        let counting = Counting {
-            orders: source,
-            taken: Arc::clone(&taken),
-            errands_done: Arc::clone(&errands_done),
-            errands_seen: Arc::clone(&errands_seen),
-        };
+        let (counting, [taken, errands_done, errands_seen]) = Counting::new(source);
         let mut relayed = relay(counting, None, errands_queued, false, 0);
         orders.send(cancel(1)).unwrap();
         orders.send(cancel(2)).unwrap();
@@ -411,13 +421,7 @@ mod tests {
     fn a_generation_is_not_waited_for() {
         let (orders, source) = mpsc::channel::<Order>();
         let (_errands, errands_queued) = mpsc::channel::<Errand>();
-        let [taken, errands_done, errands_seen] = [(); 3].map(|()| Arc::new(AtomicUsize::new(0)));
-        let counting = Counting {
-            orders: source,
-            taken: Arc::clone(&taken),
-            errands_done,
-            errands_seen,
-        };
+        let (counting, [taken, ..]) = Counting::new(source);
         let mut relayed = relay(counting, None, errands_queued, false, 0);
         orders.send(publish(1, 100_000, 0)).unwrap();
         orders.send(cancel(1)).unwrap();
@@ -426,10 +430,7 @@ mod tests {
         assert!(matches!(&first, Received::Order(o) if !awaited(o)));
         // The clock is still at the generation: the cancel is taken, and the second waits
         // for the clock to be done with the first.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while taken.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until("the cancel taken", || taken.load(Ordering::SeqCst) >= 2);
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(taken.load(Ordering::SeqCst), 2);
         assert!(!relayed.owed, "a generation left the clock owing its end");
