@@ -1953,14 +1953,10 @@ fn status_offset(node: &str, quantum: Micros) -> Micros {
     quantum / 8 + (hash % window as u64) as Micros
 }
 
-/// The first moment at or after `due` that is `offset` into a slot of `rotation`.
+/// The first moment at or after `due` that is `offset` into a slot of `rotation`: `offset`
+/// after the first boundary at or after `due - offset`.
 fn at_offset(due: Micros, offset: Micros, rotation: Rotation) -> Micros {
-    let moment = rotation.slot_start(rotation.slot_at(due)) + offset;
-    if moment < due {
-        moment + rotation.quantum
-    } else {
-        moment
-    }
+    rotation.slot_start(rotation.next_boundary(due - offset)) + offset
 }
 
 /// The agent on its clock, with its source of orders.

@@ -43,8 +43,7 @@ proptest! {
             .map(|p| nodes.nodes().iter().position(|n| n.name == p.node).unwrap())
             .collect();
         prop_assert!(order.windows(2).all(|w| w[0] < w[1]));
-        for share in &placed {
-            let node = nodes.nodes().iter().position(|n| n.name == share.node).unwrap();
+        for (share, &node) in placed.iter().zip(&order) {
             let wanted = processors.iter().filter(|&&p| machine.node_of(p) as usize == node).count();
             prop_assert_eq!(share.cpus.size() as usize, wanted);
             let node_cpus: BTreeSet<u32> = nodes.nodes()[node].cpus.processors().collect();
