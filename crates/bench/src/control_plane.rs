@@ -102,6 +102,8 @@ const DEADLINE_US: Micros = 5_000_000;
 const LEASE_TTL_S: i64 = 10;
 /// How long a churn job runs.
 const CHURN_JOB_S: u64 = 5;
+/// The churn's gaps between submissions are drawn from this seed (the same on every run).
+const CHURN_SEED: u64 = 0x00c0_5c4e_d000_0002;
 /// How long the agents have to come back after etcd's stall; past it the stall is reported
 /// as not recovered.
 const STALL_PATIENCE: Duration = Duration::from_secs(120);
@@ -391,11 +393,16 @@ fn measure(args: &ControlPlaneArgs, nodes: usize, push: Push) -> Result<Row> {
 
     let short = ["sleep".to_string(), CHURN_JOB_S.to_string()];
     let every = Duration::from_secs_f64(1.0 / args.churn_rate);
+    // Gaps of half to one and a half times `every`, from a fixed seed: at a fixed period (a
+    // whole number of slots) every generation of a run was decided at one moment of the slot,
+    // set by when the run began, and a run whose moment fell beside the boundaries, where
+    // every agent's clock works, measured another fan-out than one whose moment did not.
+    let mut gaps = cosched_sim::rng::Rng::new(CHURN_SEED);
     let mut next = Instant::now();
     let churn = phase(&etcd, &daemon, nodes, &arrivals, args.churn_s, || {
         if Instant::now() >= next {
             submit(&short)?;
-            next += every;
+            next += every.mul_f64(gaps.between(0.5, 1.5));
         }
         Ok(())
     })?;
@@ -916,12 +923,9 @@ impl PlanSource for Simulated {
                 Received::Timeout if wake < until => continue,
                 Received::Order(mut order) => {
                     match &mut order.command {
-                        Command::Publish { generation } => self.arrivals.note(
-                            self.node,
-                            generation.number,
-                            generation.published_us,
-                            now_micros(),
-                        ),
+                        Command::Publish { generation } => {
+                            self.arrivals.note(self.node, generation, now_micros())
+                        }
                         Command::Start { job, launch, .. } => {
                             let seconds = launch.take().and_then(|l| sleep_seconds(&l.argv));
                             if let Some(seconds) = seconds {
@@ -958,24 +962,35 @@ fn sleep_seconds(argv: &[String]) -> Option<i64> {
 /// A generation a node took: its number, its stamp, and the moment.
 type Took = (u64, Micros, Micros);
 
-/// Which generation each node took when: node by node, in the order taken.
+/// Which generation each node took when: node by node, in the order taken; and the slot
+/// clock the generations carry (epoch, quantum), to place each stamp in its slot.
 #[derive(Default)]
-struct Arrivals(Mutex<HashMap<usize, Vec<Took>>>);
+struct Arrivals {
+    taken: Mutex<HashMap<usize, Vec<Took>>>,
+    clock: Mutex<Option<(Micros, Micros)>>,
+}
 
 impl Arrivals {
-    fn note(&self, node: usize, number: u64, published_us: Micros, now: Micros) {
-        let mut taken = self.0.lock().unwrap_or_else(|p| p.into_inner());
+    fn note(&self, node: usize, generation: &cosched_proto::Generation, now: Micros) {
+        let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
         taken
             .entry(node)
             .or_default()
-            .push((number, published_us, now));
+            .push((generation.number, generation.published_us, now));
+        *self.clock.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((generation.epoch_us, generation.quantum_us));
     }
 
     /// The generations stamped between `from` and `to` that all `nodes` took, each node's
     /// moment the one it took that generation or a later one: an agent behind takes the
     /// newest of the headers queued, not those before it.
     fn between(&self, from: Micros, to: Micros, nodes: usize) -> Taken {
-        let taken_by = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let taken_by = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        let clock = *self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        let into_slot = |stamp: Micros| match clock {
+            Some((epoch, quantum)) if quantum > 0 => (stamp - epoch).rem_euclid(quantum),
+            _ => 0,
+        };
         let stamped: BTreeSet<(u64, Micros)> = taken_by
             .values()
             .flatten()
@@ -999,6 +1014,7 @@ impl Arrivals {
             taken.each.push(Spread {
                 number,
                 at_s: (stamp - from) as f64 / 1e6,
+                into_slot_ms: into_slot(stamp) as f64 / 1e3,
                 first_ms: first as f64 / 1e3,
                 median_ms: took[took.len() / 2] as f64 / 1e3,
                 last_ms: last as f64 / 1e3,
@@ -1018,12 +1034,14 @@ struct Taken {
     each: Vec<Spread>,
 }
 
-/// One generation's delivery: stamped `at_s` into the phase, then taken by the first node,
-/// half of them and the last so many ms later.
+/// One generation's delivery: stamped `at_s` into the phase (`into_slot_ms` after its slot's
+/// boundary, where every node's clock works), then taken by the first node, half of them and
+/// the last so many ms later.
 #[derive(Serialize)]
 struct Spread {
     number: u64,
     at_s: f64,
+    into_slot_ms: f64,
     first_ms: f64,
     median_ms: f64,
     last_ms: f64,
