@@ -965,28 +965,31 @@ type Took = (u64, Micros, Micros);
 /// Which generation each node took when: node by node, in the order taken; and the slot
 /// clock the generations carry (epoch, quantum), to place each stamp in its slot.
 #[derive(Default)]
-struct Arrivals {
-    taken: Mutex<HashMap<usize, Vec<Took>>>,
-    clock: Mutex<Option<(Micros, Micros)>>,
+struct Arrivals(Mutex<Taking>);
+
+#[derive(Default)]
+struct Taking {
+    by_node: HashMap<usize, Vec<Took>>,
+    clock: Option<(Micros, Micros)>,
 }
 
 impl Arrivals {
     fn note(&self, node: usize, generation: &cosched_proto::Generation, now: Micros) {
-        let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
-        taken
-            .entry(node)
-            .or_default()
-            .push((generation.number, generation.published_us, now));
-        *self.clock.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((generation.epoch_us, generation.quantum_us));
+        let mut taking = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        taking.by_node.entry(node).or_default().push((
+            generation.number,
+            generation.published_us,
+            now,
+        ));
+        taking.clock = Some((generation.epoch_us, generation.quantum_us));
     }
 
     /// The generations stamped between `from` and `to` that all `nodes` took, each node's
     /// moment the one it took that generation or a later one: an agent behind takes the
     /// newest of the headers queued, not those before it.
     fn between(&self, from: Micros, to: Micros, nodes: usize) -> Taken {
-        let taken_by = self.taken.lock().unwrap_or_else(|p| p.into_inner());
-        let clock = *self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        let taking = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (taken_by, clock) = (&taking.by_node, taking.clock);
         let into_slot = |stamp: Micros| match clock {
             Some((epoch, quantum)) if quantum > 0 => (stamp - epoch).rem_euclid(quantum),
             _ => 0,
