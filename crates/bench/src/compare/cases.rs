@@ -751,7 +751,6 @@ fn auto_choices(rounds: &[Vec<JobOutcome>], jobs: &[&str]) -> Table {
     table
 }
 
-/// A target's row: `measured` over the slowdown `against` (`-` where a scheduler did not run).
 /// `job`'s turnaround under `a` over its turnaround under `b`, round by round: the rounds run
 /// every scheduler in turn, so the two of a round met the same moment of a noisy machine.
 fn per_round_ratios(a: &[Vec<JobOutcome>], b: &[Vec<JobOutcome>], job: &str) -> Vec<f64> {
@@ -766,8 +765,9 @@ fn per_round_ratios(a: &[Vec<JobOutcome>], b: &[Vec<JobOutcome>], job: &str) -> 
         .collect()
 }
 
-/// A target's row: `measured` against `against` (ratio of the medians, met within 5 %), and
-/// the same ratio `per_round` (median and range, and how many rounds were within 5 %).
+/// A target's row: `measured` over the slowdown `against` (ratio of the medians, met within
+/// 5 %; `-` where a scheduler did not run), and the same ratio `per_round` (median and range,
+/// and how many rounds were within 5 %).
 fn target_row(
     target: &str,
     measured: Option<f64>,
