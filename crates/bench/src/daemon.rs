@@ -213,16 +213,18 @@ impl Daemon {
             .filter(|j| ids.contains(&j.id))
             .collect();
         for job in &jobs {
-            let code = job.exit.as_ref().and_then(|e| e.code);
-            if code != Some(0) {
-                bail!(
-                    "job {} ({}) failed: {:?} {:?}",
-                    job.id,
-                    job.name,
-                    job.exit,
-                    job.note
-                );
-            }
+            let ended = match job.exit.as_ref().map(|exit| (exit.code, exit.signal)) {
+                Some((Some(0), _)) => continue,
+                Some((Some(code), _)) => format!("exited with code {code}"),
+                Some((None, Some(signal))) => format!("was killed by signal {signal}"),
+                _ => "ended with no exit status".to_string(),
+            };
+            let note = job
+                .note
+                .as_ref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default();
+            bail!("job {} ({}) {ended}{note}", job.id, job.name);
         }
         if jobs.len() != ids.len() {
             bail!("the daemon lost some of jobs {ids:?}");

@@ -234,6 +234,7 @@ fn compare(
     let mut solo_runs = SoloRuns::default();
     let mut runs: Vec<Vec<Vec<JobOutcome>>> = vec![Vec::new(); schedulers.len()];
     let mut hosts: Vec<Vec<f64>> = vec![Vec::new(); schedulers.len()];
+    let mut failures: Vec<Vec<String>> = vec![Vec::new(); schedulers.len()];
     for round in 0..repeat {
         solo_runs.run_round(mix, ctx, round)?;
         for k in 0..schedulers.len() {
@@ -245,7 +246,25 @@ fn compare(
                 scheduler.short_name()
             ));
             let host = workloads::host_round_trip_ns();
-            let outcomes = runners::run(scheduler, mix, &dir, ctx.slurm)?;
+            // One failed run does not throw the rounds before away: it is recorded with why,
+            // and run once more; a second failure ends the case.
+            let outcomes = match runners::run(scheduler, mix, &dir, ctx.slurm) {
+                Ok(outcomes) => outcomes,
+                Err(error) => {
+                    let why = format!("round {}: {error:#}", round + 1);
+                    eprintln!(
+                        "  {} failed in {why}\n  running it once more",
+                        scheduler.label()
+                    );
+                    failures[i].push(why);
+                    let again = ctx.dir.join(format!(
+                        "{}-{}-{round}-again",
+                        mix.workload,
+                        scheduler.short_name()
+                    ));
+                    runners::run(scheduler, mix, &again, ctx.slurm)?
+                }
+            };
             let makespan = outcomes.iter().map(|o| o.ended_s).fold(0.0, f64::max);
             eprintln!(
                 "  round {}/{repeat} {:<16} makespan {makespan:.2} s{}",
@@ -259,8 +278,10 @@ fn compare(
     }
     let solos = solo_runs.summary();
     let cpus = cosched_os::usable_cpus();
-    for ((scheduler, rounds), host) in schedulers.iter().zip(&runs).zip(hosts) {
-        results.rows.push(Row::from_runs(
+    for (((scheduler, rounds), host), failed) in
+        schedulers.iter().zip(&runs).zip(hosts).zip(failures)
+    {
+        let row = Row::from_runs(
             scheduler,
             &mix.workload,
             &mix.jobs,
@@ -268,7 +289,11 @@ fn compare(
             &solos,
             cpus,
             host,
-        ));
+        );
+        results.rows.push(Row {
+            failed_runs: failed,
+            ..row
+        });
     }
     Ok((runs, solos))
 }

@@ -44,6 +44,10 @@ pub struct Row {
     /// (`cacheline`): ~120-290 ns or ~500-790 ns on this VM, flipping within seconds; a fine-grain
     /// job runs several times slower in the slow state whatever the scheduler.
     pub host_round_trip_ns: Vec<f64>,
+    /// Runs of this scheduler that failed and were run once more (round and why): the
+    /// figures are the second runs'.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_runs: Vec<String>,
 }
 
 impl Row {
@@ -102,6 +106,7 @@ impl Row {
                 .map(|s| s.1),
             cpu_efficiency: cpu_alone.zip(cpu_here).map(|(a, h)| a / h),
             host_round_trip_ns,
+            failed_runs: Vec::new(),
         }
     }
 }
@@ -214,6 +219,24 @@ pub fn markdown(results: &Results, header: &Provenance) -> String {
             host_range(&row.host_round_trip_ns),
         );
     }
+    let failed: Vec<String> = results
+        .rows
+        .iter()
+        .flat_map(|row| {
+            row.failed_runs
+                .iter()
+                .map(move |why| format!("- {} {}: {why}", row.workload, row.label))
+        })
+        .collect();
+    if !failed.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n**Runs that failed and were run once more** (the figures are the second runs')\n"
+        );
+        for line in failed {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     for table in &results.tables {
         table.markdown(&mut out);
     }
@@ -309,4 +332,58 @@ pub fn write(results: &Results, json: &Path, header: &Provenance) -> Result<()> 
         plot.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_that_failed_and_ran_again_is_named_in_the_report() {
+        let jobs = [JobSpec::new("a", 1, false, &["true"])];
+        let outcome = JobOutcome {
+            name: "a".into(),
+            interactive: false,
+            submitted_s: 0.0,
+            ended_s: 2.0,
+            cpu_s: None,
+            mode: None,
+            mode_why: None,
+        };
+        let solos = [("a".to_string(), 1.0, None)];
+        let row = Row::from_runs(
+            &Scheduler::Local,
+            "mix",
+            &jobs,
+            &[vec![outcome]],
+            &solos,
+            2,
+            Vec::new(),
+        );
+        let header = Provenance {
+            machine: "m".into(),
+            commit: "c".into(),
+            date: "d".into(),
+            command: "bench/compare".into(),
+        };
+        let clean = Results {
+            rows: vec![row.clone()],
+            tables: Vec::new(),
+        };
+        assert!(!markdown(&clean, &header).contains("failed"));
+        let failed = Results {
+            rows: vec![Row {
+                failed_runs: vec!["round 3: job 2 (mpirun) exited with code 1".into()],
+                ..row
+            }],
+            tables: Vec::new(),
+        };
+        let text = markdown(&failed, &header);
+        assert!(
+            text.contains("- mix local: round 3: job 2 (mpirun) exited with code 1"),
+            "{text}"
+        );
+        let json = serde_json::to_string(&failed.rows).unwrap();
+        assert!(json.contains("\"failed_runs\":[\"round 3"), "{json}");
+    }
 }

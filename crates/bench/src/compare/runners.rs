@@ -4,7 +4,7 @@
 
 use super::jobs::{reported_cpu_s, JobOutcome, Mix, Waiting};
 use crate::daemon::{Daemon, DaemonSpec};
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -258,6 +258,25 @@ fn output_file(dir: &Path, index: usize) -> PathBuf {
     dir.join(format!("job-{index}.out"))
 }
 
+/// How many of a failed job's last output lines a failure shows: the mix's directory is
+/// removed at the end, and its output is what says why.
+const FAILED_OUTPUT_LINES: usize = 12;
+
+/// Every job's last lines of output, to follow a failure of the mix.
+fn outputs_tail(mix: &Mix, dir: &Path) -> String {
+    let mut shown = String::new();
+    for (index, job) in mix.jobs.iter().enumerate() {
+        let output = std::fs::read_to_string(output_file(dir, index)).unwrap_or_default();
+        let lines: Vec<&str> = output.lines().collect();
+        let last = &lines[lines.len().saturating_sub(FAILED_OUTPUT_LINES)..];
+        shown.push_str(&format!("\n  {} ({index}) output ends:", job.name));
+        for line in last {
+            shown.push_str(&format!("\n    {line}"));
+        }
+    }
+    shown
+}
+
 fn outcome(mix: &Mix, index: usize, dir: &Path, submitted_s: f64, ended_s: f64) -> JobOutcome {
     let output = std::fs::read_to_string(output_file(dir, index)).unwrap_or_default();
     JobOutcome {
@@ -308,7 +327,11 @@ fn run_plain(mix: &Mix, dir: &Path) -> Result<Vec<JobOutcome>> {
                         start.elapsed().as_secs_f64(),
                     ));
                 }
-                Some(status) => bail!("{} failed ({status}) under plain Linux", mix.jobs[i].name),
+                Some(status) => bail!(
+                    "{} failed ({status}) under plain Linux{}",
+                    mix.jobs[i].name,
+                    outputs_tail(mix, dir)
+                ),
                 None => still.push((i, submitted, child)),
             }
         }
@@ -349,7 +372,9 @@ fn run_cosched(mix: &Mix, dir: &Path, scheduler: &Scheduler) -> Result<Vec<JobOu
             &spec.env(scheduler.waiting(&spec.name)),
         )?;
     }
-    let records = daemon.wait_all(&ids, PATIENCE)?;
+    let records = daemon
+        .wait_all(&ids, PATIENCE)
+        .map_err(|error| anyhow!("{error:#}{}", outputs_tail(mix, dir)))?;
     let seconds = |us: i64| (us - start_us) as f64 / 1e6;
     let outcomes = ids
         .iter()
