@@ -295,7 +295,7 @@ fn run_plain(mix: &Mix, dir: &Path) -> Result<Vec<JobOutcome>> {
     let start = Instant::now();
     let mut order: Vec<usize> = (0..mix.jobs.len()).collect();
     order.sort_by_key(|&i| mix.jobs[i].delay);
-    let mut running: Vec<(usize, f64, Child)> = Vec::new();
+    let mut running = Started(Vec::new());
     let mut done: Vec<Option<JobOutcome>> = vec![None; mix.jobs.len()];
     let mut next = 0;
     while done.iter().any(Option::is_none) {
@@ -312,11 +312,11 @@ fn run_plain(mix: &Mix, dir: &Path) -> Result<Vec<JobOutcome>> {
                 .stderr(out)
                 .spawn()
                 .with_context(|| format!("starting {}", argv[0]))?;
-            running.push((i, start.elapsed().as_secs_f64(), child));
+            running.0.push((i, start.elapsed().as_secs_f64(), child));
             next += 1;
         }
         let mut still = Vec::new();
-        for (i, submitted, mut child) in running {
+        for (i, submitted, mut child) in std::mem::take(&mut running.0) {
             match child.try_wait()? {
                 Some(status) if status.success() => {
                     done[i] = Some(outcome(
@@ -335,13 +335,37 @@ fn run_plain(mix: &Mix, dir: &Path) -> Result<Vec<JobOutcome>> {
                 None => still.push((i, submitted, child)),
             }
         }
-        running = still;
+        running.0 = still;
         if start.elapsed() > PATIENCE {
             bail!("the {} mix ran longer than {PATIENCE:?}", mix.workload);
         }
         std::thread::sleep(Duration::from_millis(2));
     }
     Ok(done.into_iter().flatten().collect())
+}
+
+/// The jobs of a plain run still running: when the run fails, they are ended (SIGTERM, so
+/// that `mpirun` takes its ranks with it, then SIGKILL), not left to weigh on the next run.
+struct Started(Vec<(usize, f64, Child)>);
+
+/// How long a job of a failed plain run has to end after SIGTERM.
+const TERM_PATIENCE: Duration = Duration::from_secs(10);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for (_, _, child) in &mut self.0 {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        }
+        let asked = Instant::now();
+        for (_, _, child) in &mut self.0 {
+            while matches!(child.try_wait(), Ok(None)) && asked.elapsed() < TERM_PATIENCE {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// The cosched daemon: each job through `cosched run --detach`, times from its records.
@@ -495,5 +519,23 @@ impl Drop for Slurm {
             .arg(&self.dir)
             .stdout(Stdio::null())
             .status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_jobs_of_a_failed_plain_run_are_ended_with_it() {
+        let child = Command::new("sleep").arg("600").spawn().unwrap();
+        let pid = child.id() as i32;
+        drop(Started(vec![(0, 0.0, child)]));
+        // Reaped: the pid is no longer this process's child.
+        // SAFETY: waitpid(2) with a null status pointer has no memory-safety preconditions.
+        let reaped = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        assert_eq!(reaped, -1, "sleep {pid} is still this process's child");
+        // SAFETY: kill(2) with signal 0 only checks that the process exists.
+        assert_eq!(unsafe { libc::kill(pid, 0) }, -1, "sleep {pid} still runs");
     }
 }
