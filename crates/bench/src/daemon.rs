@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use cosched_proto::api::{JobView, StatsView};
+use cosched_proto::{signal_name, ExitInfo};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -213,10 +214,15 @@ impl Daemon {
             .filter(|j| ids.contains(&j.id))
             .collect();
         for job in &jobs {
-            let ended = match job.exit.as_ref().map(|exit| (exit.code, exit.signal)) {
-                Some((Some(0), _)) => continue,
-                Some((Some(code), _)) => format!("exited with code {code}"),
-                Some((None, Some(signal))) => format!("was killed by signal {signal}"),
+            let ended = match job.exit {
+                Some(exit) if exit.success() => continue,
+                Some(ExitInfo {
+                    code: Some(code), ..
+                }) => format!("exited with code {code}"),
+                Some(ExitInfo {
+                    signal: Some(signal),
+                    ..
+                }) => format!("was killed by {}", signal_name(signal)),
                 _ => "ended with no exit status".to_string(),
             };
             let note = job

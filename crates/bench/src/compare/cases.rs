@@ -257,11 +257,7 @@ fn compare(
                         scheduler.label()
                     );
                     failures[i].push(why);
-                    let again = ctx.dir.join(format!(
-                        "{}-{}-{round}-again",
-                        mix.workload,
-                        scheduler.short_name()
-                    ));
+                    let again = PathBuf::from(format!("{}-again", dir.display()));
                     runners::run(scheduler, mix, &again, ctx.slurm)?
                 }
             };
