@@ -20,6 +20,11 @@
 //! seconds (`--stall-etcd-s`, shorter than the agents' deadline) and let go: how many agents
 //! let their jobs loose, and how long until every one has the control plane again (at 1,000
 //! nodes one build's agents took 96 s: each retried every 100 ms on a new connection).
+//!
+//! `--pool REPORT...` reads earlier runs' reports and pools their churn generations
+//! (`pool.rs`).
+
+mod pool;
 
 use crate::daemon::{Daemon, DaemonSpec};
 use crate::figures::{command_line, summary, Provenance};
@@ -34,7 +39,7 @@ use cosched_os::now_micros;
 use cosched_proto::{
     Command, Ending, Event, EventSink, ExitInfo, Mode, NodeInfo, PlanSource, Received, Summary,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -83,13 +88,19 @@ pub struct ControlPlaneArgs {
     /// connections, each alone, at every size: no controller, no agents
     #[arg(long)]
     floors_only: bool,
+    /// Instead of measuring: read the reports earlier runs wrote (their --json files) and
+    /// pool their churn generations by size, for a tail that is not one run's slowest (a
+    /// 40 s run at 1 s slots has about 80 generations, so its p99 is its worst); no root
+    #[arg(long, num_args = 1.., value_name = "REPORT")]
+    pool: Vec<PathBuf>,
     /// Also write the figures as JSON here (the controller's log of each size goes to
-    /// target/bench/control-plane-N.log)
-    #[arg(long, default_value = "target/bench/control-plane.json")]
-    json: PathBuf,
+    /// target/bench/control-plane-N.log) [default when measuring:
+    /// target/bench/control-plane.json; when pooling, only if given]
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Push {
     On,
@@ -110,6 +121,9 @@ const STALL_PATIENCE: Duration = Duration::from_secs(120);
 const CLUSTER: &str = "bench";
 
 pub fn run(args: ControlPlaneArgs) -> Result<()> {
+    if !args.pool.is_empty() {
+        return pool::run(&args.pool, args.json.as_deref());
+    }
     if unsafe { libc::geteuid() } != 0 {
         bail!("the control-plane benchmark needs root (the controller's state, etcd's auth file)");
     }
@@ -140,7 +154,13 @@ pub fn run(args: ControlPlaneArgs) -> Result<()> {
         provenance: Provenance::now(command_line("bench/control-plane")),
         rows,
     };
-    write_report(&args.json, &report)
+    write_report(&report_path(&args), &report)
+}
+
+fn report_path(args: &ControlPlaneArgs) -> PathBuf {
+    args.json
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("target/bench/control-plane.json"))
 }
 
 fn write_report(path: &std::path::Path, report: &impl Serialize) -> Result<()> {
@@ -202,7 +222,7 @@ fn floors(args: &ControlPlaneArgs) -> Result<()> {
         provenance: Provenance::now(command_line("bench/control-plane")),
         floors,
     };
-    write_report(&args.json, &report)
+    write_report(&report_path(args), &report)
 }
 
 #[derive(Serialize)]
@@ -267,7 +287,8 @@ struct Phase {
     agents: ProcessLoad,
 }
 
-#[derive(Serialize, Default)]
+#[derive(Serialize, Deserialize, Default)]
+#[serde(default)]
 struct EtcdRates {
     /// Raft proposals committed per second: every write, lease grants and revocations.
     writes_per_s: f64,
@@ -281,7 +302,7 @@ struct EtcdRates {
     sent_bytes_per_s: f64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct ProcessLoad {
     /// CPU time over wall time (1.0: one CPU busy).
     cpu: f64,
@@ -413,9 +434,7 @@ fn measure(args: &ControlPlaneArgs, nodes: usize, push: Push) -> Result<Row> {
     };
 
     // The controller's log, beside the figures: what it said of the nodes and jobs.
-    let log = args
-        .json
-        .with_file_name(format!("control-plane-{nodes}.log"));
+    let log = report_path(args).with_file_name(format!("control-plane-{nodes}.log"));
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -1040,7 +1059,7 @@ struct Taken {
 /// One generation's delivery: stamped `at_s` into the phase (`into_slot_ms` after its slot's
 /// boundary, where every node's clock works), then taken by the first node, half of them and
 /// the last so many ms later.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct Spread {
     number: u64,
     at_s: f64,
