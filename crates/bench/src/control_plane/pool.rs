@@ -195,7 +195,11 @@ fn print_pooled(size: &Pooled) {
     let range = |values: &[f64]| {
         let low = values.iter().copied().fold(f64::INFINITY, f64::min);
         let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        format!("{low:.3}-{high:.3}")
+        if low == high {
+            format!("{low:.3}")
+        } else {
+            format!("{low:.3}-{high:.3}")
+        }
     };
     let runs: Vec<String> = size
         .each_run_p99_us
@@ -203,9 +207,10 @@ fn print_pooled(size: &Pooled) {
         .map(|&us| format!("{:.1}", ms(us)))
         .collect();
     println!(
-        "{:>6} nodes {push}: {} runs, {} churn generations on {}",
+        "{:>6} nodes {push}: {} run{}, {} churn generations on {}",
         size.nodes,
         size.reports.len(),
+        if size.reports.len() == 1 { "" } else { "s" },
         size.fan_out_us.count,
         size.machines.join("; ")
     );
