@@ -16,8 +16,8 @@ use crate::join;
 use crate::lend::{self, BlockWatch, Spent};
 use crate::probe::{self, Look, Probe};
 use crate::relay::{self, Errand, Relayed};
-use crate::skew::Baseline;
-use crate::stall::{Activity, StallTracker, Verdict};
+use crate::skew::{Baseline, MOST_TASKS_PER_CPU};
+use crate::stall::{Activity, IoReader, StallTracker, Verdict};
 use crate::supervisor::{self, LaunchSpec};
 use crate::{job_group, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
 use cosched_cgroups::{affinity, procfs, Actuator, CgroupError, Cgroups, Usage};
@@ -160,6 +160,8 @@ pub struct NodeAgent<A: Actuator> {
     /// began (what it used of the slot decides whether it stays loose, or is held).
     slot_usage: BTreeMap<JobId, Duration>,
     stalls: Option<StallTracker>,
+    /// Reads the I/O counters stall tracking needs off the clock thread; started at first use.
+    stall_io: Option<IoReader>,
     /// Auto jobs whose behaviour is being measured (until the controller chooses a mode).
     probes: BTreeMap<JobId, Probe>,
     /// Idle jobs let loose, with their CPU usage when last looked at.
@@ -262,6 +264,7 @@ impl<A: Actuator> NodeAgent<A> {
             lending: slotted && settings.give_away_after.is_some(),
             outsiders: BTreeSet::new(),
             stalls: None,
+            stall_io: None,
             probes: BTreeMap::new(),
             slot_usage: BTreeMap::new(),
             events: Arc::clone(&events),
@@ -1685,6 +1688,10 @@ impl<A: Actuator> NodeAgent<A> {
             return;
         }
         let running: Vec<JobId> = self.applier.running().collect();
+        let realtime = self.stats.realtime;
+        let reader = self
+            .stall_io
+            .get_or_insert_with(|| IoReader::start(realtime));
         let readings: BTreeMap<JobId, Option<Activity>> = before
             .iter()
             .chain(&running)
@@ -1694,7 +1701,7 @@ impl<A: Actuator> NodeAgent<A> {
                 (
                     job,
                     cpu.zip(pids)
-                        .and_then(|(cpu, pids)| Activity::read(cpu, &pids)),
+                        .and_then(|(cpu, pids)| Activity::read(cpu, &pids, reader)),
                 )
             })
             .collect();
@@ -1767,11 +1774,15 @@ impl<A: Actuator> NodeAgent<A> {
             let Ok(pids) = self.applier.actuator().pids(&job_group(job)) else {
                 continue;
             };
-            let mut baseline = Baseline::capture(&pids);
+            let size = self.sizes.get(&job).copied().unwrap_or(0);
+            let Some(mut baseline) = Baseline::capture(&pids, size * MOST_TASKS_PER_CPU) else {
+                // Too many tasks to read at a boundary: its skew is not measured.
+                self.last_captures.remove(&job);
+                continue;
+            };
             if let Some(previous) = self.last_captures.insert(job, baseline.clone()) {
                 baseline = baseline.busy_since(&previous);
             }
-            let size = self.sizes.get(&job).copied().unwrap_or(0);
             if baseline.task_count() > 0 && baseline.task_count() <= size {
                 self.baselines.insert(job, baseline);
             }

@@ -10,7 +10,13 @@
 
 use cosched_cgroups::procfs::{self, SchedStat};
 use cosched_cgroups::Pid;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+/// The most tasks a capture reads per processor of the job. A gang's working tasks fit its
+/// processors (only then is its skew measured), and a job of thousands of threads must not
+/// make the clock thread read them all at every boundary, ahead of every job's processes.
+pub const MOST_TASKS_PER_CPU: usize = 16;
 
 #[derive(Clone, Debug)]
 pub struct Baseline {
@@ -19,27 +25,40 @@ pub struct Baseline {
 }
 
 impl Baseline {
-    /// The counters of every thread of `pids`, taken while they are stopped.
-    pub fn capture(pids: &[Pid]) -> Baseline {
-        let tasks = pids
-            .iter()
-            .flat_map(|&pid| procfs::tasks(pid).into_iter().map(move |tid| (pid, tid)))
-            .filter_map(|(pid, tid)| Some((pid, tid, procfs::task_schedstat(pid, tid).ok()?)))
-            .collect();
-        Baseline { tasks }
+    /// The counters of every thread of `pids`, taken while they are stopped; `None` (nothing
+    /// read past that) when they are more than `most`.
+    pub fn capture(pids: &[Pid], most: usize) -> Option<Baseline> {
+        if pids.len() > most {
+            return None;
+        }
+        let mut tasks = Vec::new();
+        for &pid in pids {
+            for tid in procfs::tasks(pid) {
+                if tasks.len() == most {
+                    return None;
+                }
+                if let Ok(counters) = procfs::task_schedstat(pid, tid) {
+                    tasks.push((pid, tid, counters));
+                }
+            }
+        }
+        Some(Baseline { tasks })
     }
 
     /// Keeps the tasks that ran since `previous` was captured, at least a tenth as long as the
     /// busiest: a launcher asleep in `wait()` never starts after a thaw, and would make every
     /// measurement give up. A job's skew is that of its working tasks.
     pub fn busy_since(mut self, previous: &Baseline) -> Baseline {
+        let before: HashMap<(Pid, Pid), u64> = previous
+            .tasks
+            .iter()
+            .map(|&(pid, tid, counters)| ((pid, tid), counters.runtime_ns))
+            .collect();
         let ran = |&(pid, tid, now): &(Pid, Pid, SchedStat)| {
-            previous
-                .tasks
-                .iter()
-                .find(|&&(p, t, _)| (p, t) == (pid, tid))
-                .map_or(now.runtime_ns, |(_, _, before)| {
-                    now.runtime_ns.saturating_sub(before.runtime_ns)
+            before
+                .get(&(pid, tid))
+                .map_or(now.runtime_ns, |&runtime_ns| {
+                    now.runtime_ns.saturating_sub(runtime_ns)
                 })
         };
         let busiest = self.tasks.iter().map(ran).max().unwrap_or(0);
@@ -119,9 +138,37 @@ mod tests {
     }
 
     #[test]
+    fn a_capture_stops_at_its_bound() {
+        let me = std::process::id() as Pid;
+        // Four threads of this test's own, alive while it captures: more than 3 in all.
+        let (hold, held) = std::sync::mpsc::channel::<()>();
+        let held = std::sync::Arc::new(std::sync::Mutex::new(held));
+        let waiting: Vec<_> = (0..4)
+            .map(|_| {
+                let held = std::sync::Arc::clone(&held);
+                std::thread::spawn(move || {
+                    let _ = held
+                        .lock()
+                        .map(|rx| rx.recv_timeout(Duration::from_secs(10)));
+                })
+            })
+            .collect();
+        let bounded = Baseline::capture(&[me], 3);
+        let roomy = Baseline::capture(&[me], 100_000);
+        drop(hold);
+        waiting.into_iter().for_each(|t| t.join().unwrap());
+        assert!(bounded.is_none(), "read past its bound");
+        assert!(roomy.is_some_and(|b| b.task_count() >= 5));
+        assert!(
+            Baseline::capture(&[me, me], 1).is_none(),
+            "more processes than the bound"
+        );
+    }
+
+    #[test]
     fn this_thread_is_measured_as_it_runs() {
         let me = std::process::id() as Pid;
-        let baseline = Baseline::capture(&[me]);
+        let baseline = Baseline::capture(&[me], 1_000).expect("this process's threads");
         assert!(baseline.task_count() >= 1);
         // Sleeping and waking switches this thread in again; other test threads may be
         // asleep for good, so only this one is kept.

@@ -9,9 +9,12 @@
 use crate::idle::BUSY_SHARE;
 use cosched_cgroups::procfs::read_kernel_file;
 use cosched_core::{JobId, Micros};
+use cosched_os::realtime::{make_realtime, IO_READS_PRIORITY};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
+
+const LOG: cosched_os::Log = cosched_os::Log::new("agent");
 
 /// What a job's processes had done when looked at: CPU time, and each process's bytes read
 /// and written (through any file, pipe or socket). A process started or ended changes the
@@ -24,14 +27,97 @@ pub struct Activity {
 
 impl Activity {
     /// The counters of processes `pids` (the job's cgroup's) with `cpu` used: `None` when one
-    /// cannot be read (it just ended, say), which counts as activity: a job is called stalled
-    /// only on what was seen.
-    pub fn read(cpu: Duration, pids: &[libc::pid_t]) -> Option<Activity> {
-        let io = pids
-            .iter()
-            .map(|&pid| Some((pid, moved_bytes(pid)?)))
-            .collect::<Option<Vec<_>>>()?;
-        Some(Activity { cpu, io })
+    /// cannot be read (it just ended, say) or not within the reader's patience, which counts
+    /// as activity: a job is called stalled only on what was seen.
+    pub fn read(cpu: Duration, pids: &[libc::pid_t], reader: &mut IoReader) -> Option<Activity> {
+        Some(Activity {
+            cpu,
+            io: reader.read(pids)?,
+        })
+    }
+}
+
+/// How long the clock thread waits for a job's I/O counters at a boundary.
+const IO_PATIENCE: Duration = Duration::from_millis(2);
+
+/// Reads processes' `/proc/PID/io` on a thread of its own. The kernel answers that file only
+/// under the process's exec lock, which a process stuck in `execve` holds for as long as it
+/// is stuck (closing a descriptor on a file system its owner serves, FUSE, can take forever):
+/// read on the clock thread, a job's process could stop the node's rotation. Read here, the
+/// clock waits at most `IO_PATIENCE`; while a read is still unanswered no other is asked, so a
+/// stuck read holds this one thread and nothing else.
+pub struct IoReader {
+    asks: std::sync::mpsc::Sender<Vec<libc::pid_t>>,
+    answers: std::sync::mpsc::Receiver<Option<Vec<(libc::pid_t, u64)>>>,
+    /// A read asked and not answered yet.
+    unanswered: bool,
+}
+
+impl IoReader {
+    /// Starts the reading thread, at real-time priority (below the clock's) when `realtime`:
+    /// the clock's own priority is not inherited (it is set to reset on fork).
+    pub fn start(realtime: bool) -> IoReader {
+        IoReader::reading_with(realtime, moved_bytes)
+    }
+
+    fn reading_with(
+        realtime: bool,
+        moved_bytes: impl Fn(libc::pid_t) -> Option<u64> + Send + 'static,
+    ) -> IoReader {
+        let (asks, asked) = std::sync::mpsc::channel::<Vec<libc::pid_t>>();
+        let (answer, answers) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("agent-io".into())
+            .spawn(move || {
+                if realtime {
+                    if let Err(error) = make_realtime(IO_READS_PRIORITY) {
+                        LOG.warn(format_args!(
+                            "jobs' I/O counters read at ordinary priority ({error}): stalls \
+                             may go unseen on a busy node"
+                        ));
+                    }
+                }
+                for pids in asked {
+                    let counters = pids
+                        .iter()
+                        .map(|&pid| Some((pid, moved_bytes(pid)?)))
+                        .collect::<Option<Vec<_>>>();
+                    if answer.send(counters).is_err() {
+                        return;
+                    }
+                }
+            });
+        // Without the thread every read goes unanswered: no job is ever called stalled.
+        if let Err(error) = &spawned {
+            LOG.warn(format_args!(
+                "no thread to read jobs' I/O counters ({error}): no job will be called stalled"
+            ));
+        }
+        let unanswered = spawned.is_err();
+        IoReader {
+            asks,
+            answers,
+            unanswered,
+        }
+    }
+
+    /// The bytes each of `pids` moved; `None` when one is unreadable or the answer is late.
+    pub fn read(&mut self, pids: &[libc::pid_t]) -> Option<Vec<(libc::pid_t, u64)>> {
+        use std::sync::mpsc::RecvTimeoutError;
+        if self.unanswered {
+            // The late answer is stale; until it comes, asking again would only queue.
+            self.answers.try_recv().ok()?;
+            self.unanswered = false;
+        }
+        self.asks.send(pids.to_vec()).ok()?;
+        match self.answers.recv_timeout(IO_PATIENCE) {
+            Ok(counters) => counters,
+            Err(RecvTimeoutError::Timeout) => {
+                self.unanswered = true;
+                None
+            }
+            Err(RecvTimeoutError::Disconnected) => None,
+        }
     }
 }
 
@@ -133,6 +219,41 @@ impl StallTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn io_counters_are_read_and_an_ended_process_reads_as_none() {
+        let mut reader = IoReader::start(false);
+        let me = std::process::id() as libc::pid_t;
+        let counters = reader.read(&[me]).expect("this process's counters");
+        assert_eq!(counters.len(), 1);
+        assert_eq!(reader.read(&[me, libc::pid_t::MAX]), None);
+    }
+
+    #[test]
+    fn a_read_stuck_in_the_kernel_holds_its_thread_not_the_clock() {
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let stuck = std::sync::Mutex::new(stuck);
+        let mut reader = IoReader::reading_with(false, move |pid| {
+            if pid == 13 {
+                let _ = stuck.lock().unwrap().recv();
+            }
+            Some(pid as u64)
+        });
+        assert_eq!(reader.read(&[13]), None, "late: counted as activity");
+        // While it is stuck, nothing more is asked: were [1] queued behind it, its answer
+        // would come before the one asked below.
+        assert_eq!(reader.read(&[1]), None);
+        release.send(()).unwrap();
+        let mut answered = None;
+        for _ in 0..500 {
+            answered = reader.read(&[1, 2]);
+            if answered.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(answered, Some(vec![(1, 1), (2, 2)]));
+    }
 
     const MS: Micros = 1_000;
 

@@ -1064,8 +1064,14 @@ impl Actuator for Cgroups {
         if let Some(v2) = &self.v2 {
             return cpu_usage_of(&v2.join(job));
         }
-        // No v2 tree: add up the processes' own counters (clock-tick resolution; the time of
-        // processes that already exited is lost, which only makes a job look idler).
+        // No v2 tree: the job's cpuacct group counts every process it ever held. Summing the
+        // live processes instead let a job hide its work in short-lived children and look
+        // idle (its cells given to others while it ran on).
+        if let Some(cpuacct) = &self.v1_cpuacct {
+            return number(&cpuacct.join(job).join("cpuacct.usage")).map(Duration::from_nanos);
+        }
+        // Not even cpuacct: the live processes' own counters (clock-tick resolution; the time
+        // of processes that already exited is lost, which only makes a job look idler).
         let ticks: u64 = self
             .pids(job)?
             .into_iter()

@@ -32,14 +32,17 @@ pub fn thread_stat(pid: Pid, tid: Pid) -> Result<Stat> {
 /// by the file's length, which these files report as 0: it stat()s, then reads in 32, 64, 128
 /// ... byte steps, 8 system calls for a `stat` line where this makes 4 (open, read, read 0,
 /// close). The clock thread reads dozens of these per slot at real-time priority, on the
-/// running job's processors.
+/// running job's processors. Bytes that are not UTF-8 become U+FFFD: a process's name in
+/// `/proc/PID/stat` is whatever its owner set (`prctl(PR_SET_NAME)`), and a name must not
+/// make its process unreadable (uncounted, or taken for stopped).
 pub fn read_kernel_file(path: &std::path::Path) -> std::io::Result<String> {
     use std::io::Read;
     let file = std::fs::File::open(path)?;
     let mut bytes = Vec::with_capacity(4096);
     // Through `Take`: `File`'s own `read_to_end` would stat the file to size the buffer.
     file.take(u64::MAX).read_to_end(&mut bytes)?;
-    String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    Ok(String::from_utf8(bytes)
+        .unwrap_or_else(|not_utf8| String::from_utf8_lossy(not_utf8.as_bytes()).into_owned()))
 }
 
 fn read_stat(path: PathBuf) -> Result<Stat> {
@@ -145,6 +148,27 @@ mod tests {
             })
         );
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn a_thread_named_in_bytes_that_are_not_utf8_is_read() {
+        let (named, read) = std::sync::mpsc::channel();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+            let rc = unsafe { libc::prctl(libc::PR_SET_NAME, c"\xff\xfe)".as_ptr()) };
+            assert_eq!(rc, 0);
+            // SAFETY: gettid has no preconditions.
+            named.send(unsafe { libc::gettid() }).unwrap();
+            let _ = wait.recv();
+        });
+        let tid = read.recv().unwrap();
+        let stat = thread_stat(std::process::id() as Pid, tid);
+        done.send(()).unwrap();
+        thread.join().unwrap();
+        let stat = stat.unwrap();
+        assert!(matches!(stat.state, 'R' | 'S'), "{stat:?}");
+        assert_eq!(stat.parent, std::os::unix::process::parent_id() as Pid);
     }
 
     #[test]

@@ -419,3 +419,51 @@ fn a_jobs_figures_are_read_at_its_end() {
         }
     });
 }
+
+/// With no cgroup v2 tree, a job's CPU time is its cpuacct group's, which keeps the time of
+/// processes that already exited: summing the live ones let a job do its work in short-lived
+/// children and look idle (its cells given to others while it ran on).
+#[test]
+fn without_a_v2_tree_the_time_of_exited_processes_counts() {
+    cosched_os::require_root("the tests of real cgroups");
+    let detected = Layout::detect().unwrap();
+    if detected.v1_cpuacct.is_none() || detected.v1_freezer.is_none() {
+        eprintln!("no v1 cpuacct or freezer on this machine: {detected}");
+        return;
+    }
+    let layout = Layout {
+        v2: None,
+        ..detected
+    };
+    let parent = format!("cosched-test-{}-v1-only", std::process::id());
+    let act = Cgroups::open(&layout, &parent, Some(Freezer::V1)).unwrap();
+    let job = &JobGroup::of(1);
+    cleaned_up(act, job, |act| {
+        act.create(job).unwrap();
+        // A child burns about 200 ms of CPU and exits; the shell left in the job waits.
+        let ended = std::env::temp_dir().join(format!("{parent}-burnt"));
+        let burn = "sh -c 'end=$(($(date +%s%N) + 200000000)); \
+                    while [ $(date +%s%N) -lt $end ]; do :; done'";
+        let mut shell = start_in(
+            act,
+            job,
+            &format!("{burn}; touch {}; read end", ended.display()),
+        );
+        let began = Instant::now();
+        while !ended.exists() {
+            assert!(
+                began.elapsed() < Duration::from_secs(30),
+                "the burner never ended"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_file(&ended);
+        let used = act.cpu_usage(job).unwrap();
+        let _ = writeln!(shell.stdin.as_mut().unwrap(), "end");
+        let _ = shell.wait();
+        assert!(
+            used >= Duration::from_millis(100),
+            "the job's CPU time is {used:?} once its burner ended: the exited process's time was lost"
+        );
+    });
+}

@@ -9,6 +9,9 @@ pub const CLOCK_PRIORITY: i32 = 50;
 /// The agent's orders' thread, below the clock's: the two share locks (a channel's), and one
 /// of them held by a thread that busy jobs preempt kept the clock waiting for milliseconds.
 pub const ORDERS_PRIORITY: i32 = 40;
+/// The agent's reader of its jobs' I/O counters, which the clock waits for at a boundary (a
+/// thread of ordinary priority waited behind the jobs' processes, milliseconds every time).
+pub const IO_READS_PRIORITY: i32 = 45;
 /// The leader's push writer: a header written to every agent in one pass, not one agent
 /// between every two preemptions by the processes of the leader's node.
 pub const PUSH_PRIORITY: i32 = 30;
