@@ -45,7 +45,8 @@ const IO_PATIENCE: Duration = Duration::from_millis(2);
 /// is stuck (closing a descriptor on a file system its owner serves, FUSE, can take forever):
 /// read on the clock thread, a job's process could stop the node's rotation. Read here, the
 /// clock waits at most `IO_PATIENCE`; while a read is still unanswered no other is asked, so a
-/// stuck read holds this one thread and nothing else.
+/// stuck read holds this one thread and nothing else (while it is stuck, no job of the node
+/// is called stalled: every reading counts as activity).
 pub struct IoReader {
     asks: std::sync::mpsc::Sender<Vec<libc::pid_t>>,
     answers: std::sync::mpsc::Receiver<Option<Vec<(libc::pid_t, u64)>>>,
