@@ -467,6 +467,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
         released: false,
         ran: false,
         killed_unran: false,
+        notes: Notes::default(),
     };
     let mut report = Some(report);
     let mut failed_step = None;
@@ -522,13 +523,15 @@ pub fn supervise() -> Result<(), SupervisorError> {
             });
             let note = note.or(unran);
             if let Some(note) = &note {
-                eprintln!("cosched: job {job}: {note}");
+                state.notes.say(format!("cosched: job {job}: {note}"));
             }
             let at_us = Some(cosched_os::now_micros());
             // Read before the end is told: the cgroup goes once the controller records it.
             let (usage, error) = cosched_cgroups::usage(&spec.usage);
             if let Some(error) = error {
-                eprintln!("cosched: job {job}: its cgroup's figures: {error}");
+                state
+                    .notes
+                    .say(format!("cosched: job {job}: its cgroup's figures: {error}"));
             }
             let ending = Ending {
                 exit,
@@ -552,6 +555,7 @@ struct Watch<'a> {
     ran: bool,
     /// The child was killed on [`CANCEL`] before it ran the command.
     killed_unran: bool,
+    notes: Notes,
 }
 
 /// What the daemon writes to end a registered job: its holder (the supervisor's child) gets
@@ -598,10 +602,10 @@ impl Watch<'_> {
         if !self.released {
             self.released = true;
             if let Err(error) = cosched_cgroups::release(&self.spec.release) {
-                eprintln!(
+                self.notes.say(format!(
                     "cosched: job {}: could not let the job loose: {error}",
                     self.spec.job
-                );
+                ));
             }
         }
     }
@@ -623,12 +627,14 @@ impl Watch<'_> {
                     Err(error)
                         if error.kind() == io::ErrorKind::NotFound && self.daemon.is_none() =>
                     {
-                        eprintln!("cosched: job {job}: its state directory is gone; the exit status is lost");
+                        self.notes.say(format!(
+                            "cosched: job {job}: its state directory is gone; the exit status is lost"
+                        ));
                         break;
                     }
-                    Err(error) => {
-                        eprintln!("cosched: job {job}: keeping the exit status: {error} (retrying)")
-                    }
+                    Err(error) => self.notes.say(format!(
+                        "cosched: job {job}: keeping the exit status: {error} (retrying)"
+                    )),
                 }
             }
             if self.daemon.is_none() {
@@ -652,7 +658,58 @@ impl Watch<'_> {
             std::thread::sleep(Duration::from_secs(1));
         }
         let _ = std::fs::remove_file(&self.spec.socket);
+        self.notes.flush(NOTES_PATIENCE);
         Ok(())
+    }
+}
+
+/// How long a supervisor that is done waits for its last notes to reach the job's stderr.
+const NOTES_PATIENCE: Duration = Duration::from_secs(1);
+/// Notes waiting for the job's stderr past which more are dropped.
+const NOTES_QUEUED: usize = 8;
+
+/// The supervisor's notes to the job's stderr (its own: the user's terminal, pipe or output
+/// file), written by a thread of their own. A user may hold that descriptor full and never
+/// read it (a pipe they filled): written here, the supervisor would wait there forever and
+/// never report the job's end, which would then hold its processors past any cancel or time
+/// limit. Each note also travels in the job's end (`Ending.note`) or the daemon's log. The
+/// thread starts at the first note, after the fork (until then the supervisor has one thread).
+#[derive(Default)]
+struct Notes {
+    queue: Option<std::sync::mpsc::SyncSender<String>>,
+    done: Option<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Notes {
+    /// Queues `line`; dropped when the stderr is not taking them.
+    fn say(&mut self, line: String) {
+        if self.queue.is_none() && self.done.is_none() {
+            let (queue, lines) = std::sync::mpsc::sync_channel::<String>(NOTES_QUEUED);
+            let (finished, done) = std::sync::mpsc::channel();
+            let started = std::thread::Builder::new()
+                .name("notes".into())
+                .spawn(move || {
+                    for line in lines {
+                        let _ = io::Write::write_all(&mut io::stderr(), (line + "\n").as_bytes());
+                    }
+                    let _ = finished.send(());
+                });
+            if started.is_ok() {
+                self.queue = Some(queue);
+            }
+            self.done = Some(done);
+        }
+        if let Some(queue) = &self.queue {
+            let _ = queue.try_send(line);
+        }
+    }
+
+    /// Waits up to `patience` for the notes queued to be written.
+    fn flush(&mut self, patience: Duration) {
+        self.queue = None;
+        if let Some(done) = self.done.take() {
+            let _ = done.recv_timeout(patience);
+        }
     }
 }
 

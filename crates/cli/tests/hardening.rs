@@ -1126,3 +1126,66 @@ fn a_jobs_tasks_are_capped_per_processor() {
     assert!(d.cosched(&["cancel", &job.to_string()]).status.success());
     d.wait_end(job, Duration::from_secs(30));
 }
+
+/// A user who holds the job's stderr full and never reads it (a pipe they filled) cannot keep
+/// root's supervisor from reporting the job's end: its note there ("no such file") is written
+/// by a thread of its own. Before, the supervisor waited in that write for good and the job
+/// stayed running, past cancels and time limits, holding its processors.
+#[test]
+fn a_job_ends_though_its_stderr_is_held_full() {
+    let d = Daemon::start(&["--procs", "2", "--quantum-ms", "50"]);
+    let mut ends = [0; 2];
+    // SAFETY: `ends` has room for the two descriptors.
+    assert_eq!(
+        unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) },
+        0
+    );
+    // SAFETY: both are fresh descriptors owned here alone.
+    let (read_end, write_end) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(ends[0]),
+            std::os::fd::OwnedFd::from_raw_fd(ends[1]),
+        )
+    };
+    {
+        use std::os::fd::AsRawFd;
+        let fd = write_end.as_raw_fd();
+        // Filled without blocking, then handed over blocking, as a shell's pipe is.
+        // SAFETY: fcntl and write on a descriptor owned here, from a live buffer.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK);
+            let page = [b'x'; 4096];
+            while libc::write(fd, page.as_ptr().cast(), page.len()) > 0 {}
+            libc::fcntl(fd, libc::F_SETFL, 0);
+        }
+    }
+    let mut client = Command::new(COSCHED)
+        .args(["run", "-n", "1", "--", "/no/such/program"])
+        .env("COSCHED_SOCKET", d.socket())
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(write_end))
+        .spawn()
+        .unwrap();
+    let submitted = wait_until(Duration::from_secs(30), || {
+        !d.json(&["ps", "--all", "--json"])
+            .as_array()
+            .unwrap()
+            .is_empty()
+    });
+    assert!(submitted, "the client never submitted: {}", d.log());
+    let job = d.wait_end(1, Duration::from_secs(60));
+    // Now read the pipe, so that the client can say its own piece and leave.
+    drop(read_end);
+    let _ = client.wait();
+    assert_eq!(job["state"], "failed", "{job}");
+    assert!(
+        job["note"]
+            .as_str()
+            .unwrap_or("")
+            .contains("/no/such/program"),
+        "the note still travels in the job's end: {job}"
+    );
+}
