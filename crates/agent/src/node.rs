@@ -1692,10 +1692,11 @@ impl<A: Actuator> NodeAgent<A> {
         let reader = self
             .stall_io
             .get_or_insert_with(|| IoReader::start(realtime));
-        let readings: BTreeMap<JobId, Option<Activity>> = before
-            .iter()
-            .chain(&running)
-            .map(|&job| {
+        // A job that ran on is read once, for the end of one slot and the start of the next.
+        let jobs: BTreeSet<JobId> = before.iter().chain(&running).copied().collect();
+        let readings: BTreeMap<JobId, Option<Activity>> = jobs
+            .into_iter()
+            .map(|job| {
                 let pids = self.applier.actuator().pids(&job_group(job)).ok();
                 let cpu = usages.get(&job).copied();
                 (

@@ -676,14 +676,16 @@ const NOTES_QUEUED: usize = 8;
 /// thread starts at the first note, after the fork (until then the supervisor has one thread).
 #[derive(Default)]
 struct Notes {
+    /// None before the first note, and if the thread could not be started.
     queue: Option<std::sync::mpsc::SyncSender<String>>,
+    /// Some once the first note started (or tried to start) the thread.
     done: Option<std::sync::mpsc::Receiver<()>>,
 }
 
 impl Notes {
     /// Queues `line`; dropped when the stderr is not taking them.
     fn say(&mut self, line: String) {
-        if self.queue.is_none() && self.done.is_none() {
+        if self.done.is_none() {
             let (queue, lines) = std::sync::mpsc::sync_channel::<String>(NOTES_QUEUED);
             let (finished, done) = std::sync::mpsc::channel();
             let started = std::thread::Builder::new()

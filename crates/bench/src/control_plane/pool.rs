@@ -104,7 +104,7 @@ pub fn run(paths: &[PathBuf], json: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-/// Pools the reports' rows by size and push, in the order sizes first appear.
+/// Pools the reports' rows by size and push, ordered by size, then push.
 fn pool(reports: &[(PathBuf, Recorded)]) -> Result<Vec<Pooled>> {
     #[derive(Default)]
     struct Gathered {
