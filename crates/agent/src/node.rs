@@ -581,12 +581,8 @@ impl<A: Actuator> NodeAgent<A> {
                 if let Err(error) = self.let_loose(job) {
                     self.trouble(job, error);
                 }
-                if let Ok(pids) = self.applier.actuator().pids(&job_group(job)) {
-                    for pid in pids {
-                        // SAFETY: kill(2) has no memory-safety preconditions.
-                        unsafe { libc::kill(pid, libc::SIGTERM) };
-                    }
-                }
+                // A job of no process (or none left) has nothing to be told.
+                let _ = self.applier.actuator_mut().terminate(&job_group(job));
                 // A command not exec'd yet may not have joined the group listed: its
                 // supervisor kills it before it runs (no supervisor here: nothing to say).
                 self.tell_supervisor(job, supervisor::CANCEL, false);

@@ -6,8 +6,10 @@
 //! between the favoured job and the other. Gang mode too: thawed threads wake where they last
 //! ran. Pinning a job's working threads one per processor when its slot begins removes that.
 
+use crate::members::Member;
 use crate::{procfs, CgroupError, Pid, Result};
 use cosched_core::Partition;
+use std::collections::HashMap;
 
 /// Which processor each thread gets. `threads` holds each thread and the processor it last ran
 /// on, busiest first. The busiest threads, as many as there are processors, get one processor
@@ -65,8 +67,22 @@ fn mask(cpus: impl IntoIterator<Item = usize>) -> libc::cpu_set_t {
 
 /// Sets a thread's allowed processors to `set` (`cpus` names them in an error). The kernel
 /// intersects the mask with the thread's cpuset, so "every processor" means "all of its
-/// cpuset". A thread that exited is no error.
-fn apply(tid: Pid, set: &libc::cpu_set_t, cpus: impl FnOnce() -> String) -> Result<()> {
+/// cpuset". A thread that exited is no error, and neither is one that is no longer the one
+/// meant: `tid` is checked first to be a thread of `member` (its `/proc` entry, read while
+/// the process held has not exited) started when the look saw it (`started`, if it looked),
+/// so that a tid freed and taken by another process's thread since is left be.
+fn apply(
+    member: &Member,
+    tid: Pid,
+    started: Option<u64>,
+    set: &libc::cpu_set_t,
+    cpus: impl FnOnce() -> String,
+) -> Result<()> {
+    let same = procfs::thread_stat(member.pid, tid)
+        .is_ok_and(|now| started.is_none_or(|then| then == now.started));
+    if !same || !member.alive() {
+        return Ok(());
+    }
     // SAFETY: the pointer and size describe `set`, which outlives the call.
     let done = unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(set), set) };
     let error = std::io::Error::last_os_error();
@@ -81,9 +97,12 @@ fn apply(tid: Pid, set: &libc::cpu_set_t, cpus: impl FnOnce() -> String) -> Resu
 }
 
 /// Every thread of the given processes, with its process.
-fn threads_of(pids: &[Pid]) -> impl Iterator<Item = (Pid, Pid)> + '_ {
-    pids.iter()
-        .flat_map(|&pid| procfs::tasks(pid).into_iter().map(move |tid| (pid, tid)))
+fn threads_of(members: &[Member]) -> impl Iterator<Item = (&Member, Pid)> + '_ {
+    members.iter().flat_map(|member| {
+        procfs::tasks(member.pid)
+            .into_iter()
+            .map(move |tid| (member, tid))
+    })
 }
 
 /// The threads worth a processor of their own, busiest first: those that used at least a tenth
@@ -104,26 +123,36 @@ fn workers(threads: &[(Pid, procfs::Stat)]) -> Vec<(Pid, usize)> {
     workers.iter().map(|(tid, s)| (*tid, s.processor)).collect()
 }
 
-/// Pins the working threads of `pids` one per processor of `cpus` ([`spread_plan`]); returns
-/// whether there were any.
-pub fn spread(pids: &[Pid], cpus: &Partition) -> Result<bool> {
+/// Pins the working threads of `members` one per processor of `cpus` ([`spread_plan`]);
+/// returns whether there were any.
+pub fn spread(members: &[Member], cpus: &Partition) -> Result<bool> {
     // Indexed by position in the plan, and compared with `/proc`'s processor numbers.
     let cpus: Vec<usize> = cpus.processors().map(|cpu| cpu as usize).collect();
-    let threads: Vec<(Pid, procfs::Stat)> = threads_of(pids)
-        .filter_map(|(pid, tid)| procfs::thread_stat(pid, tid).ok().map(|s| (tid, s)))
+    let threads: Vec<(&Member, Pid, procfs::Stat)> = threads_of(members)
+        .filter_map(|(member, tid)| {
+            let stat = procfs::thread_stat(member.pid, tid).ok()?;
+            Some((member, tid, stat))
+        })
         .collect();
-    let workers = workers(&threads);
+    let seen: Vec<(Pid, procfs::Stat)> = threads.iter().map(|(_, tid, s)| (*tid, *s)).collect();
+    let workers = workers(&seen);
+    let whose: HashMap<Pid, (&Member, u64)> = threads
+        .iter()
+        .map(|(member, tid, stat)| (*tid, (*member, stat.started)))
+        .collect();
     for (tid, cpu) in spread_plan(&workers, &cpus) {
-        apply(tid, &mask([cpu]), || cpu.to_string())?;
+        let (member, started) = whose[&tid];
+        apply(member, tid, Some(started), &mask([cpu]), || cpu.to_string())?;
     }
     Ok(!workers.is_empty())
 }
 
-/// Lets every thread of `pids` use every processor of its cpuset again.
-pub fn unpin(pids: &[Pid]) -> Result<()> {
+/// Lets every thread of `members` use every processor of its cpuset again.
+pub fn unpin(members: &[Member]) -> Result<()> {
     // Built once: unpinning runs at every slot boundary, for every thread of the job.
     let every = mask(0..libc::CPU_SETSIZE as usize);
-    threads_of(pids).try_for_each(|(_, tid)| apply(tid, &every, || "every processor".into()))
+    threads_of(members)
+        .try_for_each(|(member, tid)| apply(member, tid, None, &every, || "every processor".into()))
 }
 
 #[cfg(test)]

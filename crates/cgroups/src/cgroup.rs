@@ -7,6 +7,7 @@
 
 use crate::affinity;
 use crate::layout::Layout;
+use crate::members::{self, signal_listed};
 use crate::procfs;
 use crate::{check_name, Actuator, CgroupError, JobGroup, Pid, Result, Spread, CONFIRM_TIMEOUT};
 use cosched_core::Partition;
@@ -61,15 +62,10 @@ pub fn release(steps: &[ReleaseStep]) -> Result<()> {
             ReleaseStep::ThawV1 { dir } => {
                 ask_v1(dir, false).and_then(|()| confirm_v1(dir, false, None).map(|_| ()))
             }
-            ReleaseStep::ContinueAll { procs } => read(procs).map(|text| {
-                for pid in parse_pids(&text) {
-                    // A process that exited meanwhile needs nothing.
-                    let _ = signal(pid, libc::SIGCONT);
-                }
-            }),
+            ReleaseStep::ContinueAll { procs } => signal_listed(procs, libc::SIGCONT).map(|_| ()),
             ReleaseStep::Write { file, value } => write(file, value),
             ReleaseStep::Unpin { procs } => {
-                read(procs).and_then(|text| affinity::unpin(&parse_pids(&text)))
+                members::listed(procs).and_then(|members| affinity::unpin(&members))
             }
         };
         if let Err(error) = outcome {
@@ -142,12 +138,12 @@ fn write(path: &Path, value: &str) -> Result<()> {
     fs::write(path, value).map_err(io_err(path))
 }
 
-fn read(path: &Path) -> Result<String> {
+pub(crate) fn read(path: &Path) -> Result<String> {
     procfs::read_kernel_file(path).map_err(io_err(path))
 }
 
 /// The pids in a `cgroup.procs` file's text.
-fn parse_pids(text: &str) -> Vec<Pid> {
+pub(crate) fn parse_pids(text: &str) -> Vec<Pid> {
     text.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
@@ -356,15 +352,6 @@ impl Backoff {
         let left = until.map_or(self.0, |u| u.saturating_duration_since(Instant::now()));
         std::thread::sleep(self.0.min(left));
         self.0 = (self.0 * 2).min(Duration::from_micros(50));
-    }
-}
-
-fn signal(pid: Pid, signal: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    if unsafe { libc::kill(pid, signal) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -625,19 +612,19 @@ impl Cgroups {
         }
     }
 
+    /// The file `pids` reads: the job's `cgroup.procs` in its first hierarchy.
+    fn procs(&self, job: &JobGroup) -> Result<PathBuf> {
+        self.known(job)?;
+        let dir = self.dirs(job).next().expect("open() ensures one hierarchy");
+        Ok(dir.join("cgroup.procs"))
+    }
+
+    fn members(&self, job: &JobGroup) -> Result<Vec<members::Member>> {
+        members::listed(&self.procs(job)?)
+    }
+
     fn signal_all(&self, job: &JobGroup, sig: libc::c_int) -> Result<()> {
-        for pid in self.pids(job)? {
-            match signal(pid, sig) {
-                Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
-                    return Err(CgroupError::Io {
-                        path: PathBuf::from(format!("/proc/{pid}")),
-                        source: e,
-                    })
-                }
-                _ => {}
-            }
-        }
-        Ok(())
+        signal_listed(&self.procs(job)?, sig).map(|_| ())
     }
 
     /// Waits until every process of the job is (or is no longer) stopped by a signal, or until
@@ -867,9 +854,7 @@ impl Actuator for Cgroups {
     }
 
     fn pids(&self, job: &JobGroup) -> Result<Vec<Pid>> {
-        self.known(job)?;
-        let dir = self.dirs(job).next().expect("open() ensures one hierarchy");
-        Ok(parse_pids(&read(&dir.join("cgroup.procs"))?))
+        Ok(parse_pids(&read(&self.procs(job)?)?))
     }
 
     fn set_cpus(&mut self, job: &JobGroup, cpus: &Partition) -> Result<()> {
@@ -906,6 +891,10 @@ impl Actuator for Cgroups {
             seen.look_at_thaw = false;
         }
         Ok(took)
+    }
+
+    fn terminate(&mut self, job: &JobGroup) -> Result<()> {
+        self.signal_all(job, libc::SIGTERM)
     }
 
     fn kill(&mut self, job: &JobGroup) -> Result<()> {
@@ -983,7 +972,8 @@ impl Actuator for Cgroups {
         // intervals up to a second, in case the working threads change (a launcher that
         // starts its ranks, a job that runs one program after another).
         let now = Instant::now();
-        let pids = self.pids(job)?;
+        let members = self.members(job)?;
+        let pids: Vec<Pid> = members.iter().map(|member| member.pid).collect();
         let waited = match self.spread_due.get(&**job) {
             Some(seen) if seen.pids != pids => Duration::ZERO,
             Some(seen) if now < seen.due => {
@@ -996,7 +986,7 @@ impl Actuator for Cgroups {
             None => Duration::ZERO,
         };
         let cpus = self.usable_cpus(job)?;
-        let pinned = affinity::spread(&pids, &cpus)?;
+        let pinned = affinity::spread(&members, &cpus)?;
         let wait = (waited * 2).clamp(SPREAD_FIRST_WAIT, SPREAD_LONGEST_WAIT);
         let seen = SpreadSeen {
             due: now + wait,
@@ -1014,7 +1004,7 @@ impl Actuator for Cgroups {
 
     fn unpin(&mut self, job: &JobGroup) -> Result<()> {
         self.spread_due.remove(&**job);
-        affinity::unpin(&self.pids(job)?)
+        affinity::unpin(&self.members(job)?)
     }
 
     fn limit_memory(&mut self, job: &JobGroup, bytes: u64) -> Result<()> {

@@ -17,6 +17,7 @@ pub enum FakeCall {
     LimitMemory(String, u64),
     Freeze(String),
     Thaw(String),
+    Terminate(String),
     Kill(String),
     Remove(String),
     Spread(String),
@@ -152,6 +153,12 @@ impl Actuator for Fake {
         entry.ran = true;
         self.calls.push(FakeCall::Thaw(job.to_string()));
         Ok(Duration::ZERO)
+    }
+
+    fn terminate(&mut self, job: &JobGroup) -> Result<()> {
+        self.job(job)?;
+        self.calls.push(FakeCall::Terminate(job.to_string()));
+        Ok(())
     }
 
     fn kill(&mut self, job: &JobGroup) -> Result<()> {

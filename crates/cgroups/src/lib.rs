@@ -10,6 +10,7 @@ mod cgroup;
 pub mod delegation;
 mod fake;
 mod layout;
+pub mod members;
 pub mod procfs;
 
 pub use cgroup::{
@@ -152,6 +153,9 @@ pub trait Actuator {
     fn frozen_by(&mut self, job: &JobGroup, until: Option<Instant>) -> Result<bool>;
     /// Lets every process run again; returns once the kernel confirms it, with the wait.
     fn thaw(&mut self, job: &JobGroup) -> Result<Duration>;
+    /// Asks every process of the job to end (SIGTERM), none but the job's: a process that
+    /// took the pid of one of them since it was listed is never signalled.
+    fn terminate(&mut self, job: &JobGroup) -> Result<()>;
     /// Kills every process of the job (continuing them first, so a stopped job dies too).
     fn kill(&mut self, job: &JobGroup) -> Result<()>;
     /// Removes the job's groups. They must be empty; the job is continued first regardless,

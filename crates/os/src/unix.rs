@@ -104,6 +104,25 @@ pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Sends `signal` to the process behind a pidfd (Linux 5.1): never to another that took its
+/// pid since, unlike kill(2) of a pid read earlier. ESRCH once it has been reaped.
+pub fn pidfd_send_signal(pidfd: &OwnedFd, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: a valid descriptor, no siginfo, no flags.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Whether the process behind a pidfd has exited (a pidfd polls readable then).
 pub fn has_exited(pidfd: &OwnedFd) -> bool {
     let mut poll = libc::pollfd {
