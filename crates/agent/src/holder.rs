@@ -8,7 +8,7 @@
 use crate::job_group;
 use cosched_cgroups::Layout;
 use cosched_core::JobId;
-use std::io;
+use std::io::{self, Write as _};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -57,7 +57,9 @@ pub fn hold(join_within: Duration) -> Result<i32, HoldError> {
         } else if joined || ending {
             return Ok(0);
         } else if started.elapsed() >= join_within {
-            eprintln!(
+            // Not `eprintln!`: a closed stderr must not turn this answer into a panic.
+            let _ = writeln!(
+                std::io::stderr(),
                 "cosched hold: no process joined job {job} within {} s",
                 join_within.as_secs()
             );

@@ -7,7 +7,7 @@ use cosched_os::unix;
 use cosched_proto::api::{MatrixView, NodeView, Reply, Request, RunRequest, StatsView};
 use cosched_proto::pattern::{expand, fill, names, PatternFields};
 use cosched_proto::{ExitInfo, JobState, Mode, Summary};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -351,19 +351,20 @@ pub fn run(args: RunArgs) -> Result<i32> {
         }
     }
     if let Some(place) = elsewhere {
-        eprintln!("cosched: job {job} writes its output to {place}");
+        note!("cosched: job {job} writes its output to {place}");
         if let Some(pattern) = error_path {
             let errors = fill(&pattern, job, None);
-            eprintln!("cosched: job {job} writes its stderr to {errors} on its nodes");
+            note!("cosched: job {job} writes its stderr to {errors} on its nodes");
         }
     }
     if args.detach {
-        println!("{job}");
+        // Not `println!`: a closed stdout panicked (101) with the job submitted.
+        writeln!(std::io::stdout(), "{job}").context("saying the job's id on stdout")?;
         return Ok(0);
     }
     let queued = reason.filter(|_| !args.quiet);
     if let Some(reason) = queued {
-        eprintln!(
+        note!(
             "cosched: job {job} queued and waiting: {} ({reason})",
             reason.explained()
         );
@@ -486,7 +487,7 @@ impl OutputFile {
                 .with_context(|| format!("naming the job's {what} file {named}")),
         };
         if let Err(error) = outcome {
-            eprintln!(
+            note!(
                 "cosched: job {job} writes its {what} to {} ({error:#})",
                 pending.display()
             );
@@ -569,7 +570,7 @@ fn wait_for(
             ) {
                 if let Some(view) = jobs.first().filter(|v| v.started_us.is_some()) {
                     queued = false;
-                    eprintln!(
+                    note!(
                         "cosched: job {job} has been allocated resources: CPUs {}",
                         view.cpus.as_deref().unwrap_or("-")
                     );
@@ -578,9 +579,9 @@ fn wait_for(
         }
         if INTERRUPTED.load(Ordering::SeqCst) && !cancelled {
             cancelled = true;
-            eprintln!("cosched: cancelling job {job}");
+            note!("cosched: cancelling job {job}");
             if let Err(error) = ask(socket, &Request::Cancel { job }) {
-                eprintln!("cosched: {error:#}");
+                note!("cosched: {error:#}");
             }
         }
         match outcome {
@@ -588,7 +589,7 @@ fn wait_for(
                 state, exit, note, ..
             })) => {
                 if let Some(note) = note {
-                    eprintln!("cosched: job {job}: {note}");
+                    note!("cosched: job {job}: {note}");
                 }
                 return Ok(exit_status(job, state, exit));
             }
@@ -598,7 +599,7 @@ fn wait_for(
             Ok(None) | Err(_) => {
                 if !told_lost {
                     told_lost = true;
-                    eprintln!(
+                    note!(
                         "cosched: lost the daemon; job {job} keeps running, waiting for the daemon to come back"
                     );
                 }
@@ -628,23 +629,23 @@ fn is_timeout(error: &anyhow::Error) -> bool {
 fn exit_status(job: u64, state: JobState, exit: Option<ExitInfo>) -> i32 {
     match exit {
         Some(exit) if state == JobState::Cancelled => {
-            eprintln!("cosched: job {job} cancelled");
+            note!("cosched: job {job} cancelled");
             exit.shell_status()
         }
         Some(exit) if state == JobState::Timeout => {
-            eprintln!("cosched: job {job} stopped at its time limit");
+            note!("cosched: job {job} stopped at its time limit");
             exit.shell_status()
         }
         // Ended by cosched for what it did (out of memory): its script's own 0 is no success.
         Some(exit) if state == JobState::Failed => {
             if exit.signal.is_some() {
-                eprintln!("cosched: job {job} failed: killed by {exit}");
+                note!("cosched: job {job} failed: killed by {exit}");
             }
             exit.shell_status().max(1)
         }
         Some(exit) => exit.shell_status(),
         None => {
-            eprintln!("cosched: job {job} {state} without running to its end");
+            note!("cosched: job {job} {state} without running to its end");
             1
         }
     }

@@ -68,8 +68,8 @@ pub fn run(args: ConfigArgs) -> Result<()> {
     }
     let (path, policy) = load(args.config.as_deref(), Policy::read)?;
     match &path {
-        Some(path) => eprintln!("cosched: the policy in {}", path.display()),
-        None => eprintln!("cosched: no {DEFAULT_PATH}: the built-in defaults"),
+        Some(path) => note!("cosched: the policy in {}", path.display()),
+        None => note!("cosched: no {DEFAULT_PATH}: the built-in defaults"),
     }
     if args.json {
         println!("{}", serde_json::to_string(&policy.document())?);

@@ -43,7 +43,7 @@ pub struct DaemonArgs {
     /// Report what the machine offers (freezers, cpuset, cpu weight, real-time priority) and
     /// which actuator would be used, then exit (non-zero if none can be used)
     #[arg(long)]
-    check: bool,
+    pub check: bool,
     /// With --check: print the report as one JSON object: usable (true or false), actuator
     /// (what would stop and start jobs, or null), unusable_because (why none can, or null),
     /// cpus, and features (each {name, available, detail})

@@ -93,7 +93,7 @@ pub fn gantt(args: GanttArgs) -> Result<()> {
     };
     let (panels, bars) = chart(&records, &jobs, from, to);
     if bars.is_empty() {
-        eprintln!(
+        note!(
             "cosched: nothing was stopped or started in the last {} s (no gang rotation, or no job)",
             args.since
         );

@@ -77,7 +77,7 @@ pub fn history(args: HistoryArgs) -> Result<()> {
         bail!("unexpected reply to history");
     };
     if truncated {
-        eprintln!(
+        note!(
             "cosched: the {} latest jobs are shown; older ones matched too (narrow the window \
              with --since and --until)",
             history.len()

@@ -365,7 +365,7 @@ pub fn act(args: JobArgs, make: fn(u64) -> Request) -> Result<()> {
     };
     // As scancel: none left to act on is no failure (a script cancelling whatever remains).
     if chosen.is_empty() {
-        eprintln!("cosched: no job matches");
+        note!("cosched: no job matches");
         return Ok(());
     }
     let one = |job: u64| -> Result<()> {
@@ -382,7 +382,7 @@ pub fn act(args: JobArgs, make: fn(u64) -> Request) -> Result<()> {
     for &job in &chosen {
         if let Err(error) = one(job) {
             failed += 1;
-            eprintln!("cosched: job {job}: {error:#}");
+            note!("cosched: job {job}: {error:#}");
         }
     }
     if failed > 0 {

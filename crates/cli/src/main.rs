@@ -6,6 +6,16 @@
 //! when killed); `cosched launch-remote` with its remote process's (255 when it could not
 //! start, as ssh).
 
+/// `eprintln!` that never panics: a note to a stderr whose reader went away (a closed pipe)
+/// is dropped. `eprintln!` panicked there, and `cosched run` ended with 101, not its job's
+/// status.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod client;
 mod config;
 mod daemon;
@@ -98,7 +108,7 @@ fn main() -> ExitCode {
     match execute(command) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(err) => {
-            eprintln!("cosched: {err:#}");
+            note!("cosched: {err:#}");
             ExitCode::FAILURE
         }
     }
@@ -106,7 +116,8 @@ fn main() -> ExitCode {
 
 /// A listing piped into `head` ends as other Unix tools' do, by SIGPIPE, when the reader goes
 /// (Rust ignores the signal, and a print to the closed pipe panics). Only for commands that
-/// print and exit: the daemon, agent and supervisor must outlive a client that hangs up.
+/// print and exit: the daemon, agent and supervisor must outlive a client that hangs up, and
+/// `run` and `wait` must end with their job's status (their notes are dropped, `note!`).
 fn end_quietly_when_the_reader_goes() {
     // SAFETY: restores a signal's default disposition; no other thread runs yet.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
@@ -125,7 +136,15 @@ fn execute(command: Command) -> anyhow::Result<i32> {
             | Command::Sim(_)
             | Command::Generate(_)
             | Command::Config(_)
-    ) {
+            | Command::Cancel(_)
+            | Command::Suspend(_)
+            | Command::Resume(_)
+            | Command::ConsoleToken(_)
+            | Command::Class(_)
+            | Command::Completions(_)
+            | Command::ManPages(_)
+    ) || matches!(&command, Command::Daemon(args) if args.check)
+    {
         end_quietly_when_the_reader_goes();
     }
     match command {

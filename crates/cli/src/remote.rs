@@ -91,7 +91,7 @@ pub fn launch_remote(args: LaunchRemoteArgs) -> Result<i32> {
         Err(error) => bail!("waiting for the process on {}: {error}", args.host),
     };
     if let Some(note) = &ending.note {
-        eprintln!("cosched launch-remote: {}: {note}", args.host);
+        note!("cosched launch-remote: {}: {note}", args.host);
     }
     Ok(ending.exit.shell_status())
 }

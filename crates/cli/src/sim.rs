@@ -390,7 +390,7 @@ fn sim_config(args: &SimArgs, procs: u32) -> Result<(SimConfig, Option<SitePolic
 pub fn run(args: SimArgs) -> Result<()> {
     let (trace, workload) = workload(&args)?;
     if !trace.out_of_range.is_empty() {
-        eprintln!("{workload}: {}", trace.out_of_range);
+        note!("{workload}: {}", trace.out_of_range);
     }
     let procs = machine_procs(&args, &trace, &workload)?;
     if let Some(other) = &args.compare {
@@ -798,7 +798,8 @@ impl Progress {
         }
         let width = 40;
         let filled = done * width / total;
-        eprint!(
+        let _ = write!(
+            std::io::stderr(),
             "\r[{}{}] {done}/{total} jobs",
             "#".repeat(filled),
             ".".repeat(width - filled)
@@ -808,7 +809,7 @@ impl Progress {
 
     fn finish(&mut self) {
         if self.shown {
-            eprint!("\r{}\r", " ".repeat(70));
+            let _ = write!(std::io::stderr(), "\r{}\r", " ".repeat(70));
         }
     }
 }
@@ -822,7 +823,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     shape.load_scale *= args.load_scale;
     let trace = generate_shaped(args.jobs, args.procs, args.seed, &shape);
     if args.stats {
-        eprintln!("{}", ShapeStats::of(&trace, args.procs));
+        note!("{}", ShapeStats::of(&trace, args.procs));
     }
     let path = args.out.unwrap_or_else(|| PathBuf::from("-"));
     let mut out = open_out(&path)?;

@@ -736,3 +736,72 @@ fn a_time_slice_outside_the_kernels_bounds_is_refused_by_name() {
         );
     }
 }
+
+/// A pipe whose reader has gone: writes to its other end fail with EPIPE.
+fn pipe_without_reader() -> std::os::fd::OwnedFd {
+    let mut ends = [0; 2];
+    // SAFETY: `ends` has room for the two descriptors.
+    assert_eq!(
+        unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) },
+        0
+    );
+    // SAFETY: both are fresh descriptors owned here alone; the read end is closed at once.
+    unsafe {
+        use std::os::fd::FromRawFd;
+        drop(std::os::fd::OwnedFd::from_raw_fd(ends[0]));
+        std::os::fd::OwnedFd::from_raw_fd(ends[1])
+    }
+}
+
+/// A daemon whose log reader went away (`2>&1 | tee` ended, the journal's stream closed) goes
+/// on: it died at its first line after (exit 101, a panic), whichever thread wrote it.
+#[test]
+fn a_daemon_whose_log_reader_went_away_goes_on() {
+    let mut d = Daemon::start_writing_to(
+        &["--procs", "2", "--quantum-ms", "50"],
+        &[],
+        None,
+        Some(pipe_without_reader()),
+    );
+    for _ in 0..2 {
+        let ran = d.cosched(&["run", "-n", "2", "--", "sh", "-c", "exit 3"]);
+        assert_eq!(ran.status.code(), Some(3), "{ran:?}");
+    }
+    d.signal(libc::SIGTERM);
+    let child = d.child.as_mut().unwrap();
+    let stopped = wait_until(Duration::from_secs(10), || {
+        child.try_wait().unwrap().is_some()
+    });
+    assert!(stopped, "the daemon did not stop");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
+/// `cosched run` whose stderr nobody reads any more (`2>&1 | head -1` that ended) still ends
+/// with its job's status, though its note of how the job ended cannot be written: it
+/// panicked there (exit 101). `--detach` with stdout gone fails as such (1), not by a panic.
+#[test]
+fn a_client_whose_reader_went_away_ends_with_its_jobs_status() {
+    let d = Daemon::start(&["--procs", "2", "--quantum-ms", "50"]);
+    let ran = Command::new(COSCHED)
+        .args(["run", "-n", "1", "--", "sh", "-c", "kill -9 $$"])
+        .env("COSCHED_SOCKET", d.socket())
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(pipe_without_reader()))
+        .status()
+        .unwrap();
+    assert_eq!(ran.code(), Some(128 + libc::SIGKILL), "{ran}");
+    let detached = Command::new(COSCHED)
+        .args(["run", "--detach", "-n", "1", "--", "true"])
+        .env("COSCHED_SOCKET", d.socket())
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(pipe_without_reader()))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&detached.stderr);
+    assert_eq!(detached.status.code(), Some(1), "{said}");
+    assert!(said.contains("saying the job's id on stdout"), "{said}");
+}

@@ -2,6 +2,7 @@
 //! when stderr is the journal (systemd sets `JOURNAL_STREAM`), else a word a person reads.
 
 use std::fmt;
+use std::io::Write as _;
 use std::sync::OnceLock;
 
 /// How much a line matters to an administrator (the syslog priorities journald files it by).
@@ -67,12 +68,12 @@ impl Log {
 /// Writes one line: `<6>cosched WHO: MESSAGE` to the journal, `cosched WHO: info: MESSAGE`
 /// elsewhere. Messages quote what users sent (a host name, a command, a path): a newline in
 /// one must not make a line of its own that reads as the process's, so control characters are
-/// written escaped.
+/// written escaped. A line stderr cannot take is dropped: `eprintln!` panicked there, and a
+/// daemon whose log reader went away (`2>&1 | tee` ended, the journal's stream closed) died at
+/// its next line, on whichever thread wrote it (the slot clock's too).
 pub fn log_line(who: &str, level: Level, message: impl fmt::Display) {
-    eprintln!(
-        "{}",
-        format_line(journal(), who, level, &message.to_string())
-    );
+    let line = format_line(journal(), who, level, &message.to_string());
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 fn format_line(journal: bool, who: &str, level: Level, message: &str) -> String {

@@ -55,6 +55,8 @@ pub struct Daemon {
     pub env: Vec<(String, String)>,
     /// The daemon's open-file limit (soft and hard), when set.
     pub nofile: Option<u64>,
+    /// Its stderr at the next launch instead of `daemon.log`.
+    pub stderr: Option<std::os::fd::OwnedFd>,
     pub child: Option<Child>,
 }
 
@@ -67,6 +69,16 @@ impl Daemon {
     }
 
     pub fn start_with(args: &[&str], env: &[(&str, &str)], nofile: Option<u64>) -> Daemon {
+        Daemon::start_writing_to(args, env, nofile, None)
+    }
+
+    /// `start_with`, its stderr `stderr` (`daemon.log` when `None`).
+    pub fn start_writing_to(
+        args: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u64>,
+        stderr: Option<std::os::fd::OwnedFd>,
+    ) -> Daemon {
         cosched_os::require_root("the daemon's tests");
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let dir = PathBuf::from(format!("/tmp/cosched-it-{}-{n}", std::process::id()));
@@ -84,6 +96,7 @@ impl Daemon {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             nofile,
+            stderr,
             dir,
             child: None,
         };
@@ -122,7 +135,7 @@ impl Daemon {
             .arg(&self.parent)
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stderr(log);
+            .stderr(self.stderr.take().map_or_else(|| log.into(), Stdio::from));
         let nofile = self.nofile;
         // Every test daemon inherits a stray descriptor (9), as one started from a careless
         // shell would: no job may see it.
