@@ -44,7 +44,13 @@ impl Member {
 /// The processes `procs` (a job's `cgroup.procs`) lists, held. One born in the job meanwhile
 /// is left for the caller's next round.
 pub fn listed(procs: &Path) -> Result<Vec<Member>> {
-    let held: Vec<Member> = parse_pids(&read(procs)?)
+    held(|| Ok(parse_pids(&read(procs)?)))
+}
+
+/// The processes `list` names, held: each by a pidfd opened after a first call, and kept if a
+/// second call, once they are all held, names it too.
+pub fn held(mut list: impl FnMut() -> Result<Vec<Pid>>) -> Result<Vec<Member>> {
+    let held: Vec<Member> = list()?
         .into_iter()
         .filter_map(|pid| {
             Some(Member {
@@ -56,18 +62,23 @@ pub fn listed(procs: &Path) -> Result<Vec<Member>> {
     if held.is_empty() {
         return Ok(held);
     }
-    let still: BTreeSet<Pid> = parse_pids(&read(procs)?).into_iter().collect();
+    let still: BTreeSet<Pid> = list()?.into_iter().collect();
     Ok(held
         .into_iter()
         .filter(|member| still.contains(&member.pid))
         .collect())
 }
 
-/// Sends `sig` to every process `procs` lists ([`listed`]); returns how many were signalled.
-pub fn signal_listed(procs: &Path, sig: libc::c_int) -> Result<usize> {
+/// Sends `sig` to each of `members`; returns how many were signalled (not those that exited).
+pub fn signal(members: &[Member], sig: libc::c_int) -> Result<usize> {
     let mut signalled = 0;
-    for member in listed(procs)? {
+    for member in members {
         signalled += usize::from(member.signal(sig)?);
     }
     Ok(signalled)
+}
+
+/// Sends `sig` to every process `procs` lists ([`listed`]); returns how many were signalled.
+pub fn signal_listed(procs: &Path, sig: libc::c_int) -> Result<usize> {
+    signal(&listed(procs)?, sig)
 }

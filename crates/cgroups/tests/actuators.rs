@@ -468,24 +468,12 @@ fn without_a_v2_tree_the_time_of_exited_processes_counts() {
     });
 }
 
-/// The pidfds this process holds (`anon_inode:[pidfd]` in /proc/self/fd).
-fn pidfds_held() -> usize {
-    std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
-        .filter(|target| target.to_string_lossy().contains("[pidfd]"))
-        .count()
-}
-
 /// A process that takes the pid `pid` (free now): the kernel is told the last pid it gave
 /// was the one before (`ns_last_pid`, root), and another process may fork first, so retried.
 fn take_pid(pid: Pid) -> Child {
     for _ in 0..200 {
         std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
-        let mut child = cosched_cgroups::die_with_parent(&mut Command::new("sleep"))
-            .arg("60")
-            .spawn()
-            .expect("sleep runs");
+        let mut child = sleeper();
         if child.id() as Pid == pid {
             return child;
         }
@@ -495,25 +483,6 @@ fn take_pid(pid: Pid) -> Child {
     panic!("no process took pid {pid} in 200 tries");
 }
 
-/// A FIFO standing for a job's `cgroup.procs` (in a directory of its own), so that each read
-/// of it waits for the test to write the list.
-fn procs_fifo(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("cosched-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir(&dir).unwrap();
-    let procs = dir.join("cgroup.procs");
-    let path = std::ffi::CString::new(procs.to_str().unwrap()).unwrap();
-    // SAFETY: a valid path.
-    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
-    procs
-}
-
-/// Writes `pid` as the whole list, once the reader opens the FIFO.
-fn write_list(procs: &std::path::Path, pid: Pid) {
-    let mut fifo = std::fs::OpenOptions::new().write(true).open(procs).unwrap();
-    writeln!(fifo, "{pid}").unwrap();
-}
-
 fn sleeper() -> Child {
     cosched_cgroups::die_with_parent(&mut Command::new("sleep"))
         .arg("60")
@@ -521,39 +490,43 @@ fn sleeper() -> Child {
         .expect("sleep runs")
 }
 
+/// A listed process exits and another process takes its pid between the two reads of the
+/// list (which still names the pid, as if that one were the job's too): the processes held,
+/// and the one that took the pid.
+fn held_across_a_pid_taken() -> (Vec<members::Member>, Child) {
+    let mut listed = sleeper();
+    let pid = listed.id() as Pid;
+    let mut reads = 0;
+    let mut taker = None;
+    let held = members::held(|| {
+        reads += 1;
+        if reads == 2 {
+            listed.kill().unwrap();
+            listed.wait().unwrap();
+            taker = Some(take_pid(pid));
+        }
+        Ok(vec![pid])
+    });
+    // Already reaped when the list was read twice.
+    let _ = listed.kill();
+    let _ = listed.wait();
+    (held.unwrap(), taker.expect("the list was read twice"))
+}
+
 /// Between the listing of a job's processes and their signal, one exits and another process
-/// of the machine takes its pid (the file still lists it, as if that one were the job's too):
-/// it is not signalled. A kill(2) of the pid read, as the daemon did, killed it.
+/// of the machine takes its pid: it is not signalled. A kill(2) of the pid read, as the
+/// daemon did, killed it.
 #[test]
 fn a_pid_taken_by_another_process_is_not_signalled() {
     cosched_os::require_root("pid reuse (ns_last_pid)");
-    let procs = procs_fifo("signal-reuse");
-    let mut listed = sleeper();
-    let pid = listed.id() as Pid;
-    let pidfds_before = pidfds_held();
-    let signaller = {
-        let procs = procs.clone();
-        std::thread::spawn(move || members::signal_listed(&procs, libc::SIGTERM))
-    };
-    write_list(&procs, pid);
-    // Once it holds a pidfd it has read the list and not yet read it again.
-    let start = Instant::now();
-    while pidfds_held() == pidfds_before {
-        assert!(start.elapsed() < Duration::from_secs(10), "no pidfd opened");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    listed.kill().unwrap();
-    listed.wait().unwrap();
-    let mut taker = take_pid(pid);
-    write_list(&procs, pid);
-    let signalled = signaller.join().unwrap().unwrap();
+    let (held, mut taker) = held_across_a_pid_taken();
+    let signalled = members::signal(&held, libc::SIGTERM).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     let survived = taker.try_wait().unwrap().is_none();
     let _ = taker.kill();
     let _ = taker.wait();
-    let _ = std::fs::remove_dir_all(procs.parent().unwrap());
     assert_eq!(signalled, 0);
-    assert!(survived, "pid {pid}'s new process was signalled");
+    assert!(survived, "pid {}'s new process was signalled", taker.id());
 }
 
 /// A job's process, held, exits and another process takes its pid before the job's threads
@@ -566,19 +539,8 @@ fn a_pid_taken_by_another_process_keeps_its_pins() {
     )
     .unwrap();
     assert!(online.size() > 1, "needs two processors: {online}");
-    let procs = procs_fifo("pin-reuse");
-    let mut listed = sleeper();
-    let pid = listed.id() as Pid;
-    let writer = {
-        let procs = procs.clone();
-        std::thread::spawn(move || (0..2).for_each(|_| write_list(&procs, pid)))
-    };
-    let held = members::listed(&procs).unwrap();
-    writer.join().unwrap();
-    assert_eq!(held.iter().map(|m| m.pid).collect::<Vec<_>>(), vec![pid]);
-    listed.kill().unwrap();
-    listed.wait().unwrap();
-    let mut taker = take_pid(pid);
+    let (held, mut taker) = held_across_a_pid_taken();
+    let pid = taker.id() as Pid;
     let first = online.processors().next().unwrap();
     let one = affinity::mask_of(&Partition::from_processors([first]));
     // SAFETY: the pointer and size describe `one`.
@@ -590,7 +552,6 @@ fn a_pid_taken_by_another_process_keeps_its_pins() {
     let kept = allowed_cpus(pid);
     let _ = taker.kill();
     let _ = taker.wait();
-    let _ = std::fs::remove_dir_all(procs.parent().unwrap());
     assert_eq!(
         kept.size(),
         1,
