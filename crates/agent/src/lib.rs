@@ -31,6 +31,7 @@ mod stats;
 pub mod supervisor;
 
 pub use idle::IdleTracker;
+pub use join::check_owner;
 pub use lend::{asleep_by, give_away_after, BlockWatch};
 pub use node::{NodeAgent, NodeSettings, HOSTS_DIR, STATE_SUBDIRS};
 pub use process::{renewal_period, serve_node, NodeConfig};

@@ -205,6 +205,7 @@ struct Prepared {
     /// The job's signal mask: SIGTERM for a holder (see `Launch::holder`), else none.
     mask: libc::sigset_t,
     time_slice_us: Option<u32>,
+    limits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
 }
 
 /// In the forked child, as the job's user: opens `file` for appending onto the descriptors
@@ -275,6 +276,8 @@ unsafe fn exec_child(p: &Prepared, report: RawFd) -> ! {
     if let Some(micros) = p.time_slice_us {
         let _ = cosched_os::slice::set_time_slice(micros);
     }
+    // Its submitter's limits, not the root supervisor's; set while root may still raise them.
+    cosched_os::limits::apply(&p.limits);
     // A job must not inherit what the supervisor ignores or blocks (Rust ignores SIGPIPE).
     for signal in 1..libc::SIGRTMAX() {
         libc::signal(signal, libc::SIG_DFL);
@@ -432,6 +435,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
             &[]
         }),
         time_slice_us: spec.time_slice_us,
+        limits: cosched_os::limits::to_raw(&spec.launch.limits),
     };
     mark_started(job, &spec.started_file)?;
     let mut pipe = [0; 2];

@@ -329,6 +329,7 @@ fn marking_supervisor(test: &str) -> (StateDir, NodeSettings, cosched_proto::Lau
         error: None,
         holder: false,
         hosts: Vec::new(),
+        limits: Vec::new(),
     };
     (state, settings, launch)
 }

@@ -107,7 +107,9 @@ pub fn ask(socket: &Path, request: &Request) -> Result<Reply> {
 The job runs as you, in this directory, with this environment plus COSCHED_JOB_ID, \
 COSCHED_CPUS (its processors), COSCHED_NTASKS (its processor count), COSCHED_NODELIST (its \
 nodes: this machine's host name on one machine) and COSCHED_HOSTFILE (a file of `HOST slots=N` \
-lines, one a node, for `mpirun --hostfile`). Arguments after the command are the command's; \
+lines, one a node, for `mpirun --hostfile`), and with this command's resource limits (`ulimit \
+-a`, as srun propagates them: lower one with `ulimit` first). Arguments after the command are \
+the command's; \
 write `--` before a command that starts with `-`. No shell is involved: write `sh -c '...'` \
 for one. The exit code is the job's (128 + the signal when it was killed); the job ends \
 completed (exit 0) or failed (any other end of its own). Ctrl-C (or a TERM or HUP to this \

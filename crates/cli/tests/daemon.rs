@@ -805,3 +805,41 @@ fn a_client_whose_reader_went_away_ends_with_its_jobs_status() {
     assert_eq!(detached.status.code(), Some(1), "{said}");
     assert!(said.contains("saying the job's id on stdout"), "{said}");
 }
+
+/// A job's processes have the resource limits of the process that submitted it, as a login's
+/// would, not the root daemon's: every job inherited the daemon's (4,096 open files here,
+/// 1,048,576 under the systemd unit) whatever its user had. Read from the submitter itself, so
+/// nobody gets more than they had.
+#[test]
+fn a_job_gets_its_submitters_resource_limits() {
+    let d = Daemon::start_with(&["--procs", "2", "--quantum-ms", "50"], &[], Some(4096));
+    for (uid, soft, hard) in [(NOBODY, 64, 100), (0, 80, 90)] {
+        let mut client = Command::new(COSCHED);
+        client
+            .args(["run", "-n", "1", "--", "sh", "-c", "ulimit -Sn; ulimit -Hn"])
+            .env("COSCHED_SOCKET", d.socket())
+            .current_dir("/")
+            .uid(uid)
+            .gid(uid);
+        // SAFETY: setrlimit only, in the child before exec.
+        unsafe {
+            client.pre_exec(move || {
+                let lower = libc::rlimit {
+                    rlim_cur: soft,
+                    rlim_max: hard,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lower) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = output_within(&mut client, Duration::from_secs(60));
+        assert!(out.status.success(), "uid {uid}: {out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{soft}\n{hard}\n"),
+            "uid {uid}"
+        );
+    }
+}

@@ -70,6 +70,7 @@ fn a_job_over_its_memory_ends_with_the_oom_kill_its_cgroup_counted() {
         error: None,
         holder: false,
         hosts: Vec::new(),
+        limits: Vec::new(),
     };
     let start = Command::Start {
         job: 1,

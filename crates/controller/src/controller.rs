@@ -784,6 +784,7 @@ impl Controller {
             error: record.error.clone(),
             holder: record.registered,
             hosts: Vec::new(),
+            limits: record.owner.limits.clone(),
         }
     }
 

@@ -361,6 +361,7 @@ impl Harness {
             uid,
             gid: uid,
             groups: vec![uid],
+            limits: vec![],
         }
     }
 

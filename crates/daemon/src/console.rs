@@ -359,6 +359,7 @@ mod tests {
             uid: 1000,
             gid: 1000,
             groups: vec![],
+            limits: vec![],
         };
         let first = tokens.issue(&ana).unwrap();
         assert_eq!(first.len(), 2 * TOKEN_BYTES);

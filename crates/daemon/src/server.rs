@@ -821,6 +821,32 @@ fn serve_client(stream: UnixStream, who: &Credentials, shared: &Arc<Shared>) {
     }
 }
 
+/// `who` with the resource limits of the process it is, which its job gets
+/// ([`cosched_os::limits`]): the connecting process, by the pidfd the kernel took as it
+/// connected (Linux 6.5), else by a pidfd of its pid whose owner is checked after the read,
+/// so that a process of another user that took the pid is never read as the submitter.
+fn with_limits(stream: &UnixStream, who: &Credentials) -> Result<Credentials, ApiError> {
+    let gone = |why: String| {
+        ApiError::Invalid(format!(
+            "cannot read the resource limits of the submitting process (pid {}): {why}",
+            who.pid
+        ))
+    };
+    let pidfd = unix::peer_pidfd(stream)
+        .or_else(|_| unix::pidfd_open(who.pid))
+        .map_err(|e| gone(e.to_string()))?;
+    let limits =
+        cosched_os::limits::of_process(who.pid, &pidfd).map_err(|e| gone(e.to_string()))?;
+    cosched_agent::check_owner(who.pid, who.uid).map_err(gone)?;
+    if unix::has_exited(&pidfd) {
+        return Err(gone("it has exited".into()));
+    }
+    Ok(Credentials {
+        limits,
+        ..who.clone()
+    })
+}
+
 fn stdio_of(wanted: bool, fds: Vec<OwnedFd>) -> Result<Option<[OwnedFd; 3]>, ApiError> {
     match (wanted, fds.len()) {
         (false, 0) => Ok(None),
@@ -866,6 +892,10 @@ fn handle(
         Request::Run(run) => {
             let stdio = match stdio_of(run.stdio, fds) {
                 Ok(stdio) => stdio,
+                Err(error) => return Err((stream, error)),
+            };
+            let who = &match with_limits(&stream, who) {
+                Ok(who) => who,
                 Err(error) => return Err((stream, error)),
             };
             let detach = run.detach;

@@ -285,6 +285,7 @@ pub(crate) mod tests {
                 uid: 1000,
                 gid: 1000,
                 groups: vec![1000, 27],
+                limits: vec![],
             },
             class: cosched_core::Class::Batch,
             procs: 2,

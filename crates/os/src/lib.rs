@@ -7,6 +7,7 @@
 
 pub mod doorbell;
 pub mod fault;
+pub mod limits;
 mod logline;
 pub mod notify;
 pub mod realtime;

@@ -15,6 +15,11 @@ pub struct Credentials {
     pub gid: u32,
     /// Supplementary groups.
     pub groups: Vec<u32>,
+    /// The resource limits a job this peer submits gets ([`crate::limits`]): read from the
+    /// peer by the daemon when it submits one, empty otherwise (and in records made before:
+    /// such a job gets the daemon's own, as every job did).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<crate::limits::ResourceLimit>,
 }
 
 impl Credentials {
@@ -64,6 +69,7 @@ pub fn peer_credentials(stream: &UnixStream) -> io::Result<Credentials> {
         pid: cred.pid,
         uid: cred.uid,
         gid: cred.gid,
+        limits: Vec::new(),
         groups,
     })
 }

@@ -120,6 +120,10 @@ pub struct Launch {
     /// tells the job in COSCHED_NTASKS, COSCHED_NODELIST and COSCHED_HOSTFILE.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<JobHost>,
+    /// Its processes' resource limits, its submitter's ([`cosched_os::limits`]); none: the
+    /// supervisor's own (a job recorded before they were kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<cosched_os::limits::ResourceLimit>,
 }
 
 /// One node of a job, as an MPI launcher reaches it.
