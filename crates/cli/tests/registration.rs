@@ -550,3 +550,53 @@ fn registration_takes_only_the_callers_own_processes_and_jobs() {
     assert_eq!(ended["exit"]["code"], 3, "{ended}");
     d.cosched(&["cancel", &plain.to_string()]);
 }
+
+/// A registered job's holder runs as the user with the limits of the process that registered
+/// it, not the root daemon's (as `run`'s jobs: `a_job_gets_its_submitters_resource_limits`).
+#[test]
+fn a_registered_jobs_holder_has_the_registrants_resource_limits() {
+    let d = Daemon::start_with(
+        &["--quantum-ms", "50", "--allow-registration"],
+        &[],
+        Some(4096),
+    );
+    // Registers with its open files lowered, says the job, and keeps the job while it waits
+    // for a line on stdin.
+    let register = "import resource,socket,sys\n\
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 100))\n\
+        s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n\
+        s.sendall(b'{\"op\":\"register\",\"procs\":1}\\n'); f=s.makefile()\n\
+        print(f.readline().strip(), flush=True); f.readline(); sys.stdin.readline()";
+    let mut client = Command::new("/usr/bin/python3")
+        .args(["-c", register, d.socket().to_str().unwrap()])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(client.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let reply: Value = serde_json::from_str(first.trim()).unwrap();
+    let job = reply["job"].as_u64().unwrap_or_else(|| panic!("{reply}"));
+    let procs = d.cgroup(job).join("cgroup.procs");
+    let mut holder = None;
+    wait_until(Duration::from_secs(20), || {
+        holder = std::fs::read_to_string(&procs)
+            .ok()
+            .and_then(|pids| pids.lines().next().map(str::to_string));
+        holder.is_some()
+    });
+    let holder = holder.expect("the registered job's holder runs");
+    let limits = std::fs::read_to_string(format!("/proc/{holder}/limits")).unwrap();
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .map(|l| l.split_whitespace().skip(3).take(2).collect())
+        .unwrap();
+    drop(client.stdin.take());
+    client.wait().unwrap();
+    assert_eq!(open_files, ["64", "100"], "{limits}");
+}

@@ -825,7 +825,12 @@ fn serve_client(stream: UnixStream, who: &Credentials, shared: &Arc<Shared>) {
 /// ([`cosched_os::limits`]): the connecting process, by the pidfd the kernel took as it
 /// connected (Linux 6.5), else by a pidfd of its pid whose owner is checked after the read,
 /// so that a process of another user that took the pid is never read as the submitter.
+/// A peer in a pid namespace this daemon cannot see (pid 0: a container's own) has no
+/// `/proc` entry here: its job keeps the supervisor's limits, as every job did before.
 fn with_limits(stream: &UnixStream, who: &Credentials) -> Result<Credentials, ApiError> {
+    if who.pid == 0 {
+        return Ok(who.clone());
+    }
     let gone = |why: String| {
         ApiError::Invalid(format!(
             "cannot read the resource limits of the submitting process (pid {}): {why}",
@@ -948,6 +953,11 @@ fn handle(
             return sent.map_err(|error| (stream, error));
         }
         Request::Register(register) => {
+            // Its holder runs as the user too: with the user's limits, not the daemon's.
+            let who = &match with_limits(&stream, who) {
+                Ok(who) => who,
+                Err(error) => return Err((stream, error)),
+            };
             // Recording, answering and parking under one lock: the job cannot start unheard.
             return shared.with(|inner, now| match inner.register(who, register, now) {
                 Ok(job) => {
