@@ -6,10 +6,10 @@
 //! between the favoured job and the other. Gang mode too: thawed threads wake where they last
 //! ran. Pinning a job's working threads one per processor when its slot begins removes that.
 
-use crate::members::Member;
+use crate::members::{self, Member};
 use crate::{procfs, CgroupError, Pid, Result};
 use cosched_core::Partition;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Which processor each thread gets. `threads` holds each thread and the processor it last ran
 /// on, busiest first. The busiest threads, as many as there are processors, get one processor
@@ -97,12 +97,9 @@ fn apply(
 }
 
 /// Every thread of the given processes, with its process.
-fn threads_of(members: &[Member]) -> impl Iterator<Item = (&Member, Pid)> + '_ {
-    members.iter().flat_map(|member| {
-        procfs::tasks(member.pid)
-            .into_iter()
-            .map(move |tid| (member, tid))
-    })
+fn threads_of(pids: &[Pid]) -> impl Iterator<Item = (Pid, Pid)> + '_ {
+    pids.iter()
+        .flat_map(|&pid| procfs::tasks(pid).into_iter().map(move |tid| (pid, tid)))
 }
 
 /// The threads worth a processor of their own, busiest first: those that used at least a tenth
@@ -123,36 +120,55 @@ fn workers(threads: &[(Pid, procfs::Stat)]) -> Vec<(Pid, usize)> {
     workers.iter().map(|(tid, s)| (*tid, s.processor)).collect()
 }
 
-/// Pins the working threads of `members` one per processor of `cpus` ([`spread_plan`]);
-/// returns whether there were any.
-pub fn spread(members: &[Member], cpus: &Partition) -> Result<bool> {
+/// Pins the working threads of `pids` one per processor of `cpus` ([`spread_plan`]), each
+/// only as a thread of a process that `list` (the job's listing) names once it is held
+/// ([`members::each_held`]); returns whether there were any.
+pub fn spread(
+    pids: &[Pid],
+    list: impl FnMut() -> Result<Vec<Pid>>,
+    cpus: &Partition,
+) -> Result<bool> {
     // Indexed by position in the plan, and compared with `/proc`'s processor numbers.
     let cpus: Vec<usize> = cpus.processors().map(|cpu| cpu as usize).collect();
-    let threads: Vec<(&Member, Pid, procfs::Stat)> = threads_of(members)
-        .filter_map(|(member, tid)| {
-            let stat = procfs::thread_stat(member.pid, tid).ok()?;
-            Some((member, tid, stat))
-        })
+    let threads: Vec<(Pid, Pid, procfs::Stat)> = threads_of(pids)
+        .filter_map(|(pid, tid)| Some((pid, tid, procfs::thread_stat(pid, tid).ok()?)))
         .collect();
     let seen: Vec<(Pid, procfs::Stat)> = threads.iter().map(|(_, tid, s)| (*tid, *s)).collect();
     let workers = workers(&seen);
-    let whose: HashMap<Pid, (&Member, u64)> = threads
+    let whose: HashMap<Pid, (Pid, u64)> = threads
         .iter()
-        .map(|(member, tid, stat)| (*tid, (*member, stat.started)))
+        .map(|(pid, tid, stat)| (*tid, (*pid, stat.started)))
         .collect();
+    // By process, so that each is held once: (thread, its start, its processor).
+    let mut pins: BTreeMap<Pid, Vec<(Pid, u64, usize)>> = BTreeMap::new();
     for (tid, cpu) in spread_plan(&workers, &cpus) {
-        let (member, started) = whose[&tid];
-        apply(member, tid, Some(started), &mask([cpu]), || cpu.to_string())?;
+        let (pid, started) = whose[&tid];
+        pins.entry(pid).or_default().push((tid, started, cpu));
     }
+    let owners: Vec<Pid> = pins.keys().copied().collect();
+    members::each_held(&owners, list, |members| {
+        for member in members {
+            for &(tid, started, cpu) in &pins[&member.pid] {
+                apply(member, tid, Some(started), &mask([cpu]), || cpu.to_string())?;
+            }
+        }
+        Ok(())
+    })?;
     Ok(!workers.is_empty())
 }
 
-/// Lets every thread of `members` use every processor of its cpuset again.
-pub fn unpin(members: &[Member]) -> Result<()> {
+/// Lets every thread of `pids` use every processor of its cpuset again, each only as a
+/// thread of a process that `list` names once it is held ([`members::each_held`]).
+pub fn unpin(pids: &[Pid], list: impl FnMut() -> Result<Vec<Pid>>) -> Result<()> {
     // Built once: unpinning runs at every slot boundary, for every thread of the job.
     let every = mask(0..libc::CPU_SETSIZE as usize);
-    threads_of(members)
-        .try_for_each(|(member, tid)| apply(member, tid, None, &every, || "every processor".into()))
+    members::each_held(pids, list, |members| {
+        members.iter().try_for_each(|member| {
+            procfs::tasks(member.pid)
+                .into_iter()
+                .try_for_each(|tid| apply(member, tid, None, &every, || "every processor".into()))
+        })
+    })
 }
 
 #[cfg(test)]

@@ -65,7 +65,8 @@ pub fn release(steps: &[ReleaseStep]) -> Result<()> {
             ReleaseStep::ContinueAll { procs } => signal_listed(procs, libc::SIGCONT).map(|_| ()),
             ReleaseStep::Write { file, value } => write(file, value),
             ReleaseStep::Unpin { procs } => {
-                members::listed(procs).and_then(|members| affinity::unpin(&members))
+                let mut list = members::listing(procs);
+                list().and_then(|pids| affinity::unpin(&pids, list))
             }
         };
         if let Err(error) = outcome {
@@ -619,10 +620,6 @@ impl Cgroups {
         Ok(dir.join("cgroup.procs"))
     }
 
-    fn members(&self, job: &JobGroup) -> Result<Vec<members::Member>> {
-        members::listed(&self.procs(job)?)
-    }
-
     fn signal_all(&self, job: &JobGroup, sig: libc::c_int) -> Result<()> {
         signal_listed(&self.procs(job)?, sig).map(|_| ())
     }
@@ -972,8 +969,7 @@ impl Actuator for Cgroups {
         // intervals up to a second, in case the working threads change (a launcher that
         // starts its ranks, a job that runs one program after another).
         let now = Instant::now();
-        let members = self.members(job)?;
-        let pids: Vec<Pid> = members.iter().map(|member| member.pid).collect();
+        let pids = self.pids(job)?;
         let waited = match self.spread_due.get(&**job) {
             Some(seen) if seen.pids != pids => Duration::ZERO,
             Some(seen) if now < seen.due => {
@@ -986,7 +982,7 @@ impl Actuator for Cgroups {
             None => Duration::ZERO,
         };
         let cpus = self.usable_cpus(job)?;
-        let pinned = affinity::spread(&members, &cpus)?;
+        let pinned = affinity::spread(&pids, || self.pids(job), &cpus)?;
         let wait = (waited * 2).clamp(SPREAD_FIRST_WAIT, SPREAD_LONGEST_WAIT);
         let seen = SpreadSeen {
             due: now + wait,
@@ -1004,7 +1000,7 @@ impl Actuator for Cgroups {
 
     fn unpin(&mut self, job: &JobGroup) -> Result<()> {
         self.spread_due.remove(&**job);
-        affinity::unpin(&self.members(job)?)
+        affinity::unpin(&self.pids(job)?, || self.pids(job))
     }
 
     fn limit_memory(&mut self, job: &JobGroup, bytes: u64) -> Result<()> {

@@ -41,32 +41,53 @@ impl Member {
     }
 }
 
-/// The processes `procs` (a job's `cgroup.procs`) lists, held. One born in the job meanwhile
-/// is left for the caller's next round.
-pub fn listed(procs: &Path) -> Result<Vec<Member>> {
-    held(|| Ok(parse_pids(&read(procs)?)))
+/// Most processes held at once. Each holds one of the daemon's descriptors, and a job may
+/// have thousands of processes (512 tasks per processor by default): all held together, one
+/// user's job would take as many of the descriptors the daemon serves everyone with.
+const MOST_HELD: usize = 256;
+
+/// Acts on the processes among `pids` that `list` names once they are held, at most
+/// [`MOST_HELD`] at a time: a chunk's pidfds are opened, `list` is read again, and `act` gets
+/// those it still names.
+pub fn each_held(
+    pids: &[Pid],
+    mut list: impl FnMut() -> Result<Vec<Pid>>,
+    mut act: impl FnMut(&[Member]) -> Result<()>,
+) -> Result<()> {
+    for chunk in pids.chunks(MOST_HELD) {
+        let held: Vec<Member> = chunk
+            .iter()
+            .filter_map(|&pid| {
+                Some(Member {
+                    pid,
+                    pidfd: unix::pidfd_open(pid).ok()?,
+                })
+            })
+            .collect();
+        if held.is_empty() {
+            continue;
+        }
+        let still: BTreeSet<Pid> = list()?.into_iter().collect();
+        let held: Vec<Member> = held
+            .into_iter()
+            .filter(|member| still.contains(&member.pid))
+            .collect();
+        act(&held)?;
+    }
+    Ok(())
 }
 
-/// The processes `list` names, held: each by a pidfd opened after a first call, and kept if a
-/// second call, once they are all held, names it too.
-pub fn held(mut list: impl FnMut() -> Result<Vec<Pid>>) -> Result<Vec<Member>> {
-    let held: Vec<Member> = list()?
-        .into_iter()
-        .filter_map(|pid| {
-            Some(Member {
-                pid,
-                pidfd: unix::pidfd_open(pid).ok()?,
-            })
-        })
-        .collect();
-    if held.is_empty() {
-        return Ok(held);
-    }
-    let still: BTreeSet<Pid> = list()?.into_iter().collect();
-    Ok(held
-        .into_iter()
-        .filter(|member| still.contains(&member.pid))
-        .collect())
+/// Reads the pids a job's `cgroup.procs` lists, each time it is called.
+pub fn listing(procs: &Path) -> impl FnMut() -> Result<Vec<Pid>> + '_ {
+    move || Ok(parse_pids(&read(procs)?))
+}
+
+/// [`each_held`] over every process `procs` lists. One born in the job meanwhile is left for
+/// the caller's next round.
+pub fn each_listed(procs: &Path, act: impl FnMut(&[Member]) -> Result<()>) -> Result<()> {
+    let mut list = listing(procs);
+    let pids = list()?;
+    each_held(&pids, list, act)
 }
 
 /// Sends `sig` to each of `members`; returns how many were signalled (not those that exited).
@@ -78,7 +99,52 @@ pub fn signal(members: &[Member], sig: libc::c_int) -> Result<usize> {
     Ok(signalled)
 }
 
-/// Sends `sig` to every process `procs` lists ([`listed`]); returns how many were signalled.
+/// Sends `sig` to every process `procs` lists ([`each_listed`]); returns how many were
+/// signalled.
 pub fn signal_listed(procs: &Path, sig: libc::c_int) -> Result<usize> {
-    signal(&listed(procs)?, sig)
+    let mut signalled = 0;
+    each_listed(procs, |members| {
+        signalled += signal(members, sig)?;
+        Ok(())
+    })?;
+    Ok(signalled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_are_held_a_bounded_number_at_a_time_and_relisted_per_chunk() {
+        let me = std::process::id() as Pid;
+        let pids = vec![me; 2 * MOST_HELD + 10];
+        let (mut lists, mut chunks, mut acted) = (0, 0, 0);
+        each_held(
+            &pids,
+            || {
+                lists += 1;
+                Ok(vec![me])
+            },
+            |held| {
+                assert!(held.len() <= MOST_HELD);
+                chunks += 1;
+                acted += held.len();
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!((lists, chunks, acted), (3, 3, pids.len()));
+        // A process the second listing no longer names is not acted on.
+        let mut named = 0;
+        each_held(
+            &[me],
+            || Ok(vec![]),
+            |held| {
+                named += held.len();
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(named, 0);
+    }
 }

@@ -490,27 +490,22 @@ fn sleeper() -> Child {
         .expect("sleep runs")
 }
 
-/// A listed process exits and another process takes its pid between the two reads of the
-/// list (which still names the pid, as if that one were the job's too): the processes held,
-/// and the one that took the pid.
-fn held_across_a_pid_taken() -> (Vec<members::Member>, Child) {
-    let mut listed = sleeper();
+/// A job's listing of `listed`'s pid that, read again once that process is held, finds it
+/// exited and its pid taken by another process (put in `taker`), and names the pid still, as
+/// if that one were the job's too.
+fn relisted_after_reuse<'a>(
+    listed: &'a mut Child,
+    taker: &'a mut Option<Child>,
+) -> impl FnMut() -> cosched_cgroups::Result<Vec<Pid>> + 'a {
     let pid = listed.id() as Pid;
-    let mut reads = 0;
-    let mut taker = None;
-    let held = members::held(|| {
-        reads += 1;
-        if reads == 2 {
+    move || {
+        if taker.is_none() {
             listed.kill().unwrap();
             listed.wait().unwrap();
-            taker = Some(take_pid(pid));
+            *taker = Some(take_pid(pid));
         }
         Ok(vec![pid])
-    });
-    // Already reaped when the list was read twice.
-    let _ = listed.kill();
-    let _ = listed.wait();
-    (held.unwrap(), taker.expect("the list was read twice"))
+    }
 }
 
 /// Between the listing of a job's processes and their signal, one exits and another process
@@ -519,18 +514,31 @@ fn held_across_a_pid_taken() -> (Vec<members::Member>, Child) {
 #[test]
 fn a_pid_taken_by_another_process_is_not_signalled() {
     cosched_os::require_root("pid reuse (ns_last_pid)");
-    let (held, mut taker) = held_across_a_pid_taken();
-    let signalled = members::signal(&held, libc::SIGTERM).unwrap();
+    let mut listed = sleeper();
+    let pid = listed.id() as Pid;
+    let mut taker = None;
+    let mut signalled = 0;
+    let acted = members::each_held(
+        &[pid],
+        relisted_after_reuse(&mut listed, &mut taker),
+        |held| {
+            signalled = members::signal(held, libc::SIGTERM)?;
+            Ok(())
+        },
+    );
+    let _ = listed.wait();
+    let mut taker = taker.expect("the list was read again");
     std::thread::sleep(Duration::from_millis(100));
     let survived = taker.try_wait().unwrap().is_none();
     let _ = taker.kill();
     let _ = taker.wait();
+    acted.unwrap();
     assert_eq!(signalled, 0);
-    assert!(survived, "pid {}'s new process was signalled", taker.id());
+    assert!(survived, "pid {pid}'s new process was signalled");
 }
 
-/// A job's process, held, exits and another process takes its pid before the job's threads
-/// are unpinned: that process keeps the processors it was given. (By pid, it was unpinned.)
+/// A job's process exits and another process takes its pid (pinned to one processor) while
+/// the job's threads are unpinned: that process keeps its pin. (By pid, it was unpinned.)
 #[test]
 fn a_pid_taken_by_another_process_keeps_its_pins() {
     cosched_os::require_root("pid reuse (ns_last_pid)");
@@ -539,19 +547,28 @@ fn a_pid_taken_by_another_process_keeps_its_pins() {
     )
     .unwrap();
     assert!(online.size() > 1, "needs two processors: {online}");
-    let (held, mut taker) = held_across_a_pid_taken();
-    let pid = taker.id() as Pid;
     let first = online.processors().next().unwrap();
     let one = affinity::mask_of(&Partition::from_processors([first]));
-    // SAFETY: the pointer and size describe `one`.
-    assert_eq!(
-        unsafe { libc::sched_setaffinity(pid, std::mem::size_of_val(&one), &one) },
-        0
-    );
-    affinity::unpin(&held).unwrap();
+    let mut listed = sleeper();
+    let pid = listed.id() as Pid;
+    let mut taker = None;
+    let mut list = relisted_after_reuse(&mut listed, &mut taker);
+    let unpinned = affinity::unpin(&[pid], || {
+        let names = list();
+        // SAFETY: the pointer and size describe `one`; `pid` is the new process's now.
+        assert_eq!(
+            unsafe { libc::sched_setaffinity(pid, std::mem::size_of_val(&one), &one) },
+            0
+        );
+        names
+    });
+    drop(list);
+    let _ = listed.wait();
+    let mut taker = taker.expect("the list was read again");
     let kept = allowed_cpus(pid);
     let _ = taker.kill();
     let _ = taker.wait();
+    unpinned.unwrap();
     assert_eq!(
         kept.size(),
         1,
