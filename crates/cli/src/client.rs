@@ -462,10 +462,17 @@ impl OutputFile {
             std::process::id(),
             stream.suffix()
         ));
-        let file = options
-            .create_new(true)
-            .open(&pending)
-            .with_context(|| format!("creating the job's {what} file in {}", dir.display()))?;
+        let file = options.create_new(true).open(&pending).with_context(|| {
+            // A name without a directory (the default `cosched-%j.out`) is made here.
+            let place = match dir.as_os_str().is_empty() {
+                true => std::env::current_dir().map_or_else(
+                    |_| "the working directory".into(),
+                    |here| here.display().to_string(),
+                ),
+                false => dir.display().to_string(),
+            };
+            format!("creating the job's {what} file in {place}")
+        })?;
         Ok(OutputFile {
             file,
             pending: Some((pending, (local, host.to_string()))),

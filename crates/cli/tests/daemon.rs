@@ -843,3 +843,72 @@ fn a_job_gets_its_submitters_resource_limits() {
         );
     }
 }
+
+/// A client the daemon cannot see (outside its pid namespace: pid 0 in its credentials) is
+/// refused a job: its limits cannot be read, and the job would have run with root's.
+#[test]
+fn a_submitter_outside_the_daemons_pid_namespace_is_refused() {
+    cosched_os::require_root("a daemon in a pid namespace of its own");
+    let dir = std::path::PathBuf::from(format!("/tmp/cosched-it-pidns-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let parent = format!("cosched-it-pidns-{}", std::process::id());
+    let socket = dir.join("s.sock");
+    let mut unshare = Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--",
+            COSCHED,
+            "daemon",
+            "--procs",
+            "2",
+        ])
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--cgroup-parent", &parent])
+        .stderr(std::fs::File::create(dir.join("daemon.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let up = wait_until(Duration::from_secs(20), || {
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+    });
+    let ran = up.then(|| {
+        Command::new(COSCHED)
+            .args(["run", "-n", "1", "--", "true"])
+            .env("COSCHED_SOCKET", &socket)
+            .output()
+            .unwrap()
+    });
+    // The daemon is the only child of `unshare`, and the first process of its namespace.
+    let daemon = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", unshare.id()))
+        .unwrap_or_default();
+    for pid in daemon
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+    {
+        // SAFETY: kill(2) of this test's own daemon.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    let stopped = wait_until(Duration::from_secs(10), || {
+        unshare.try_wait().unwrap().is_some()
+    });
+    if !stopped {
+        let _ = unshare.kill();
+    }
+    let _ = unshare.wait();
+    let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
+    remove_cgroups(&parent);
+    let _ = std::fs::remove_dir_all(&dir);
+    let ran = ran.unwrap_or_else(|| panic!("the daemon did not start: {log}"));
+    let said = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("outside the daemon's pid namespace"),
+        "{said}"
+    );
+}

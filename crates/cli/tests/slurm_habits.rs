@@ -160,6 +160,9 @@ fn output_files_are_opened_with_the_users_rights_only() {
     // With %j the file is made in the directory as nobody: refused where nobody may not.
     let out = d.cosched_as(NOBODY, &["run", "--output", "/etc/x-%j.log", "true"]);
     refused(&out, "creating the job's output file in /etc");
+    // The default name has no directory: the one it is made in is named (it read "in :").
+    let out = d.cosched_as(NOBODY, &["run", "--detach", "true"]);
+    refused(&out, "creating the job's output file in /:");
 }
 
 #[test]

@@ -823,28 +823,35 @@ fn serve_client(stream: UnixStream, who: &Credentials, shared: &Arc<Shared>) {
 
 /// `who` with the resource limits of the process it is, which its job gets
 /// ([`cosched_os::limits`]): the connecting process, by the pidfd the kernel took as it
-/// connected (Linux 6.5), else by a pidfd of its pid whose owner is checked after the read,
-/// so that a process of another user that took the pid is never read as the submitter.
-/// A peer in a pid namespace this daemon cannot see (pid 0: a container's own) has no
-/// `/proc` entry here: its job keeps the supervisor's limits, as every job did before.
+/// connected (Linux 6.5), else (a kernel without it) by a pidfd of its pid whose owner is
+/// checked after the read, so that a process of another user that took the pid is never
+/// read as the submitter. Refused when they cannot be read: the job would run with the
+/// daemon's, root's (a peer outside this daemon's pid namespace has pid 0 here, and no
+/// `/proc` entry to read).
 fn with_limits(stream: &UnixStream, who: &Credentials) -> Result<Credentials, ApiError> {
-    if who.pid == 0 {
-        return Ok(who.clone());
-    }
-    let gone = |why: String| {
-        ApiError::Invalid(format!(
-            "cannot read the resource limits of the submitting process (pid {}): {why}",
+    let refused = |why: String| {
+        ApiError::Forbidden(format!(
+            "cannot read the resource limits of the submitting process (pid {}), which its \
+             job would run with: {why}",
             who.pid
         ))
     };
-    let pidfd = unix::peer_pidfd(stream)
-        .or_else(|_| unix::pidfd_open(who.pid))
-        .map_err(|e| gone(e.to_string()))?;
+    if who.pid == 0 {
+        return Err(refused(
+            "it is outside the daemon's pid namespace (submit from a process the daemon can see)"
+                .into(),
+        ));
+    }
+    let pidfd = match unix::peer_pidfd(stream) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => unix::pidfd_open(who.pid),
+        taken => taken,
+    }
+    .map_err(|e| refused(e.to_string()))?;
     let limits =
-        cosched_os::limits::of_process(who.pid, &pidfd).map_err(|e| gone(e.to_string()))?;
-    cosched_agent::check_owner(who.pid, who.uid).map_err(gone)?;
+        cosched_os::limits::of_process(who.pid, &pidfd).map_err(|e| refused(e.to_string()))?;
+    cosched_agent::check_owner(who.pid, who.uid).map_err(refused)?;
     if unix::has_exited(&pidfd) {
-        return Err(gone("it has exited".into()));
+        return Err(refused("it has exited".into()));
     }
     Ok(Credentials {
         limits,
