@@ -575,3 +575,33 @@ fn a_pid_taken_by_another_process_keeps_its_pins() {
         "pid {pid}'s new process was unpinned: {kept}"
     );
 }
+
+/// A job forking without pause (a shell running `true` in a loop) is frozen every time by the
+/// v1 freezer: a freeze that missed a task forked as it was asked read FREEZING for good (2
+/// of 30 here), and its confirmation waited the whole timeout, holding the slot clock. Where
+/// there is no v1 freezer, nothing to test: the v2 freezer had no such miss.
+#[test]
+fn a_job_that_forks_without_pause_is_frozen_every_time() {
+    cosched_os::require_root("the tests of real cgroups");
+    let layout = Layout::detect().unwrap();
+    if layout.v1_freezer.is_none() {
+        eprintln!("no v1 freezer here: nothing to test ({layout})");
+        return;
+    }
+    let parent = format!("cosched-test-{}-forking", std::process::id());
+    let act = Cgroups::open(&layout, &parent, Some(Freezer::V1)).unwrap();
+    let job = &JobGroup::of(1);
+    cleaned_up(act, job, |act| {
+        act.create(job).unwrap();
+        let mut child = start_in(act, job, "while :; do /bin/true; done");
+        for round in 0..60 {
+            if let Err(error) = act.freeze(job) {
+                panic!("freeze {round}: {error}");
+            }
+            act.thaw(job).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        act.kill(job).unwrap();
+        wait_bounded(&mut child);
+    });
+}
