@@ -576,6 +576,12 @@ pub const CANCEL: u8 = b'C';
 /// The end's note of a job whose command a cancel kept from running.
 pub const UNRAN_NOTE: &str = "cancelled before its command ran";
 
+/// Whether `note`, a job's end's, is one its supervisor also wrote to the job's stderr (why
+/// its command never ran): a client whose stderr that is has shown it already.
+pub fn written_to_the_jobs_stderr(note: &str) -> bool {
+    note == UNRAN_NOTE || STEPS[1..].iter().any(|step| note.starts_with(step))
+}
+
 impl Watch<'_> {
     /// The daemon closed (it is gone), or asked for the job's end ([`FINISH`], [`CANCEL`]).
     fn daemon_spoke(&mut self) {

@@ -344,6 +344,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
             return Err(error);
         }
     };
+    let stderr_is_the_jobs = elsewhere.is_none() && output.is_none() && errors.is_none();
     // The job exists now: a script must get its id whatever happens to a file's name (one
     // that retried would run it twice).
     for file in output.iter().chain(&errors) {
@@ -372,7 +373,20 @@ pub fn run(args: RunArgs) -> Result<i32> {
         );
     }
     catch_interrupts();
-    wait_for(&socket, job, stream, true, queued.is_some())
+    let attached = Attached {
+        stdio: true,
+        stderr_is_the_jobs,
+    };
+    wait_for(&socket, job, stream, attached, queued.is_some())
+}
+
+/// What a waiting client shares with its job.
+#[derive(Clone, Copy)]
+struct Attached {
+    /// It sent its stdin, stdout and stderr for the job (again when it reconnects).
+    stdio: bool,
+    /// The job's stderr is its own: what the job's supervisor wrote there was seen here.
+    stderr_is_the_jobs: bool,
 }
 
 /// Where a detached job's output goes by default.
@@ -543,7 +557,11 @@ pub fn wait(args: WaitArgs) -> Result<i32> {
     for job in args.jobs {
         let stream = connect(&socket)?;
         send(&stream, &Request::Wait { job, stdio: false }, &[])?;
-        let status = wait_for(&socket, job, stream, false, false)?;
+        let detached = Attached {
+            stdio: false,
+            stderr_is_the_jobs: false,
+        };
+        let status = wait_for(&socket, job, stream, detached, false)?;
         if first_failure == 0 {
             first_failure = status;
         }
@@ -558,9 +576,10 @@ fn wait_for(
     socket: &Path,
     job: u64,
     mut stream: UnixStream,
-    stdio: bool,
+    attached: Attached,
     mut queued: bool,
 ) -> Result<i32> {
+    let stdio = attached.stdio;
     let mut cancelled = false;
     let mut told_lost = false;
     let mut looked = std::time::Instant::now();
@@ -597,7 +616,12 @@ fn wait_for(
             Ok(Some(Reply::Ended {
                 state, exit, note, ..
             })) => {
-                if let Some(note) = note {
+                // Said once: the supervisor's own note reached this stderr as the job's.
+                let seen = attached.stderr_is_the_jobs
+                    && note
+                        .as_deref()
+                        .is_some_and(cosched_agent::supervisor::written_to_the_jobs_stderr);
+                if let Some(note) = note.filter(|_| !seen) {
                     note!("cosched: job {job}: {note}");
                 }
                 return Ok(exit_status(job, state, exit));

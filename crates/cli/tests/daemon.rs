@@ -912,3 +912,30 @@ fn a_submitter_outside_the_daemons_pid_namespace_is_refused() {
         "{said}"
     );
 }
+
+/// A job whose command cannot run says why once on `cosched run`'s stderr: its supervisor
+/// writes it to the job's stderr, which is the client's, and the client printed the end's
+/// note again. With the job's stderr a file the client says it (the file has it too).
+#[test]
+fn why_a_command_never_ran_is_said_once() {
+    let d = Daemon::start(&["--procs", "2", "--quantum-ms", "50"]);
+    let why = "cannot run the command (/no/such/program)";
+    let ran = d.cosched(&["run", "-n", "1", "--", "/no/such/program"]);
+    let said = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(127), "{said}");
+    assert_eq!(said.matches(why).count(), 1, "{said}");
+    let errors = d.dir.join("errors");
+    let ran = d.cosched(&[
+        "run",
+        "-n",
+        "1",
+        "--error",
+        errors.to_str().unwrap(),
+        "--",
+        "/no/such/program",
+    ]);
+    let said = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(said.matches(why).count(), 1, "{said}");
+    let file = std::fs::read_to_string(&errors).unwrap();
+    assert_eq!(file.matches(why).count(), 1, "{file}");
+}
