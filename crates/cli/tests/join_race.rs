@@ -9,9 +9,7 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader, Lines};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::Command;
 
 /// nobody's side: prints `freed PID` once its child is killed and reaped, then the join's
 /// outcome.
@@ -39,24 +37,6 @@ asking.join()
 print(outcome["join"], flush=True)
 client.job_end(job)
 "#;
-
-/// Runs `script` as nobody with the Python client, against `d`; its lines as they come. Its
-/// standard input stays open until the child is dropped or waited for.
-fn nobody_python(d: &Daemon, script: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut nobody = Command::new("/usr/bin/python3")
-        .args(["-c", script])
-        .env("PYTHONPATH", repo().join("clients/python"))
-        .env("COSCHED_SOCKET", d.socket())
-        .current_dir("/")
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = BufReader::new(nobody.stdout.take().unwrap()).lines();
-    (nobody, lines)
-}
 
 #[test]
 fn a_pid_reused_during_a_join_never_takes_another_users_process() {

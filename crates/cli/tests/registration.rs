@@ -562,23 +562,13 @@ fn a_registered_jobs_holder_has_the_registrants_resource_limits() {
     );
     // Registers with its open files lowered, says the job, and keeps the job while it waits
     // for a line on stdin.
-    let register = "import resource,socket,sys\n\
+    let register = "import os,resource,socket,sys\n\
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 100))\n\
-        s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n\
+        s=socket.socket(socket.AF_UNIX); s.connect(os.environ['COSCHED_SOCKET'])\n\
         s.sendall(b'{\"op\":\"register\",\"procs\":1}\\n'); f=s.makefile()\n\
         print(f.readline().strip(), flush=True); f.readline(); sys.stdin.readline()";
-    let mut client = Command::new("/usr/bin/python3")
-        .args(["-c", register, d.socket().to_str().unwrap()])
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(client.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    let (mut client, mut lines) = nobody_python(&d, register);
+    let first = lines.next().unwrap().unwrap();
     let reply: Value = serde_json::from_str(first.trim()).unwrap();
     let job = reply["job"].as_u64().unwrap_or_else(|| panic!("{reply}"));
     let procs = d.cgroup(job).join("cgroup.procs");

@@ -3,11 +3,11 @@
 #![allow(dead_code)] // each test file uses its own part
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Lines, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -631,4 +631,22 @@ pub fn lone_agent(tag: &str, etcd: &[String]) -> Output {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(left.is_empty(), "cgroups left behind: {left:?}");
     out
+}
+
+/// Runs `script` as nobody with the Python client, against `d`; its lines as they come. Its
+/// standard input stays open until the child is dropped or waited for.
+pub fn nobody_python(d: &Daemon, script: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut nobody = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .env("PYTHONPATH", repo().join("clients/python"))
+        .env("COSCHED_SOCKET", d.socket())
+        .current_dir("/")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(nobody.stdout.take().unwrap()).lines();
+    (nobody, lines)
 }
