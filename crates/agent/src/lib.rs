@@ -37,7 +37,7 @@ pub use node::{NodeAgent, NodeSettings, HOSTS_DIR, STATE_SUBDIRS};
 pub use process::{renewal_period, serve_node, NodeConfig};
 pub use stats::{Samples, Summary};
 
-use cosched_cgroups::{Actuator, CgroupError, JobGroup, ReleaseStep};
+use cosched_cgroups::{Actuator, CgroupError, JobGroup, ReleaseStep, CONFIRM_TIMEOUT};
 use cosched_core::{Generation, JobId, Micros, Partition};
 use cosched_os::now_micros;
 use cosched_proto::JobMoment;
@@ -114,6 +114,9 @@ pub struct Applier<A: Actuator> {
     looks_of: BTreeMap<JobId, RecentTimes>,
     /// Jobs found blocked in the slot under way (`lend`).
     lenders: BTreeSet<JobId>,
+    /// Jobs whose freezes were not confirmed within [`FREEZE_PATIENCE`] since one was last:
+    /// looked at again, without waiting, at each boundary while frozen.
+    unconfirmed: BTreeMap<JobId, Unconfirmed>,
     /// Gang jobs left thawed outside their slot because they hardly used it (`keep_loose`).
     loose: BTreeSet<JobId>,
     /// Implicit jobs frozen for the rest of a switched job's slot: they used their budget of
@@ -162,6 +165,23 @@ struct Stopping {
     /// Until when the entrants waited for it (`enter_slot`).
     given: Option<Micros>,
 }
+
+/// A job whose freezes have not been confirmed since `since` (the first such ask).
+struct Unconfirmed {
+    since: Micros,
+    /// Whether the log said so (once, past [`CONFIRM_TIMEOUT`]).
+    said: bool,
+}
+
+/// How long the clock waits for a freeze's confirmation: from the entrants' start for a job
+/// leaving its slot, from the ask for one frozen on its own (placed, suspended). More than a
+/// scheduler tick at HZ=250 (4 ms), the longest a task that had no processor takes to reach
+/// the freezer. A task not stopped by then is asleep in the kernel where no freezer reaches
+/// (an exec waiting for a traced thread nobody reaps, a dead NFS server): it runs none of its
+/// own code while there and stops as it leaves, so the freeze holds unconfirmed. The clock
+/// waited for it up to the confirmation timeout (2 s), at every boundary it left: one user's
+/// job made every job of the node switch every 2.1 s instead of every 100 ms.
+pub const FREEZE_PATIENCE: Micros = 5_000;
 
 /// The latest times something took (µs), newest last: what the clock plans by.
 #[derive(Default)]
@@ -216,6 +236,7 @@ impl<A: Actuator> Applier<A> {
             freezes_of: BTreeMap::new(),
             looks_of: BTreeMap::new(),
             lenders: BTreeSet::new(),
+            unconfirmed: BTreeMap::new(),
             loose: BTreeSet::new(),
             held: BTreeSet::new(),
         }
@@ -318,10 +339,7 @@ impl<A: Actuator> Applier<A> {
         self.unloose(job)?;
         self.held.remove(&job);
         self.jobs.remove(&job);
-        self.actuator
-            .freeze(&job_group(job))
-            .map(|_| ())
-            .map_err(|source| AgentError::Actuator { job, source })
+        self.freeze_within_patience(job).map(|_| ())
     }
 
     /// Forgets a job that ended and clears its cgroup: it is let loose, what is left of it is
@@ -425,7 +443,7 @@ impl<A: Actuator> Applier<A> {
                 self.looked_ahead.insert(job, pinned);
             }
         }
-        self.await_stops(|_, _| Some(boundary))?;
+        self.await_stops(|_| boundary)?;
         self.leaving_took += began.elapsed();
         Ok(())
     }
@@ -457,26 +475,18 @@ impl<A: Actuator> Applier<A> {
             .map_err(|source| AgentError::Actuator { job, source })
     }
 
-    /// Waits for each stop not yet confirmed until the time `until` gives it (`None`: the
-    /// actuator's bound, an error past it), keeping how long each confirmed freeze took.
-    fn await_stops(
-        &mut self,
-        until: impl Fn(&Self, &Stopping) -> Option<Micros>,
-    ) -> Result<(), AgentError> {
+    /// Waits for each stop not yet confirmed until the time `until` gives it, keeping how long
+    /// each confirmed freeze took.
+    fn await_stops(&mut self, until: impl Fn(&Stopping) -> Micros) -> Result<(), AgentError> {
         for index in 0..self.stopping.len() {
             let stop = &self.stopping[index];
             if stop.confirmed.is_some() {
                 continue;
             }
             let (job, asked) = (stop.job, stop.asked);
-            let deadline = until(self, stop).map(|until| {
-                Instant::now() + Duration::from_micros((until - now_micros()).max(0) as u64)
-            });
-            let confirmed = self
-                .actuator
-                .frozen_by(&job_group(job), deadline)
-                .map_err(|source| AgentError::Actuator { job, source })?;
+            let confirmed = self.frozen_by(job, until(stop))?;
             if confirmed {
+                self.confirmed_at_last(job);
                 let at_us = now_micros();
                 self.stopping[index].confirmed = Some(at_us);
                 self.freezes.record(at_us - asked);
@@ -487,6 +497,74 @@ impl<A: Actuator> Applier<A> {
             }
         }
         Ok(())
+    }
+
+    /// Waits until `until` (true clock) for the job's freeze to be confirmed: whether it was.
+    fn frozen_by(&mut self, job: JobId, until: Micros) -> Result<bool, AgentError> {
+        let deadline = Instant::now() + Duration::from_micros((until - now_micros()).max(0) as u64);
+        self.actuator
+            .frozen_by(&job_group(job), Some(deadline))
+            .map_err(|source| AgentError::Actuator { job, source })
+    }
+
+    /// Freezes a job on its own (not at a boundary), waiting [`FREEZE_PATIENCE`] at most for
+    /// the confirmation: returns when it was confirmed, or when the wait ended.
+    fn freeze_within_patience(&mut self, job: JobId) -> Result<Micros, AgentError> {
+        let asked = now_micros();
+        self.ask_freeze(job)?;
+        match self.frozen_by(job, asked + FREEZE_PATIENCE)? {
+            true => self.confirmed_at_last(job),
+            false => self.carry_unconfirmed(job, asked),
+        }
+        Ok(now_micros())
+    }
+
+    /// Keeps a job whose freeze was not confirmed in time, to look at it again at the next
+    /// boundaries (its next freezes too, until one is).
+    fn carry_unconfirmed(&mut self, job: JobId, asked: Micros) {
+        self.unconfirmed.entry(job).or_insert(Unconfirmed {
+            since: asked,
+            said: false,
+        });
+    }
+
+    /// A freeze of `job` was confirmed: if the log had said it was not, it says it is now.
+    fn confirmed_at_last(&mut self, job: JobId) {
+        if let Some(Unconfirmed { since, said: true }) = self.unconfirmed.remove(&job) {
+            LOG.info(format_args!(
+                "job {job}: frozen again, {:.1} s after its freezes stopped being confirmed",
+                (now_micros() - since) as f64 / 1e6
+            ));
+        }
+    }
+
+    /// Looks once, without waiting, at each job frozen whose freeze was not confirmed in time,
+    /// and says in the log (once) which have had none confirmed for [`CONFIRM_TIMEOUT`].
+    fn look_at_unconfirmed(&mut self) {
+        let now = now_micros();
+        let frozen: Vec<JobId> = (self.unconfirmed.keys())
+            .filter(|job| !self.running.contains(job) && !self.loose.contains(job))
+            .copied()
+            .collect();
+        for job in frozen {
+            // An error is a group gone (the job ended): nothing is left to stop.
+            if self.frozen_by(job, now).unwrap_or(true) {
+                self.confirmed_at_last(job);
+            }
+        }
+        for (job, entry) in &mut self.unconfirmed {
+            let waited = Duration::from_micros((now - entry.since).max(0) as u64);
+            if !entry.said && waited >= CONFIRM_TIMEOUT {
+                entry.said = true;
+                LOG.warn(format_args!(
+                    "job {job}: no freeze of it confirmed for {:.1} s: a process of it is \
+                     asleep in the kernel where the freezer cannot reach it (a stuck exec, a \
+                     dead network file system); it runs none of its code there and stops when \
+                     it leaves, and the other jobs' slots go on without waiting for it",
+                    waited.as_secs_f64()
+                ));
+            }
+        }
     }
 
     /// The known jobs that `generation` runs in `slot` and that are switched (gang and
@@ -531,6 +609,7 @@ impl<A: Actuator> Applier<A> {
     /// Forgets a job (it ended): it is let loose first, so it is never left frozen.
     pub fn release(&mut self, job: JobId) -> Result<(), AgentError> {
         self.running.remove(&job);
+        self.unconfirmed.remove(&job);
         self.unloose(job)?;
         self.unhold(job)?;
         if !self.jobs.contains_key(&job) {
@@ -564,6 +643,7 @@ impl<A: Actuator> Applier<A> {
     pub fn enter_slot(&mut self, slot: i64, boundary: Micros) -> Result<SwitchRecord, AgentError> {
         let started_at = Instant::now();
         let took_ahead = std::mem::take(&mut self.leaving_took);
+        self.look_at_unconfirmed();
         // Held back ahead and not let loose or forgotten since.
         let (jobs, running) = (&self.jobs, &self.running);
         self.stopping
@@ -605,30 +685,47 @@ impl<A: Actuator> Applier<A> {
         for (stop, given) in self.stopping.iter_mut().zip(given) {
             stop.given = Some(given);
         }
-        self.await_stops(|_, s| s.given)?;
+        self.await_stops(|s| s.given.expect("given above"))?;
         let mut started = Vec::with_capacity(start.len());
         for &job in &start {
             let at_us = self.steer(job, true)?;
             self.running.insert(job);
             started.push(JobMoment { job, at_us });
         }
+        // A leaver the new plan lets run again runs: its freeze is not awaited any more.
+        self.stopping
+            .retain(|s| s.confirmed.is_some() || !start.contains(&s.job));
         // Looks made ahead serve this boundary only (an entrant a new plan left out included).
         self.looked_ahead.clear();
         // The record says when each leaver stopped running its own code: when its freeze was
-        // confirmed, or, for one confirmed after the entrants started, when they were let.
-        self.await_stops(|_, _| None)?;
-        let stopped = std::mem::take(&mut self.stopping)
-            .into_iter()
-            .map(|s| {
-                let confirmed = s
-                    .confirmed
-                    .expect("await_stops confirms every stop or fails");
-                JobMoment {
-                    job: s.job,
-                    at_us: s.given.map_or(confirmed, |given| confirmed.min(given)),
-                }
-            })
-            .collect();
+        // confirmed, or, for one confirmed after the entrants started or not at all, when
+        // they were let.
+        // A job whose last freeze was not confirmed in time is not waited for again: the
+        // clock's polls would take an entrant's processor for nothing.
+        let overdue: BTreeSet<JobId> = self.unconfirmed.keys().copied().collect();
+        self.await_stops(|s| {
+            let patience = if overdue.contains(&s.job) {
+                0
+            } else {
+                FREEZE_PATIENCE
+            };
+            s.given.expect("given above") + patience
+        })?;
+        let mut stopped = Vec::with_capacity(self.stopping.len());
+        for s in std::mem::take(&mut self.stopping) {
+            let given = s.given.expect("given above");
+            if s.confirmed.is_none() && !overdue.contains(&s.job) {
+                // At least this long, in its own history only: its next freezes are asked
+                // earlier (within the clock's bound on leads), a job's slowness costs no
+                // other job's slot.
+                (self.freezes_of.entry(s.job).or_default()).record(now_micros() - s.asked);
+                self.carry_unconfirmed(s.job, s.asked);
+            }
+            stopped.push(JobMoment {
+                job: s.job,
+                at_us: s.confirmed.map_or(given, |confirmed| confirmed.min(given)),
+            });
+        }
         // A job that keeps running is spread too: its launcher may have started the working
         // processes since (a job alone in its slice is never thawed again; its ranks, pinned
         // where the launcher was, shared one processor for good). The actuator keeps this
@@ -685,11 +782,7 @@ impl<A: Actuator> Applier<A> {
                 }
                 Ok(at)
             }
-            (Mode::Gang, false) => self
-                .actuator
-                .freeze(&name)
-                .map(|_| now_micros())
-                .map_err(fail),
+            (Mode::Gang, false) => self.freeze_within_patience(job),
             // Weight alone is not enough: see `Actuator::spread`.
             (Mode::Moderate, true) => {
                 self.actuator

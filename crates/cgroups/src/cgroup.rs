@@ -60,7 +60,7 @@ pub fn release(steps: &[ReleaseStep]) -> Result<()> {
                 ask_v2(dir, false).and_then(|()| confirm_v2(dir, false, None).map(|_| ()))
             }
             ReleaseStep::ThawV1 { dir } => {
-                ask_v1(dir, false).and_then(|()| confirm_v1(dir, false, None).map(|_| ()))
+                ask_v1(dir, false).and_then(|()| confirm_v1_thawed(dir, None).map(|_| ()))
             }
             ReleaseStep::ContinueAll { procs } => signal_listed(procs, libc::SIGCONT).map(|_| ()),
             ReleaseStep::Write { file, value } => write(file, value),
@@ -123,6 +123,10 @@ pub struct Cgroups {
     /// Per job, what `spread` last saw: when it may look again, the wait after that, and the
     /// job's processes (a new one means a look at once).
     spread_due: BTreeMap<String, SpreadSeen>,
+    /// Per job frozen with the v1 freezer and not yet seen FROZEN, when its freeze is next
+    /// asked again ([`confirm_v1_frozen`]): timed from the ask, not from each wait, so that waits
+    /// cut short (a clock that looks once per boundary) ask again all the same.
+    v1_asks: BTreeMap<String, AskAgain>,
     /// An empty v1 cgroup kept frozen while we live: the first v1 freeze flips a kernel static
     /// key, which otherwise costs every freeze about 65 µs more (measured, notes).
     v1_keepalive: Option<PathBuf>,
@@ -334,30 +338,54 @@ fn ask_v1(dir: &Path, frozen: bool) -> Result<()> {
 /// again, and again after twice as long, and so on.
 const V1_ASK_AGAIN_AFTER: Duration = Duration::from_millis(5);
 
-/// Waits for what `ask_v1` asked, until `until` (see `confirm`). A v1 freeze can miss a task
-/// forked as it is asked and then read FREEZING for good: a shell forking `true` in a loop
-/// stayed unfrozen until thawed every few dozen freezes, and one user's such job held the
-/// slot clock for the whole confirmation timeout at its boundaries. Asked again, the kernel
-/// goes over the group's tasks again, and every such freeze was confirmed within a few
-/// milliseconds (`a_job_that_forks_without_pause_is_frozen_every_time` fails without it).
-/// The v2 freezer showed no such miss.
-fn confirm_v1(dir: &Path, frozen: bool, until: Option<Instant>) -> Result<bool> {
-    let wanted = if frozen { "FROZEN" } else { "THAWED" };
-    let mut interval = V1_ASK_AGAIN_AFTER;
-    let mut ask_again_at = interval;
+/// When a v1 freeze not yet confirmed is next asked again.
+#[derive(Debug)]
+struct AskAgain {
+    at: Instant,
+    interval: Duration,
+}
+
+impl AskAgain {
+    fn after_ask() -> AskAgain {
+        AskAgain {
+            at: Instant::now() + V1_ASK_AGAIN_AFTER,
+            interval: V1_ASK_AGAIN_AFTER,
+        }
+    }
+}
+
+/// Waits for a v1 freeze, until `until` (see `confirm`). A v1 freeze can miss a task forked
+/// as it is asked and then read FREEZING for good: a shell forking `true` in a loop stayed
+/// unfrozen until thawed every few dozen freezes, and one user's such job held the slot clock
+/// for the whole confirmation timeout at its boundaries. Asked again (when `again` says), the
+/// kernel goes over the group's tasks again, and every such freeze was confirmed within a few
+/// milliseconds (`a_job_that_forks_without_pause_is_frozen_every_time` fails without it). The
+/// v2 freezer showed no such miss.
+fn confirm_v1_frozen(dir: &Path, until: Option<Instant>, again: &mut AskAgain) -> Result<bool> {
     confirm(
         &dir.join("freezer.state"),
-        wanted,
-        |t| t.trim() == wanted,
+        "FROZEN",
+        |t| t.trim() == "FROZEN",
         until,
-        |waited| {
-            if frozen && waited >= ask_again_at {
+        |_| {
+            if Instant::now() >= again.at {
                 ask_v1(dir, true)?;
-                interval *= 2;
-                ask_again_at = waited + interval;
+                again.interval *= 2;
+                again.at = Instant::now() + again.interval;
             }
             Ok(())
         },
+    )
+}
+
+/// Waits for a v1 thaw, until `until` (see `confirm`).
+fn confirm_v1_thawed(dir: &Path, until: Option<Instant>) -> Result<bool> {
+    confirm(
+        &dir.join("freezer.state"),
+        "THAWED",
+        |t| t.trim() == "THAWED",
+        until,
+        |_| Ok(()),
     )
 }
 
@@ -512,6 +540,7 @@ impl Cgroups {
             memory,
             jobs: BTreeSet::new(),
             spread_due: BTreeMap::new(),
+            v1_asks: BTreeMap::new(),
             v1_keepalive: None,
         };
         if let Some(dir) = &cgroups.v1_freezer {
@@ -693,7 +722,13 @@ impl Cgroups {
         self.known(job)?;
         match self.freezer {
             Freezer::V2 => ask_v2(&self.v2_dir(job), frozen),
-            Freezer::V1 => ask_v1(&self.v1_freezer_dir(job), frozen),
+            Freezer::V1 => {
+                match frozen {
+                    true => self.v1_asks.insert(job.to_string(), AskAgain::after_ask()),
+                    false => self.v1_asks.remove(&**job),
+                };
+                ask_v1(&self.v1_freezer_dir(job), frozen)
+            }
             Freezer::Signals => {
                 self.signal_all(job, if frozen { libc::SIGSTOP } else { libc::SIGCONT })
             }
@@ -701,11 +736,27 @@ impl Cgroups {
     }
 
     /// Waits for the kernel to confirm what `ask_frozen` asked, until `until` (see `confirm`).
-    fn confirm_frozen(&self, job: &JobGroup, frozen: bool, until: Option<Instant>) -> Result<bool> {
+    fn confirm_frozen(
+        &mut self,
+        job: &JobGroup,
+        frozen: bool,
+        until: Option<Instant>,
+    ) -> Result<bool> {
         self.known(job)?;
         match self.freezer {
             Freezer::V2 => confirm_v2(&self.v2_dir(job), frozen, until),
-            Freezer::V1 => confirm_v1(&self.v1_freezer_dir(job), frozen, until),
+            Freezer::V1 if frozen => {
+                let dir = self.v1_freezer_dir(job);
+                let again = (self.v1_asks)
+                    .entry(job.to_string())
+                    .or_insert_with(AskAgain::after_ask);
+                let confirmed = confirm_v1_frozen(&dir, until, again)?;
+                if confirmed {
+                    self.v1_asks.remove(&**job);
+                }
+                Ok(confirmed)
+            }
+            Freezer::V1 => confirm_v1_thawed(&self.v1_freezer_dir(job), until),
             Freezer::Signals => self.confirm_signals(job, frozen, until),
         }
     }
@@ -944,6 +995,7 @@ impl Actuator for Cgroups {
         }
         self.jobs.remove(&**job);
         self.spread_due.remove(&**job);
+        self.v1_asks.remove(&**job);
         Ok(())
     }
 

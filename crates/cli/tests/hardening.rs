@@ -1189,3 +1189,56 @@ fn a_job_ends_though_its_stderr_is_held_full() {
         "the note still travels in the job's end: {job}"
     );
 }
+
+/// Any user can make a process no freezer stops (`bench/workloads/unfreezable.c`: an exec
+/// waiting for good in the kernel for a traced thread nobody reaps). The slot clock waited
+/// for its freeze the whole confirmation timeout (2 s) at every boundary it left, so every
+/// job of the node switched every 2.1 s instead of every 100 ms. Now root's two gangs keep
+/// their slots beside it, with either freezer, the log says once what holds the freeze up,
+/// and its owner's cancel ends it.
+#[test]
+fn a_job_no_freezer_can_stop_holds_no_other_jobs_slot() {
+    let program = made("bench/workloads", "build/unfreezable");
+    let layout = cosched_cgroups::Layout::detect().unwrap();
+    let freezers = [
+        ("v1", layout.v1_freezer.is_some()),
+        ("v2", layout.v2.is_some()),
+    ];
+    for (freezer, _) in freezers.iter().filter(|(_, there)| *there) {
+        let d = Daemon::start(&["--procs", "2", "--quantum-ms", "100", "--freezer", freezer]);
+        let spin = spin_py();
+        let gang = ["-n", "2", "--", "python3", &spin, "2", "600", "0"];
+        let (a, b) = (d.submit(&gang), d.submit(&gang));
+        let stuck = d.submit_as(NOBODY, &["-n", "1", "--", program.to_str().unwrap()]);
+        let stuck_exec = |pid: &i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|w| w.contains("exec"))
+        };
+        let running = wait_until(Duration::from_secs(30), || {
+            d.cpu_us(a) > 0 && d.cpu_us(b) > 0 && job_pids(&d, stuck).iter().any(stuck_exec)
+        });
+        assert!(running, "{freezer}: {}", d.log());
+        let slots = per_slot_cpu(&d, a, b, 12);
+        assert_gang(
+            &slots,
+            3,
+            &format!("{freezer}: beside a job no freezer stops"),
+        );
+        assert!(
+            wait_until(Duration::from_secs(10), || d
+                .log()
+                .contains("no freeze of it confirmed")),
+            "{freezer}: {}",
+            d.log()
+        );
+        assert_eq!(
+            d.log().matches("no freeze of it confirmed").count(),
+            1,
+            "{}",
+            d.log()
+        );
+        let cancel = d.cosched_as(NOBODY, &["cancel", &stuck.to_string()]);
+        assert!(cancel.status.success(), "{cancel:?}");
+        let end = d.wait_end(stuck, Duration::from_secs(30));
+        assert_eq!(end["state"], "cancelled", "{end}");
+    }
+}
