@@ -508,11 +508,17 @@ impl<A: Actuator> Applier<A> {
     }
 
     /// Freezes a job on its own (not at a boundary), waiting [`FREEZE_PATIENCE`] at most for
-    /// the confirmation: returns when it was confirmed, or when the wait ended.
+    /// the confirmation (not at all for a job whose last freeze was not confirmed in time:
+    /// its owner could ask for such freezes again and again, a class change each): returns
+    /// when it was confirmed, or when the wait ended.
     fn freeze_within_patience(&mut self, job: JobId) -> Result<Micros, AgentError> {
         let asked = now_micros();
         self.ask_freeze(job)?;
-        match self.frozen_by(job, asked + FREEZE_PATIENCE)? {
+        let patience = match self.unconfirmed.contains_key(&job) {
+            true => 0,
+            false => FREEZE_PATIENCE,
+        };
+        match self.frozen_by(job, asked + patience)? {
             true => self.confirmed_at_last(job),
             false => self.carry_unconfirmed(job, asked),
         }
