@@ -565,8 +565,10 @@ impl<A: Actuator> Applier<A> {
                 LOG.warn(format_args!(
                     "job {job}: no freeze of it confirmed for {:.1} s: a process of it is \
                      asleep in the kernel where the freezer cannot reach it (a stuck exec, a \
-                     dead network file system); it runs none of its code there and stops when \
-                     it leaves, and the other jobs' slots go on without waiting for it",
+                     dead network file system: it runs none of its code there and stops as it \
+                     leaves) or, with the signals freezer, something of its owner's keeps \
+                     continuing it (it is stopped again at each boundary); the other jobs' \
+                     slots go on without waiting for it",
                     waited.as_secs_f64()
                 ));
             }

@@ -1367,6 +1367,10 @@ impl<A: Actuator> NodeAgent<A> {
             .running()
             .chain(self.applier.leaving())
             .collect();
+        // Counted whatever the boundary does: a boundary that failed was late all the same,
+        // and the slots it missed were missed.
+        self.stats.missed_slots += missed;
+        self.stats.lateness.record(tick.lateness());
         let record = match self.applier.enter_slot(slot, deadline) {
             Ok(record) => record,
             Err(error) => {
@@ -1376,13 +1380,8 @@ impl<A: Actuator> NodeAgent<A> {
         };
         self.measure_skews(&record);
         self.baselines.clear();
-        {
-            let stats = &mut self.stats;
-            stats.missed_slots += missed;
-            stats.lateness.record(tick.lateness());
-            if record.switched() {
-                stats.switch.record(record.duration);
-            }
+        if record.switched() {
+            self.stats.switch.record(record.duration);
         }
         let lateness_us = tick.lateness().as_micros() as Micros;
         self.log_boundary(record, woke, Some(lateness_us));

@@ -389,6 +389,15 @@ fn confirm_v1_thawed(dir: &Path, until: Option<Instant>) -> Result<bool> {
     )
 }
 
+/// How often, at most, the signals freezer stops again a job whose stop is awaited and a
+/// process of which was found running (continued by its own job or owner).
+const SIGNALS_STOP_AGAIN: Duration = Duration::from_millis(1);
+
+/// How long a thaw waits for its confirmation. The freezer cgroups confirm at once; with the
+/// signals freezer a process may stay stopped after SIGCONT by its own job's doing (a SIGSTOP
+/// of its own), and a thaw waited for it the whole confirmation timeout on the slot clock.
+const THAW_PATIENCE: Duration = Duration::from_millis(5);
+
 /// Pauses between confirmation reads: 10 µs, doubling up to 50 µs. Sleep, never spin: the
 /// controller runs at real-time priority, and a task it stops may need this very CPU to reach
 /// the freezer (a spinning raw loop measured 10-26 ms medians and ~1 s p99, the real-time
@@ -682,7 +691,11 @@ impl Cgroups {
     }
 
     /// Waits until every process of the job is (or is no longer) stopped by a signal, or until
-    /// `until` (false); with no `until`, an error past [`CONFIRM_TIMEOUT`].
+    /// `until` (false); with no `until`, an error past [`CONFIRM_TIMEOUT`]. A process held by
+    /// its tracer (`t`) counts as continued: SIGCONT does not end a tracer's stop, and a thaw
+    /// that waited for it held the slot clock. A process found running while a stop is awaited
+    /// was continued by its own job or owner (SIGCONT, a tracer): the job is stopped again, at
+    /// most every [`SIGNALS_STOP_AGAIN`].
     fn confirm_signals(
         &self,
         job: &JobGroup,
@@ -691,14 +704,24 @@ impl Cgroups {
     ) -> Result<bool> {
         let started = Instant::now();
         let wanted = if stopped { "stopped" } else { "running" };
+        let mut stopped_again: Option<Instant> = None;
         for pid in self.pids(job)? {
             let mut state = '?';
             let polled = poll(started, until, || {
                 // A process that has exited has nothing left to stop or continue.
-                Ok(procfs::stat(pid).map_or(true, |stat| {
+                let done = procfs::stat(pid).map_or(true, |stat| {
                     state = stat.state;
-                    matches!(state, 'T' | 't' | 'Z' | 'X') == stopped || state == 'Z'
-                }))
+                    match stopped {
+                        true => matches!(state, 'T' | 't' | 'Z' | 'X'),
+                        false => state != 'T',
+                    }
+                });
+                let due = stopped_again.is_none_or(|at| at.elapsed() >= SIGNALS_STOP_AGAIN);
+                if stopped && !done && due {
+                    self.signal_all(job, libc::SIGSTOP)?;
+                    stopped_again = Some(Instant::now());
+                }
+                Ok(done)
             })?;
             match polled {
                 Polled::Done => {}
@@ -959,7 +982,8 @@ impl Actuator for Cgroups {
     fn thaw(&mut self, job: &JobGroup) -> Result<Duration> {
         let asked = Instant::now();
         self.ask_frozen(job, false)?;
-        self.confirm_frozen(job, false, None)?;
+        // Asked is done: what stays stopped past the patience is the job's own doing.
+        self.confirm_frozen(job, false, Some(asked + THAW_PATIENCE))?;
         let took = asked.elapsed();
         // A frozen job that never ran showed no workers; running, its threads will.
         if let Some(seen) = self.spread_due.get_mut(&**job).filter(|s| s.look_at_thaw) {

@@ -151,7 +151,9 @@ pub trait Actuator {
     /// Waits for the freeze `ask_freeze` asked to be confirmed, until `until`: whether it
     /// was. With no `until`, not confirmed within [`CONFIRM_TIMEOUT`] is an error.
     fn frozen_by(&mut self, job: &JobGroup, until: Option<Instant>) -> Result<bool>;
-    /// Lets every process run again; returns once the kernel confirms it, with the wait.
+    /// Lets every process run again; returns once the kernel confirms it (or a few
+    /// milliseconds later: a process a signal stopped may stay so by its own job's doing),
+    /// with the wait.
     fn thaw(&mut self, job: &JobGroup) -> Result<Duration>;
     /// Asks every process of the job to end (SIGTERM), none but the job's: a process that
     /// took the pid of one of them since it was listed is never signalled.

@@ -102,7 +102,9 @@ pub struct DaemonArgs {
     delegation: DelegationArgs,
     /// Force a freezer instead of the best available (the v1 freezer where it is mounted, whose
     /// writes wait for no lock a starting job holds; else v2; else signals): v2, v1 or signals
-    /// (on one machine; in a cluster, each agent's)
+    /// (on one machine; in a cluster, each agent's). Signals (SIGSTOP/SIGCONT) are the
+    /// fallback where no freezer cgroup exists: a job's owner can undo them from outside the
+    /// job (SIGCONT, a tracer) and run through other jobs' slots
     #[arg(long, value_parser = ["v2", "v1", "signals"])]
     freezer: Option<String>,
     /// Ended jobs kept in memory for `ps --all` (every record stays in the store)
@@ -397,7 +399,9 @@ pub struct AgentArgs {
     #[command(flatten)]
     delegation: DelegationArgs,
     /// Force a freezer instead of the best available (the v1 freezer where it is mounted, else
-    /// v2, else signals): v2, v1 or signals
+    /// v2, else signals): v2, v1 or signals. Signals (SIGSTOP/SIGCONT) are the fallback where
+    /// no freezer cgroup exists: a job's owner can undo them from outside the job (SIGCONT, a
+    /// tracer) and run through other jobs' slots
     #[arg(long, value_parser = ["v2", "v1", "signals"])]
     freezer: Option<String>,
     /// A job using no CPU in its own slots this long leaves the rotation (0: never)
