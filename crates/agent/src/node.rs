@@ -19,7 +19,9 @@ use crate::relay::{self, Errand, Relayed};
 use crate::skew::{Baseline, MOST_TASKS_PER_CPU};
 use crate::stall::{Activity, IoReader, StallTracker, Verdict};
 use crate::supervisor::{self, LaunchSpec};
-use crate::{job_group, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord};
+use crate::{
+    job_group, AgentError, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord,
+};
 use cosched_cgroups::{affinity, procfs, Actuator, CgroupError, Cgroups, Usage};
 use cosched_core::{JobId, Micros, Partition, Rotation};
 use cosched_os::{fault, now_micros, unix};
@@ -1314,12 +1316,25 @@ impl<A: Actuator> NodeAgent<A> {
             true => Ok(()),
             false => self.applier.actuator_mut().create(&name),
         };
-        match created
-            .map_err(|e| e.to_string())
-            .and_then(|()| self.applier.discard(job).map_err(|e| e.to_string()))
-        {
+        let discarded = created
+            .map_err(|source| AgentError::Actuator { job, source })
+            .and_then(|()| self.applier.discard(job));
+        match discarded {
             Ok(()) => {
                 self.discard_later.remove(&job);
+            }
+            // Processes it left (a daemonized child) were killed and are still exiting: the
+            // usual case, not a fault.
+            Err(AgentError::Actuator {
+                source: CgroupError::Io { source, .. },
+                ..
+            }) if source.raw_os_error() == Some(libc::EBUSY) => {
+                if self.discard_later.insert(job) {
+                    LOG.info(format_args!(
+                        "job {job}: processes it left are being killed; its cgroups go once \
+                         they have exited"
+                    ));
+                }
             }
             Err(error) => {
                 if self.discard_later.insert(job) {

@@ -939,3 +939,22 @@ fn why_a_command_never_ran_is_said_once() {
     let file = std::fs::read_to_string(&errors).unwrap();
     assert_eq!(file.matches(why).count(), 1, "{file}");
 }
+
+/// A job whose command exits and leaves a process running (a daemonized helper) ends
+/// `completed`; what it left is killed and the job's cgroups go once that has exited, and
+/// the log says so as information: it logged "Device or resource busy (will retry)" as a
+/// warning for every such job, a fault to whoever reads the log.
+#[test]
+fn a_job_that_leaves_a_process_behind_ends_without_a_warning() {
+    let d = Daemon::start(&["--procs", "2", "--quantum-ms", "50"]);
+    let job = d.submit(&["-n", "1", "--", "sh", "-c", "setsid sleep 600 & exit 0"]);
+    let end = d.wait_end(job, Duration::from_secs(30));
+    assert_eq!(end["state"], "completed", "{end}");
+    let gone = wait_until(Duration::from_secs(10), || !d.cgroup(job).exists());
+    assert!(gone, "{}", d.log());
+    let log = d.log();
+    let warned = log
+        .lines()
+        .any(|line| line.contains("warning") && line.contains(&format!("job-{job}")));
+    assert!(!warned, "{log}");
+}
