@@ -443,7 +443,12 @@ impl<A: Actuator> Applier<A> {
                 self.looked_ahead.insert(job, pinned);
             }
         }
-        self.await_stops(|_| boundary)?;
+        // One whose last freeze was not confirmed in time is looked at once, not polled.
+        let overdue = self.overdue();
+        self.await_stops(|s| match overdue.contains(&s.job) {
+            true => s.asked,
+            false => boundary,
+        })?;
         self.leaving_took += began.elapsed();
         Ok(())
     }
@@ -523,6 +528,12 @@ impl<A: Actuator> Applier<A> {
             false => self.carry_unconfirmed(job, asked),
         }
         Ok(now_micros())
+    }
+
+    /// The jobs whose last freeze was not confirmed in time: their freezes are asked and looked
+    /// at, not waited for.
+    fn overdue(&self) -> BTreeSet<JobId> {
+        self.unconfirmed.keys().copied().collect()
     }
 
     /// Keeps a job whose freeze was not confirmed in time, to look at it again at the next
@@ -710,7 +721,7 @@ impl<A: Actuator> Applier<A> {
         // they were let.
         // A job whose last freeze was not confirmed in time is not waited for again: the
         // clock's polls would take an entrant's processor for nothing.
-        let overdue: BTreeSet<JobId> = self.unconfirmed.keys().copied().collect();
+        let overdue = self.overdue();
         self.await_stops(|s| {
             let patience = if overdue.contains(&s.job) {
                 0
