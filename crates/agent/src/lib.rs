@@ -718,9 +718,8 @@ impl<A: Actuator> Applier<A> {
         self.looked_ahead.clear();
         // The record says when each leaver stopped running its own code: when its freeze was
         // confirmed, or, for one confirmed after the entrants started or not at all, when
-        // they were let.
-        // A job whose last freeze was not confirmed in time is not waited for again: the
-        // clock's polls would take an entrant's processor for nothing.
+        // they were let. A job whose last freeze was not confirmed in time is not waited for
+        // again: the clock's polls would take an entrant's processor for nothing.
         let overdue = self.overdue();
         self.await_stops(|s| {
             let patience = if overdue.contains(&s.job) {

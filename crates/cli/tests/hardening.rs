@@ -1190,6 +1190,29 @@ fn a_job_ends_though_its_stderr_is_held_full() {
     );
 }
 
+/// The freezer cgroups this machine has mounted, as `--freezer` names them.
+fn freezer_cgroups() -> Vec<&'static str> {
+    let layout = cosched_cgroups::Layout::detect().unwrap();
+    let mounted = [
+        ("v1", layout.v1_freezer.is_some()),
+        ("v2", layout.v2.is_some()),
+    ];
+    mounted
+        .into_iter()
+        .filter_map(|(name, there)| there.then_some(name))
+        .collect()
+}
+
+/// A daemon stopping jobs with `freezer`, 100 ms slots on 2 processors, running two of root's
+/// 2-process computing gangs (their ids).
+fn two_gangs_with(freezer: &str) -> (Daemon, u64, u64) {
+    let d = Daemon::start(&["--procs", "2", "--quantum-ms", "100", "--freezer", freezer]);
+    let spin = spin_py();
+    let gang = ["-n", "2", "--", "python3", &spin, "2", "600", "0"];
+    let (a, b) = (d.submit(&gang), d.submit(&gang));
+    (d, a, b)
+}
+
 /// Any user can make a process no freezer stops (`bench/workloads/unfreezable.c`: an exec
 /// waiting for good in the kernel for a traced thread nobody reaps). The slot clock waited
 /// for its freeze the whole confirmation timeout (2 s) at every boundary it left, so every
@@ -1199,16 +1222,8 @@ fn a_job_ends_though_its_stderr_is_held_full() {
 #[test]
 fn a_job_no_freezer_can_stop_holds_no_other_jobs_slot() {
     let program = made("bench/workloads", "build/unfreezable");
-    let layout = cosched_cgroups::Layout::detect().unwrap();
-    let freezers = [
-        ("v1", layout.v1_freezer.is_some()),
-        ("v2", layout.v2.is_some()),
-    ];
-    for (freezer, _) in freezers.iter().filter(|(_, there)| *there) {
-        let d = Daemon::start(&["--procs", "2", "--quantum-ms", "100", "--freezer", freezer]);
-        let spin = spin_py();
-        let gang = ["-n", "2", "--", "python3", &spin, "2", "600", "0"];
-        let (a, b) = (d.submit(&gang), d.submit(&gang));
+    for freezer in freezer_cgroups() {
+        let (d, a, b) = two_gangs_with(freezer);
         let stuck = d.submit_as(NOBODY, &["-n", "1", "--", program.to_str().unwrap()]);
         let stuck_exec = |pid: &i32| {
             std::fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|w| w.contains("exec"))
@@ -1267,17 +1282,8 @@ fn job_states(d: &Daemon, job: u64) -> Vec<char> {
 fn a_job_that_resists_signals_keeps_no_one_from_their_slots() {
     let program = made("bench/workloads", "build/stop_resistant");
     let program = program.to_str().unwrap();
-    let layout = cosched_cgroups::Layout::detect().unwrap();
-    let freezers = [
-        ("v1", layout.v1_freezer.is_some()),
-        ("v2", layout.v2.is_some()),
-        ("signals", true),
-    ];
-    for (freezer, _) in freezers.iter().filter(|(_, there)| *there) {
-        let d = Daemon::start(&["--procs", "2", "--quantum-ms", "100", "--freezer", freezer]);
-        let spin = spin_py();
-        let gang = ["-n", "2", "--", "python3", &spin, "2", "600", "0"];
-        let (a, b) = (d.submit(&gang), d.submit(&gang));
+    for freezer in freezer_cgroups().into_iter().chain(["signals"]) {
+        let (d, a, b) = two_gangs_with(freezer);
         for way in ["traced", "continues"] {
             let job = d.submit_as(NOBODY, &["-n", "2", "--", program, way]);
             let under_way = wait_until(Duration::from_secs(30), || {
