@@ -271,6 +271,12 @@ impl<A: Actuator> Applier<A> {
         self.mode
     }
 
+    /// Whether a job's processes that start while it is frozen are stopped as they join it
+    /// (not with the signals freezer).
+    pub fn stops_joiners(&self) -> bool {
+        self.actuator.stops_joiners()
+    }
+
     /// A job's mode: its own, or the machine's.
     pub fn mode_of(&self, job: JobId) -> Mode {
         self.jobs.get(&job).map_or(self.mode, |known| known.mode)

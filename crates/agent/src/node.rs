@@ -741,7 +741,13 @@ impl<A: Actuator> NodeAgent<A> {
         let files = self.join_files(job)?;
         join::move_held(pid, &pidfd, born, uid, &files, move || {
             fault::delay("joining", job)
-        })
+        })?;
+        // Joining a job stopped by signals does not stop the process: it would run in
+        // other jobs' slots until its job's next turn. (One that has exited needs no stop.)
+        if !self.applier.stops_joiners() && self.applier.waits_for_slot(job) {
+            let _ = unix::pidfd_send_signal(&pidfd, libc::SIGSTOP);
+        }
+        Ok(())
     }
 
     /// An order about `job` failed: the controller hears (and logs) it.
@@ -1123,13 +1129,16 @@ impl<A: Actuator> NodeAgent<A> {
 
     /// The first moment from `now` at which a start out of its job's slot meets no thaw:
     /// `start_clear` after a boundary, and [`START_SPAN`] before the next (`Micros::MAX`:
-    /// slots too short for that, a start waits for its job's slot). `now` before the first
+    /// slots too short for that, or a freezer that does not stop joiners: a start waits for
+    /// its job's slot). `now` before the first
     /// generation (no boundary yet).
     fn start_window(&self, now: Micros) -> Micros {
         let Some(rotation) = self.rotation else {
             return now;
         };
-        if self.start_clear + START_SPAN > rotation.quantum {
+        // A job's processes started out of its slot would run there, beside the slot's job,
+        // if joining did not stop them.
+        if self.start_clear + START_SPAN > rotation.quantum || !self.applier.stops_joiners() {
             return Micros::MAX;
         }
         let began = rotation.slot_start(rotation.slot_at(now));

@@ -378,11 +378,29 @@ fn ended_unstarted(events: &[Event], cancelled: u64, ended: u64) {
 /// before its first slot never starts, and its end is reported.
 #[test]
 fn in_short_slots_a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_never_starts() {
-    let (state, settings, launch) = marking_supervisor("launch-short");
-    let rotation = Rotation::new(now_micros() / QUANTUM * QUANTUM, QUANTUM);
+    supervisor_starts_in_its_jobs_slot("launch-short", QUANTUM, Fake::default());
+}
+
+/// Where a process joining a stopped job is not stopped by it (the signals freezer), a gang
+/// job's supervisor starts in its job's slot, however long the slots: started out of it, the
+/// job ran beside the slot's job until its own turn.
+#[test]
+fn where_joining_stops_nothing_a_supervisor_starts_in_its_jobs_slot() {
+    let signals = Fake {
+        signals: true,
+        ..Fake::default()
+    };
+    supervisor_starts_in_its_jobs_slot("launch-signals", 200_000, signals);
+}
+
+/// Two slices of `quantum` (jobs 1 and 2, 2 with a supervisor) and two jobs in none (3,
+/// cancelled, and 4, ended): only job 2's supervisor starts, in job 2's slot.
+fn supervisor_starts_in_its_jobs_slot(test: &str, quantum: i64, actuator: Fake) {
+    let (state, settings, launch) = marking_supervisor(test);
+    let rotation = Rotation::new(now_micros() / quantum * quantum, quantum);
     let (orders, source) = channel::<Order>();
     let (sink, events) = channel::<Event>();
-    let agent = NodeAgent::new(settings, Fake::default(), Arc::new(sink));
+    let agent = NodeAgent::new(settings, actuator, Arc::new(sink));
     let clock = std::thread::spawn(move || agent.run(source));
     // The slot clock first (before it, a supervisor starts at once: no thaw to meet). Jobs
     // 3 and 4 are in no slice: they wait; 3 is cancelled, 4 ended.
@@ -401,7 +419,8 @@ fn in_short_slots_a_supervisor_starts_in_its_jobs_slot_and_one_cancelled_before_
     }
     orders.send(Command::Cancel { job: 3 }.into()).unwrap();
     orders.send(Command::Finish { job: 4 }.into()).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Job 2's slot is the second or third from here.
+    std::thread::sleep(Duration::from_micros((4 * quantum).max(300_000) as u64));
     let (started, events) = let_go(orders, clock, &events, &state);
     assert_eq!(
         started.len(),

@@ -904,6 +904,10 @@ impl Actuator for Cgroups {
         )
     }
 
+    fn stops_joiners(&self) -> bool {
+        self.freezer != Freezer::Signals
+    }
+
     fn limit_tasks(&mut self, job: &JobGroup, most: u64) -> Result<()> {
         let dir = self
             .tasks_dir(job)?

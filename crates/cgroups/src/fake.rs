@@ -51,6 +51,8 @@ pub struct FakeJob {
 pub struct Fake {
     pub calls: Vec<FakeCall>,
     pub jobs: BTreeMap<String, FakeJob>,
+    /// Stops as the signals freezer does: a process joining a stopped job is not stopped.
+    pub signals: bool,
 }
 
 impl Fake {
@@ -86,6 +88,10 @@ impl Actuator for Fake {
 
     fn knows(&self, job: &JobGroup) -> bool {
         self.jobs.contains_key(&**job)
+    }
+
+    fn stops_joiners(&self) -> bool {
+        !self.signals
     }
 
     fn add(&mut self, job: &JobGroup, pid: Pid) -> Result<()> {

@@ -144,6 +144,11 @@ pub trait Actuator {
         self.frozen_by(job, None)?;
         Ok(asked.elapsed())
     }
+    /// Whether a process that joins a stopped job stops there (a freezer cgroup) rather than
+    /// run until it is stopped itself (SIGSTOP reaches only the processes listed as it is sent).
+    fn stops_joiners(&self) -> bool {
+        true
+    }
     /// Asks the kernel to stop every process of the job and returns at once (`frozen_by`
     /// waits for the confirmation). A running task stops within microseconds; one waiting for
     /// a processor stops when it next gets one, before it runs any of its own code.

@@ -1277,7 +1277,9 @@ fn job_states(d: &Daemon, job: u64) -> Vec<char> {
 /// a job whose freeze was not confirmed in time was only looked at again, never stopped
 /// again, so the continuing processes ran through root's slots (62 % of a processor against a
 /// fair 33 %). Now, with every freezer, root's gangs keep their slots, the resisting job runs
-/// in none of them, and its owner's cancel ends it.
+/// in none of them, and its owner's cancel ends it. (The first sampled slots also show a
+/// gang job started out of its slot with the signals freezer, which joining stops nothing
+/// for: it ran in the slots before its own, until it started only in its own.)
 #[test]
 fn a_job_that_resists_signals_keeps_no_one_from_their_slots() {
     let program = made("bench/workloads", "build/stop_resistant");
