@@ -419,8 +419,10 @@ fn supervisor_starts_in_its_jobs_slot(test: &str, quantum: i64, actuator: Fake) 
     }
     orders.send(Command::Cancel { job: 3 }.into()).unwrap();
     orders.send(Command::Finish { job: 4 }.into()).unwrap();
-    // Job 2's slot is the second or third from here.
-    std::thread::sleep(Duration::from_micros((4 * quantum).max(300_000) as u64));
+    // Job 2's slot is the generation's first or second: its supervisor has started by half
+    // a slot after that.
+    let until = (rotation.slot_start(first + 2) + quantum / 2).max(now_micros() + 300_000);
+    std::thread::sleep(Duration::from_micros((until - now_micros()).max(0) as u64));
     let (started, events) = let_go(orders, clock, &events, &state);
     assert_eq!(
         started.len(),
