@@ -88,8 +88,10 @@ pub struct DaemonArgs {
     #[command(flatten)]
     processes: JobProcessArgs,
     /// An interactive job runs in every slot, ahead of batch jobs on its processors, for its
-    /// first SECONDS (a quick answer), then time-shares in a slice of its own (0: at once)
-    /// [default: the policy's, 10]
+    /// first SECONDS (a quick answer), then time-shares in a slice of its own (0: at once).
+    /// Each user (root aside) has one such stretch at a time and one in any six stretches'
+    /// time; past it, an interactive job time-shares from its start [default: the policy's,
+    /// 10]
     #[arg(long, value_name = "SECONDS")]
     interactive_preempt: Option<f64>,
     /// What a clean stop does to the jobs: leave them running unscheduled, or cancel them

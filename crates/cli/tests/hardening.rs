@@ -1309,3 +1309,43 @@ fn a_job_that_resists_signals_keeps_no_one_from_their_slots() {
         }
     }
 }
+
+/// Any user may submit interactive jobs, each ahead of the batch jobs on its processors for
+/// its first stretch. A chain of them as nobody, each cancelled just before its stretch
+/// ended, held root's gangs off for good (root's two gangs got 63 ms of CPU in 19 s). Now a
+/// user's interactive jobs preempt one at a time and for about one stretch a window: the
+/// chain's third job time-shares with root's gang from its start, and the log says why.
+#[test]
+fn a_chain_of_one_users_interactive_jobs_gets_one_stretch_and_then_time_shares() {
+    let d = Daemon::start(&[
+        "--procs",
+        "2",
+        "--quantum-ms",
+        "100",
+        "--interactive-preempt",
+        "3",
+    ]);
+    let spin = spin_py();
+    let root = d.submit(&["-n", "2", "--", "python3", &spin, "2", "600", "0"]);
+    let interactive = ["-n", "2", "--class", "interactive", "--"];
+    let busy = [&interactive[..], &["python3", &spin, "2", "600", "0"]].concat();
+    for _ in 0..2 {
+        let job = d.submit_as(NOBODY, &busy);
+        assert!(wait_until(Duration::from_secs(30), || d.cpu_us(job) > 0));
+        std::thread::sleep(Duration::from_millis(2_500));
+        let cancel = d.cosched_as(NOBODY, &["cancel", &job.to_string()]);
+        assert!(cancel.status.success(), "{cancel:?}");
+        d.wait_end(job, Duration::from_secs(30));
+    }
+    let third = d.submit_as(NOBODY, &busy);
+    assert!(wait_until(Duration::from_secs(30), || d.cpu_us(third) > 0));
+    // Within what would have been its stretch (3 s).
+    let slots = per_slot_cpu(&d, root, third, 12);
+    assert_gang(
+        &slots,
+        4,
+        "root's gang beside nobody's third interactive job",
+    );
+    let said = format!("job {third}: interactive, but uid {NOBODY}'s interactive jobs");
+    assert!(d.log().contains(&said), "{}", d.log());
+}

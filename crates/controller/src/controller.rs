@@ -8,7 +8,7 @@ use crate::clients::{ClientId, Clients, Until};
 use crate::counts::{Counts, Scrape, StartSpreads};
 use crate::store::{core_memory, submitted_bytes, JobRecord, Store, StoreError};
 use cosched_core::{
-    Class, Decision, Generation, JobId, JobRequest, Micros, NodeShare, Partition, Rotation,
+    Class, Decision, Generation, Home, JobId, JobRequest, Micros, NodeShare, Partition, Rotation,
     Scheduler, Shape, TimeLimits, UserLimits,
 };
 use cosched_os::fault;
@@ -30,6 +30,7 @@ mod accounting;
 mod auto;
 mod history;
 mod limits;
+mod preempting;
 mod registration;
 mod stall;
 
@@ -84,6 +85,9 @@ pub struct Settings {
     pub default_mem_per_cpu: Option<u64>,
     /// What is done with a job every node of which reports stalled.
     pub stall_action: StallAction,
+    /// How long an interactive job preempts the batch jobs on its processors (the policy's
+    /// `interactive_preempt`; `None`: it never does): what each user's share is counted in.
+    pub interactive_stretch: Option<Micros>,
 }
 
 /// Queued jobs one user (root aside) may have holding their client's stdio descriptors.
@@ -147,6 +151,8 @@ pub struct Controller {
     stalls: BTreeMap<JobId, BTreeMap<String, Micros>>,
     /// Auto jobs some node measured, by node, until every node of the job did.
     behaviours: BTreeMap<JobId, BTreeMap<String, Vec<cosched_proto::Behaviour>>>,
+    /// Each user's recent interactive preemption, to hold them to their share.
+    preempted: preempting::Preempted,
 }
 
 /// A node's latest report as the controller received it.
@@ -206,6 +212,7 @@ impl Controller {
             limited: BTreeSet::new(),
             stalls: BTreeMap::new(),
             behaviours: BTreeMap::new(),
+            preempted: Default::default(),
         }
     }
 
@@ -551,15 +558,47 @@ impl Controller {
         let record = &self.records[&job];
         let mut request = JobRequest::new(job, self.shape_of(record)?).class(record.class);
         request.memory = record.core_memory();
-        // A job that ran has had its preempting stretch (interactive): a resume is no new one.
-        request.settled = record.launched;
         // Backfilling plans with what is left of its limit (what it may still run).
         if let Some(limit) = record.time_limit_us {
             request = request.estimate((limit - self.run_time(record, now)).max(1));
         }
-        let decisions = self.scheduler.submit(request, now).map_err(internal)?;
+        // A job that ran has had its preempting stretch (interactive): a resume is no new one.
+        request.settled = record.launched || !self.may_preempt(job, now);
+        let decisions = self.scheduler.submit(request, now).map_err(|error| {
+            self.preempted.left(job, now);
+            internal(error)
+        })?;
         self.apply(decisions, now);
         Ok(())
+    }
+
+    /// Whether a job not started yet may preempt the batch jobs for its first stretch, if it
+    /// is interactive: so long as its owner (root aside) is within their share
+    /// ([`preempting`]); if so, its stretch is counted from now.
+    fn may_preempt(&mut self, job: JobId, now: Micros) -> bool {
+        let record = &self.records[&job];
+        let (Some(stretch), Class::Interactive) = (self.settings.interactive_stretch, record.class)
+        else {
+            return true;
+        };
+        let uid = record.owner.uid;
+        if uid == 0 {
+            return true;
+        }
+        let spent = self.preempted.spent(uid, stretch, now);
+        if spent >= stretch {
+            let seconds = |us: Micros| us as f64 / 1e6;
+            LOG.info(format_args!(
+                "job {job}: interactive, but uid {uid}'s interactive jobs have preempted (or may \
+                 yet) for {:.1} s of the last {:.0} s, a share of {:.0} s: it time-shares at once",
+                seconds(spent),
+                seconds(preempting::WINDOW_STRETCHES * stretch),
+                seconds(stretch)
+            ));
+            return false;
+        }
+        self.preempted.grant(uid, job);
+        true
     }
 
     /// What the core is asked to place: what the job asked for, or, once its processes live on
@@ -616,6 +655,16 @@ impl Controller {
     /// Acts on the scheduler's decisions, then publishes the new matrix if it changed.
     fn apply(&mut self, decisions: Vec<Decision>, now: Micros) {
         for decision in decisions {
+            match decision {
+                Decision::Placed {
+                    job,
+                    home: Home::Preempting,
+                    ..
+                } => self.preempted.began(job, now),
+                Decision::Placed { job, .. }
+                | Decision::Queued { job }
+                | Decision::Removed { job } => self.preempted.left(job, now),
+            }
             match decision {
                 Decision::Placed { job, partition, .. } => {
                     if let Err(error) = self.start(job, partition, now) {

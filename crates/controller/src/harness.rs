@@ -200,6 +200,8 @@ pub struct Harness {
 
 /// A slot of 100 ms, as the daemon's tests use.
 const QUANTUM: Micros = 100_000;
+/// How long an interactive job preempts the batch jobs (where the config lets it).
+pub const INTERACTIVE_STRETCH: Micros = 10_000_000;
 
 impl Harness {
     /// One machine of `procs` processors, node `local`, whose agent carries descriptors.
@@ -232,6 +234,7 @@ impl Harness {
             user_limits: Default::default(),
             default_mem_per_cpu: None,
             stall_action: StallAction::Report,
+            interactive_stretch: Some(INTERACTIVE_STRETCH),
         };
         let config = Config {
             mpl: 2,

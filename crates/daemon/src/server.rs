@@ -257,6 +257,7 @@ pub fn serve(config: DaemonConfig, ready: impl FnOnce(&str)) -> Result<(), Start
         user_limits: config.policy.user_limits(),
         default_mem_per_cpu: config.policy.memory.default_mem_per_cpu,
         stall_action: config.policy.stall.action,
+        interactive_stretch: config.policy.scheduler.interactive_preempt,
     };
     let waiters = Waiters::start().map_err(io_error(Path::new("waiters thread")))?;
     let clients = SocketClients::new(waiters);
