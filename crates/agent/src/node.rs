@@ -21,6 +21,7 @@ use crate::stall::{Activity, IoReader, StallTracker, Verdict};
 use crate::supervisor::{self, LaunchSpec};
 use crate::{
     job_group, AgentError, Applier, IdleTracker, Mode, RecentTimes, Samples, SwitchRecord,
+    DISFAVOURED_WEIGHT,
 };
 use cosched_cgroups::{affinity, procfs, Actuator, CgroupError, Cgroups, Usage};
 use cosched_core::{JobId, Micros, Partition, Rotation};
@@ -583,6 +584,13 @@ impl<A: Actuator> NodeAgent<A> {
                 if let Err(error) = self.let_loose(job) {
                     self.trouble(job, error);
                 }
+                // Its grace runs where the jobs placed on its processors since do not want
+                // them, as a moderate job outside its slot: at full weight, a job ignoring
+                // SIGTERM computed at 0.7 of a processor beside the slot's gang against its
+                // third, and a user cancelling job after job kept one loose beside every gang.
+                // (No weight controller: nothing to lower.)
+                let _ =
+                    (self.applier.actuator_mut()).set_weight(&job_group(job), DISFAVOURED_WEIGHT);
                 // A job of no process (or none left) has nothing to be told.
                 let _ = self.applier.actuator_mut().terminate(&job_group(job));
                 // A command not exec'd yet may not have joined the group listed: its

@@ -1349,3 +1349,39 @@ fn a_chain_of_one_users_interactive_jobs_gets_one_stretch_and_then_time_shares()
     let said = format!("job {third}: interactive, but uid {NOBODY}'s interactive jobs");
     assert!(d.log().contains(&said), "{}", d.log());
 }
+
+/// A cancelled job is let loose for its grace (SIGTERM, then SIGKILL 3 s on) so that it can
+/// end cleanly. At full weight, nobody's job ignoring SIGTERM computed there at about half of
+/// the processors beside root's gang in every slot (against a third before the cancel), and
+/// a user cancelling job after job kept one loose beside every gang. Now the grace runs at
+/// the least weight: root's gang keeps nearly all of its processors, and the job still ends
+/// by SIGKILL.
+#[test]
+fn a_cancelled_jobs_grace_takes_nothing_from_the_gangs_running() {
+    let (d, a, b) = two_gangs_with(freezer_cgroups()[0]);
+    let ignores = "trap '' TERM; while :; do :; done & while :; do :; done";
+    let job = d.submit_as(NOBODY, &["-n", "2", "--", "sh", "-c", ignores]);
+    // Its command computing (its supervisor's setup is in its cgroup too).
+    let started = wait_until(Duration::from_secs(30), || {
+        d.cpu_us(a) > 0 && d.cpu_us(b) > 0 && d.cpu_us(job) > 100_000
+    });
+    assert!(started, "{}", d.log());
+    let cancel = d.cosched_as(NOBODY, &["cancel", &job.to_string()]);
+    assert!(cancel.status.success(), "{cancel:?}");
+    // Over two seconds of its grace.
+    std::thread::sleep(Duration::from_millis(300));
+    let used = |jobs: [u64; 3]| jobs.map(|j| d.cpu_us(j));
+    let before = used([a, b, job]);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = used([a, b, job]);
+    let [gangs, loose] = [
+        after[0] + after[1] - before[0] - before[1],
+        after[2] - before[2],
+    ];
+    assert!(
+        loose * 10 < gangs,
+        "in its grace, the cancelled job used {loose} µs of CPU, root's gangs {gangs} µs"
+    );
+    let record = d.wait_end(job, Duration::from_secs(30));
+    assert_eq!(record["state"], "cancelled", "{record}");
+}

@@ -195,7 +195,7 @@ pub enum Command {
     Suspend { job: JobId },
     /// Out of the rotation and free to run; watched for work (an idle job).
     LetLoose { job: JobId },
-    /// Let loose, SIGTERM now, SIGKILL after [`CANCEL_GRACE`].
+    /// Let loose at the least weight, SIGTERM now, SIGKILL after [`CANCEL_GRACE`].
     Cancel { job: JobId },
     /// The controller recorded the job's end (`stored`: durably; else `Stored` follows):
     /// its cgroup goes, and once stored its supervisor may drop the exit status it keeps.
