@@ -134,7 +134,10 @@ pub struct RunArgs {
     /// a multiple) [default: wherever the partitioner puts them, perhaps all on one node]
     #[arg(short = 'N', long = "nodes", value_name = "NODES")]
     nodes: Option<u32>,
-    /// express (root only), interactive, batch or standby
+    /// express (root only), interactive, batch or standby. An interactive job runs ahead of
+    /// batch jobs on its processors for its first seconds (the daemon's
+    /// --interactive-preempt), one of yours at a time and one such stretch in any six; past
+    /// that it time-shares from its start, and this command says so
     #[arg(long, default_value = "batch")]
     class: String,
     /// A name shown by ps [default: the program's name]
@@ -329,13 +332,14 @@ pub fn run(args: RunArgs) -> Result<i32> {
                 job,
                 output,
                 reason,
+                note,
                 ..
-            }) => Ok((stream, job, output, reason)),
+            }) => Ok((stream, job, output, reason, note)),
             Some(Reply::Error { error, .. }) => bail!("{error}"),
             _ => bail!("the daemon closed the connection without a reply"),
         }
     });
-    let (stream, job, elsewhere, reason) = match submitted {
+    let (stream, job, elsewhere, reason, note) = match submitted {
         Ok(submitted) => submitted,
         Err(error) => {
             for file in output.iter().chain(&errors) {
@@ -352,6 +356,9 @@ pub fn run(args: RunArgs) -> Result<i32> {
             Some(_) => file.abandon(),
             None => file.name(job, args.open_mode),
         }
+    }
+    if let Some(note) = note {
+        note!("cosched: job {job} {note}");
     }
     if let Some(place) = elsewhere {
         note!("cosched: job {job} writes its output to {place}");

@@ -113,6 +113,12 @@ pub fn submitted_bytes(argv: &[String], env: &[(String, String)], cwd: &str) -> 
 }
 
 impl JobRecord {
+    /// Told to stop (cancelled, past its time limit, or stalled under the policy's cancel):
+    /// it ends within the grace.
+    pub fn being_stopped(&self) -> bool {
+        self.cancel_requested || self.timed_out || self.stalled
+    }
+
     /// Bytes of its own that the daemon holds for the job: arguments, environment, directory.
     pub fn submitted_bytes(&self) -> usize {
         submitted_bytes(&self.argv, &self.env, &self.cwd)

@@ -924,6 +924,7 @@ fn handle(
                             job,
                             output,
                             reason: inner.reason_of(job),
+                            note: inner.submission_note(job),
                         },
                     );
                     if !detach {
@@ -974,6 +975,7 @@ fn handle(
                         job,
                         output: None,
                         reason: inner.reason_of(job),
+                        note: inner.submission_note(job),
                     };
                     let _ = send(&stream, &submitted);
                     let client = shared.clients().hold(stream);

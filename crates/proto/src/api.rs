@@ -539,6 +539,10 @@ pub enum Reply {
         /// Why it waits, when it did not start at once.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<Pending>,
+        /// What its submitter should know of how it will run: an interactive job past its
+        /// user's share of preemption time-shares from its start.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
     Done {
         ok: bool,

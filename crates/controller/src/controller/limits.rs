@@ -7,7 +7,7 @@
 use super::{ApiError, Controller, LOG};
 use crate::store::JobRecord;
 use cosched_core::{JobId, Micros, MICROS_PER_SEC};
-use cosched_proto::{Command, JobState, Mode, Pending};
+use cosched_proto::{JobState, Mode, Pending};
 use std::collections::BTreeMap;
 
 /// How often a running job's count of run time is written to the store: a controller that
@@ -78,11 +78,12 @@ impl Controller {
         // Local mode runs every placed job all the time (plain Linux).
         let all_slots = self.settings.mode == Mode::Local;
         for (job, clock) in &mut self.clocks {
-            let idle = self
-                .records
-                .get(job)
-                .is_some_and(|r| r.status == JobState::Idle);
+            let record = self.records.get(job);
+            let idle = record.is_some_and(|r| r.status == JobState::Idle);
+            // Its grace is not run time (it keeps its place in the matrix meanwhile).
+            let stopping = record.is_some_and(JobRecord::being_stopped);
             let share = match slots.get(job) {
+                _ if stopping => (0, 1),
                 _ if idle => (1, 1),
                 Some(_) if all_slots => (1, 1),
                 Some(&n) => (n, rows.max(1)),
@@ -146,8 +147,7 @@ impl Controller {
                     "job {job}: time limit reached ({}); SIGTERM now, SIGKILL after the grace",
                     cosched_core::Clock(run_us)
                 ));
-                self.unschedule_resident(job, now);
-                self.tell(Command::Cancel { job });
+                self.stop_in_grace(job, now);
             }
         }
     }

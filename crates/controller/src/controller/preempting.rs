@@ -4,9 +4,10 @@
 //! after another (each cancelled before its stretch ends), or several at once, kept every
 //! other job on those processors from running at all. A user's (root aside) interactive job
 //! is let preempt only while that user's preempting time within the last [`WINDOW_STRETCHES`]
-//! stretches, each stretch granted and not yet ended counted whole, is under one stretch:
-//! one preempting job at a time, and in the long run about one stretch in every window. Past
-//! that, the job starts settled: it time-shares in a slice of its own at once.
+//! stretches, each stretch granted and not yet ended counted whole, is under one stretch,
+//! and then only for what is left of it (its allowance): one preempting job at a time, and at
+//! most one stretch in any window. Past that, the job starts settled: it time-shares in a
+//! slice of its own at once.
 
 use cosched_core::{JobId, Micros};
 use std::collections::BTreeMap;
@@ -14,11 +15,12 @@ use std::collections::BTreeMap;
 /// The window a user's preempting time is counted over, in stretches.
 pub(super) const WINDOW_STRETCHES: i64 = 6;
 
-/// One job's preemption: granted at its submission, begun when placed ahead of the others,
-/// ended when it leaves that place (settled, suspended, ended).
+/// One job's preemption: granted at its submission (for at most `allowance`), begun when
+/// placed ahead of the others, ended when it leaves that place (settled, suspended, ended).
 #[derive(Clone, Copy, Debug)]
 struct Stretch {
     job: JobId,
+    allowance: Micros,
     began: Option<Micros>,
     ended: Option<Micros>,
 }
@@ -33,7 +35,7 @@ pub(super) struct Preempted {
 
 impl Preempted {
     /// `uid`'s preempting time in the window that ends `now`: what ended stretches spent in
-    /// it, and `stretch` for each granted or ongoing one (it may run its whole stretch).
+    /// it, and its whole allowance for each granted or ongoing one.
     /// Stretches that ended before the window are forgotten.
     pub(super) fn spent(&mut self, uid: u32, stretch: Micros, now: Micros) -> Micros {
         let Some(stretches) = self.by_user.get_mut(&uid) else {
@@ -45,7 +47,7 @@ impl Preempted {
             .iter()
             .map(|s| match (s.began, s.ended) {
                 (Some(began), Some(ended)) => ended - began.max(from),
-                _ => stretch,
+                _ => s.allowance,
             })
             .sum();
         if stretches.is_empty() {
@@ -54,15 +56,31 @@ impl Preempted {
         spent
     }
 
-    /// `uid`'s interactive job `job` may preempt: it counts whole until it ends.
-    pub(super) fn grant(&mut self, uid: u32, job: JobId) {
+    /// `uid`'s interactive job `job` may preempt for `allowance`: it counts whole until it
+    /// ends.
+    pub(super) fn grant(&mut self, uid: u32, job: JobId, allowance: Micros) {
         if self.open.insert(job, uid).is_none() {
             (self.by_user.entry(uid).or_default()).push(Stretch {
                 job,
+                allowance,
                 began: None,
                 ended: None,
             });
         }
+    }
+
+    /// The jobs preempting at `now` whose allowance is spent: they are to settle.
+    pub(super) fn spent_allowances(&self, now: Micros) -> Vec<JobId> {
+        let stretches = self.by_user.values().flatten();
+        let over = stretches.filter(|s| {
+            s.ended.is_none() && s.began.is_some_and(|began| now - began >= s.allowance)
+        });
+        over.map(|s| s.job).collect()
+    }
+
+    /// Whether `job` holds a grant not ended yet.
+    pub(super) fn holds(&self, job: JobId) -> bool {
+        self.open.contains_key(&job)
     }
 
     /// A granted job was placed ahead of the others at `now` (placed again: no change).
@@ -107,7 +125,7 @@ mod tests {
     #[test]
     fn a_granted_or_ongoing_stretch_counts_whole_and_an_ended_one_what_it_spent() {
         let mut p = Preempted::default();
-        p.grant(7, 1);
+        p.grant(7, 1, STRETCH);
         assert_eq!(p.spent(7, STRETCH, 0), STRETCH, "granted, not placed yet");
         p.began(1, 0);
         assert_eq!(p.spent(7, STRETCH, 3 * S), STRETCH, "ongoing");
@@ -118,13 +136,22 @@ mod tests {
             0,
             "another user's is not counted"
         );
+        p.grant(7, 2, STRETCH - 4 * S);
+        assert_eq!(
+            p.spent(7, STRETCH, 5 * S),
+            STRETCH,
+            "what was left, granted"
+        );
+        p.began(2, 5 * S);
+        assert_eq!(p.spent_allowances(10 * S), Vec::<JobId>::new());
+        assert_eq!(p.spent_allowances(11 * S), [2], "its 6 s are spent");
     }
 
     #[test]
     fn the_window_forgets_what_ended_before_it_and_cuts_what_straddles_it() {
         let mut p = Preempted::default();
         for (job, from) in [(1, 0), (2, 9 * S)] {
-            p.grant(7, job);
+            p.grant(7, job, STRETCH);
             p.began(job, from);
             p.left(job, from + 9 * S);
         }
@@ -139,7 +166,7 @@ mod tests {
     #[test]
     fn a_grant_never_begun_costs_nothing_once_it_ends() {
         let mut p = Preempted::default();
-        p.grant(7, 1);
+        p.grant(7, 1, STRETCH);
         p.left(1, 5 * S);
         assert_eq!(p.spent(7, STRETCH, 5 * S), 0);
         p.began(1, 6 * S);

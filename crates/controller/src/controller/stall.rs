@@ -7,7 +7,7 @@
 
 use super::{Controller, LOG};
 use cosched_core::{Clock, JobId, Micros};
-use cosched_proto::{Command, JobState, StallAction};
+use cosched_proto::{JobState, StallAction};
 
 /// The note of a job the stall action ended.
 pub(super) const STALLED_NOTE: &str = "stalled";
@@ -69,7 +69,6 @@ impl Controller {
         LOG.info(format_args!(
             "job {job}: ended for the stall (SIGTERM now, SIGKILL after the grace)"
         ));
-        self.unschedule_resident(job, now);
-        self.tell(Command::Cancel { job });
+        self.stop_in_grace(job, now);
     }
 }
