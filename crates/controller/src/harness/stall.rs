@@ -97,6 +97,14 @@ fn with_the_cancel_action_a_stalled_job_ends_failed_noted_stalled() {
     assert!(h
         .orders()
         .contains(&("local".into(), Command::Cancel { job })));
+    // A controller restarted meanwhile stops it again (the SIGKILL timer may have died with
+    // the agent), as it does a cancelled job: it was put back in the rotation instead.
+    h.restart();
+    assert!(
+        h.orders()
+            .contains(&("local".into(), Command::Cancel { job })),
+        "stopped again after a restart"
+    );
     // It ends on the SIGTERM (or exits 0 from its handler): failed either way.
     h.event(ended(job, code(0), 0));
     let record = h.stored(job).unwrap();
