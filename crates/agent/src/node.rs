@@ -584,13 +584,14 @@ impl<A: Actuator> NodeAgent<A> {
                 if let Err(error) = self.let_loose(job) {
                     self.trouble(job, error);
                 }
-                // Its grace runs where the jobs placed on its processors since do not want
-                // them, as a moderate job outside its slot: at full weight, a job ignoring
-                // SIGTERM computed at 0.7 of a processor beside the slot's gang against its
-                // third, and a user cancelling job after job kept one loose beside every gang.
-                // (No weight controller: nothing to lower.)
-                let _ =
-                    (self.applier.actuator_mut()).set_weight(&job_group(job), DISFAVOURED_WEIGHT);
+                // Its grace runs at the least weight, as a moderate job's outside its slot: on
+                // its own processors in its own slots (the controller keeps its place), barely
+                // in others'. At full weight, a job ignoring SIGTERM computed beside the slot's
+                // gang in every slot. (No weight controller: nothing to lower.)
+                let _ = self
+                    .applier
+                    .actuator_mut()
+                    .set_weight(&job_group(job), DISFAVOURED_WEIGHT);
                 // A job of no process (or none left) has nothing to be told.
                 let _ = self.applier.actuator_mut().terminate(&job_group(job));
                 // A command not exec'd yet may not have joined the group listed: its
@@ -1138,8 +1139,7 @@ impl<A: Actuator> NodeAgent<A> {
     /// The first moment from `now` at which a start out of its job's slot meets no thaw:
     /// `start_clear` after a boundary, and [`START_SPAN`] before the next (`Micros::MAX`:
     /// slots too short for that, or a freezer that does not stop joiners: a start waits for
-    /// its job's slot). `now` before the first
-    /// generation (no boundary yet).
+    /// its job's slot). `now` before the first generation (no boundary yet).
     fn start_window(&self, now: Micros) -> Micros {
         let Some(rotation) = self.rotation else {
             return now;

@@ -512,12 +512,8 @@ impl Controller {
     /// submission, as it was just submitted): an interactive job in the core without a grant
     /// was past its owner's share of preemption ([`preempting`]).
     pub fn submission_note(&self, job: JobId) -> Option<String> {
-        let record = self.records.get(&job)?;
-        let stretch = self.settings.interactive_stretch?;
-        let refused = record.class == Class::Interactive
-            && record.owner.uid != 0
-            && self.scheduler.state(job).is_some()
-            && !self.preempted.holds(job);
+        let stretch = self.share_stretch(self.records.get(&job)?)?;
+        let refused = self.scheduler.state(job).is_some() && !self.preempted.holds(job);
         refused.then(|| {
             format!(
                 "time-shares from its start: your interactive jobs have had their share of \
@@ -597,14 +593,10 @@ impl Controller {
     /// ([`preempting`]), for what is left of it, counted from now.
     fn may_preempt(&mut self, job: JobId, now: Micros) -> bool {
         let record = &self.records[&job];
-        let (Some(stretch), Class::Interactive) = (self.settings.interactive_stretch, record.class)
-        else {
+        let Some(stretch) = self.share_stretch(record) else {
             return true;
         };
         let uid = record.owner.uid;
-        if uid == 0 {
-            return true;
-        }
         let spent = self.preempted.spent(uid, stretch, now);
         if spent >= stretch {
             let seconds = |us: Micros| us as f64 / 1e6;
@@ -619,6 +611,13 @@ impl Controller {
         }
         self.preempted.grant(uid, job, stretch - spent);
         true
+    }
+
+    /// The stretch a job's owner's share of preemption is counted in, if the job is held to
+    /// one: interactive, not root's, and the policy lets interactive jobs preempt.
+    fn share_stretch(&self, record: &JobRecord) -> Option<Micros> {
+        let held = record.class == Class::Interactive && !record.owner.is_root();
+        self.settings.interactive_stretch.filter(|_| held)
     }
 
     /// What the core is asked to place: what the job asked for, or, once its processes live on
@@ -668,6 +667,7 @@ impl Controller {
     /// (barely in others'), and one user cancelling job after job cannot pile up jobs in
     /// grace beside everyone's (a helper's loop as nobody had 22 at once, and root's gangs
     /// 24 % of the processors).
+    ///
     /// Its record already says why (`JobRecord::being_stopped`): its run time stops here.
     fn stop_in_grace(&mut self, job: JobId, now: Micros) {
         self.forget_reports(job);
