@@ -156,6 +156,7 @@ mod tests {
                 at_us: 2_100,
             }],
             blocked: vec![],
+            skews: vec![],
         }
     }
 

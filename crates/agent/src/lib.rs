@@ -19,6 +19,7 @@ pub mod door;
 pub mod holder;
 mod idle;
 mod join;
+pub mod kick;
 mod lend;
 pub mod node;
 mod probe;

@@ -13,6 +13,7 @@ use crate::chrony::ClockOffset;
 use crate::clock::{self, SlotWork, Tick};
 use crate::door::{Door, DOOR_ENV};
 use crate::join;
+use crate::kick::Kickers;
 use crate::lend::{self, BlockWatch, Spent};
 use crate::probe::{self, Look, Probe};
 use crate::relay::{self, Errand, Relayed};
@@ -27,7 +28,7 @@ use cosched_cgroups::{affinity, procfs, Actuator, CgroupError, Cgroups, Usage};
 use cosched_core::{JobId, Micros, Partition, Rotation};
 use cosched_os::{fault, now_micros, unix};
 use cosched_proto::{
-    BoundaryRecord, Command, Ending, Event, EventSink, Generation, Launch, NodeHistograms,
+    BoundaryRecord, Command, Ending, Event, EventSink, Generation, JobSkew, Launch, NodeHistograms,
     NodeStatus, Order, PlanSource, ProcessRef, Received, SlotStart, CANCEL_GRACE,
     MAX_REPORTED_STARTS, SPREAD_SAMPLE_US,
 };
@@ -198,6 +199,8 @@ pub struct NodeAgent<A: Actuator> {
     starter: Option<Sender<Errand>>,
     /// Keeps idle processors polling while there are jobs to switch (a real-time clock's).
     awake: Awake,
+    /// Make the kernel choose again where a thawed rank waits (`measure_skews`).
+    kickers: Kickers,
     /// The CPUs of each job placed here (its processes added later go there too).
     placed: BTreeMap<JobId, Partition>,
     /// Jobs whose first node this is (launched or adopted here): their figures go with their
@@ -289,6 +292,7 @@ impl<A: Actuator> NodeAgent<A> {
             start_clear: START_CLEAR,
             starter: None,
             awake: Awake::none(),
+            kickers: Kickers::default(),
             placed: BTreeMap::new(),
             first_here: BTreeSet::new(),
             door: None,
@@ -1410,13 +1414,13 @@ impl<A: Actuator> NodeAgent<A> {
                 return;
             }
         };
-        self.measure_skews(&record);
+        let skews = self.measure_skews(&record);
         self.baselines.clear();
         if record.switched() {
             self.stats.switch.record(record.duration);
         }
         let lateness_us = tick.lateness().as_micros() as Micros;
-        self.log_boundary(record, woke, Some(lateness_us));
+        self.log_boundary(record, skews, woke, Some(lateness_us));
         self.track_slots(&before, woke);
         self.watch_blocked(slot, woke);
         self.watch_idle(woke);
@@ -1426,21 +1430,35 @@ impl<A: Actuator> NodeAgent<A> {
     }
 
     /// Records how far apart the tasks of each gang job `record` started began to run (the
-    /// jobs with a baseline, `capture_baselines`), and drops their baselines.
-    fn measure_skews(&mut self, record: &SwitchRecord) {
+    /// jobs with a baseline, `capture_baselines`), drops their baselines and returns the skews
+    /// for the boundary log.
+    fn measure_skews(&mut self, record: &SwitchRecord) -> Vec<JobSkew> {
         // A task that sleeps (a launcher waiting for its ranks) never shows: give up soon.
         let quantum = self.rotation.map_or(0, |r| r.quantum);
         let patience = Duration::from_micros((quantum / 10).min(5_000) as u64);
+        let mut skews = Vec::new();
         for moment in &record.started {
             let baseline = self.baselines.remove(&moment.job);
-            if let Some(skew) = baseline.and_then(|b| b.measure(patience)) {
+            let kick = &mut |cpu| self.kickers.kick(cpu);
+            if let Some(skew) = baseline.and_then(|b| b.measure(patience, kick)) {
                 self.stats.skew.record(skew);
+                skews.push(JobSkew {
+                    job: moment.job,
+                    skew_us: skew.as_micros() as Micros,
+                });
             }
         }
+        skews
     }
 
     /// Keeps a boundary that stopped or started something in the node's boundary log.
-    fn log_boundary(&mut self, record: SwitchRecord, woke_us: Micros, lateness_us: Option<Micros>) {
+    fn log_boundary(
+        &mut self,
+        record: SwitchRecord,
+        skews: Vec<JobSkew>,
+        woke_us: Micros,
+        lateness_us: Option<Micros>,
+    ) {
         if !record.switched() {
             return;
         }
@@ -1471,6 +1489,7 @@ impl<A: Actuator> NodeAgent<A> {
             stopped: record.stopped,
             started: record.started,
             blocked: record.blocked,
+            skews,
         });
     }
 
@@ -1496,11 +1515,11 @@ impl<A: Actuator> NodeAgent<A> {
         self.capture_baselines(slot);
         match self.applier.enter_slot(slot, now) {
             Ok(record) => {
-                self.measure_skews(&record);
+                let skews = self.measure_skews(&record);
                 if record.switched() {
                     self.stats.switch.record(record.duration);
                 }
-                self.log_boundary(record, now, None);
+                self.log_boundary(record, skews, now, None);
             }
             Err(error) => LOG.warn(format_args!("slot {slot} (early): {error}")),
         }
@@ -1589,7 +1608,7 @@ impl<A: Actuator> NodeAgent<A> {
         }
         let slot = rotation.slot_at(now);
         match self.applier.lend(slot, &blocked) {
-            Ok(record) => self.log_boundary(record, now, None),
+            Ok(record) => self.log_boundary(record, Vec::new(), now, None),
             Err(error) => LOG.warn(format_args!("slot {slot}: giving processors away: {error}")),
         }
     }
@@ -1607,7 +1626,7 @@ impl<A: Actuator> NodeAgent<A> {
             .collect();
         for job in over {
             match self.applier.hold_loose(slot, job) {
-                Ok(record) => self.log_boundary(record, now, None),
+                Ok(record) => self.log_boundary(record, Vec::new(), now, None),
                 Err(error) => LOG.warn(format_args!("slot {slot}: holding a loose job: {error}")),
             }
         }

@@ -43,6 +43,14 @@ pub type Errand = Box<dyn FnOnce() + Send>;
 /// second on the control-plane bench's 2 CPUs for nothing.
 const SOURCE_WAIT_US: Micros = 5_000_000;
 
+/// How long after a boundary the relay leaves the processors to the ranks thawed there. Its
+/// own work (a starting job's groups, the errands) is real-time: begun then, it took a thawed
+/// rank's processor before the rank first ran, and the whole gang waited for that rank (the
+/// unlinks of an ended job's files, held back by the quiet window before the boundary, came
+/// in the first millisecond of the slot half the time, 360 µs of a processor at once;
+/// ftrace of `cosched-bench churn`). Ranks have started well within this.
+pub const THAW_CLEAR_US: Micros = 1_000;
+
 /// Whether the relay waits until the clock is done with `order` (and its errands) before it
 /// takes the next: every order but a generation.
 pub fn awaited(order: &Order) -> bool {
@@ -191,6 +199,7 @@ impl Relay {
                 }
                 Received::Order(order) => {
                     if let (Command::Start { job, .. }, Some(maker)) = (&order.command, maker) {
+                        self.clear_of_thaw();
                         // Whatever failed here fails again in the clock's own `create`, which
                         // reports it as the job's start.
                         let _ = maker.make(&job_group(*job));
@@ -209,9 +218,25 @@ impl Relay {
             if gone || closed || (awaits && self.done.recv().is_err()) {
                 return;
             }
-            for errand in errands.try_iter() {
-                errand();
+            let errands: Vec<Errand> = errands.try_iter().collect();
+            if !errands.is_empty() {
+                self.clear_of_thaw();
             }
+            errands.into_iter().for_each(|errand| errand());
+        }
+    }
+
+    /// Waits until [`THAW_CLEAR_US`] after the boundary last passed on the slot clock known
+    /// (none known: no wait). Slots under four times that wait for nothing: the wait would
+    /// be a large part of a slot, and of a job's start.
+    fn clear_of_thaw(&self) {
+        let Some(clock) = self.clock.filter(|c| c.quantum >= 4 * THAW_CLEAR_US) else {
+            return;
+        };
+        let now = now_micros();
+        let clear = clock.slot_start(clock.slot_at(now)) + THAW_CLEAR_US;
+        if now < clear {
+            std::thread::sleep(std::time::Duration::from_micros((clear - now) as u64));
         }
     }
 
@@ -357,6 +382,46 @@ mod tests {
             slices: Vec::new(),
         };
         Order::from(Command::Publish { generation })
+    }
+
+    /// An errand the clock left just after a boundary runs only once the ranks thawed there
+    /// have had their first moments, [`THAW_CLEAR_US`] after it.
+    #[test]
+    fn errands_wait_for_the_thawed_ranks_first_moments() {
+        let (orders, source) = mpsc::channel::<Order>();
+        let (errands, errands_queued) = mpsc::channel::<Errand>();
+        let mut relayed = relay(source, None, errands_queued, false, 0);
+        let quantum = 50_000;
+        orders.send(publish(1, quantum, 0)).unwrap();
+        assert!(matches!(
+            relayed.next_order(now_micros() + 5_000_000),
+            Received::Order(_)
+        ));
+        // Just after a boundary: the errand would run at once, in the thaw's first moments.
+        while now_micros().rem_euclid(quantum) > 200 {
+            std::hint::spin_loop();
+        }
+        orders.send(cancel(1)).unwrap();
+        assert!(matches!(
+            relayed.next_order(now_micros() + 5_000_000),
+            Received::Order(_)
+        ));
+        let handed = now_micros();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let noted = Arc::clone(&ran);
+        errands
+            .send(Box::new(move || {
+                noted.store(now_micros() as usize, Ordering::SeqCst)
+            }))
+            .unwrap();
+        relayed.carried_out();
+        wait_until("the errand ran", || ran.load(Ordering::SeqCst) != 0);
+        let boundary = handed - handed.rem_euclid(quantum);
+        let after = ran.load(Ordering::SeqCst) as Micros - boundary;
+        assert!(
+            after >= THAW_CLEAR_US,
+            "the errand ran {after} µs after the boundary"
+        );
     }
 
     fn queued(relayed: &Relayed) -> usize {

@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 /// make the clock thread read them all at every boundary, ahead of every job's processes.
 pub const MOST_TASKS_PER_CPU: usize = 16;
 
+/// How long a thawed task may wait before its processor is kicked: most start within it
+/// (skew p50 10-20 µs), and a kick just before a task's own start would delay it.
+const KICK_AFTER: Duration = Duration::from_micros(50);
+
 #[derive(Clone, Debug)]
 pub struct Baseline {
     /// (process, thread, its counters) for every task.
@@ -73,8 +77,10 @@ impl Baseline {
 
     /// Polls until every task has been switched in since the baseline, then returns the
     /// spread of their run-queue waits. `patience` when a task has not run by then (the skew
-    /// is at least that); `None` when a task vanished.
-    pub fn measure(&self, patience: Duration) -> Option<Duration> {
+    /// is at least that); `None` when a task vanished. From [`KICK_AFTER`] on, at each poll
+    /// the processor of each task still waiting for one is kicked (`kick`, [`crate::kick`]),
+    /// but this thread's own: its sleep is a kick there.
+    pub fn measure(&self, patience: Duration, kick: &mut impl FnMut(usize)) -> Option<Duration> {
         if self.tasks.is_empty() {
             return None;
         }
@@ -84,11 +90,19 @@ impl Baseline {
             // Sleep first, never spin: this runs at real-time priority, and a task thawed onto
             // this thread's processor starts only once it sleeps.
             std::thread::sleep(Duration::from_micros(20));
+            // SAFETY: no arguments; -1 (no answer) matches no processor.
+            let here = unsafe { libc::sched_getcpu() };
             for (wait, (pid, tid, base)) in waits.iter_mut().zip(&self.tasks) {
                 if wait.is_none() {
                     let now = procfs::task_schedstat(*pid, *tid).ok()?;
                     if now.timeslices > base.timeslices {
                         *wait = Some(now.run_delay_ns.saturating_sub(base.run_delay_ns));
+                    } else if let Ok(waiting) = procfs::thread_stat(*pid, *tid) {
+                        // Runnable, not asleep: a task that sleeps waits for no processor.
+                        let kicking = begin.elapsed() >= KICK_AFTER;
+                        if kicking && waiting.state == 'R' && waiting.processor as i32 != here {
+                            kick(waiting.processor);
+                        }
                     }
                 }
             }
@@ -180,6 +194,33 @@ mod tests {
                 .collect(),
         };
         std::thread::sleep(Duration::from_millis(1));
-        assert_eq!(mine.measure(Duration::from_secs(1)), Some(Duration::ZERO));
+        assert_eq!(
+            mine.measure(Duration::from_secs(1), &mut |_| {}),
+            Some(Duration::ZERO)
+        );
+    }
+
+    /// A task asleep waits for no processor: the measure gives up at its patience without
+    /// kicking anyone.
+    #[test]
+    fn a_sleeping_task_is_never_kicked() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as Pid;
+        // Asleep in nanosleep, not still starting.
+        let asleep = || procfs::stat(pid).is_ok_and(|s| s.state == 'S');
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !asleep() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let baseline = Baseline::capture(&[pid], 16).expect("the child's thread");
+        let mut kicks = 0;
+        let skew = baseline.measure(Duration::from_millis(20), &mut |_| kicks += 1);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(skew, Some(Duration::from_millis(20)));
+        assert_eq!(kicks, 0, "a sleeping task's processor was kicked");
     }
 }

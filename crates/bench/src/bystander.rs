@@ -9,8 +9,8 @@
 
 use anyhow::{bail, Context, Result};
 use cosched_agent::clock::sleep_until;
-use cosched_cgroups::affinity::mask_of;
-use cosched_core::{Micros, Partition};
+use cosched_cgroups::affinity::pin_this_thread;
+use cosched_core::Micros;
 use cosched_os::realtime::make_realtime;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -86,7 +86,7 @@ impl Bystanders {
 }
 
 fn watch(cpu: usize, stop: &AtomicBool) -> Result<Watched> {
-    pin_to(cpu).with_context(|| format!("pinning a bystander to processor {cpu}"))?;
+    pin_this_thread(cpu).with_context(|| format!("pinning a bystander to processor {cpu}"))?;
     make_realtime(PRIORITY).context("making a bystander real-time (run as root)")?;
     let (mut wakeups, mut stalls) = (0, Vec::new());
     let mut due = cosched_os::now_micros();
@@ -102,15 +102,6 @@ fn watch(cpu: usize, stop: &AtomicBool) -> Result<Watched> {
         }
     }
     Ok((wakeups, stalls))
-}
-
-fn pin_to(cpu: usize) -> std::io::Result<()> {
-    let set = mask_of(&Partition::from_processors([cpu as u32]));
-    // SAFETY: `set` outlives the call; 0 means the calling thread.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 impl Stalls {

@@ -54,6 +54,16 @@ pub fn mask_of(cpus: &Partition) -> libc::cpu_set_t {
     mask(cpus.processors().map(|cpu| cpu as usize))
 }
 
+/// Keeps the calling thread on processor `cpu` alone.
+pub fn pin_this_thread(cpu: usize) -> std::io::Result<()> {
+    let set = mask([cpu]);
+    // SAFETY: the pointer and size describe `set`, which outlives the call; 0 is this thread.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The affinity mask of `cpus`.
 fn mask(cpus: impl IntoIterator<Item = usize>) -> libc::cpu_set_t {
     // SAFETY: cpu_set_t is plain data; zeroed is its empty value.

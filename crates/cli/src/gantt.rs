@@ -375,6 +375,7 @@ mod tests {
             stopped: moments(stopped, at + 1),
             started: moments(started, at + 2),
             blocked: vec![],
+            skews: vec![],
         }
     }
 

@@ -63,6 +63,23 @@ fn gang_jobs_never_run_at_the_same_moment_and_keep_their_exit_codes() {
         stats["switch_us"]["count"].as_u64().unwrap() >= 10,
         "{stats}"
     );
+    // Each skew measured is in the boundary log beside the start it measured, so that a
+    // skewed start can be laid beside what else happened then.
+    let log = std::fs::read_to_string(d.state_dir().join("boundaries.jsonl")).unwrap();
+    let mut skews = 0;
+    for line in log.lines() {
+        let record: Value = serde_json::from_str(line).unwrap();
+        for skew in record["skews"].as_array().into_iter().flatten() {
+            let started = record["started"].as_array().unwrap();
+            assert!(
+                started.iter().any(|s| s["job"] == skew["job"]),
+                "a skew of a job not started there: {line}"
+            );
+            assert!(skew["skew_us"].is_u64(), "{line}");
+            skews += 1;
+        }
+    }
+    assert!(skews >= 6, "{skews} skews logged:\n{log}");
     // The one node of a single machine, as its agent last reported.
     let nodes = d.json(&["nodes", "--json"]);
     assert_eq!(nodes.as_array().map(Vec::len), Some(1), "{nodes}");

@@ -12,6 +12,9 @@ pub const ORDERS_PRIORITY: i32 = 40;
 /// The agent's reader of its jobs' I/O counters, which the clock waits for at a boundary (a
 /// thread of ordinary priority waited behind the jobs' processes, milliseconds every time).
 pub const IO_READS_PRIORITY: i32 = 45;
+/// The agent's kickers (`cosched_agent::kick`): the lowest real-time priority, above every
+/// ordinary process, which is all a kick must preempt, and below all the agent's own threads.
+pub const KICK_PRIORITY: i32 = 1;
 /// The leader's push writer: a header written to every agent in one pass, not one agent
 /// between every two preemptions by the processes of the leader's node.
 pub const PUSH_PRIORITY: i32 = 30;

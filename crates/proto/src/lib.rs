@@ -26,7 +26,7 @@ pub use order::{
 };
 pub use seam::{receive_by, EventSink, Order, OrderSink, PlanSource, Received};
 pub use status::{
-    BoundaryRecord, Histogram, JobMoment, NodeHistograms, NodeStatus, SlotStart, Summary,
+    BoundaryRecord, Histogram, JobMoment, JobSkew, NodeHistograms, NodeStatus, SlotStart, Summary,
     HISTOGRAM_BOUNDS_US, MAX_REPORTED_STARTS, SPREAD_SAMPLE_US, STATUS_PERIOD_US,
 };
 

@@ -165,6 +165,20 @@ pub struct BoundaryRecord {
     /// were given for the rest of the slot (within a slot only; none in older logs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocked: Vec<JobId>,
+    /// The skew of each `started` job whose skew was measured (a gang job whose working tasks
+    /// fit its processors here): so that a skewed start can be laid beside what else happened
+    /// then (none in older logs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skews: Vec<JobSkew>,
+}
+
+/// How long after the first of a started job's working tasks the last began to run (µs), at
+/// one boundary on one node: the patience of the measurement when one had not run by then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSkew {
+    pub job: JobId,
+    pub skew_us: Micros,
 }
 
 /// When something happened to a job (true clock, µs since the Unix epoch).
