@@ -8,8 +8,8 @@
 //! `cosched-bench churn` at 20 ms slots: starts skewed past 250 µs fell from 1.0 % to 0.4 %;
 //! kicked only while a thawed rank waits, the kicks cost nothing otherwise.
 //!
-//! One kicker per processor, started at its first kick, pinned there at
-//! [`KICK_PRIORITY`]; each waits on a pipe, and ends when the [`Kickers`] are dropped.
+//! One kicker per processor, started with the clock, pinned there at [`KICK_PRIORITY`];
+//! each waits on a pipe, and ends when the [`Kickers`] are dropped.
 
 use cosched_cgroups::affinity::pin_this_thread;
 use cosched_os::realtime::{make_realtime, KICK_PRIORITY};
@@ -21,52 +21,60 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 #[derive(Default)]
 pub struct Kickers {
-    /// The write end of each processor's kicker's pipe; `None` once it could not start.
-    doors: BTreeMap<usize, Option<File>>,
+    /// The write end of each processor's kicker's pipe.
+    doors: BTreeMap<usize, File>,
 }
 
 impl Kickers {
-    /// Makes the kernel choose again on processor `cpu` (its kicker started if need be). A
-    /// kicker that cannot start (no real-time priority, no thread) is reported once, and
-    /// that processor is not kicked again.
-    pub fn kick(&mut self, cpu: usize) {
-        let door = self.doors.entry(cpu).or_insert_with(|| match start(cpu) {
-            Ok(door) => Some(door),
-            Err(error) => {
-                Log::new("agent").warn(format_args!(
-                    "no kicker on processor {cpu} ({error}): a rank thawed beside a busy process there waits for the kernel's next choice"
-                ));
-                None
+    /// One kicker on each of `cpus` (the node's), started now: a thread started
+    /// at the first kick, on the clock thread while it measured a skew, kept the clock
+    /// waiting for the new thread to be given a processor beside busy jobs (the skew measure
+    /// gave up at its 5 ms patience, twice in six quickstart runs). A kicker that cannot pin
+    /// itself or take its priority says so and ends; kicks to it then do nothing.
+    pub fn start(cpus: impl IntoIterator<Item = usize>) -> Kickers {
+        let mut doors = BTreeMap::new();
+        for cpu in cpus {
+            match start(cpu) {
+                Ok(door) => {
+                    doors.insert(cpu, door);
+                }
+                Err(error) => no_kicker(cpu, &error),
             }
-        });
-        if let Some(door) = door {
-            // Full (the kicker has not read the kicks before): it is woken anyway.
+        }
+        Kickers { doors }
+    }
+
+    /// Makes the kernel choose again on processor `cpu` (none started there: nothing).
+    pub fn kick(&mut self, cpu: usize) {
+        if let Some(door) = self.doors.get_mut(&cpu) {
+            // Full (the kicker has not read the kicks before): it is woken anyway. Gone (it
+            // could not start): nothing to do.
             let _ = door.write(&[1]);
         }
     }
 }
 
-/// Starts processor `cpu`'s kicker; the pipe's write end kicks it.
+/// Starts processor `cpu`'s kicker, without waiting for it; the pipe's write end kicks it.
 fn start(cpu: usize) -> std::io::Result<File> {
     let (mut from, to) = pipe()?;
-    let (ready, started) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name(format!("cosched-kick-{cpu}"))
         .spawn(move || {
-            let set = pin_this_thread(cpu).and_then(|()| make_realtime(KICK_PRIORITY));
-            let failed = set.is_err();
-            let _ = ready.send(set);
-            if failed {
+            if let Err(error) = pin_this_thread(cpu).and_then(|()| make_realtime(KICK_PRIORITY)) {
+                no_kicker(cpu, &error);
                 return;
             }
             // Each read wakes this thread on its processor; its sleep again is the kick.
             let mut kicks = [0u8; 64];
             while from.read(&mut kicks).is_ok_and(|n| n > 0) {}
         })?;
-    started
-        .recv()
-        .unwrap_or_else(|_| Err(std::io::Error::other("the kicker's thread ended")))?;
     Ok(to)
+}
+
+fn no_kicker(cpu: usize, error: &std::io::Error) {
+    Log::new("agent").warn(format_args!(
+        "no kicker on processor {cpu} ({error}): a rank thawed beside a busy process there waits for the kernel's next choice"
+    ));
 }
 
 /// A pipe whose write end never blocks (a kick never waits for its kicker).
@@ -97,7 +105,7 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    /// A kick wakes a thread on the processor kicked (as root: real-time priority), and
+    /// A kick wakes the kicker on the processor kicked (as root: real-time priority), and
     /// dropping the kickers ends their threads.
     #[test]
     fn a_kick_runs_the_kicker_on_its_processor_and_a_drop_ends_it() {
@@ -120,21 +128,26 @@ mod tests {
                 .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
                 .map_or(0, |n| n.trim().parse().unwrap())
         };
-        let mut kickers = Kickers::default();
-        kickers.kick(0);
-        let before = kicker_switches(0);
+        let cpu = 0;
+        let mut kickers = Kickers::start([cpu]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while kicker_switches(cpu) == 0 {
+            assert!(Instant::now() < deadline, "the kicker never started");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let before = kicker_switches(cpu);
         for _ in 0..10 {
-            kickers.kick(0);
+            kickers.kick(cpu);
             std::thread::sleep(Duration::from_millis(2));
         }
         assert!(
-            kicker_switches(0) >= before + 5,
+            kicker_switches(cpu) >= before + 5,
             "the kicker slept {} times for 10 kicks",
-            kicker_switches(0) - before
+            kicker_switches(cpu) - before
         );
         drop(kickers);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while kicker_switches(0) != 0 {
+        while kicker_switches(cpu) != 0 {
             assert!(Instant::now() < deadline, "the kicker outlived its kickers");
             std::thread::sleep(Duration::from_millis(5));
         }

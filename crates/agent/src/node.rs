@@ -340,6 +340,8 @@ impl<A: Actuator> NodeAgent<A> {
             }
             self.stats.realtime = realtime.is_ok();
             self.awake = Awake::open();
+            let cpus = self.settings.cpus.processors().map(|cpu| cpu as usize);
+            self.kickers = Kickers::start(cpus);
         }
         self.report_status(now_micros());
         // What in an order may wait on other processes is done off the clock: before it takes
