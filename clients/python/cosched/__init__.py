@@ -37,6 +37,7 @@ __all__ = [
     "NodeStatus",
     "Node",
     "JobMoment",
+    "JobSkew",
     "Boundary",
     "CoschedError",
     "DaemonUnreachable",
@@ -359,10 +360,18 @@ class JobMoment(TypedDict):
     at_us: int
 
 
+class JobSkew(TypedDict):
+    job: int
+    skew_us: int
+
+
 class _BoundaryLenders(TypedDict, total=False):
     # Only at a handover within a slot (`--give-away-after-ms`): the blocked jobs that lent
     # their processors; such a record has no lateness.
     blocked: List[int]
+    # Only where a started gang job's skew was measured: how long after its first working
+    # task its last began to run (µs).
+    skews: List[JobSkew]
 
 
 class Boundary(_BoundaryLenders):

@@ -222,7 +222,10 @@ class AgainstADaemon(unittest.TestCase):
             self.assertTrue(registered.cpus)
             jobs.append(registered.job)
             for _ in range(2):
-                worker = subprocess.Popen(["python3", "-c", SPIN.format(1.5)])
+                # The interpreter itself, not `python3` on the PATH: a version manager's shim
+                # (pyenv's here) execs a chain of shells first, and a process still in an exec
+                # cannot be held for its move (refused after 100 ms under CI's load).
+                worker = subprocess.Popen([sys.executable, "-c", SPIN.format(1.5)])
                 self.assertIn("joined", self.client.proc_add(registered.job, worker.pid))
                 workers.append(worker)
         self.assertEqual({j.state for j in self.client.ps(job=jobs[0])}, {"running"})
