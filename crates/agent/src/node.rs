@@ -2102,6 +2102,17 @@ impl<A: Actuator> SlotWork for OnClock<'_, A> {
     }
 
     fn boundary(&mut self, tick: Tick) -> bool {
+        // A generation that came after the clock's last look (in the quiet before the
+        // boundary) is in force at it: taken after the switch, it thawed the old plan's job
+        // there for the moments until `apply_early` froze it again. Only its publication
+        // here (no start of a supervisor): the switch is due.
+        while let Some(Received::Order(order)) = self.source.queued_generation() {
+            self.agent.carry_out(*order, self.source.arrived());
+            self.source.carried_out();
+            if self.agent.rotation != Some(self.rotation) {
+                return false;
+            }
+        }
         if self.agent.switching() {
             self.agent.tick(tick);
         } else {

@@ -6,7 +6,7 @@
 use crate::door::{self, Door};
 use crate::start::{
     close_cgroups, io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop,
-    StartError,
+    weigh_jobs, StartError,
 };
 use crate::{NodeAgent, NodeSettings};
 use cosched_cgroups::{Actuator, Delegation, Freezer};
@@ -44,6 +44,9 @@ pub struct NodeConfig {
     pub tasks_per_cpu: Option<u64>,
     /// See `NodeSettings::time_slice_us`.
     pub time_slice_us: Option<u32>,
+    /// On each processor, the jobs weigh this many processes outside cosched (0: the
+    /// kernel's default): `--jobs-weight`.
+    pub jobs_weight: u32,
     /// How long the control plane may be out of reach before the jobs are let loose.
     pub deadline: Micros,
     /// Seconds the node's key outlives an agent that stopped renewing its lease.
@@ -124,6 +127,7 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
             config.cpus, config.cgroup_parent
         ))
     })?;
+    weigh_jobs(actuator, config.jobs_weight, config.cpus.size(), LOG);
     let described = actuator.describe();
     let client = Arc::new(etcd_client(
         &config.etcd,

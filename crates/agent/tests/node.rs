@@ -54,6 +54,12 @@ fn settings(state: &StateDir, clock_shift_us: i64) -> NodeSettings {
 
 /// Jobs 1 and 2 on the same processor, each in a slice of its own.
 fn two_slices(first_slot: i64, rotation: Rotation) -> Command {
+    a_slice_each(&[1, 2], 1, first_slot, rotation)
+}
+
+/// Generation `number`: `jobs` on the same processor, each in a slice of its own, in that
+/// order from `first_slot`.
+fn a_slice_each(jobs: &[u64], number: u64, first_slot: i64, rotation: Rotation) -> Command {
     let slice = |job| PlanSlice {
         entries: vec![PlanEntry {
             job,
@@ -62,13 +68,13 @@ fn two_slices(first_slot: i64, rotation: Rotation) -> Command {
         }],
     };
     let plan = Plan {
-        slices: vec![slice(1), slice(2)],
+        slices: jobs.iter().map(|&job| slice(job)).collect(),
     };
     let core = Generation::follow(None, plan, first_slot);
     let nodes = NodeMap::single("n", 1).unwrap();
-    Command::Publish {
-        generation: cosched_proto::Generation::new(&core, rotation, &nodes),
-    }
+    let mut generation = cosched_proto::Generation::new(&core, rotation, &nodes);
+    generation.number = number;
+    Command::Publish { generation }
 }
 
 /// A gang agent on a fake actuator, on its own thread, with jobs 1 and 2 started on CPU 0.
@@ -237,13 +243,10 @@ fn a_generation_with_another_slot_clock_restarts_the_clock_on_it() {
     // A new controller with a longer quantum and another epoch: its slot numbers are far
     // beyond the old clock's, so its generation is entered only on a clock that counts them.
     let slower = Rotation::new(7_000, 2 * QUANTUM);
-    let Command::Publish { mut generation } =
-        two_slices(slower.next_boundary(now_micros()), slower)
-    else {
-        unreachable!()
-    };
-    generation.number = 2;
-    orders.send(Command::Publish { generation }.into()).unwrap();
+    let first = slower.next_boundary(now_micros());
+    orders
+        .send(a_slice_each(&[1, 2], 2, first, slower).into())
+        .unwrap();
     std::thread::sleep(Duration::from_millis(400));
     // Stopped before the end: the replay reads up to the release, which thaws everyone.
     orders.send(Command::Suspend { job: 2 }.into()).unwrap();
@@ -265,6 +268,62 @@ fn a_generation_with_another_slot_clock_restarts_the_clock_on_it() {
         Some(2),
         "entered on the new clock: {last:?}"
     );
+}
+
+/// A generation that comes in the quiet just before the boundary of its first slot (after
+/// the clock's last look for orders) is in force at that boundary: the job the old plan had
+/// entering there is never thawed. Taken just after the switch, as it was, it thawed that
+/// job and froze it again a moment later.
+#[test]
+fn a_generation_come_just_before_its_boundary_is_in_force_at_it() {
+    let state = StateDir::new("quiet-generation");
+    let Running {
+        rotation,
+        orders,
+        clock,
+        ..
+    } = agent_with_two_jobs(settings(&state, 0));
+    // Each attempt: jobs 1 and 2 take turns from `first`; job 1's next slot `slot` (an even
+    // offset) goes to job 2 alone by a generation sent 400 µs before its boundary. One sent
+    // too late (the test's thread slept past the mark) counts for nothing.
+    let mut counted = Vec::new();
+    let mut number = 1;
+    for _attempt in 0..20 {
+        let first = rotation.next_boundary(now_micros()) + 1;
+        orders
+            .send(a_slice_each(&[1, 2], number, first, rotation).into())
+            .unwrap();
+        let slot = first + 4;
+        let boundary = rotation.slot_start(slot);
+        std::thread::sleep(Duration::from_micros(
+            (boundary - 400 - now_micros()).max(0) as u64,
+        ));
+        orders
+            .send(a_slice_each(&[2], number + 1, slot, rotation).into())
+            .unwrap();
+        if now_micros() <= boundary - 200 {
+            counted.push(slot);
+        }
+        number += 2;
+        std::thread::sleep(Duration::from_micros((2 * QUANTUM) as u64));
+        if counted.len() == 3 {
+            break;
+        }
+    }
+    drop(orders);
+    clock.join().unwrap().1.unwrap();
+    assert!(
+        !counted.is_empty(),
+        "no generation sent in time in 20 tries"
+    );
+    let records = cosched_agent::boundaries::read_log(&state.0);
+    for slot in counted {
+        let entering: Vec<_> = records.iter().filter(|r| r.slot == slot).collect();
+        let thawed_one = entering
+            .iter()
+            .any(|r| r.started.iter().any(|moment| moment.job == 1));
+        assert!(!thawed_one, "slot {slot}: {entering:?}");
+    }
 }
 
 #[test]

@@ -15,7 +15,7 @@ use crate::workloads;
 use anyhow::{bail, Context, Result};
 use cosched_agent::boundaries::{read_log, start_delays};
 use cosched_proto::api::{NodeView, StatsView};
-use cosched_proto::{BoundaryRecord, Histogram, HISTOGRAM_BOUNDS_US};
+use cosched_proto::{BoundaryRecord, Histogram, Summary, HISTOGRAM_BOUNDS_US};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -41,6 +41,11 @@ pub struct ChurnArgs {
     /// the kernel's own). Each round runs every case at each, side by side
     #[arg(long, value_delimiter = ',', default_value = "100")]
     time_slice_us: Vec<u64>,
+    /// The jobs' weights to measure (the daemon's `--jobs-weight`: on each processor, the
+    /// jobs weigh this many processes outside cosched; 0: the kernel's default). Each round
+    /// runs every case at each slice and weight, side by side
+    #[arg(long, value_delimiter = ',', default_value = "5")]
+    jobs_weight: Vec<u32>,
     /// Also write the figures as JSON here
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -101,10 +106,11 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         args.every_ms, args.seconds
     );
     println!(
-        "{:<6} {:>4} {:>6} {:>5} {:>7} {:>6} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>6}",
+        "{:<6} {:>4} {:>6} {:>6} {:>5} {:>7} {:>6} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>6} {:>10} {:>10}",
         "case",
         "ms",
         "slice",
+        "weight",
         "round",
         "added",
         "share",
@@ -126,25 +132,35 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         "skew p99",
         ">250µs",
         ">1ms",
-        "missed"
+        "missed",
+        "client p50",
+        "client p99"
     );
     let mut rows = Vec::new();
     let mut pools: Vec<Pool> = Vec::new();
     for round in 1..=args.rounds {
         for &quantum_ms in &args.quantum_ms {
-            for (&case, &slice_us) in args
-                .cases
-                .iter()
-                .flat_map(|case| args.time_slice_us.iter().map(move |slice| (case, slice)))
-            {
-                let run = format!("{}-{quantum_ms}ms-{slice_us}us-r{round}", case.name());
-                let row = measure(&args, quantum_ms, slice_us, case, &run)?;
+            for (case, variant) in args.cases.iter().flat_map(|&case| {
+                Variant::all(&args)
+                    .into_iter()
+                    .map(move |variant| (case, variant))
+            }) {
+                let Variant {
+                    slice_us,
+                    jobs_weight,
+                } = variant;
+                let run = format!(
+                    "{}-{quantum_ms}ms-{slice_us}us-w{jobs_weight}-r{round}",
+                    case.name()
+                );
+                let row = measure(&args, quantum_ms, variant, case, &run)?;
                 let stats = &row.stats;
                 println!(
-                    "{:<6} {:>4} {:>4}µs {:>5} {:>7} {:>6.3} {:>5}ms {:>10} {:>7.1}ms {:>7.1}ms {:>7}µs {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>7} {:>7} {:>7}µs {:>7}µs {:>6}µs {:>6}µs {:>9} {:>9} {:>6}",
+                    "{:<6} {:>4} {:>4}µs {:>6} {:>5} {:>7} {:>6.3} {:>5}ms {:>10} {:>7.1}ms {:>7.1}ms {:>7}µs {:>7}µs {:>7}µs {:>7} {:>7}µs {:>7}µs {:>7} {:>7} {:>7}µs {:>7}µs {:>6}µs {:>6}µs {:>9} {:>9} {:>6} {:>8.1}ms {:>8.1}ms",
                     case.name(),
                     quantum_ms,
                     slice_us,
+                    jobs_weight,
                     round,
                     row.crowd.unwrap_or(row.short_jobs as u64),
                     row.share,
@@ -170,12 +186,15 @@ pub fn run(args: ChurnArgs) -> Result<()> {
                     format!("{}/{}", row.tallies.skew_over_target, row.tallies.skew_samples),
                     row.tallies.skew_over_1ms,
                     stats.missed_slots,
+                    row.clients.p50 as f64 / 1000.0,
+                    row.clients.p99 as f64 / 1000.0,
                 );
-                pool_into(&mut pools, (case, quantum_ms, slice_us), &row);
+                pool_into(&mut pools, (case, quantum_ms, variant), &row);
                 rows.push(serde_json::json!({
                     "case": case.name(),
                     "quantum_ms": quantum_ms,
                     "time_slice_us": slice_us,
+                    "jobs_weight": jobs_weight,
                     "round": round,
                     "seconds": args.seconds,
                     "every_ms": args.every_ms,
@@ -198,6 +217,9 @@ pub fn run(args: ChurnArgs) -> Result<()> {
                     "bystanders_stalled_share": row.machine.stalled_share(),
                     "short_slot_p50_us": row.short_slot_p50,
                     "short_slot_max_us": row.short_slot_max,
+                    "clients": row.clients.count,
+                    "client_p50_us": row.clients.p50,
+                    "client_p99_us": row.clients.p99,
                     "skew_samples": row.tallies.skew_samples,
                     "skew_over_250us": row.tallies.skew_over_target,
                     "skew_over_1ms": row.tallies.skew_over_1ms,
@@ -210,7 +232,7 @@ pub fn run(args: ChurnArgs) -> Result<()> {
         }
     }
     println!(
-        "added: short jobs submitted (churn) or sleeping processes forked (crowd); share: the first compute job's CPU time over its 2 processors' wall time (ideal 0.5; in the implicit case 0.5 less the implicit job's budget, 0.25 if it shared the gang's slots); short: how long each short job held the processors, from its thaw to the next thaw of a compute job (both wait meanwhile); late: the clock's wakeup after each boundary; start: each job's thaw after its boundary (boundary log); 1st: the first compute job's starts alone; slice: the jobs' time slice (the daemon's --time-slice-us, 0 the kernel's own); steal: the host's steal while measured (/proc/stat, 10 ms ticks); late@bys: the clock's wakeups past 1 ms (boundary log) over which a bystander (a real-time thread per processor outside cosched, waking every 2 ms) was late by 500 µs or more too, of all such (the machine's, then; bys stalls: the bystanders' wakeups that late, of all theirs; stalled: the share of the run some bystander was, how often a moment meets a stall by chance); skew >250µs: starts whose skew passed 250 µs (the histogram bucket above the target) of those measured while the case ran (from the agent's status reported 2 s after the long jobs' submission to one reported after the last short job; >1ms in the late columns likewise), and >1ms those past 1 ms (add them up across runs: a short run's p99 is its second-worst start or so)"
+        "added: short jobs submitted (churn) or sleeping processes forked (crowd); share: the first compute job's CPU time over its 2 processors' wall time (ideal 0.5; in the implicit case 0.5 less the implicit job's budget, 0.25 if it shared the gang's slots); short: how long each short job held the processors, from its thaw to the next thaw of a compute job (both wait meanwhile); late: the clock's wakeup after each boundary; start: each job's thaw after its boundary (boundary log); 1st: the first compute job's starts alone; slice: the jobs' time slice (the daemon's --time-slice-us, 0 the kernel's own); weight: the processes outside cosched the jobs weigh as much as on each processor (the daemon's --jobs-weight, 0 the kernel's default: one process in all); client: how long each of the case's clients took, start to exit (a detached submission, or a `cosched ps`); steal: the host's steal while measured (/proc/stat, 10 ms ticks); late@bys: the clock's wakeups past 1 ms (boundary log) over which a bystander (a real-time thread per processor outside cosched, waking every 2 ms) was late by 500 µs or more too, of all such (the machine's, then; bys stalls: the bystanders' wakeups that late, of all theirs; stalled: the share of the run some bystander was, how often a moment meets a stall by chance); skew >250µs: starts whose skew passed 250 µs (the histogram bucket above the target) of those measured while the case ran (from the agent's status reported 2 s after the long jobs' submission to one reported after the last short job; >1ms in the late columns likewise), and >1ms those past 1 ms (add them up across runs: a short run's p99 is its second-worst start or so)"
     );
     if args.rounds > 1 {
         print_pools(&pools);
@@ -230,6 +252,8 @@ pub fn run(args: ChurnArgs) -> Result<()> {
 struct Row {
     stats: StatsView,
     short_jobs: usize,
+    /// How long the case's clients took (a submission, or a `cosched ps`), start to exit.
+    clients: Summary,
     /// The crowd's size (its `crowd of N` line), in the crowd case.
     crowd: Option<u64>,
     share: f64,
@@ -246,12 +270,45 @@ struct Row {
     machine: Machine,
 }
 
-fn measure(args: &ChurnArgs, quantum_ms: u64, slice_us: u64, case: Case, run: &str) -> Result<Row> {
+/// What a daemon of a run is given besides its slots: its jobs' time slice and weight.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Variant {
+    slice_us: u64,
+    jobs_weight: u32,
+}
+
+impl Variant {
+    /// Every slice with every weight, in the order asked.
+    fn all(args: &ChurnArgs) -> Vec<Variant> {
+        let slices = args.time_slice_us.iter();
+        slices
+            .flat_map(|&slice_us| {
+                (args.jobs_weight.iter()).map(move |&jobs_weight| Variant {
+                    slice_us,
+                    jobs_weight,
+                })
+            })
+            .collect()
+    }
+}
+
+fn measure(
+    args: &ChurnArgs,
+    quantum_ms: u64,
+    variant: Variant,
+    case: Case,
+    run: &str,
+) -> Result<Row> {
     let daemon = Daemon::start(&DaemonSpec {
         mode: "gang".into(),
         quantum_ms,
         freezer: None,
-        extra: vec!["--time-slice-us".into(), slice_us.to_string()],
+        extra: vec![
+            "--time-slice-us".into(),
+            variant.slice_us.to_string(),
+            "--jobs-weight".into(),
+            variant.jobs_weight.to_string(),
+        ],
     })?;
     let output = daemon.dir().join("jobs.out");
     let first = workloads::submit_endless_gang(&daemon, &output)?;
@@ -289,9 +346,13 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, slice_us: u64, case: Case, run: &s
     let mut gaps = cosched_sim::rng::Rng::new(CHURN_SEED);
     let began = Instant::now();
     let (mut next, mut short_jobs) = (began, 0);
+    // How long each client took, from its start to its exit (µs): what the gangs beside it
+    // cost a user (the jobs' weight above all).
+    let mut client_times = Vec::new();
     while began.elapsed() < Duration::from_secs(args.seconds) {
         next += every.mul_f64(gaps.between(0.5, 1.5));
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        let client = Instant::now();
         match case {
             Case::Churn => {
                 daemon.submit(1, &output, &short)?;
@@ -300,8 +361,9 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, slice_us: u64, case: Case, run: &s
             Case::Clients => {
                 daemon.jobs()?;
             }
-            _ => {}
+            _ => continue,
         }
+        client_times.push(client.elapsed().as_micros() as u64);
     }
     let used = daemon.cpu_usage_us(first)? - used_before;
     let share = used as f64 / (began.elapsed().as_micros() as f64 * 2.0);
@@ -334,6 +396,7 @@ fn measure(args: &ChurnArgs, quantum_ms: u64, slice_us: u64, case: Case, run: &s
     Ok(Row {
         stats,
         short_jobs,
+        clients: summary(&client_times),
         crowd,
         share,
         tallies,
@@ -521,9 +584,9 @@ impl Tallies {
     }
 }
 
-/// One case's figures added up over the rounds (at one slot length and one time slice).
+/// One case's figures added up over the rounds (at one slot length and one variant).
 struct Pool {
-    key: (Case, u64, u64),
+    key: (Case, u64, Variant),
     runs: usize,
     tallies: Tallies,
     late_starts: u64,
@@ -533,7 +596,7 @@ struct Pool {
     machine: Machine,
 }
 
-fn pool_into(pools: &mut Vec<Pool>, key: (Case, u64, u64), row: &Row) {
+fn pool_into(pools: &mut Vec<Pool>, key: (Case, u64, Variant), row: &Row) {
     let index = match pools.iter().position(|p| p.key == key) {
         Some(index) => index,
         None => {
@@ -565,10 +628,11 @@ fn print_pools(pools: &[Pool]) {
         "added up over the rounds (wake: the clock's wakeups; start: jobs' starts; runs late: runs with either past 1 ms):"
     );
     println!(
-        "{:<6} {:>4} {:>6} {:>5} {:>12} {:>7} {:>9} {:>10} {:>10} {:>9} {:>14} {:>8} {:>10} {:>10} {:>11}",
+        "{:<6} {:>4} {:>6} {:>6} {:>5} {:>12} {:>7} {:>9} {:>10} {:>10} {:>9} {:>14} {:>8} {:>10} {:>10} {:>11}",
         "case",
         "ms",
         "slice",
+        "weight",
         "runs",
         "skew >250µs",
         "%",
@@ -583,13 +647,14 @@ fn print_pools(pools: &[Pool]) {
         "stalled"
     );
     for pool in pools {
-        let (case, quantum_ms, slice_us) = pool.key;
+        let (case, quantum_ms, variant) = pool.key;
         let t = &pool.tallies;
         println!(
-            "{:<6} {:>4} {:>4}µs {:>5} {:>12} {:>6.2}% {:>9} {:>10} {:>10} {:>9} {:>12}µs {:>6}ms {:>10} {:>10} {:>10.3}%",
+            "{:<6} {:>4} {:>4}µs {:>6} {:>5} {:>12} {:>6.2}% {:>9} {:>10} {:>10} {:>9} {:>12}µs {:>6}ms {:>10} {:>10} {:>10.3}%",
             case.name(),
             quantum_ms,
-            slice_us,
+            variant.slice_us,
+            variant.jobs_weight,
             pool.runs,
             format!("{}/{}", t.skew_over_target, t.skew_samples),
             100.0 * t.skew_over_target as f64 / t.skew_samples.max(1) as f64,

@@ -139,6 +139,10 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
     }
 }
 
+/// cgroup v2's highest `cpu.weight` (v1's `cpu.shares` go higher; cosched keeps to the same
+/// range on both).
+const MOST_WEIGHT: u32 = 10_000;
+
 fn write(path: &Path, value: &str) -> Result<()> {
     fs::write(path, value).map_err(io_err(path))
 }
@@ -806,23 +810,42 @@ impl Cgroups {
             .join(job)
     }
 
-    /// The file and value that give a job `weight` (cgroup v2 scale) in the tree with the cpu
-    /// controller.
-    fn weight_write(&self, job: &JobGroup, weight: u32) -> Result<(PathBuf, String)> {
-        let weight = weight.clamp(1, 10_000);
+    /// The file and value that give the group `name` under the parent (empty: the parent
+    /// itself) `weight`, on cgroup v2's scale and within its bounds (1 to 10,000), in the tree
+    /// with the cpu controller.
+    fn weight_in(&self, name: &str, weight: u32) -> Result<(PathBuf, String)> {
+        let weight = weight.clamp(1, MOST_WEIGHT);
         match (self.weight, &self.v2, &self.v1_cpu) {
             (Some(Tree::V2), Some(dir), _) => {
-                Ok((dir.join(job).join("cpu.weight"), weight.to_string()))
+                Ok((dir.join(name).join("cpu.weight"), weight.to_string()))
             }
             (Some(Tree::V1), _, Some(dir)) => {
                 // v1 shares: 1024 is the default weight 100.
                 let shares = (u64::from(weight) * 1024 / 100).clamp(2, 262_144);
-                Ok((dir.join(job).join("cpu.shares"), shares.to_string()))
+                Ok((dir.join(name).join("cpu.shares"), shares.to_string()))
             }
             _ => Err(CgroupError::Unsupported(
                 "no cpu controller on this machine".into(),
             )),
         }
+    }
+
+    /// Gives the jobs together, against the processes outside cosched, the weight of
+    /// `per_processor` such processes on each of `processors` (the parent's weight; 0: the
+    /// kernel's default, one process shared over every processor the jobs run on). A thawed
+    /// rank whose processor a process outside took meanwhile gets it back sooner the more it
+    /// weighs. Returns the weight set, on cgroup v2's scale ([`crate::DEFAULT_WEIGHT`] is one
+    /// process): at most 10,000, the kernel's bound.
+    pub fn weigh_jobs(&self, per_processor: u32, processors: u32) -> Result<u32> {
+        let one = u64::from(crate::DEFAULT_WEIGHT);
+        let wanted = match per_processor {
+            0 => one,
+            n => u64::from(n) * u64::from(processors.max(1)) * one,
+        };
+        let weight = wanted.min(u64::from(MOST_WEIGHT)) as u32;
+        let (file, value) = self.weight_in("", weight)?;
+        write(&file, &value)?;
+        Ok(weight)
     }
 
     /// Removes the parent cgroups (which must hold no job) and the v1 keep-alive group.
@@ -971,7 +994,7 @@ impl Actuator for Cgroups {
 
     fn set_weight(&mut self, job: &JobGroup, weight: u32) -> Result<()> {
         self.known(job)?;
-        let (file, value) = self.weight_write(job, weight)?;
+        let (file, value) = self.weight_in(job, weight)?;
         write(&file, &value)
     }
 
@@ -1064,7 +1087,7 @@ impl Actuator for Cgroups {
             },
         }];
         if self.weight.is_some() {
-            let (file, value) = self.weight_write(job, crate::DEFAULT_WEIGHT)?;
+            let (file, value) = self.weight_in(job, crate::DEFAULT_WEIGHT)?;
             steps.push(ReleaseStep::Write { file, value });
         }
         Ok(steps)

@@ -359,6 +359,45 @@ fn the_best_freezer_is_chosen_and_described() {
     act.close().unwrap();
 }
 
+/// The jobs' weight against processes outside cosched is their parent's, by processor, and
+/// within the kernel's bound; 0 gives back the kernel's default.
+#[test]
+fn the_jobs_weigh_what_they_are_given_a_processor_within_the_kernels_bound() {
+    cosched_os::require_root("the tests of real cgroups");
+    let layout = Layout::detect().unwrap();
+    let parent = format!("cosched-test-{}-weight", std::process::id());
+    let act = Cgroups::open(&layout, &parent, None).unwrap();
+    let v2_file = (layout.v2.as_ref())
+        .map(|root| root.join(&parent).join("cpu.weight"))
+        .filter(|file| file.exists());
+    let v1_file = (layout.v1_cpu.as_ref()).map(|root| root.join(&parent).join("cpu.shares"));
+    // What the file holds for a weight on cgroup v2's scale (v1: 1024 shares are 100).
+    let (file, in_file): (_, fn(u64) -> u64) = match (v2_file, v1_file) {
+        (Some(file), _) => (file, |weight| weight),
+        (None, Some(file)) => (file, |weight| weight * 1024 / 100),
+        (None, None) => {
+            assert!(matches!(
+                act.weigh_jobs(5, 2),
+                Err(CgroupError::Unsupported(_))
+            ));
+            eprintln!("no cpu controller here: nothing to weigh");
+            return act.close().unwrap();
+        }
+    };
+    let read = || -> u64 {
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    for (per_processor, processors, weight) in [(5, 2, 1_000), (0, 2, 100), (100, 64, 10_000)] {
+        assert_eq!(act.weigh_jobs(per_processor, processors).unwrap(), weight);
+        assert_eq!(read(), in_file(u64::from(weight)), "{}", file.display());
+    }
+    act.close().unwrap();
+}
+
 /// A job held to 64 MiB that fills 256 MiB is killed by the kernel's OOM killer in its group,
 /// and the group's figures say so: an OOM kill, a peak near the limit, CPU time spent.
 #[test]

@@ -331,6 +331,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
         procs: args.procs,
         tasks_per_cpu: args.processes.tasks_per_cpu(),
         time_slice_us: args.processes.time_slice_us(),
+        jobs_weight: args.processes.jobs_weight,
         on_stop: if args.on_stop == "cancel" {
             OnStop::Cancel
         } else {
@@ -471,6 +472,14 @@ pub struct JobProcessArgs {
     /// job's disk writes, which otherwise wait behind a gang's process for milliseconds
     #[arg(long, default_value_t = 100, value_name = "US", value_parser = time_slice)]
     time_slice_us: u32,
+    /// On each processor they run on, the jobs together weigh as much as this many processes
+    /// outside cosched (a client, a system daemon): a rank thawed where such a process ran
+    /// meanwhile gets its processor back sooner. It is the jobs' cgroup parent's weight, N x
+    /// processors x 100 on cgroup v2's scale (cpu.weight; on v1, cpu.shares 10.24 times
+    /// that), at most 10,000; 0: the kernel's default, the jobs together weigh one process
+    #[arg(long, default_value_t = 5, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    jobs_weight: u32,
 }
 
 impl JobProcessArgs {
@@ -543,6 +552,7 @@ pub fn agent(args: AgentArgs) -> Result<()> {
         give_away_after: cosched_agent::give_away_after(args.give_away_after_ms),
         tasks_per_cpu: args.processes.tasks_per_cpu(),
         time_slice_us: args.processes.time_slice_us(),
+        jobs_weight: args.processes.jobs_weight,
         deadline: args.deadline_ms as i64 * 1_000,
         lease_ttl: args.lease_ttl,
         address: args.address,

@@ -737,20 +737,61 @@ fn a_jobs_processes_get_the_daemons_time_slice_whoever_submits_it() {
     );
 }
 
+/// `cosched daemon --check FLAG VALUE`'s stderr, once it is seen refused as a usage error.
+fn refused_flag(flag: &str, value: &str) -> String {
+    let out = Command::new(COSCHED)
+        .args(["daemon", "--check", flag, value])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{flag} {value}: {out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn a_time_slice_outside_the_kernels_bounds_is_refused_by_name() {
     for bad in ["50", "100001", "fast"] {
-        let out = Command::new(COSCHED)
-            .args(["daemon", "--check", "--time-slice-us", bad])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
+        let stderr = refused_flag("--time-slice-us", bad);
         assert!(
             stderr.contains("--time-slice-us")
                 && stderr.contains("must be 0 (the kernel's own) or from 100 to 100000 µs"),
             "{bad}: {stderr}"
         );
+    }
+}
+
+/// The jobs' parent cgroup's weight, on cgroup v2's scale (v1 `cpu.shares` / 10.24), where
+/// the daemon keeps its jobs' weight; `None` without a cpu controller.
+fn jobs_weight(d: &Daemon) -> Option<u64> {
+    let layout = cosched_cgroups::Layout::detect().unwrap();
+    let read = |file: std::path::PathBuf| -> Option<u64> {
+        std::fs::read_to_string(file).ok()?.trim().parse().ok()
+    };
+    let v2 = (layout.v2.as_ref()).and_then(|root| read(root.join(&d.parent).join("cpu.weight")));
+    let v1 = || read(layout.v1_cpu.as_ref()?.join(&d.parent).join("cpu.shares"));
+    v2.or_else(|| v1().map(|shares| shares * 100 / 1024))
+}
+
+#[test]
+fn the_jobs_weigh_five_processes_a_processor_unless_told_otherwise() {
+    let d = Daemon::start(&[]);
+    let Some(weight) = jobs_weight(&d) else {
+        eprintln!("skipped: no cpu controller here");
+        return;
+    };
+    let processors = cosched_os::usable_cpus() as u64;
+    assert_eq!(weight, (5 * processors * 100).min(10_000), "{}", d.log());
+    // Past 20 processors the kernel's bound holds it lower, and the log says so.
+    let said = match processors <= 20 {
+        true => "the jobs weigh 5.0 processes outside cosched",
+        false => "--jobs-weight 5: the jobs weigh",
+    };
+    assert!(d.log().contains(said), "{}", d.log());
+    drop(d);
+    let d = Daemon::start(&["--jobs-weight", "0"]);
+    assert_eq!(jobs_weight(&d), Some(100), "{}", d.log());
+    for bad in ["101", "1.5", "much"] {
+        let stderr = refused_flag("--jobs-weight", bad);
+        assert!(stderr.contains("--jobs-weight"), "{bad}: {stderr}");
     }
 }
 

@@ -8,7 +8,7 @@ use crate::store::SqliteStore;
 use crate::waiters::Waiters;
 use cosched_agent::start::{
     close_cgroups, io_error, open_cgroups, take_charge, trusted_socket_path, wait_for_stop,
-    StartError,
+    weigh_jobs, StartError,
 };
 use cosched_agent::{NodeAgent, NodeSettings};
 use cosched_cgroups::{Actuator, Cgroups, Delegation, Freezer};
@@ -55,6 +55,9 @@ pub struct DaemonConfig {
     pub tasks_per_cpu: Option<u64>,
     /// The time slice of the jobs' processes (µs; none: the kernel's own).
     pub time_slice_us: Option<u32>,
+    /// On each processor, the jobs weigh this many processes outside cosched (0: the
+    /// kernel's default): `--jobs-weight`.
+    pub jobs_weight: u32,
     pub on_stop: OnStop,
     /// The cosched parent cgroup's name (one per daemon on a machine).
     pub cgroup_parent: String,
@@ -521,6 +524,7 @@ fn local_agent(
         LOG,
     )?;
     refuse_strangers(&actuator, records, config)?;
+    weigh_jobs(&actuator, config.jobs_weight, procs, LOG);
     let described = actuator.describe();
     let (orders, agent_orders) = channel();
     let (event_tx, events) = channel();
