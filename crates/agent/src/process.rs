@@ -127,8 +127,8 @@ pub fn serve_node(config: NodeConfig, ready: impl FnOnce(&str)) -> Result<(), St
             config.cpus, config.cgroup_parent
         ))
     })?;
-    weigh_jobs(actuator, config.jobs_weight, config.cpus.size(), LOG);
-    let described = actuator.describe();
+    let weighed = weigh_jobs(actuator, config.jobs_weight, config.cpus.size(), LOG);
+    let described = format!("{}; {weighed}", actuator.describe());
     let client = Arc::new(etcd_client(
         &config.etcd,
         &config.etcd_credentials,

@@ -97,26 +97,36 @@ pub fn open_cgroups(
 }
 
 /// Gives the jobs together the weight of `per_processor` processes outside cosched on each
-/// of `processors` (`--jobs-weight`; 0: the kernel's default) and says what it set. Without a
-/// cpu controller the jobs run all the same: the log says what that costs.
-pub fn weigh_jobs(cgroups: &Cgroups, per_processor: u32, processors: u32, log: cosched_os::Log) {
+/// of `processors` (`--jobs-weight`; 0: the kernel's default). Returns what it set, for the
+/// ready line; says in the log when the kernel's bound held it lower, or when it could not
+/// (the jobs run all the same).
+pub fn weigh_jobs(
+    cgroups: &Cgroups,
+    per_processor: u32,
+    processors: u32,
+    log: cosched_os::Log,
+) -> String {
     match cgroups.weigh_jobs(per_processor, processors) {
         Ok(weight) => {
-            let each = f64::from(weight) / f64::from(cosched_cgroups::DEFAULT_WEIGHT)
+            let each = f64::from(weight)
+                / f64::from(cosched_cgroups::DEFAULT_WEIGHT)
                 / f64::from(processors.max(1));
             if per_processor > 0 && each < f64::from(per_processor) {
                 log.warn(format_args!(
-                    "--jobs-weight {per_processor}: the jobs weigh {each:.1} processes a                      processor, not {per_processor}: their cgroup's weight is at the kernel's                      most ({weight} of cgroup v2's scale)"
-                ));
-            } else {
-                log.info(format_args!(
-                    "the jobs weigh {each:.1} processes outside cosched on each of their                      {processors} processors (cgroup weight {weight})"
+                    "--jobs-weight {per_processor}: the jobs weigh {each:.1} processes a \
+                     processor, not {per_processor}: their cgroup's weight is at the \
+                     kernel's most ({weight} on cgroup v2's scale)"
                 ));
             }
+            format!("jobs weigh {each:.1} processes a processor (cgroup weight {weight})")
         }
-        Err(error) => log.warn(format_args!(
-            "the jobs' weight is the kernel's default ({error}): a thawed rank whose processor              another process took waits longer for it"
-        )),
+        Err(error) => {
+            log.warn(format_args!(
+                "the jobs' weight is the kernel's default ({error}): a thawed rank whose \
+                 processor another process took waits longer for it"
+            ));
+            "jobs weigh the kernel's default".to_string()
+        }
     }
 }
 

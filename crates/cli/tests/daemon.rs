@@ -782,7 +782,7 @@ fn the_jobs_weigh_five_processes_a_processor_unless_told_otherwise() {
     assert_eq!(weight, (5 * processors * 100).min(10_000), "{}", d.log());
     // Past 20 processors the kernel's bound holds it lower, and the log says so.
     let said = match processors <= 20 {
-        true => "the jobs weigh 5.0 processes outside cosched",
+        true => "jobs weigh 5.0 processes a processor",
         false => "--jobs-weight 5: the jobs weigh",
     };
     assert!(d.log().contains(said), "{}", d.log());

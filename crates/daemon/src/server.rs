@@ -524,8 +524,8 @@ fn local_agent(
         LOG,
     )?;
     refuse_strangers(&actuator, records, config)?;
-    weigh_jobs(&actuator, config.jobs_weight, procs, LOG);
-    let described = actuator.describe();
+    let weighed = weigh_jobs(&actuator, config.jobs_weight, procs, LOG);
+    let described = format!("{}; {weighed}", actuator.describe());
     let (orders, agent_orders) = channel();
     let (event_tx, events) = channel();
     let agent = NodeAgent::new(
