@@ -225,6 +225,9 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
+/// The signals that cancel a job its client waits for.
+const INTERRUPTS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
 /// Ctrl-C, and as srun does a TERM (`timeout`, a killed script) or a HUP (a closed
 /// session), cancel the job: else it would run on with no one waiting for it.
 fn catch_interrupts() {
@@ -233,9 +236,30 @@ fn catch_interrupts() {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = on_interrupt as *const () as usize;
         libc::sigemptyset(&mut action.sa_mask);
-        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        for signal in INTERRUPTS {
             libc::sigaction(signal, &action, std::ptr::null_mut());
         }
+    }
+}
+
+/// Holds the interrupts back (`true`) while a waiting run submits its job, or lets them
+/// through (`false`): one that came between the job's creation and `catch_interrupts` killed
+/// the client and left the job running with no one waiting for it. One held is delivered on
+/// release: caught by then, it cancels the job.
+fn hold_interrupts(held: bool) {
+    let how = if held {
+        libc::SIG_BLOCK
+    } else {
+        libc::SIG_UNBLOCK
+    };
+    // SAFETY: plain signal-set manipulation on a local set, for this (the only) thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in INTERRUPTS {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
     }
 }
 
@@ -325,6 +349,8 @@ pub fn run(args: RunArgs) -> Result<i32> {
         mode: args.mode,
     });
     let socket = args.socket.socket;
+    let waits = !args.detach;
+    hold_interrupts(waits);
     let submitted = connect(&socket).and_then(|stream| {
         send(&stream, &request, &[stdin, stdout, stderr])?;
         match receive(&stream)? {
@@ -339,6 +365,10 @@ pub fn run(args: RunArgs) -> Result<i32> {
             _ => bail!("the daemon closed the connection without a reply"),
         }
     });
+    if waits && submitted.is_ok() {
+        catch_interrupts();
+    }
+    hold_interrupts(false);
     let (stream, job, elsewhere, reason, note) = match submitted {
         Ok(submitted) => submitted,
         Err(error) => {
@@ -379,7 +409,6 @@ pub fn run(args: RunArgs) -> Result<i32> {
             reason.explained()
         );
     }
-    catch_interrupts();
     let attached = Attached {
         stdio: true,
         stderr_is_the_jobs,
