@@ -1466,10 +1466,12 @@ impl Controller {
             }
             self.records.insert(job, record);
         }
-        // Suspended jobs' pages are there before anything is placed: their memory first.
+        // Launched jobs' pages are there before anything is placed, the suspended ones' and
+        // those of jobs queued to be placed again alike: their memory first, held until a
+        // placement of theirs takes it back. Held for the suspended ones only, a job placed
+        // first could take the memory of one whose frozen processes still held it.
         for &job in &unfinished {
-            let record = &self.records[&job];
-            if record.launched && record.status == JobState::Suspended {
+            if self.records[&job].launched {
                 self.hold_resident_memory(job);
             }
         }
