@@ -43,16 +43,10 @@ pub fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread it starts afterwards,
 /// so that [`wait_for_stop`] receives them.
 fn block_stop_signals() -> libc::sigset_t {
-    // SAFETY: plain signal-set manipulation on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(&mut set, signal);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
+    let set = unix::signal_set(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
+    // SAFETY: a valid set and no old one.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    set
 }
 
 /// Waits for one of the stop signals [`take_charge`] blocked; returns its number.

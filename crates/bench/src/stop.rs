@@ -23,16 +23,9 @@ const SCRATCH: [&str; 2] = ["/tmp", "/dev/shm"];
 /// inherit the blocked signals, so that only the stop thread receives them (children do not:
 /// `std::process::Command` clears the mask before it executes a program).
 pub fn clean_up_on_stop() -> std::io::Result<()> {
-    // SAFETY: `set` is initialised by sigemptyset before use; the mask change only blocks.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in STOP_SIGNALS {
-            libc::sigaddset(&mut set, signal);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
+    let set = cosched_os::unix::signal_set(&STOP_SIGNALS);
+    // SAFETY: a valid set and no old one; the mask change only blocks.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     std::thread::Builder::new()
         .name("stop".into())
         .spawn(move || {

@@ -252,15 +252,9 @@ fn hold_interrupts(held: bool) {
     } else {
         libc::SIG_UNBLOCK
     };
-    // SAFETY: plain signal-set manipulation on a local set, for this (the only) thread.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in INTERRUPTS {
-            libc::sigaddset(&mut set, signal);
-        }
-        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
-    }
+    let set = unix::signal_set(&INTERRUPTS);
+    // SAFETY: a valid set and no old one, for this (the only) thread.
+    unsafe { libc::pthread_sigmask(how, &set, std::ptr::null_mut()) };
 }
 
 pub fn run(args: RunArgs) -> Result<i32> {

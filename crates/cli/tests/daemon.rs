@@ -355,18 +355,23 @@ line = b'{\"op\":\"wait\",\"job\":' + sys.argv[2].encode() + b',\"stdio\":true}\
 s.sendmsg([line], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [0, 1, 2]))])
 print(s.makefile().readline())";
 
+/// A `cosched run` named `name` that waits for its job (`sleep 100`), started now.
+fn waiting_run(d: &Daemon, name: &str) -> std::process::Child {
+    Command::new(COSCHED)
+        .args(["run", "-n", "1", "--name", name, "--", "sleep", "100"])
+        .env("COSCHED_SOCKET", d.socket())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn a_blocking_run_killed_by_term_or_hup_cancels_its_job() {
     let d = Daemon::start(&["--quantum-ms", "50"]);
     for signal in [libc::SIGTERM, libc::SIGHUP] {
-        let mut run = Command::new(COSCHED)
-            .args(["run", "-n", "1", "--name", "orphan", "--", "sleep", "100"])
-            .env("COSCHED_SOCKET", d.socket())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut run = waiting_run(&d, "orphan");
         let mut job = None;
         assert!(wait_until(Duration::from_secs(10), || {
             let jobs = d.json(&["ps", "--json"]);
@@ -395,14 +400,7 @@ fn a_blocking_run_killed_by_term_or_hup_cancels_its_job() {
 fn a_blocking_run_stopped_at_any_moment_of_its_submission_leaves_no_job_behind() {
     let d = Daemon::start(&["--quantum-ms", "50"]);
     for attempt in 0..60u64 {
-        let mut run = Command::new(COSCHED)
-            .args(["run", "-n", "1", "--name", "midway", "--", "sleep", "100"])
-            .env("COSCHED_SOCKET", d.socket())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut run = waiting_run(&d, "midway");
         // From at once to 30 ms, by half milliseconds: every moment of a submission.
         std::thread::sleep(Duration::from_micros(attempt * 500));
         unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
