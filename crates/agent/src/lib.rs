@@ -537,6 +537,19 @@ impl<A: Actuator> Applier<A> {
         Ok(now_micros())
     }
 
+    /// Whether a freeze of the job not confirmed in time is still not: looked at once more,
+    /// now, without waiting.
+    pub fn freeze_pending(&mut self, job: JobId) -> bool {
+        if !self.unconfirmed.contains_key(&job) {
+            return false;
+        }
+        let confirmed = self.frozen_by(job, now_micros()).unwrap_or(false);
+        if confirmed {
+            self.confirmed_at_last(job);
+        }
+        !confirmed
+    }
+
     /// The jobs whose last freeze was not confirmed in time: their freezes are asked and looked
     /// at, not waited for.
     fn overdue(&self) -> BTreeSet<JobId> {

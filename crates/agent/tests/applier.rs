@@ -261,6 +261,27 @@ fn a_leaver_slower_than_its_history_does_not_hold_the_entrants_back() {
     assert!(a.lead(15) >= FREEZE_PATIENCE, "{}", a.lead(15));
 }
 
+/// A freeze not confirmed by its boundary is pending until it is: the node takes a job's
+/// baseline for its skew only then (a task on its way to the freezer runs after the capture).
+#[test]
+fn a_freeze_confirmed_late_is_pending_until_it_is() {
+    let mut a = applier(Mode::Gang);
+    for slot in 10..=12 {
+        leave(&mut a, slot);
+        a.enter_slot(slot, now_micros()).unwrap();
+    }
+    assert!(!a.freeze_pending(1) && !a.freeze_pending(2));
+    let takes = Duration::from_millis(300);
+    a.actuator_mut().jobs.get_mut("job-1").unwrap().freeze_takes = takes;
+    let boundary = now_micros() + a.lead(13);
+    a.leave_slot(13, boundary).unwrap();
+    a.enter_slot(13, boundary).unwrap();
+    assert!(a.freeze_pending(1), "pending before its freeze took effect");
+    assert!(!a.freeze_pending(2), "job 2 runs");
+    std::thread::sleep(takes);
+    assert!(!a.freeze_pending(1), "still pending after it took effect");
+}
+
 /// A job that no freezer can stop (`bench/workloads/unfreezable.c`: an exec waiting for good
 /// in the kernel) leaves and enters its slots on time and holds no boundary, nor a freeze
 /// asked on its own (a suspension).
