@@ -17,7 +17,6 @@ use cosched_os::Log;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
 
 #[derive(Default)]
 pub struct Kickers {
@@ -79,13 +78,7 @@ fn no_kicker(cpu: usize, error: &std::io::Error) {
 
 /// A pipe whose write end never blocks (a kick never waits for its kicker).
 fn pipe() -> std::io::Result<(File, File)> {
-    let mut ends = [0; 2];
-    // SAFETY: `ends` has room for the two descriptors pipe2 writes.
-    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 returned two open descriptors, owned from here on.
-    let [from, to] = ends.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+    let (from, to) = cosched_os::unix::pipe(0)?;
     // SAFETY: `to` is an open descriptor.
     if unsafe {
         libc::fcntl(

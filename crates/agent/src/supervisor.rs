@@ -438,10 +438,7 @@ pub fn supervise() -> Result<(), SupervisorError> {
         limits: cosched_os::limits::to_raw(&spec.launch.limits),
     };
     mark_started(job, &spec.started_file)?;
-    let mut pipe = [0; 2];
-    // SAFETY: `pipe` has room for two descriptors.
-    check(unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) })
-        .map_err(os_error(job, "pipe"))?;
+    let (report, exec_failure) = cosched_os::unix::pipe(0).map_err(os_error(job, "pipe"))?;
     // The child is born with SIGTERM blocked, until it sets its own mask: a FINISH read
     // right after the fork must not kill a holder that has not taken its mask yet.
     let mut before = cosched_os::unix::signal_set(&[]);
@@ -452,16 +449,13 @@ pub fn supervise() -> Result<(), SupervisorError> {
         libc::sigprocmask(libc::SIG_BLOCK, &sigterm, &mut before);
         let child = libc::fork();
         if child == 0 {
-            exec_child(&prepared, pipe[1])
+            exec_child(&prepared, exec_failure.as_raw_fd())
         }
         libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
         check(child).map_err(os_error(job, "fork"))?
     };
-    // SAFETY: both ends are ours; the write end is closed so EOF means exec succeeded.
-    let report = unsafe {
-        libc::close(pipe[1]);
-        OwnedFd::from_raw_fd(pipe[0])
-    };
+    // Closed here, so that the report's end of file means the exec succeeded.
+    drop(exec_failure);
     let pidfd = cosched_os::unix::pidfd_open(child)
         .map_err(os_error(job, "pidfd_open (Linux 5.3 or later)"))?;
     let mut state = Watch {

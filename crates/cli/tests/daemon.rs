@@ -825,18 +825,8 @@ fn the_jobs_weigh_five_processes_a_processor_unless_told_otherwise() {
 
 /// A pipe whose reader has gone: writes to its other end fail with EPIPE.
 fn pipe_without_reader() -> std::os::fd::OwnedFd {
-    let mut ends = [0; 2];
-    // SAFETY: `ends` has room for the two descriptors.
-    assert_eq!(
-        unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) },
-        0
-    );
-    // SAFETY: both are fresh descriptors owned here alone; the read end is closed at once.
-    unsafe {
-        use std::os::fd::FromRawFd;
-        drop(std::os::fd::OwnedFd::from_raw_fd(ends[0]));
-        std::os::fd::OwnedFd::from_raw_fd(ends[1])
-    }
+    let (_read_end, write_end) = cosched_os::unix::pipe(0).expect("a pipe");
+    write_end
 }
 
 /// A daemon whose log reader went away (`2>&1 | tee` ended, the journal's stream closed) goes

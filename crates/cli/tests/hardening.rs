@@ -1134,20 +1134,7 @@ fn a_jobs_tasks_are_capped_per_processor() {
 #[test]
 fn a_job_ends_though_its_stderr_is_held_full() {
     let d = Daemon::start(&["--procs", "2", "--quantum-ms", "50"]);
-    let mut ends = [0; 2];
-    // SAFETY: `ends` has room for the two descriptors.
-    assert_eq!(
-        unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) },
-        0
-    );
-    // SAFETY: both are fresh descriptors owned here alone.
-    let (read_end, write_end) = unsafe {
-        use std::os::fd::FromRawFd;
-        (
-            std::os::fd::OwnedFd::from_raw_fd(ends[0]),
-            std::os::fd::OwnedFd::from_raw_fd(ends[1]),
-        )
-    };
+    let (read_end, write_end) = cosched_os::unix::pipe(0).expect("a pipe");
     {
         use std::os::fd::AsRawFd;
         let fd = write_end.as_raw_fd();

@@ -9,7 +9,7 @@ use cosched_core::JobId;
 use cosched_proto::api::Reply;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -44,14 +44,7 @@ pub struct Waiters {
 impl Waiters {
     /// Starts the thread that holds the parked clients.
     pub fn start() -> io::Result<Waiters> {
-        let mut pipe = [0; 2];
-        // SAFETY: `pipe` has room for two descriptors.
-        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: both descriptors are new and ours.
-        let (read, write) =
-            unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
+        let (read, write) = cosched_os::unix::pipe(libc::O_NONBLOCK)?;
         let (messages, inbox) = channel();
         let per_uid = Arc::new(Mutex::new(BTreeMap::new()));
         let counts = Arc::clone(&per_uid);

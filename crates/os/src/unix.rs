@@ -362,6 +362,17 @@ pub fn close_on_exec_from(first: RawFd) -> io::Result<()> {
     }
 }
 
+/// A new pipe, (read end, write end), closed on exec; `flags` adds to that (`O_NONBLOCK`).
+pub fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut ends = [0; 2];
+    // SAFETY: `ends` has room for the two descriptors.
+    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC | flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just opened and nothing else owns them.
+    Ok(unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) })
+}
+
 /// The signal set of `signals`.
 pub fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
     // SAFETY: a zeroed sigset_t is filled by sigemptyset before use.
