@@ -234,10 +234,10 @@ impl Relay {
 
     /// Before work expected to take `takes` µs of a processor: waits until [`THAW_CLEAR_US`]
     /// after the boundary last passed on the slot clock known (none known: no wait), or after
-    /// the next one when that is nearer than twice `takes` (and than [`THAW_CLEAR_US`]): a
-    /// starting job's groups (~400 µs here) begun just before a boundary took a processor
-    /// through the leavers' freeze and the entrants' thaw (9 of 85 in a churn's ftrace, a
-    /// third of its starts skewed past 200 µs). Slots under four times [`THAW_CLEAR_US`] wait
+    /// the next one when that is nearer than twice `takes` (at most a quarter of the slot, at
+    /// least [`THAW_CLEAR_US`]): a starting job's groups (~400 µs here) begun just before a
+    /// boundary took a processor through the leavers' freeze and the entrants' thaw (9 of 85
+    /// makes in a churn's ftrace; 5 of its 18 starts skewed past 200 µs). Slots under four times [`THAW_CLEAR_US`] wait
     /// for nothing: the wait would be a large part of a slot, and of a job's start.
     fn clear_of_thaw(&self, takes: Micros) {
         let Some(clock) = self.clock.filter(|c| c.quantum >= 4 * THAW_CLEAR_US) else {
@@ -269,7 +269,10 @@ impl Relay {
 fn clear_of_thaw_at(clock: Rotation, now: Micros, takes: Micros) -> Micros {
     let last = clock.slot_start(clock.slot_at(now));
     let next = last + clock.quantum;
-    let clear = match now + (2 * takes).max(THAW_CLEAR_US) >= next {
+    // At most a quarter of the slot, as the clock's quiet window: slow makes (a busy cgroup
+    // lock) would otherwise keep most of every slot from them, and every start waiting.
+    let room = (2 * takes).min(clock.quantum / 4).max(THAW_CLEAR_US);
+    let clear = match now + room >= next {
         true => next + THAW_CLEAR_US,
         false => last + THAW_CLEAR_US,
     };
@@ -469,9 +472,16 @@ mod tests {
             clear(boundary + 19_500, 0),
             boundary + 20_000 + THAW_CLEAR_US
         );
-        // Slow work needs more room: 2 ms made 1.5 ms before the boundary waits too.
+        // Slow work needs more room: 2 ms made 3.5 ms before the boundary waits too.
         assert_eq!(
             clear(boundary + 16_500, 2_000),
+            boundary + 20_000 + THAW_CLEAR_US
+        );
+        // But never more than a quarter of the slot: 8 ms of work 6 ms before a boundary
+        // begins at once, 4 ms before it waits.
+        assert_eq!(clear(boundary + 14_000, 8_000), boundary + 14_000);
+        assert_eq!(
+            clear(boundary + 16_000, 8_000),
             boundary + 20_000 + THAW_CLEAR_US
         );
     }
