@@ -1159,14 +1159,7 @@ impl<A: Actuator> NodeAgent<A> {
         if self.start_clear + START_SPAN > rotation.quantum || !self.applier.stops_joiners() {
             return Micros::MAX;
         }
-        let began = rotation.slot_start(rotation.slot_at(now));
-        if now < began + self.start_clear {
-            began + self.start_clear
-        } else if now > began + rotation.quantum - START_SPAN {
-            began + rotation.quantum + self.start_clear
-        } else {
-            now
-        }
+        rotation.clear_of_boundaries(now, self.start_clear, START_SPAN)
     }
 
     /// When the clock thread must next start supervisors held back by a boundary

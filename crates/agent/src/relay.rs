@@ -237,8 +237,9 @@ impl Relay {
     /// the next one when that is nearer than twice `takes` (at most a quarter of the slot, at
     /// least [`THAW_CLEAR_US`]): a starting job's groups (~400 µs here) begun just before a
     /// boundary took a processor through the leavers' freeze and the entrants' thaw (9 of 85
-    /// makes in a churn's ftrace; 5 of its 18 starts skewed past 200 µs). Slots under four times [`THAW_CLEAR_US`] wait
-    /// for nothing: the wait would be a large part of a slot, and of a job's start.
+    /// makes in a churn's ftrace; 5 of its 18 starts skewed past 200 µs). Slots under four
+    /// times [`THAW_CLEAR_US`] wait for nothing: the wait would be a large part of a slot,
+    /// and of a job's start.
     fn clear_of_thaw(&self, takes: Micros) {
         let Some(clock) = self.clock.filter(|c| c.quantum >= 4 * THAW_CLEAR_US) else {
             return;
@@ -267,16 +268,10 @@ impl Relay {
 /// When work begun at `now` and expected to take `takes` µs is clear of the boundaries'
 /// thaws (see `Relay::clear_of_thaw`): `now` itself, or later.
 fn clear_of_thaw_at(clock: Rotation, now: Micros, takes: Micros) -> Micros {
-    let last = clock.slot_start(clock.slot_at(now));
-    let next = last + clock.quantum;
     // At most a quarter of the slot, as the clock's quiet window: slow makes (a busy cgroup
     // lock) would otherwise keep most of every slot from them, and every start waiting.
     let room = (2 * takes).min(clock.quantum / 4).max(THAW_CLEAR_US);
-    let clear = match now + room >= next {
-        true => next + THAW_CLEAR_US,
-        false => last + THAW_CLEAR_US,
-    };
-    clear.max(now)
+    clock.clear_of_boundaries(now, THAW_CLEAR_US, room)
 }
 
 #[cfg(test)]

@@ -125,6 +125,20 @@ impl Rotation {
         }
     }
 
+    /// The first moment from `now` that is neither within `after` of the boundary last passed
+    /// nor within `before` of the next: `now`, or the boundary last passed or the next one
+    /// plus `after`. The agent keeps work that would take a thawed rank's processor there.
+    pub fn clear_of_boundaries(&self, now: Micros, after: Micros, before: Micros) -> Micros {
+        let began = self.slot_start(self.slot_at(now));
+        if now < began + after {
+            began + after
+        } else if now > began + self.quantum - before {
+            began + self.quantum + after
+        } else {
+            now
+        }
+    }
+
     /// The one rule for when a plan changed at `now` takes effect, the daemon's and the
     /// simulator's: the first slot of the generation that follows the one whose cycle is
     /// `previous`. That is the next boundary, or the slot under way when its slice is vacant
@@ -277,6 +291,20 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    /// Work kept off boundaries begins at once mid-slot, after the last boundary's first
+    /// moments, or after the next one's when it is too near.
+    #[test]
+    fn a_moment_clear_of_boundaries_is_never_within_them() {
+        let r = Rotation::new(1_000, 100);
+        // Slot [1_100, 1_200): 10 clear after a boundary, 30 before the next.
+        assert_eq!(r.clear_of_boundaries(1_105, 10, 30), 1_110);
+        assert_eq!(r.clear_of_boundaries(1_110, 10, 30), 1_110);
+        assert_eq!(r.clear_of_boundaries(1_150, 10, 30), 1_150);
+        assert_eq!(r.clear_of_boundaries(1_170, 10, 30), 1_170);
+        assert_eq!(r.clear_of_boundaries(1_171, 10, 30), 1_210);
+        assert_eq!(r.clear_of_boundaries(1_199, 10, 30), 1_210);
     }
 
     #[test]
