@@ -60,6 +60,12 @@ fn leave(a: &mut Applier<Fake>, slot: i64) -> Vec<FakeCall> {
     a.actuator().calls[before..].to_vec()
 }
 
+/// Leaves the slot before `slot` ahead of its boundary and enters `slot`, as the clock does.
+fn pass(a: &mut Applier<Fake>, slot: i64) {
+    leave(a, slot);
+    a.enter_slot(slot, now_micros()).unwrap();
+}
+
 /// Enters `slot`: the jobs it stopped and started, and the actuator calls it made. Every stop
 /// took effect before any start.
 fn enter(a: &mut Applier<Fake>, slot: i64) -> ((Vec<u64>, Vec<u64>), Vec<FakeCall>) {
@@ -161,8 +167,7 @@ fn gang_freezes_the_leavers_ahead_of_the_boundary_and_thaws_the_entrants_on_it()
 fn an_entrant_pinned_ahead_of_its_boundary_is_only_thawed_on_it() {
     let mut a = applier(Mode::Gang);
     a.enter_slot(10, now_micros()).unwrap();
-    leave(&mut a, 11);
-    a.enter_slot(11, now_micros()).unwrap();
+    pass(&mut a, 11);
     // Job 1 ran: pinned ahead, while job 2's freeze takes effect.
     leave(&mut a, 12);
     let (switched, calls) = enter(&mut a, 12);
@@ -188,8 +193,7 @@ fn a_job_slow_to_look_at_is_pinned_in_its_own_slot_not_ahead() {
     // boundary, and more than a quick look.
     a.actuator_mut().jobs.get_mut("job-1").unwrap().spread_takes = Duration::from_millis(50);
     a.enter_slot(10, now_micros()).unwrap();
-    leave(&mut a, 11);
-    a.enter_slot(11, now_micros()).unwrap();
+    pass(&mut a, 11);
     // Ahead of job 1's boundary only job 2's freeze is asked: job 1 is not looked at there.
     assert_eq!(leave(&mut a, 12), [FakeCall::Freeze("job-2".into())]);
     // On the boundary it is thawed first and looked at in its slot.
@@ -217,15 +221,12 @@ fn a_job_slow_to_freeze_leaves_early_by_its_own_history_only() {
     let mut a = applier(Mode::Gang);
     a.actuator_mut().jobs.get_mut("job-1").unwrap().freeze_takes = Duration::from_millis(3);
     a.enter_slot(10, now_micros()).unwrap();
-    leave(&mut a, 11);
-    a.enter_slot(11, now_micros()).unwrap();
+    pass(&mut a, 11);
     // Job 2 was never frozen: it goes by the slowest freeze of any job.
     assert!(a.lead(12) >= 3_000, "{}", a.lead(12));
-    leave(&mut a, 12);
-    a.enter_slot(12, now_micros()).unwrap();
+    pass(&mut a, 12);
     assert!(a.lead(13) >= 3_000, "job 1 by its own: {}", a.lead(13));
-    leave(&mut a, 13);
-    a.enter_slot(13, now_micros()).unwrap();
+    pass(&mut a, 13);
     // Job 2's own freezes were quick: its leaving does not pay for job 1's.
     assert!(a.lead(14) < 1_000, "job 2 by its own: {}", a.lead(14));
 }
@@ -234,8 +235,7 @@ fn a_job_slow_to_freeze_leaves_early_by_its_own_history_only() {
 fn a_leaver_slower_than_its_history_does_not_hold_the_entrants_back() {
     let mut a = applier(Mode::Gang);
     for slot in 10..=12 {
-        leave(&mut a, slot);
-        a.enter_slot(slot, now_micros()).unwrap();
+        pass(&mut a, slot);
     }
     // Both jobs froze at once so far; now job 1's next freeze is confirmed only after half a
     // second (a task of it waiting for a processor another process took).
@@ -256,8 +256,7 @@ fn a_leaver_slower_than_its_history_does_not_hold_the_entrants_back() {
     );
     assert_eq!(a.actuator().frozen(), vec!["job-1"]);
     // Its next lead follows its slow freeze, as far as it was watched.
-    leave(&mut a, 14);
-    a.enter_slot(14, now_micros()).unwrap();
+    pass(&mut a, 14);
     assert!(a.lead(15) >= FREEZE_PATIENCE, "{}", a.lead(15));
 }
 
@@ -267,8 +266,7 @@ fn a_leaver_slower_than_its_history_does_not_hold_the_entrants_back() {
 fn a_freeze_confirmed_late_is_pending_until_it_is() {
     let mut a = applier(Mode::Gang);
     for slot in 10..=12 {
-        leave(&mut a, slot);
-        a.enter_slot(slot, now_micros()).unwrap();
+        pass(&mut a, slot);
     }
     assert!(!a.freeze_pending(1) && !a.freeze_pending(2));
     let takes = Duration::from_millis(300);

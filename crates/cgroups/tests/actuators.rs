@@ -285,6 +285,16 @@ fn real(freezer: Freezer) {
 
 /// Runs `test`, then, whatever happened, leaves nothing frozen or running behind: kills and
 /// removes `job` and closes `act`.
+/// This machine's layout, and cosched's groups opened under a test parent of its own
+/// (`cosched-test-PID-NAME`) with the best freezer here; as root only.
+fn opened(name: &str) -> (Layout, String, Cgroups) {
+    cosched_os::require_root("the tests of real cgroups");
+    let layout = Layout::detect().unwrap();
+    let parent = format!("cosched-test-{}-{name}", std::process::id());
+    let act = Cgroups::open(&layout, &parent, None).unwrap();
+    (layout, parent, act)
+}
+
 fn cleaned_up(mut act: Cgroups, job: &JobGroup, test: impl FnOnce(&mut Cgroups)) {
     let outcome = catch_unwind(AssertUnwindSafe(|| test(&mut act)));
     let _ = act.kill(job);
@@ -342,10 +352,7 @@ fn fake() {
 
 #[test]
 fn the_best_freezer_is_chosen_and_described() {
-    cosched_os::require_root("the tests of real cgroups");
-    let layout = Layout::detect().unwrap();
-    let parent = format!("cosched-test-{}-best", std::process::id());
-    let act = Cgroups::open(&layout, &parent, None).unwrap();
+    let (layout, _, act) = opened("best");
     // The v1 freezer where it is mounted: its writes wait for no lock a joining process holds.
     let expected = if layout.v1_freezer.is_some() {
         Freezer::V1
@@ -363,10 +370,7 @@ fn the_best_freezer_is_chosen_and_described() {
 /// within the kernel's bound; 0 gives back the kernel's default.
 #[test]
 fn the_jobs_weigh_what_they_are_given_a_processor_within_the_kernels_bound() {
-    cosched_os::require_root("the tests of real cgroups");
-    let layout = Layout::detect().unwrap();
-    let parent = format!("cosched-test-{}-weight", std::process::id());
-    let act = Cgroups::open(&layout, &parent, None).unwrap();
+    let (layout, parent, act) = opened("weight");
     let v2_file = (layout.v2.as_ref())
         .map(|root| root.join(&parent).join("cpu.weight"))
         .filter(|file| file.exists());
@@ -402,10 +406,7 @@ fn the_jobs_weigh_what_they_are_given_a_processor_within_the_kernels_bound() {
 /// and the group's figures say so: an OOM kill, a peak near the limit, CPU time spent.
 #[test]
 fn a_job_over_its_memory_limit_is_killed_and_counted() {
-    cosched_os::require_root("the tests of real cgroups");
-    let layout = Layout::detect().unwrap();
-    let parent = format!("cosched-test-{}-memory", std::process::id());
-    let act = Cgroups::open(&layout, &parent, None).unwrap();
+    let (layout, _, act) = opened("memory");
     let job = &JobGroup::of(1);
     let limit: u64 = 64 << 20;
     cleaned_up(act, job, |act| {
@@ -438,10 +439,7 @@ fn a_job_over_its_memory_limit_is_killed_and_counted() {
 /// Without a limit, the same figures are read, and no OOM kill is counted.
 #[test]
 fn a_jobs_figures_are_read_at_its_end() {
-    cosched_os::require_root("the tests of real cgroups");
-    let layout = Layout::detect().unwrap();
-    let parent = format!("cosched-test-{}-usage", std::process::id());
-    let act = Cgroups::open(&layout, &parent, None).unwrap();
+    let (layout, _, act) = opened("usage");
     let job = &JobGroup::of(1);
     cleaned_up(act, job, |act| {
         act.create(job).unwrap();
