@@ -118,6 +118,12 @@ impl Daemon {
     }
 
     pub fn launch(&mut self) {
+        // The socket accepts connections before the daemon serves them (it is bound before
+        // the jobs' cgroups are opened): a test that reads those at once waits for the ready
+        // line, which names the socket, when the log is ours to read.
+        let ready_line = format!("; socket {};", self.socket().display());
+        let readies = |log: &str| log.matches(&ready_line).count();
+        let ready_before = self.stderr.is_none().then(|| readies(&self.log()));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -158,10 +164,14 @@ impl Daemon {
         let child = command.spawn().unwrap();
         self.child = Some(child);
         let start = Instant::now();
-        while UnixStream::connect(self.socket()).is_err() {
+        let serving = |daemon: &Daemon| {
+            UnixStream::connect(daemon.socket()).is_ok()
+                && ready_before.is_none_or(|before| readies(&daemon.log()) > before)
+        };
+        while !serving(self) {
             assert!(
                 start.elapsed() < Duration::from_secs(20),
-                "the daemon did not open its socket: {}",
+                "the daemon did not become ready: {}",
                 self.log()
             );
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
