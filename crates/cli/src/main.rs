@@ -16,6 +16,14 @@ macro_rules! note {
     }};
 }
 
+/// An allocator whose threads share no lock: glibc's malloc takes an arena's lock to free or
+/// grow a block of that arena from any thread, and the slot clock (real-time) slept on its
+/// own arena's lock, held by a daemon thread that a job's process had preempted: 1.4 ms in
+/// the middle of a thaw in one trace, 23 such waits in a minute of churn (ARCHITECTURE.md,
+/// invariant 70). mimalloc frees another thread's block onto a lock-free list.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod client;
 mod config;
 mod daemon;

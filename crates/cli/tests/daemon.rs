@@ -823,6 +823,21 @@ fn the_jobs_weigh_five_processes_a_processor_unless_told_otherwise() {
     }
 }
 
+/// The `cosched` binary (daemon, agent, supervisor) allocates with mimalloc, whose threads
+/// share no lock: with glibc's malloc the slot clock slept on an arena's lock held by a
+/// daemon thread that a job's process had preempted (ARCHITECTURE.md, invariant 70).
+#[test]
+fn the_binary_allocates_with_mimalloc() {
+    let out = Command::new(COSCHED)
+        .arg("--version")
+        .env("MIMALLOC_VERBOSE", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("mimalloc: process init"), "{said}");
+}
+
 /// A pipe whose reader has gone: writes to its other end fail with EPIPE.
 fn pipe_without_reader() -> std::os::fd::OwnedFd {
     let (_read_end, write_end) = cosched_os::unix::pipe(0).expect("a pipe");
